@@ -1,0 +1,102 @@
+#include "algo/collectives.h"
+
+#include <algorithm>
+
+#include "algo/executor.h"
+#include "algo/plan.h"
+#include "algo/ring.h"
+#include "comm/reducer.h"
+#include "core/error.h"
+
+namespace scalecomm {
+
+namespace {
+
+int64_t segmentElems(const CollectiveOptions& opts, DataType dtype) {
+  return std::max<int64_t>(1, opts.segmentBytes / static_cast<int64_t>(elementSize(dtype)));
+}
+
+ExecContext context(CollectiveKind kind, DataType dtype, int64_t count, const CollectiveOptions& opts) {
+  ExecContext ctx;
+  ctx.collective = kind;
+  ctx.seq = opts.seq;
+  ctx.dtype = dtype;
+  ctx.totalCount = count;
+  ctx.deadline = opts.deadline;
+  ctx.timeoutMs = opts.timeoutMs;
+  return ctx;
+}
+
+std::vector<uint8_t*> chunkPointers(void* data, const std::vector<int64_t>& counts, DataType dtype) {
+  std::vector<uint8_t*> ptrs;
+  auto* p = static_cast<uint8_t*>(data);
+  for (int64_t c : counts) {
+    ptrs.push_back(p);
+    p += c * static_cast<int64_t>(elementSize(dtype));
+  }
+  return ptrs;
+}
+
+}  // namespace
+
+const std::vector<std::string>& allreduceAlgorithms() {
+  static const std::vector<std::string> names = {"ring"};
+  return names;
+}
+
+void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
+               const CollectiveOptions& opts) {
+  const int n = comm.size();
+  if (op == ReduceOp::PremulSum) scaleInPlace(data, count, dtype, premulFactor);
+  if (count == 0) return;
+  if (n == 1) {
+    if (op == ReduceOp::Avg) divideInPlace(data, count, dtype, 1);
+    return;
+  }
+  if (opts.algorithm != "ring") {
+    fail(ErrorKind::InvalidArgument, "scalecomm allreduce: unknown algorithm '", opts.algorithm,
+         "'; this build has: ring");
+  }
+  ExecContext ctx = context(CollectiveKind::Allreduce, dtype, count, opts);
+  ctx.op = op;
+  ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
+  Schedule s = ringAllreduce(comm.rank(), n, count, op == ReduceOp::Avg);
+  Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
+  execute(plan, chunkPointers(data, s.blockCounts, dtype), comm, ctx);
+}
+
+void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root,
+               const CollectiveOptions& opts) {
+  const int n = comm.size();
+  if (n == 1 || count == 0) return;
+  ExecContext ctx = context(CollectiveKind::Broadcast, dtype, count, opts);
+  ctx.root = root;
+  Schedule s = chainBroadcast(comm.rank(), n, root, count);
+  Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
+  execute(plan, {static_cast<uint8_t*>(data)}, comm, ctx);
+}
+
+void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t count, DataType dtype,
+               const CollectiveOptions& opts) {
+  const int n = comm.size();
+  SC_CHECK(static_cast<int>(outputs.size()) == n);
+  if (n == 1 || count == 0) return;
+  ExecContext ctx = context(CollectiveKind::Allgather, dtype, count, opts);
+  Schedule s = ringAllgather(comm.rank(), n, count);
+  Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
+  std::vector<uint8_t*> ptrs;
+  for (void* p : outputs) ptrs.push_back(static_cast<uint8_t*>(p));
+  execute(plan, ptrs, comm, ctx);
+}
+
+void barrier(Communicator& comm, const CollectiveOptions& opts) {
+  const int n = comm.size();
+  if (n == 1) return;
+  uint8_t token = 0;
+  ExecContext ctx = context(CollectiveKind::Barrier, DataType::Opaque, 1, opts);
+  Schedule s = disseminationBarrier(comm.rank(), n);
+  Plan plan = compilePlan(s, n, 1);
+  execute(plan, {&token}, comm, ctx);
+}
+
+}  // namespace scalecomm

@@ -1,0 +1,51 @@
+// scalecomm algo: collectives on host-addressable memory, torch-free.
+//
+// Contract: each function runs one collective to completion on the calling
+// thread over `comm`, choosing the schedule for `opts.algorithm`, cutting it
+// into segments of opts.segmentBytes and running it with the executor. Buffers
+// are raw memory of `count` elements of `dtype`; world size 1 and count 0 move
+// no bytes. Arguments must already be validated (the torch adapter does it and
+// raises InvalidArgument); mismatches across ranks are detected on the wire.
+// Errors: Error(Io|Timeout|InvalidArgument|Aborted) prefixed with
+// "scalecomm <collective> (rank r, seq s)". After an error the caller must
+// poison the group. Thread safety: one collective at a time per Communicator.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/deadline.h"
+#include "core/dtype.h"
+#include "core/reduce_op.h"
+
+namespace scalecomm {
+
+struct CollectiveOptions {
+  std::string algorithm = "ring";
+  int64_t segmentBytes = 256 << 10;
+  int64_t timeoutMs = 1800000;
+  Deadline deadline = Deadline::never();
+  uint64_t seq = 0;
+};
+
+// In place. For PremulSum, premulFactor multiplies each rank's input first.
+void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
+               const CollectiveOptions& opts);
+
+// In place; `data` holds `count` elements on every rank, the root's are sent.
+void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root,
+               const CollectiveOptions& opts);
+
+// outputs[r] receives rank r's `count` elements; outputs[rank] must already
+// hold this rank's contribution (the caller copies it in).
+void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t count, DataType dtype,
+               const CollectiveOptions& opts);
+
+void barrier(Communicator& comm, const CollectiveOptions& opts);
+
+// Allreduce algorithms this build knows.
+const std::vector<std::string>& allreduceAlgorithms();
+
+}  // namespace scalecomm

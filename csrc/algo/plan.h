@@ -1,0 +1,45 @@
+// scalecomm algo: a Plan is a Schedule cut into segments, with dependencies.
+//
+// Contract: compilePlan() splits every op of a schedule into segments of at
+// most `segmentElems` elements (empty blocks produce no tasks) and gives each
+// task the earlier tasks it must wait for, by data hazards on (block, segment)
+// cells in program order (step, op, segment):
+//   read-after-write  a Send waits for the last Recv/RecvReduce/Finalize of its cell;
+//   write-after-read  a Recv* / Finalize waits for earlier Sends of its cell;
+//   write-after-write and waits for the cell's previous writer.
+// Nothing else is ordered, so steps overlap segment by segment (pipelining).
+// Per peer, sends and receives keep program order (the link is FIFO), which
+// both ends derive identically from the same schedule arithmetic.
+// Pure computation; value types.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "algo/schedule.h"
+
+namespace scalecomm {
+
+struct Task {
+  OpKind kind;
+  int peer;
+  int step;
+  int block;
+  int64_t segment;
+  int64_t offset;  // elements from the start of the block
+  int64_t count;   // elements
+  std::vector<int32_t> deps;
+};
+
+struct Plan {
+  std::vector<Task> tasks;
+  std::vector<std::vector<int32_t>> sendQueue;  // per peer, program order
+  std::vector<std::vector<int32_t>> recvQueue;  // per peer, program order
+  std::vector<int32_t> localQueue;              // Finalize tasks, program order
+  std::vector<int> peers;                       // peers with any traffic
+  std::vector<int64_t> blockCounts;
+};
+
+Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems);
+
+}  // namespace scalecomm

@@ -1,0 +1,46 @@
+// scalecomm algo: schedules, the pure-data description of a collective.
+//
+// Contract: a Schedule says, for one rank, which blocks of its buffers it sends
+// to or receives from which peer at each step. It is pure arithmetic (no I/O,
+// no memory): blocks are named by index and sized in elements; the caller binds
+// block indices to memory at execution time. Within a step, ops run
+// concurrently; across steps, the plan (plan.h) orders only what touches the
+// same data, so consecutive steps pipeline segment by segment.
+// Invariant (checked by tests): for every pair (a, b), the sequence of a's
+// sends to b equals the sequence of b's receives from a (same block sizes, same
+// order). Value types, no shared state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace scalecomm {
+
+enum class OpKind : uint8_t {
+  Send,        // send a block to peer
+  Recv,        // receive a block from peer, overwriting it
+  RecvReduce,  // receive a block from peer and reduce it into ours
+  Finalize,    // local: finish a fully reduced block (AVG's division)
+};
+
+struct ScheduleOp {
+  OpKind kind;
+  int peer;  // -1 for Finalize
+  int block;
+};
+
+struct ScheduleStep {
+  std::vector<ScheduleOp> ops;
+};
+
+struct Schedule {
+  std::vector<int64_t> blockCounts;  // elements per block
+  std::vector<ScheduleStep> steps;
+  std::string algorithm;             // e.g. "ring"
+};
+
+// Splits `count` elements into n near-equal chunks (the first count % n get one more).
+std::vector<int64_t> splitEven(int64_t count, int n);
+
+}  // namespace scalecomm

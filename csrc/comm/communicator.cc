@@ -1,0 +1,213 @@
+#include "comm/communicator.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "transport/shm.h"
+#include "transport/tcp.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SC_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define SC_CPU_RELAX() asm volatile("yield" ::: "memory")
+#else
+#define SC_CPU_RELAX() ((void)0)
+#endif
+
+namespace scalecomm {
+
+Communicator::Communicator(int rank, int size, std::vector<std::unique_ptr<Link>> links, int64_t spinMicros)
+    : rank_(rank), size_(size), links_(std::move(links)), spinMicros_(spinMicros) {
+  SC_CHECK(static_cast<int>(links_.size()) == size_);
+}
+
+Communicator::~Communicator() { closeLinks(); }
+
+void Communicator::closeLinks() {
+  for (auto& l : links_)
+    if (l) l->close();
+}
+
+void Communicator::abort() {
+  aborted_.store(true, std::memory_order_release);
+  closeLinks();
+}
+
+void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSince) {
+  if (aborted()) fail(ErrorKind::Aborted, "the group was aborted");
+  auto idleUs = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
+  if (idleUs < spinMicros_) {
+    for (int i = 0; i < 32; ++i) SC_CPU_RELAX();
+    return;
+  }
+  pollfd fds[64];
+  nfds_t n = 0;
+  bool other = false;
+  for (int p : peers) {
+    int fd = links_[p] ? links_[p]->waitFd() : -1;
+    if (fd >= 0 && n < 64) {
+      fds[n++] = pollfd{fd, POLLIN | POLLOUT, 0};
+    } else {
+      other = true;
+    }
+  }
+  if (n > 0) {
+    // Readiness for writing is nearly always true, so poll only for input unless
+    // we have nothing else to wait on; a 1 ms cap keeps abort and deadlines prompt.
+    for (nfds_t i = 0; i < n; ++i) fds[i].events = POLLIN;
+    poll(fds, n, other ? 0 : 1);
+    if (!other) return;
+  }
+  if (idleUs < 2000) {
+    sched_yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(idleUs < 100000 ? 20 : 200));
+  }
+}
+
+std::string hostIdentity() {
+  const char* forced = std::getenv("SCALECOMM_HOSTNAME");
+  if (forced != nullptr && forced[0] != '\0') return forced;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  struct stat st {};
+  std::string ipc = stat("/proc/self/ns/ipc", &st) == 0 ? std::to_string(st.st_ino) : "?";
+  struct stat shm {};
+  std::string dev = stat("/dev/shm", &shm) == 0 ? std::to_string(shm.st_dev) + ":" + std::to_string(shm.st_ino) : "?";
+  return strCat(host, "/ipc:", ipc, "/shm:", dev);
+}
+
+namespace {
+
+std::map<std::string, std::string> parseInfo(const std::string& s) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ';')) {
+    auto eq = item.find('=');
+    if (eq != std::string::npos) out[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return out;
+}
+
+[[noreturn]] void failMissing(Store& store, const std::string& prefix, int rank, int size, const char* phase) {
+  std::vector<int> missing;
+  for (int r = 0; r < size; ++r) {
+    if (!store.check({prefix + std::to_string(r)})) missing.push_back(r);
+  }
+  std::ostringstream m;
+  for (size_t i = 0; i < missing.size(); ++i) m << (i ? ", " : "") << missing[i];
+  fail(ErrorKind::Timeout, "scalecomm rendezvous (rank ", rank, "): timed out during ", phase, ": ",
+       size - static_cast<int>(missing.size()), " of ", size, " ranks arrived, missing ranks: [", m.str(),
+       "]. Check that every rank creates the group with the same world size, and that they started.");
+}
+
+std::string waitKey(Store& store, const std::string& prefix, int r, int self, int size, const Deadline& deadline,
+                    const char* phase) {
+  try {
+    return store.get(prefix + std::to_string(r), deadline);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Timeout) throw;
+    failMissing(store, prefix, self, size, phase);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std::string& groupKey, int rank,
+                                                       int size, const MeshOptions& opts,
+                                                       const Deadline& deadline) {
+  if (opts.transport != "auto" && opts.transport != "shm" && opts.transport != "tcp") {
+    fail(ErrorKind::InvalidArgument, "scalecomm: unknown transport '", opts.transport,
+         "'; choose auto, shm or tcp (SCALECOMM_TRANSPORT or Options.transport)");
+  }
+  // Each creation of a group with this key is one generation; keys never collide
+  // with an earlier, destroyed group that used the same store and name.
+  const std::string base = "scalecomm/" + groupKey + "/";
+  int64_t joined = store.add(base + "join", 1);
+  const std::string p = base + "g" + std::to_string((joined - 1) / size) + "/";
+
+  const std::string host = opts.hostIdentity.empty() ? hostIdentity() : opts.hostIdentity;
+  const bool offerShm = opts.transport != "tcp" && size > 1;
+  std::shared_ptr<ShmSegment> inbox;
+  if (offerShm) inbox = ShmSegment::create(rank, size, opts.shmRingBytes);
+  std::unique_ptr<TcpListener> listener;
+  std::string addr;
+  if (opts.transport != "shm" && size > 1) {
+    addr = localAdvertiseAddress();
+    listener = std::make_unique<TcpListener>(std::getenv("SCALECOMM_SOCKET_IFNAME") ? addr : "");
+  }
+  store.set(p + "info/" + std::to_string(rank),
+            strCat("host=", host, ";transport=", opts.transport, ";shm=", inbox ? inbox->name() : "", ";addr=", addr,
+                   ";port=", listener ? listener->port() : 0, ";pid=", getpid()));
+
+  std::vector<std::map<std::string, std::string>> infos(size);
+  for (int r = 0; r < size; ++r) {
+    if (r != rank) infos[r] = parseInfo(waitKey(store, p + "info/", r, rank, size, deadline, "address exchange"));
+  }
+
+  std::vector<std::unique_ptr<Link>> links(size);
+  std::vector<int> tcpPeers;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    auto& info = infos[r];
+    bool sameHost = info["host"] == host;
+    bool useShm = sameHost && inbox && !info["shm"].empty();
+    if ((opts.transport == "shm" || info["transport"] == "shm") && !useShm) {
+      fail(ErrorKind::InvalidArgument, "scalecomm: transport shm was forced but rank ", r,
+           " is not on the same host as rank ", rank, " ('", info["host"], "' vs '", host,
+           "'); use SCALECOMM_TRANSPORT=auto or tcp");
+    }
+    if (useShm) {
+      auto peerInbox = ShmSegment::open(info["shm"], r, size);
+      links[r] = std::make_unique<ShmLink>(rank, r, inbox, peerInbox);
+      SC_LOG(Info, "rank ", rank, ": peer rank ", r, " via shm (same host ", host, ")");
+    } else {
+      if (info["addr"].empty() || !listener) {
+        fail(ErrorKind::InvalidArgument, "scalecomm: ranks ", rank, " and ", r,
+             " are on different hosts but one of them forces transport shm; use SCALECOMM_TRANSPORT=auto or tcp");
+      }
+      tcpPeers.push_back(r);
+    }
+  }
+  // TCP: the higher rank connects, the lower accepts; connects go to lower ranks
+  // first, so every acceptor is eventually in its accept loop (no cycle).
+  uint64_t key = std::hash<std::string>{}(p);
+  for (int r : tcpPeers) {
+    if (r < rank) {
+      int fd = tcpConnectPeer(infos[r]["addr"], std::stoi(infos[r]["port"]), key, rank, r, deadline);
+      links[r] = std::make_unique<TcpLink>(rank, r, fd);
+      SC_LOG(Info, "rank ", rank, ": peer rank ", r, " via tcp (", infos[r]["addr"], ":", infos[r]["port"], ")");
+    }
+  }
+  for (int r : tcpPeers) {
+    if (r > rank) {
+      auto [fd, who] = listener->acceptPeer(key, deadline);
+      if (who <= rank || who >= size || links[who]) {
+        ::close(fd);
+        fail(ErrorKind::Io, "scalecomm rendezvous (rank ", rank, "): unexpected connection from rank ", who);
+      }
+      links[who] = std::make_unique<TcpLink>(rank, who, fd);
+      SC_LOG(Info, "rank ", rank, ": peer rank ", who, " via tcp (accepted)");
+    }
+  }
+  // Everyone has mapped every inbox it needs: remove the names now, so nothing
+  // in /dev/shm outlives the group even if a rank is killed later.
+  store.set(p + "ready/" + std::to_string(rank), "1");
+  for (int r = 0; r < size; ++r) {
+    if (r != rank) waitKey(store, p + "ready/", r, rank, size, deadline, "connection setup");
+  }
+  if (inbox) inbox->unlinkName();
+  return std::make_unique<Communicator>(rank, size, std::move(links), opts.spinMicros);
+}
+
+}  // namespace scalecomm

@@ -1,0 +1,69 @@
+// scalecomm comm: a Communicator is one rank's set of links to its peers.
+//
+// Contract:
+// - Owns one Link per peer (nullptr for itself), built by connectMesh() through
+//   the store (shm for same-host peers, tcp otherwise, or what config forces),
+//   or handed in directly (tests, loopback).
+// - waitForActivity() is how an executor idles: it polls tcp sockets, spins and
+//   yields for shm, and throws when the deadline passes or abort() was called.
+// - abort() (any thread, idempotent) sets the abort flag and closes every link,
+//   so this rank's waits end promptly and peers see the closure.
+// Thread safety: one worker thread drives the links; abort()/aborted() are
+// callable from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/deadline.h"
+#include "core/store.h"
+#include "transport/link.h"
+
+namespace scalecomm {
+
+struct MeshOptions {
+  std::string transport = "auto";  // auto | shm | tcp
+  uint64_t shmRingBytes = 4 << 20;
+  std::string hostIdentity;         // empty: computed
+  int64_t spinMicros = 50;
+};
+
+class Communicator {
+ public:
+  Communicator(int rank, int size, std::vector<std::unique_ptr<Link>> links, int64_t spinMicros = 50);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Link& link(int peer) const { return *links_[peer]; }
+  bool hasLink(int peer) const { return links_[peer] != nullptr; }
+
+  // Idles briefly until something may have changed on the given peers' links:
+  // spins for spinMicros after idleSince, then polls tcp sockets / yields, then
+  // sleeps in short slices. Never blocks longer than ~1 ms. Throws Error(Aborted)
+  // after abort(). The caller checks its own deadline.
+  void idle(const std::vector<int>& peers, Clock::time_point idleSince);
+
+  void abort();
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  void closeLinks();
+
+  // Builds links to every peer through the store. `groupKey` namespaces keys.
+  static std::unique_ptr<Communicator> connectMesh(Store& store, const std::string& groupKey, int rank, int size,
+                                                   const MeshOptions& opts, const Deadline& deadline);
+
+ private:
+  int rank_;
+  int size_;
+  std::vector<std::unique_ptr<Link>> links_;
+  int64_t spinMicros_;
+  std::atomic<bool> aborted_{false};
+};
+
+// Identity of this host for choosing shm: hostname plus IPC namespace, or
+// SCALECOMM_HOSTNAME when set.
+std::string hostIdentity();
+
+}  // namespace scalecomm

@@ -1,0 +1,27 @@
+// scalecomm comm: element-wise reductions on host memory.
+//
+// Contract: reduceInto(dst, src, count) computes dst[i] = op(dst[i], src[i]) for
+// the (op, dtype) pairs reduceOpSupports() accepts. Sum/Avg/PremulSum all add
+// here (scaling is separate: premultiply before, finalize after). fp16 and bf16
+// are widened to fp32, combined, and rounded back (round-to-nearest-even).
+// src and dst may be unaligned to anything larger than the element size and
+// must not overlap partially. Loops are written to auto-vectorise.
+// Stateless and thread safe.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/reduce_op.h"
+
+namespace scalecomm {
+
+void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op);
+
+// dst[i] *= factor (PREMUL_SUM's pre-multiplication); floating types only.
+void scaleInPlace(void* data, int64_t count, DataType dtype, double factor);
+
+// AVG's final step: dst[i] /= divisor (integer types truncate toward zero).
+void divideInPlace(void* data, int64_t count, DataType dtype, int64_t divisor);
+
+}  // namespace scalecomm

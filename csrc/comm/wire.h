@@ -1,0 +1,62 @@
+// scalecomm comm: the message header every segment carries on the wire.
+//
+// Contract: one 64-byte header precedes each payload; payload plus padding make
+// the message a multiple of 64 bytes (so headers never straddle a ring's end).
+// The receiver checks every field against what it expects and reports both
+// sides' values on a mismatch: that is how different shapes, dtypes, ops, roots
+// or collectives across ranks become clear errors instead of corrupted data.
+// POD, same layout on every host (little-endian x86_64/aarch64 assumed).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/reduce_op.h"
+
+namespace scalecomm {
+
+enum class CollectiveKind : uint8_t {
+  Allreduce = 0,
+  Broadcast = 1,
+  Allgather = 2,
+  Barrier = 3,
+  Reduce = 4,
+  ReduceScatter = 5,
+  Gather = 6,
+  Scatter = 7,
+  Alltoall = 8,
+  SendRecv = 9,
+};
+
+inline const char* collectiveName(CollectiveKind k) {
+  static const char* names[] = {"allreduce", "broadcast", "allgather", "barrier", "reduce",
+                                "reduce_scatter", "gather", "scatter", "alltoall", "send/recv"};
+  auto i = static_cast<unsigned>(k);
+  return i < sizeof(names) / sizeof(names[0]) ? names[i] : "unknown";
+}
+
+constexpr uint32_t kWireMagic = 0x5343574d;  // "SCWM"
+constexpr uint64_t kWireAlign = 64;
+
+struct alignas(64) WireHeader {
+  uint32_t magic;
+  uint8_t collective;  // CollectiveKind
+  uint8_t dtype;       // DataType
+  uint8_t reduceOp;    // ReduceOp
+  uint8_t reserved;
+  int32_t root;        // -1 when the collective has none
+  int32_t step;        // schedule step
+  uint64_t seq;        // collective sequence number in the group
+  int64_t totalCount;  // elements of the whole collective (per rank), for shape checks
+  int64_t block;       // schedule block
+  int64_t segment;     // segment within the block
+  int64_t payloadBytes;
+};
+static_assert(sizeof(WireHeader) == 64, "wire header must be 64 bytes");
+
+inline uint64_t paddedMessageBytes(int64_t payloadBytes) {
+  uint64_t total = sizeof(WireHeader) + static_cast<uint64_t>(payloadBytes);
+  return (total + kWireAlign - 1) / kWireAlign * kWireAlign;
+}
+
+}  // namespace scalecomm

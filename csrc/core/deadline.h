@@ -1,0 +1,32 @@
+// scalecomm core: deadlines.
+//
+// Contract: a Deadline is a point on the steady clock after which a blocking
+// call must give up. Every blocking call in scalecomm takes one. Value type.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace scalecomm {
+
+using Clock = std::chrono::steady_clock;
+
+class Deadline {
+ public:
+  static Deadline after(std::chrono::milliseconds ms) { return Deadline(Clock::now() + ms); }
+  static Deadline never() { return Deadline(Clock::time_point::max()); }
+
+  bool expired() const { return Clock::now() >= at_; }
+  int64_t remainingMs() const {
+    if (at_ == Clock::time_point::max()) return INT64_MAX;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now()).count();
+    return left > 0 ? left : 0;
+  }
+  Clock::time_point at() const { return at_; }
+
+ private:
+  explicit Deadline(Clock::time_point at) : at_(at) {}
+  Clock::time_point at_;
+};
+
+}  // namespace scalecomm

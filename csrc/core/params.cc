@@ -1,0 +1,56 @@
+#include "core/params.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace scalecomm {
+
+const std::vector<ParamSpec>& allParams() {
+  static const std::vector<ParamSpec> table = {
+      {"SCALECOMM_DEBUG", "WARN", "Log level: ERROR, WARN, INFO (effective settings and each choice made), DEBUG."},
+      {"SCALECOMM_ALGORITHM", "ring", "Allreduce algorithm: ring."},
+      {"SCALECOMM_TRANSPORT", "auto", "Transport per peer: auto (shm on the same host, tcp otherwise), shm, tcp."},
+      {"SCALECOMM_SEGMENT_BYTES", "262144", "Pipelining unit: each chunk moves in segments of at most this many bytes."},
+      {"SCALECOMM_SHM_RING_BYTES", "4194304", "Bytes of each shared-memory ring (one per ordered pair of same-host ranks)."},
+      {"SCALECOMM_TIMEOUT_MS", "0", "Overrides the group timeout in milliseconds (0: use init_process_group's timeout)."},
+      {"SCALECOMM_SOCKET_IFNAME", "", "Network interface whose IPv4 address TCP peers connect to (default: the route to MASTER_ADDR)."},
+      {"SCALECOMM_HOSTNAME", "", "Host identity used to decide which peers share memory (default: hostname and namespaces)."},
+      {"SCALECOMM_SPIN_US", "50", "Microseconds a waiting thread spins before it yields or sleeps."},
+      {"SCALECOMM_CUDA", "auto", "Build time: 0 builds without CUDA sources even when CUDA is present."},
+  };
+  return table;
+}
+
+static const ParamSpec& lookup(const char* name) {
+  for (const auto& p : allParams()) {
+    if (std::strcmp(p.name, name) == 0) return p;
+  }
+  fail(ErrorKind::Internal, "scalecomm internal error: parameter ", name, " is not declared in params.cc");
+}
+
+bool paramIsSet(const char* name) {
+  lookup(name);
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0';
+}
+
+std::string paramString(const char* name) {
+  const ParamSpec& spec = lookup(name);
+  const char* v = std::getenv(name);
+  return (v != nullptr && v[0] != '\0') ? std::string(v) : std::string(spec.defaultValue);
+}
+
+int64_t paramInt(const char* name) {
+  std::string v = paramString(name);
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str() || *end != '\0') {
+    fail(ErrorKind::InvalidArgument, "scalecomm: environment variable ", name, "='", v,
+         "' is not an integer; unset it or give a whole number.");
+  }
+  return x;
+}
+
+}  // namespace scalecomm

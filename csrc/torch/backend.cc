@@ -1,0 +1,252 @@
+#include "torch/backend.h"
+
+#include <c10/util/Exception.h>
+
+#include "core/logging.h"
+#include "core/params.h"
+#include "torch/store_adapter.h"
+#include "torch/validate.h"
+
+namespace scalecomm {
+
+BackendConfig configFromEnvironment() {
+  BackendConfig c;
+  c.algorithm = paramString("SCALECOMM_ALGORITHM");
+  c.transport = paramString("SCALECOMM_TRANSPORT");
+  c.segmentBytes = paramInt("SCALECOMM_SEGMENT_BYTES");
+  c.shmRingBytes = paramInt("SCALECOMM_SHM_RING_BYTES");
+  c.spinMicros = paramInt("SCALECOMM_SPIN_US");
+  int64_t t = paramInt("SCALECOMM_TIMEOUT_MS");
+  if (t > 0) c.timeoutMs = t;
+  return c;
+}
+
+static void checkConfig(const BackendConfig& c) {
+  const auto& algos = allreduceAlgorithms();
+  if (std::find(algos.begin(), algos.end(), c.algorithm) == algos.end()) {
+    TORCH_CHECK_VALUE(false, "scalecomm: unknown allreduce algorithm '", c.algorithm, "'; this build has: ring");
+  }
+  TORCH_CHECK_VALUE(c.transport == "auto" || c.transport == "shm" || c.transport == "tcp",
+                    "scalecomm: unknown transport '", c.transport, "'; choose auto, shm or tcp");
+  TORCH_CHECK_VALUE(c.segmentBytes > 0, "scalecomm: segment_bytes must be positive, got ", c.segmentBytes);
+  TORCH_CHECK_VALUE(c.shmRingBytes >= 4096 && c.shmRingBytes % 64 == 0,
+                    "scalecomm: shm ring bytes must be a multiple of 64 and at least 4096, got ", c.shmRingBytes);
+  TORCH_CHECK_VALUE(c.timeoutMs > 0, "scalecomm: timeout must be positive, got ", c.timeoutMs, " ms");
+}
+
+ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   BackendConfig config)
+    : c10d::Backend(rank, size), config_(std::move(config)) {
+  checkConfig(config_);
+  SC_LOG(Info, "rank ", rank, "/", size, " group '", config_.groupName, "': algorithm=", config_.algorithm,
+         " transport=", config_.transport, " segment_bytes=", config_.segmentBytes,
+         " shm_ring_bytes=", config_.shmRingBytes, " timeout_ms=", config_.timeoutMs,
+         " spin_us=", config_.spinMicros);
+  C10dStoreAdapter adapter(store);
+  MeshOptions mesh;
+  mesh.transport = config_.transport;
+  mesh.shmRingBytes = static_cast<uint64_t>(config_.shmRingBytes);
+  mesh.spinMicros = config_.spinMicros;
+  try {
+    comm_ = Communicator::connectMesh(adapter, config_.groupName, rank, size, mesh,
+                                      Deadline::after(std::chrono::milliseconds(config_.timeoutMs)));
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::InvalidArgument) TORCH_CHECK_VALUE(false, e.what());
+    C10_THROW_ERROR(DistBackendError, e.what());
+  }
+  state_ = std::make_shared<GroupState>(rank, comm_.get());
+  worker_ = std::make_unique<Worker>(config_.spinMicros);
+}
+
+ScalecommBackend::~ScalecommBackend() { shutdown(); }
+
+void ScalecommBackend::shutdown() {
+  if (shutDown_.exchange(true)) return;
+  worker_->stop();  // queued collectives finish or fail by their deadline
+  state_->detach();
+  comm_->closeLinks();
+}
+
+void ScalecommBackend::abort() {
+  state_->poison(strCat("scalecomm (rank ", getRank(), "): the group was aborted with abort()"), /*abortComm=*/true);
+}
+
+void ScalecommBackend::checkUsable(const char* collective) {
+  if (shutDown_.load()) {
+    C10_THROW_ERROR(DistBackendError,
+                    strCat("scalecomm ", collective, " (rank ", getRank(), "): the group was shut down"));
+  }
+  if (state_->poisoned()) {
+    C10_THROW_ERROR(DistBackendError,
+                    strCat("scalecomm ", collective, " (rank ", getRank(), ", seq ", seq_.load() + 1,
+                           "): the group is unusable after an earlier failure: ", state_->reason(),
+                           " Destroy the group and create a new one."));
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, const char* collective,
+                                                         std::vector<at::Tensor> outputs,
+                                                         std::chrono::milliseconds opTimeout, Body body) {
+  const uint64_t seq = ++seq_;
+  auto work = c10::make_intrusive<ScalecommWork>(getRank(), type, collective, seq, std::move(outputs), state_);
+  const int64_t timeoutMs = opTimeout > std::chrono::milliseconds(0) ? opTimeout.count() : config_.timeoutMs;
+  CollectiveOptions base;
+  base.algorithm = config_.algorithm;
+  base.segmentBytes = config_.segmentBytes;
+  base.timeoutMs = timeoutMs;
+  base.seq = seq;
+  auto state = state_;
+  std::string name = collective;
+  worker_->post([work, state, base, body = std::move(body), name]() mutable {
+    if (state->poisoned()) {
+      work->finishError(std::make_exception_ptr(c10::DistBackendError(
+          {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+          strCat("scalecomm ", name, " (rank ", state->rank(), ", seq ", base.seq,
+                 "): not run because the group is unusable after an earlier failure: ", state->reason()))));
+      return;
+    }
+    base.deadline = Deadline::after(std::chrono::milliseconds(base.timeoutMs));
+    try {
+      body(base);
+      work->finish();
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      SC_LOG(Warn, msg);
+      state->poison(msg, /*abortComm=*/false);
+      work->finishError(
+          std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg)));
+    }
+  });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                           const c10d::AllreduceOptions& opts) {
+  checkUsable("allreduce");
+  const at::Tensor& t = singleTensor("allreduce", getRank(), tensors);
+  ReductionArgs r = reductionArgs("allreduce", getRank(), t, opts.reduceOp);
+  Communicator* comm = comm_.get();
+  at::Tensor tensor = t;
+  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", {tensor}, opts.timeout,
+                 [comm, tensor, r](const CollectiveOptions& o) {
+                   allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                     const c10d::AllreduceCoalescedOptions& opts) {
+  checkUsable("allreduce_coalesced");
+  TORCH_CHECK_VALUE(!tensors.empty(), "scalecomm allreduce_coalesced (rank ", getRank(), "): no tensors given");
+  ReductionArgs r = reductionArgs("allreduce_coalesced", getRank(), tensors[0], opts.reduceOp);
+  for (const auto& t : tensors) {
+    checkCpuDense("allreduce_coalesced", getRank(), t);
+    TORCH_CHECK_VALUE(t.scalar_type() == tensors[0].scalar_type(), "scalecomm allreduce_coalesced (rank ",
+                      getRank(), "): all tensors must have the same dtype; got ", t.scalar_type(), " and ",
+                      tensors[0].scalar_type());
+  }
+  Communicator* comm = comm_.get();
+  std::vector<at::Tensor> ts = tensors;
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts, opts.timeout,
+                 [comm, ts, r](const CollectiveOptions& o) {
+                   at::Tensor flat = at::cat(flattenAll(ts));
+                   allreduce(*comm, flat.data_ptr(), flat.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
+                   int64_t off = 0;
+                   for (const auto& t : ts) {
+                     t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
+                     off += t.numel();
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                           const c10d::BroadcastOptions& opts) {
+  checkUsable("broadcast");
+  const at::Tensor& t = singleTensor("broadcast", getRank(), tensors);
+  checkCpuDense("broadcast", getRank(), t);
+  checkRoot("broadcast", getRank(), getSize(), opts.rootRank);
+  WireShape shape = wireShape(t);
+  Communicator* comm = comm_.get();
+  at::Tensor tensor = t;
+  int root = static_cast<int>(opts.rootRank);
+  return enqueue(c10d::OpType::BROADCAST, "broadcast", {tensor}, opts.timeout,
+                 [comm, tensor, shape, root](const CollectiveOptions& o) {
+                   broadcast(*comm, tensor.data_ptr(), shape.count, shape.dtype, root, o);
+                 });
+}
+
+c10d::OpType allgatherType() { return c10d::OpType::ALLGATHER; }
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllgatherOptions& opts) {
+  checkUsable("allgather");
+  const at::Tensor& in = singleTensor("allgather", getRank(), inputs);
+  checkCpuDense("allgather", getRank(), in);
+  TORCH_CHECK_VALUE(outputs.size() == 1, "scalecomm allgather (rank ", getRank(),
+                    "): expected one output list, got ", outputs.size());
+  const auto& outs = outputs[0];
+  TORCH_CHECK_VALUE(static_cast<int>(outs.size()) == getSize(), "scalecomm allgather (rank ", getRank(),
+                    "): the output list has ", outs.size(), " tensors but the group has ", getSize(),
+                    " ranks; pass one output tensor per rank");
+  for (const auto& o : outs) checkSameAs("allgather", getRank(), o, in, "output tensor");
+  WireShape shape = wireShape(in);
+  Communicator* comm = comm_.get();
+  at::Tensor input = in;
+  std::vector<at::Tensor> outList = outs;
+  const int rank = getRank();
+  return enqueue(c10d::OpType::ALLGATHER, "allgather", outList, opts.timeout,
+                 [comm, input, outList, shape, rank](const CollectiveOptions& o) {
+                   outList[rank].copy_(input);
+                   std::vector<void*> ptrs;
+                   for (const auto& t : outList) ptrs.push_back(t.data_ptr());
+                   allgather(*comm, ptrs, shape.count, shape.dtype, o);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                 const c10d::AllgatherOptions& opts) {
+  checkUsable("all_gather_into_tensor");
+  checkCpuDense("all_gather_into_tensor", getRank(), input);
+  checkCpuDense("all_gather_into_tensor", getRank(), output);
+  TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type(), "scalecomm all_gather_into_tensor (rank ",
+                    getRank(), "): output dtype ", output.scalar_type(), " differs from input dtype ",
+                    input.scalar_type());
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "scalecomm all_gather_into_tensor (rank ",
+                    getRank(), "): output has ", output.numel(), " elements but must have world size (", getSize(),
+                    ") x input (", input.numel(), ") = ", input.numel() * getSize());
+  WireShape shape = wireShape(input);
+  Communicator* comm = comm_.get();
+  at::Tensor in = input, out = output;
+  const int rank = getRank(), size = getSize();
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out}, opts.timeout,
+                 [comm, in, out, shape, rank, size](const CollectiveOptions& o) {
+                   auto flatOut = out.view({-1});
+                   flatOut.narrow(0, rank * in.numel(), in.numel()).copy_(in.reshape({-1}));
+                   std::vector<void*> ptrs;
+                   auto* base = static_cast<uint8_t*>(out.data_ptr());
+                   for (int r = 0; r < size; ++r) ptrs.push_back(base + r * in.nbytes());
+                   allgather(*comm, ptrs, shape.count, shape.dtype, o);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  checkUsable("allgather_into_tensor_coalesced");
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "scalecomm allgather_into_tensor_coalesced (rank ", getRank(),
+                    "): ", outputs.size(), " outputs for ", inputs.size(), " inputs");
+  c10::intrusive_ptr<c10d::Work> last;
+  // Each pair is its own collective in issue order; the returned Work completes last.
+  for (size_t i = 0; i < inputs.size(); ++i) last = _allgather_base(outputs[i], inputs[i], opts);
+  if (!last) return enqueue(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", {}, opts.timeout,
+                            [](const CollectiveOptions&) {});
+  return last;
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::barrier(const c10d::BarrierOptions& opts) {
+  checkUsable("barrier");
+  Communicator* comm = comm_.get();
+  return enqueue(c10d::OpType::BARRIER, "barrier", {}, opts.timeout,
+                 [comm](const CollectiveOptions& o) { barrier(*comm, o); });
+}
+
+}  // namespace scalecomm

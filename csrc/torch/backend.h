@@ -1,0 +1,92 @@
+// scalecomm torch adapter: the c10d::Backend that torch.distributed drives.
+//
+// Contract:
+// - Construction runs the rendezvous (through the c10d Store torch hands us)
+//   and connects every peer; it raises if peers do not arrive before the timeout.
+// - Every collective validates its arguments on the calling thread and raises
+//   ValueError before any communication (the group stays usable); otherwise it
+//   takes the next sequence number, queues the collective on the group's worker
+//   thread and returns a Work at once (issue order = execution order).
+// - A failure inside a collective (peer died, mismatch, timeout) poisons the
+//   group: that Work fails with DistBackendError naming collective, rank and
+//   seq, and every later call raises until the group is destroyed. abort()
+//   from any thread poisons, closes every link and wakes every waiter.
+// - Only CPU tensors for now; they must stay alive and untouched until the Work
+//   completes (as with gloo).
+// Thread safety: collectives may be called from any one thread at a time (as
+// c10d does); abort()/Work methods from any thread.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include "algo/collectives.h"
+#include "comm/communicator.h"
+#include "comm/worker.h"
+#include "torch/group_state.h"
+#include "torch/work.h"
+
+namespace scalecomm {
+
+struct BackendConfig {
+  std::string algorithm = "ring";
+  std::string transport = "auto";
+  int64_t segmentBytes = 256 << 10;
+  int64_t shmRingBytes = 4 << 20;
+  int64_t spinMicros = 50;
+  int64_t timeoutMs = 1800000;
+  std::string groupName;
+};
+
+// Defaults overridden by SCALECOMM_* environment variables.
+BackendConfig configFromEnvironment();
+
+class ScalecommBackend : public c10d::Backend {
+ public:
+  ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, BackendConfig config);
+  ~ScalecommBackend() override;
+
+  const std::string getBackendName() const override { return "scalecomm"; }
+  const BackendConfig& config() const { return config_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+  void abort() override;
+  void shutdown() override;
+  bool poisoned() const { return state_->poisoned(); }
+
+ private:
+  using Body = std::function<void(const CollectiveOptions&)>;
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* collective, std::vector<at::Tensor> outputs,
+                                         std::chrono::milliseconds opTimeout, Body body);
+  void checkUsable(const char* collective);
+
+  BackendConfig config_;
+  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<GroupState> state_;
+  std::unique_ptr<Worker> worker_;
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<bool> shutDown_{false};
+};
+
+}  // namespace scalecomm

@@ -1,0 +1,56 @@
+// scalecomm torch adapter: the Python module pyscalecomm._C.
+//
+// Contract: exposes the backend class (a subclass of torch's c10d Backend, so
+// torch.distributed can hold it), its configuration, the parameter table and
+// small diagnostics. Registration with torch.distributed happens in Python
+// (pyscalecomm/_registration.py).
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/python.h>
+
+#include "algo/collectives.h"
+#include "core/params.h"
+#include "torch/backend.h"
+#include "transport/shm.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  py::module::import("torch.distributed");
+  m.doc() = "scalecomm: collective communication for PyTorch (compiled core)";
+
+  py::class_<scalecomm::BackendConfig>(m, "BackendConfig")
+      .def(py::init([] { return scalecomm::configFromEnvironment(); }),
+           "Defaults, overridden by SCALECOMM_* environment variables.")
+      .def_readwrite("algorithm", &scalecomm::BackendConfig::algorithm)
+      .def_readwrite("transport", &scalecomm::BackendConfig::transport)
+      .def_readwrite("segment_bytes", &scalecomm::BackendConfig::segmentBytes)
+      .def_readwrite("shm_ring_bytes", &scalecomm::BackendConfig::shmRingBytes)
+      .def_readwrite("spin_us", &scalecomm::BackendConfig::spinMicros)
+      .def_readwrite("timeout_ms", &scalecomm::BackendConfig::timeoutMs)
+      .def_readwrite("group_name", &scalecomm::BackendConfig::groupName);
+
+  py::class_<scalecomm::ScalecommBackend, c10d::Backend, c10::intrusive_ptr<scalecomm::ScalecommBackend>>(
+      m, "ScalecommBackend")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       const scalecomm::BackendConfig& cfg) {
+             return c10::make_intrusive<scalecomm::ScalecommBackend>(store, rank, size, cfg);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("poisoned", &scalecomm::ScalecommBackend::poisoned)
+      .def_property_readonly("config", &scalecomm::ScalecommBackend::config);
+
+  m.def("params", [] {
+    std::vector<std::tuple<std::string, std::string, std::string>> out;
+    for (const auto& p : scalecomm::allParams()) out.emplace_back(p.name, p.defaultValue, p.doc);
+    return out;
+  }, "Every SCALECOMM_* variable: (name, default, doc).");
+  m.def("allreduce_algorithms", [] { return scalecomm::allreduceAlgorithms(); });
+  m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,
+        "Removes /dev/shm/scalecomm-* segments left by dead processes; returns how many.");
+#ifdef SCALECOMM_WITH_CUDA
+  m.attr("built_with_cuda") = true;
+#else
+  m.attr("built_with_cuda") = false;
+#endif
+}

@@ -1,0 +1,86 @@
+// scalecomm torch adapter: argument checks done before any communication.
+//
+// Contract: each check raises ValueError (c10::ValueError) with a message that
+// names the collective, the rank, the offending argument and what to do; none
+// touches the group, so after a failed check the group is still usable.
+// Pure functions of their arguments.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "core/dtype.h"
+#include "torch/tensor_types.h"
+
+namespace scalecomm {
+
+inline void checkCpuDense(const char* coll, int rank, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.defined(), "scalecomm ", coll, " (rank ", rank, "): tensor is undefined");
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "scalecomm ", coll, " (rank ", rank, "): ", t.layout(),
+                    " tensors are not supported; pass a dense tensor");
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "scalecomm ", coll, " (rank ", rank, "): tensor is on ", t.device(),
+                    " but scalecomm handles CPU tensors in this build; move it to the CPU or route CUDA "
+                    "tensors to NCCL with init_process_group('cpu:scalecomm,cuda:nccl')");
+  TORCH_CHECK_VALUE(t.is_contiguous(), "scalecomm ", coll, " (rank ", rank,
+                    "): tensor is not contiguous (sizes ", t.sizes(), ", strides ", t.strides(),
+                    "); pass tensor.contiguous() and copy the result back");
+}
+
+inline const at::Tensor& singleTensor(const char* coll, int rank, const std::vector<at::Tensor>& ts) {
+  TORCH_CHECK_VALUE(ts.size() == 1, "scalecomm ", coll, " (rank ", rank, "): expected exactly one tensor, got ",
+                    ts.size(), "; one tensor per process is supported");
+  return ts[0];
+}
+
+inline void checkRoot(const char* coll, int rank, int size, int64_t root) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, "scalecomm ", coll, " (rank ", rank, "): root/src rank ", root,
+                    " is out of range for a group of ", size, " ranks (valid: 0..", size - 1, ")");
+}
+
+inline void checkSameAs(const char* coll, int rank, const at::Tensor& t, const at::Tensor& ref, const char* what) {
+  checkCpuDense(coll, rank, t);
+  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type() && t.numel() == ref.numel(), "scalecomm ", coll,
+                    " (rank ", rank, "): ", what, " has ", t.numel(), " elements of ", t.scalar_type(),
+                    " but the input has ", ref.numel(), " elements of ", ref.scalar_type(), "; they must match");
+}
+
+struct ReductionArgs {
+  DataType dtype;
+  MappedOp op;
+};
+
+inline ReductionArgs reductionArgs(const char* coll, int rank, const at::Tensor& t, const c10d::ReduceOp& rop) {
+  checkCpuDense(coll, rank, t);
+  auto dt = arithmeticType(t.scalar_type());
+  TORCH_CHECK_VALUE(dt.has_value(), "scalecomm ", coll, " (rank ", rank, "): dtype ", t.scalar_type(),
+                    " cannot be reduced; supported: float32, float64, float16, bfloat16, int8, int16, int32, "
+                    "int64, uint8");
+  auto op = toReduceOp(rop);
+  TORCH_CHECK_VALUE(op.has_value(), "scalecomm ", coll, " (rank ", rank, "): reduce op ", static_cast<int>(rop.op_),
+                    " is not supported (PREMUL_SUM needs a factor)");
+  TORCH_CHECK_VALUE(reduceOpSupports(op->op, *dt), "scalecomm ", coll, " (rank ", rank, "): reduce op ",
+                    reduceOpName(op->op), " is not defined for ", t.scalar_type(),
+                    (isFloating(*dt) ? "; bitwise ops (BAND/BOR/BXOR) need an integer dtype" : ""));
+  return {*dt, *op};
+}
+
+// How a tensor travels when it is only moved: by element type when we know it
+// (so peers' dtypes are checked), else as bytes.
+struct WireShape {
+  DataType dtype;
+  int64_t count;
+};
+
+inline WireShape wireShape(const at::Tensor& t) {
+  auto dt = arithmeticType(t.scalar_type());
+  if (dt) return {*dt, t.numel()};
+  return {DataType::Opaque, static_cast<int64_t>(t.nbytes())};
+}
+
+inline std::vector<at::Tensor> flattenAll(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : ts) out.push_back(t.reshape({-1}));
+  return out;
+}
+
+}  // namespace scalecomm

@@ -1,0 +1,76 @@
+#include "torch/work.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+namespace scalecomm {
+
+ScalecommWork::ScalecommWork(int rank, c10d::OpType type, std::string collective, uint64_t seq,
+                             std::vector<at::Tensor> outputs, std::shared_ptr<GroupState> group)
+    : c10d::Work(rank, type),
+      collective_(std::move(collective)),
+      seq_(seq),
+      outputs_(std::move(outputs)),
+      group_(std::move(group)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+void ScalecommWork::finish() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  future_->markCompleted(c10::IValue(outputs_));
+}
+
+void ScalecommWork::finishError(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    done_ = true;
+    error_ = error;
+  }
+  cv_.notify_all();
+  future_->setError(error);
+}
+
+bool ScalecommWork::isCompleted() {
+  std::lock_guard<std::mutex> g(mu_);
+  return done_;
+}
+
+bool ScalecommWork::isSuccess() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return done_ && !error_;
+}
+
+std::exception_ptr ScalecommWork::exception() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return error_;
+}
+
+std::vector<at::Tensor> ScalecommWork::result() { return outputs_; }
+
+bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> g(mu_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(g, [&] { return done_; });
+  } else if (!cv_.wait_for(g, timeout, [&] { return done_; })) {
+    g.unlock();
+    std::string msg = strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_, "): wait() Timed out after ",
+                             timeout.count(), " ms; the collective was aborted on this rank and the group is now "
+                             "unusable: destroy it and create a new one.");
+    group_->poison(msg, /*abortComm=*/true);
+    C10_THROW_ERROR(DistBackendError, msg);
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> ScalecommWork::getFuture() { return future_; }
+
+void ScalecommWork::abort() {
+  group_->poison(strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_, "): Work.abort() was called"),
+                 /*abortComm=*/true);
+}
+
+}  // namespace scalecomm

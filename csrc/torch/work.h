@@ -1,0 +1,50 @@
+// scalecomm torch adapter: the Work handle of one collective.
+//
+// Contract: created by the backend when a collective is queued; completed
+// exactly once by the worker thread (finish or finishError), which also
+// completes the Future (List[Tensor] of the outputs) that DDP comm hooks chain
+// on. wait() blocks until completion; with a timeout, expiry poisons the group
+// (aborting the running collective on this rank, which its peers then see) and
+// raises "Timed out". All methods are thread safe.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+#include "torch/group_state.h"
+
+namespace scalecomm {
+
+class ScalecommWork : public c10d::Work {
+ public:
+  ScalecommWork(int rank, c10d::OpType type, std::string collective, uint64_t seq, std::vector<at::Tensor> outputs,
+                std::shared_ptr<GroupState> group);
+
+  void finish();
+  void finishError(std::exception_ptr error);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const override { return seq_; }
+  void abort() override;
+
+ private:
+  std::string collective_;
+  uint64_t seq_;
+  std::vector<at::Tensor> outputs_;
+  std::shared_ptr<GroupState> group_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace scalecomm

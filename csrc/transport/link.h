@@ -1,0 +1,50 @@
+// scalecomm transport: a Link is a full-duplex, ordered byte stream to one peer.
+//
+// Contract:
+// - Nonblocking: trySend/tryRecv never block; they move what they can now and
+//   return the number of bytes moved (0 when nothing could move).
+// - tryRecv hands received bytes to a RecvConsumer, which takes a prefix of
+//   them (possibly 0 bytes, e.g. when it needs a whole header or element); the
+//   link keeps the rest for the next call. Spans offered are contiguous.
+// - Errors (peer closed, peer died, socket error) throw Error(Io) naming the peer.
+// - One thread sends and one thread receives at a time (the group's worker
+//   thread does both); close() may be called from any thread and makes later
+//   calls on both ends fail promptly.
+// - waitFd() is a pollable descriptor for readiness (tcp) or -1 (shm, loopback:
+//   the caller spins/yields instead).
+// Links own their resources (RAII); destroying a link closes it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace scalecomm {
+
+class RecvConsumer {
+ public:
+  virtual ~RecvConsumer() = default;
+  // Consumes a prefix of [data, data+avail); returns how many bytes it took.
+  virtual size_t consume(const uint8_t* data, size_t avail) = 0;
+};
+
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual size_t trySend(const void* data, size_t bytes) = 0;
+  virtual size_t tryRecv(RecvConsumer& consumer) = 0;
+  // Checks that the peer is still there; throws Error(Io) if not. Cheap enough
+  // to call every few milliseconds while waiting.
+  virtual void checkPeer() = 0;
+  // Marks the link closed in both directions (idempotent, any thread).
+  virtual void close() = 0;
+  virtual int waitFd() const { return -1; }
+  virtual const char* kind() const = 0;
+  int peer() const { return peer_; }
+
+ protected:
+  explicit Link(int peer) : peer_(peer) {}
+  int peer_;
+};
+
+}  // namespace scalecomm

@@ -1,0 +1,213 @@
+#include "transport/shm.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace scalecomm {
+
+namespace {
+
+constexpr uint64_t kShmMagic = 0x53434f4d4d53484dULL;  // "SCOMMSHM"
+constexpr const char* kPrefix = "scalecomm-";
+
+struct alignas(64) SegmentHeader {
+  uint64_t magic;
+  int32_t ownerRank;
+  int32_t ownerPid;
+  int32_t worldSize;
+  int32_t pad;
+  uint64_t ringBytes;
+};
+
+size_t slotBytes(uint64_t ringBytes) { return sizeof(RingControl) + ringBytes; }
+
+uint64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+bool processAlive(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  if (!f) return false;
+  std::string line;
+  std::getline(f, line);
+  auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  char state = line[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+int ShmSegment::removeStaleSegments() {
+  int removed = 0;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  while (dirent* e = readdir(dir)) {
+    std::string n = e->d_name;
+    if (n.rfind(kPrefix, 0) != 0) continue;
+    int pid = std::atoi(n.c_str() + std::strlen(kPrefix));
+    if (pid > 0 && !processAlive(pid)) {
+      if (shm_unlink(("/" + n).c_str()) == 0) {
+        ++removed;
+        SC_LOG(Info, "removed stale shared-memory segment /dev/shm/", n, " of dead process ", pid);
+      }
+    }
+  }
+  closedir(dir);
+  return removed;
+}
+
+std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uint64_t ringBytes) {
+  SC_CHECK(ringBytes % 64 == 0 && ringBytes > 0);
+  removeStaleSegments();
+  std::random_device rd;
+  std::string name = strCat("/", kPrefix, getpid(), "-", std::hex, (static_cast<uint64_t>(rd()) << 32) ^ rd());
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) fail(ErrorKind::Io, "scalecomm shm: cannot create ", name, ": ", std::strerror(errno));
+  size_t bytes = sizeof(SegmentHeader) + static_cast<size_t>(worldSize) * slotBytes(ringBytes);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    ::close(fd);
+    shm_unlink(name.c_str());
+    fail(ErrorKind::Io, "scalecomm shm: cannot size ", name, " to ", bytes, " bytes: ", std::strerror(err),
+         "; is /dev/shm large enough? Lower SCALECOMM_SHM_RING_BYTES or use SCALECOMM_TRANSPORT=tcp.");
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    fail(ErrorKind::Io, "scalecomm shm: cannot map ", name, ": ", std::strerror(errno));
+  }
+  std::shared_ptr<ShmSegment> seg(new ShmSegment());
+  seg->name_ = name;
+  seg->base_ = base;
+  seg->bytes_ = bytes;
+  seg->owner_ = true;
+  auto* hdr = static_cast<SegmentHeader*>(base);
+  hdr->ownerRank = ownerRank;
+  hdr->ownerPid = getpid();
+  hdr->worldSize = worldSize;
+  hdr->ringBytes = ringBytes;
+  for (int s = 0; s < worldSize; ++s) {
+    auto* ctl = reinterpret_cast<RingControl*>(static_cast<uint8_t*>(base) + sizeof(SegmentHeader) +
+                                               static_cast<size_t>(s) * slotBytes(ringBytes));
+    SpscRing::initialize(ctl);
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  hdr->magic = kShmMagic;
+  return seg;
+}
+
+std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& name, int expectOwner, int worldSize) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    fail(ErrorKind::Io, "scalecomm shm: cannot open rank ", expectOwner, "'s segment ", name, ": ",
+         std::strerror(errno), ". Ranks that look like the same host must share /dev/shm; set "
+         "SCALECOMM_TRANSPORT=tcp (or SCALECOMM_HOSTNAME per host) if they do not.");
+  }
+  struct stat st {};
+  fstat(fd, &st);
+  size_t bytes = static_cast<size_t>(st.st_size);
+  void* base = bytes >= sizeof(SegmentHeader) ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                                               : MAP_FAILED;
+  ::close(fd);
+  if (base == MAP_FAILED) fail(ErrorKind::Io, "scalecomm shm: cannot map rank ", expectOwner, "'s segment ", name);
+  std::shared_ptr<ShmSegment> seg(new ShmSegment());
+  seg->name_ = name;
+  seg->base_ = base;
+  seg->bytes_ = bytes;
+  auto* hdr = static_cast<SegmentHeader*>(base);
+  if (hdr->magic != kShmMagic || hdr->ownerRank != expectOwner || hdr->worldSize != worldSize ||
+      bytes != sizeof(SegmentHeader) + static_cast<size_t>(worldSize) * slotBytes(hdr->ringBytes)) {
+    fail(ErrorKind::Io, "scalecomm shm: segment ", name, " does not belong to rank ", expectOwner,
+         " of a group of ", worldSize, " (stale or foreign segment)");
+  }
+  return seg;
+}
+
+ShmSegment::~ShmSegment() {
+  if (owner_) unlinkName();
+  if (base_ != nullptr) munmap(base_, bytes_);
+}
+
+void ShmSegment::unlinkName() {
+  if (!unlinked_) {
+    shm_unlink(name_.c_str());  // ENOENT is fine: a peer or the owner got there first
+    unlinked_ = true;
+  }
+}
+
+SpscRing ShmSegment::ring(int sender) {
+  auto* hdr = static_cast<SegmentHeader*>(base_);
+  SC_CHECK(sender >= 0 && sender < hdr->worldSize);
+  auto* slot = static_cast<uint8_t*>(base_) + sizeof(SegmentHeader) + static_cast<size_t>(sender) * slotBytes(hdr->ringBytes);
+  return SpscRing(reinterpret_cast<RingControl*>(slot), slot + sizeof(RingControl), hdr->ringBytes);
+}
+
+int ShmSegment::ownerPid() const { return static_cast<SegmentHeader*>(base_)->ownerPid; }
+int ShmSegment::ownerRank() const { return static_cast<SegmentHeader*>(base_)->ownerRank; }
+
+ShmLink::ShmLink(int self, int peer, std::shared_ptr<ShmSegment> myInbox, std::shared_ptr<ShmSegment> peerInbox)
+    : Link(peer), self_(self), peerPid_(peerInbox->ownerPid()), myInbox_(std::move(myInbox)),
+      peerInbox_(std::move(peerInbox)) {
+  in_ = myInbox_->ring(peer);
+  out_ = peerInbox_->ring(self);
+}
+
+ShmLink::~ShmLink() { close(); }
+
+void ShmLink::throwClosed(const SpscRing& ring) {
+  fail(ErrorKind::Io, "rank ", ring.closedBy(), " closed its shared-memory link to rank ",
+       ring.closedBy() == static_cast<uint32_t>(self_) ? peer_ : self_,
+       " (it aborted, hit an error or was destroyed; see that rank's error for the cause)");
+}
+
+size_t ShmLink::trySend(const void* data, size_t bytes) {
+  if (out_.closed()) throwClosed(out_);
+  size_t n = out_.write(data, bytes);
+  if (n == 0) checkPeer();
+  return n;
+}
+
+size_t ShmLink::tryRecv(RecvConsumer& consumer) {
+  auto [ptr, avail] = in_.readable();
+  if (avail == 0) {
+    checkPeer();
+    return 0;
+  }
+  size_t used = consumer.consume(ptr, avail);
+  if (used > 0) in_.consume(used);
+  return used;
+}
+
+void ShmLink::checkPeer() {
+  if (out_.closed()) throwClosed(out_);
+  if (in_.closed() && in_.empty()) throwClosed(in_);
+  uint64_t now = nowNs();
+  if (now - lastAliveCheckNs_ > 5'000'000) {  // every 5 ms
+    lastAliveCheckNs_ = now;
+    if (!processAlive(peerPid_)) {
+      fail(ErrorKind::Io, "rank ", peer_, " (pid ", peerPid_, ") died: its process exited or was killed");
+    }
+  }
+}
+
+void ShmLink::close() {
+  if (!out_.closed()) out_.close(self_);
+  if (!in_.closed()) in_.close(self_);
+}
+
+}  // namespace scalecomm

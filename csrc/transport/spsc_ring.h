@@ -1,0 +1,82 @@
+// scalecomm transport: single-producer single-consumer byte ring on raw memory.
+//
+// Contract: the ring lives in memory the caller provides (heap for loopback,
+// a shared-memory segment for shm): a RingControl followed by `capacity` data
+// bytes; capacity is a multiple of 64. head and tail count bytes ever written /
+// consumed, so head - tail is the fill level. One producer thread calls write(),
+// one consumer thread calls readable()/consume(); either may set the closed flag.
+// Memory ordering: data is published by a release store of head and acquired
+// by the consumer; space is returned by a release store of tail.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+namespace scalecomm {
+
+struct RingControl {
+  alignas(64) std::atomic<uint64_t> head;    // written by producer
+  alignas(64) std::atomic<uint64_t> tail;    // written by consumer
+  alignas(64) std::atomic<uint32_t> closed;  // nonzero: one side closed the link
+  uint32_t closedBy;                         // rank that closed it (diagnostics)
+};
+static_assert(sizeof(RingControl) == 192, "RingControl layout is shared between processes");
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "need lock-free 64-bit atomics for shm");
+
+class SpscRing {
+ public:
+  SpscRing() = default;
+  SpscRing(RingControl* ctl, uint8_t* data, uint64_t capacity) : ctl_(ctl), data_(data), cap_(capacity) {}
+
+  static void initialize(RingControl* ctl) {
+    new (&ctl->head) std::atomic<uint64_t>(0);
+    new (&ctl->tail) std::atomic<uint64_t>(0);
+    new (&ctl->closed) std::atomic<uint32_t>(0);
+    ctl->closedBy = 0;
+  }
+
+  size_t write(const void* src, size_t bytes) {
+    uint64_t head = ctl_->head.load(std::memory_order_relaxed);
+    uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
+    uint64_t space = cap_ - (head - tail);
+    size_t n = bytes < space ? bytes : static_cast<size_t>(space);
+    if (n == 0) return 0;
+    uint64_t pos = head % cap_;
+    size_t first = static_cast<size_t>(cap_ - pos) < n ? static_cast<size_t>(cap_ - pos) : n;
+    std::memcpy(data_ + pos, src, first);
+    if (n > first) std::memcpy(data_, static_cast<const uint8_t*>(src) + first, n - first);
+    ctl_->head.store(head + n, std::memory_order_release);
+    return n;
+  }
+
+  // Contiguous readable span (may be shorter than the fill level at wrap-around).
+  std::pair<const uint8_t*, size_t> readable() const {
+    uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
+    uint64_t head = ctl_->head.load(std::memory_order_acquire);
+    uint64_t avail = head - tail;
+    uint64_t pos = tail % cap_;
+    uint64_t contiguous = cap_ - pos < avail ? cap_ - pos : avail;
+    return {data_ + pos, static_cast<size_t>(contiguous)};
+  }
+
+  void consume(size_t n) { ctl_->tail.store(ctl_->tail.load(std::memory_order_relaxed) + n, std::memory_order_release); }
+
+  bool closed() const { return ctl_->closed.load(std::memory_order_acquire) != 0; }
+  uint32_t closedBy() const { return ctl_->closedBy; }
+  void close(uint32_t byRank) {
+    ctl_->closedBy = byRank;
+    ctl_->closed.store(1, std::memory_order_release);
+  }
+  bool empty() const {
+    return ctl_->head.load(std::memory_order_acquire) == ctl_->tail.load(std::memory_order_relaxed);
+  }
+
+ private:
+  RingControl* ctl_ = nullptr;
+  uint8_t* data_ = nullptr;
+  uint64_t cap_ = 0;
+};
+
+}  // namespace scalecomm

@@ -1,0 +1,268 @@
+// The executor over loopback links: virtual ranks as threads run real
+// collectives on real data, for every dtype and op, world sizes 1-7, odd
+// counts, tiny segments and a tiny ring (wrap-around and back-pressure); plus
+// mismatch detection, timeouts and peer closure.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "algo/collectives.h"
+#include "comm/reducer.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "transport/loopback.h"
+#include "harness.h"
+
+using namespace scalecomm;
+
+namespace {
+
+std::vector<std::unique_ptr<Communicator>> makeComms(LoopbackFabric& fabric) {
+  int n = fabric.worldSize();
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::unique_ptr<Link>> links(n);
+    for (int q = 0; q < n; ++q)
+      if (q != r) links[q] = fabric.link(r, q);
+    comms.push_back(std::make_unique<Communicator>(r, n, std::move(links), 0));
+  }
+  return comms;
+}
+
+// Runs fn(rank, comm) on n threads; returns the per-rank error messages ("" = ok).
+std::vector<std::string> runRanks(int n, size_t ringBytes,
+                                  const std::function<void(int, Communicator&)>& fn) {
+  LoopbackFabric fabric(n, ringBytes);
+  auto comms = makeComms(fabric);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r, *comms[r]);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        comms[r]->closeLinks();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+CollectiveOptions opts(int64_t segBytes, uint64_t seq = 1, int64_t timeoutMs = 20000) {
+  CollectiveOptions o;
+  o.segmentBytes = segBytes;
+  o.seq = seq;
+  o.timeoutMs = timeoutMs;
+  o.deadline = Deadline::after(std::chrono::milliseconds(timeoutMs));
+  return o;
+}
+
+// Small integers so every op's exact result is representable in every dtype.
+double inputValue(int rank, int64_t i, ReduceOp op) {
+  if (op == ReduceOp::Product) return (rank + static_cast<int>(i)) % 2 + 1;  // 1 or 2
+  if (op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor) return (rank * 5 + i * 3) % 16;
+  return (rank * 3 + i) % 7 - (op == ReduceOp::Sum || op == ReduceOp::Avg ? 0 : 3);
+}
+
+double expected(int n, int64_t i, ReduceOp op, double factor, bool integer) {
+  double acc = inputValue(0, i, op) * (op == ReduceOp::PremulSum ? factor : 1);
+  for (int r = 1; r < n; ++r) {
+    double v = inputValue(r, i, op) * (op == ReduceOp::PremulSum ? factor : 1);
+    auto a = static_cast<int64_t>(acc), b = static_cast<int64_t>(v);
+    switch (op) {
+      case ReduceOp::Min: acc = std::min(acc, v); break;
+      case ReduceOp::Max: acc = std::max(acc, v); break;
+      case ReduceOp::Product: acc *= v; break;
+      case ReduceOp::BAnd: acc = static_cast<double>(a & b); break;
+      case ReduceOp::BOr: acc = static_cast<double>(a | b); break;
+      case ReduceOp::BXor: acc = static_cast<double>(a ^ b); break;
+      default: acc += v;
+    }
+  }
+  if (op == ReduceOp::Avg) acc = integer ? std::trunc(acc / n) : acc / n;
+  return acc;
+}
+
+void store(void* p, int64_t i, DataType t, double v) {
+  switch (t) {
+    case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::Float64: static_cast<double*>(p)[i] = v; break;
+    case DataType::Float16: static_cast<uint16_t*>(p)[i] = floatToFp16(static_cast<float>(v)); break;
+    case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = floatToBf16(static_cast<float>(v)); break;
+    case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
+    case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    default: break;
+  }
+}
+
+double load(const void* p, int64_t i, DataType t) {
+  switch (t) {
+    case DataType::Float32: return static_cast<const float*>(p)[i];
+    case DataType::Float64: return static_cast<const double*>(p)[i];
+    case DataType::Float16: return fp16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DataType::BFloat16: return bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DataType::Int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
+    case DataType::Int32: return static_cast<const int32_t*>(p)[i];
+    case DataType::Int64: return static_cast<const int64_t*>(p)[i];
+    case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
+    default: return 0;
+  }
+}
+
+const DataType kTypes[] = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16,
+                           DataType::Int8,    DataType::Int16,   DataType::Int32,   DataType::Int64,
+                           DataType::UInt8};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg,       ReduceOp::Min,  ReduceOp::Max, ReduceOp::Product,
+                         ReduceOp::PremulSum, ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor};
+
+}  // namespace
+
+TEST(allreduce_every_dtype_and_op_matches_closed_form) {
+  for (int n : {1, 2, 3, 5}) {
+    for (DataType t : kTypes) {
+      for (ReduceOp op : kOps) {
+        if (!reduceOpSupports(op, t)) continue;
+        if (t == DataType::UInt8 && (op == ReduceOp::Min || op == ReduceOp::Max)) continue;  // negatives
+        const int64_t count = 37;
+        const double factor = 2.0;
+        std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(count * elementSize(t)));
+        for (int r = 0; r < n; ++r)
+          for (int64_t i = 0; i < count; ++i) store(bufs[r].data(), i, t, inputValue(r, i, op));
+        auto errors = runRanks(n, 4096, [&](int r, Communicator& c) {
+          allreduce(c, bufs[r].data(), count, t, op, factor, opts(24));
+        });
+        for (auto& e : errors) CHECK_EQ(e, std::string());
+        for (int r = 0; r < n; ++r) {
+          for (int64_t i = 0; i < count; ++i) {
+            double want = expected(n, i, op, factor, isInteger(t));
+            if (t == DataType::UInt8) want = static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(want)));
+            if (t == DataType::Int8) want = static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(want)));
+            if (load(bufs[r].data(), i, t) != want) {
+              throw sctest::Failure{strCat("n=", n, " dtype=", dataTypeName(t), " op=", reduceOpName(op), " rank ",
+                                           r, " element ", i, ": got ", load(bufs[r].data(), i, t), " want ", want)};
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(allreduce_grid_of_world_sizes_counts_and_segments) {
+  for (int n : {2, 3, 4, 7}) {
+    for (int64_t count : {int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{1001}, int64_t{100000}}) {
+      for (int64_t seg : {int64_t{4}, int64_t{100}, int64_t{65536}}) {
+        std::vector<std::vector<float>> bufs(n, std::vector<float>(count));
+        for (int r = 0; r < n; ++r)
+          for (int64_t i = 0; i < count; ++i) bufs[r][i] = static_cast<float>((r + 1) * (i % 13));
+        auto errors = runRanks(n, 1024, [&](int r, Communicator& c) {
+          allreduce(c, bufs[r].data(), count, DataType::Float32, ReduceOp::Sum, 1, opts(seg));
+        });
+        for (auto& e : errors) CHECK_EQ(e, std::string());
+        const float tri = static_cast<float>(n * (n + 1) / 2);
+        for (int r = 0; r < n; ++r)
+          for (int64_t i = 0; i < count; ++i) CHECK_EQ(bufs[r][i], tri * static_cast<float>(i % 13));
+      }
+    }
+  }
+}
+
+TEST(broadcast_and_allgather_move_exact_bytes) {
+  for (int n : {2, 3, 4}) {
+    for (int root = 0; root < n; ++root) {
+      std::vector<std::vector<int32_t>> bufs(n, std::vector<int32_t>(777, -1));
+      for (int i = 0; i < 777; ++i) bufs[root][i] = i * 31 + root;
+      auto errors = runRanks(n, 2048, [&](int r, Communicator& c) {
+        broadcast(c, bufs[r].data(), 777, DataType::Int32, root, opts(64));
+      });
+      for (auto& e : errors) CHECK_EQ(e, std::string());
+      for (int r = 0; r < n; ++r) CHECK(bufs[r] == bufs[root]);
+    }
+    std::vector<std::vector<std::vector<int64_t>>> outs(n, std::vector<std::vector<int64_t>>(n, std::vector<int64_t>(55)));
+    for (int r = 0; r < n; ++r)
+      for (int i = 0; i < 55; ++i) outs[r][r][i] = r * 1000 + i;
+    auto errors = runRanks(n, 1024, [&](int r, Communicator& c) {
+      std::vector<void*> ptrs;
+      for (auto& v : outs[r]) ptrs.push_back(v.data());
+      allgather(c, ptrs, 55, DataType::Int64, opts(40));
+    });
+    for (auto& e : errors) CHECK_EQ(e, std::string());
+    for (int r = 0; r < n; ++r)
+      for (int b = 0; b < n; ++b)
+        for (int i = 0; i < 55; ++i) CHECK_EQ(outs[r][b][i], b * 1000 + i);
+  }
+}
+
+TEST(count_mismatch_fails_every_rank_with_both_counts) {
+  auto errors = runRanks(2, 4096, [&](int r, Communicator& c) {
+    std::vector<float> buf(r == 0 ? 100 : 120, 1.0f);
+    allreduce(c, buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts(1 << 20));
+  });
+  for (int r = 0; r < 2; ++r) {
+    CHECK(errors[r].find("seq 1") != std::string::npos);
+    CHECK(errors[r].find("100") != std::string::npos || errors[r].find("closed") != std::string::npos);
+  }
+  CHECK(errors[0].find("120 elements") != std::string::npos || errors[1].find("100 elements") != std::string::npos);
+}
+
+TEST(dtype_and_op_mismatch_are_named) {
+  auto errors = runRanks(2, 4096, [&](int r, Communicator& c) {
+    std::vector<int32_t> buf(16, 1);
+    allreduce(c, buf.data(), 16, r == 0 ? DataType::Int32 : DataType::Float32,
+              r == 0 ? ReduceOp::Sum : ReduceOp::Sum, 1, opts(1 << 20));
+  });
+  CHECK(errors[0].find("float32") != std::string::npos || errors[1].find("int32") != std::string::npos);
+  errors = runRanks(2, 4096, [&](int r, Communicator& c) {
+    std::vector<int32_t> buf(16, 1);
+    allreduce(c, buf.data(), 16, DataType::Int32, r == 0 ? ReduceOp::Sum : ReduceOp::Max, 1, opts(1 << 20));
+  });
+  CHECK(errors[0].find("reduce op max") != std::string::npos || errors[1].find("reduce op sum") != std::string::npos);
+}
+
+TEST(missing_rank_times_out_naming_the_peer) {
+  auto start = Clock::now();
+  auto errors = runRanks(2, 4096, [&](int r, Communicator& c) {
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));  // never calls allreduce
+      return;
+    }
+    std::vector<float> buf(8, 1.0f);
+    allreduce(c, buf.data(), 8, DataType::Float32, ReduceOp::Sum, 1, opts(1 << 20, 1, 300));
+  });
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  CHECK(errors[0].find("Timed out after 300 ms waiting for rank 1") != std::string::npos);
+  CHECK(ms < 5000);
+}
+
+TEST(closed_peer_is_reported_promptly) {
+  auto errors = runRanks(3, 4096, [&](int r, Communicator& c) {
+    if (r == 2) {
+      c.abort();  // as if rank 2 failed: its links close
+      return;
+    }
+    std::vector<float> buf(1000, 1.0f);
+    allreduce(c, buf.data(), 1000, DataType::Float32, ReduceOp::Sum, 1, opts(64, 1, 10000));
+  });
+  CHECK(errors[0].find("closed") != std::string::npos);
+  CHECK(errors[1].find("closed") != std::string::npos);
+}
+
+TEST(half_conversions_round_to_nearest_even) {
+  CHECK_EQ(fp16ToFloat(floatToFp16(1.0f)), 1.0f);
+  CHECK_EQ(fp16ToFloat(floatToFp16(65504.0f)), 65504.0f);
+  CHECK(std::isinf(fp16ToFloat(floatToFp16(65520.0f))));
+  CHECK_EQ(fp16ToFloat(floatToFp16(5.9604644775390625e-08f)), 5.9604644775390625e-08f);  // smallest subnormal
+  CHECK_EQ(floatToFp16(1.0f + 1.0f / 2048), floatToFp16(1.0f));  // tie rounds to even
+  CHECK_EQ(bf16ToFloat(floatToBf16(3.0f)), 3.0f);
+  CHECK(std::isnan(fp16ToFloat(floatToFp16(NAN))));
+  for (uint32_t h = 0; h < 0x7c00; ++h) CHECK_EQ(floatToFp16(fp16ToFloat(static_cast<uint16_t>(h))), h);
+}
+
+TEST_MAIN()
