@@ -129,7 +129,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   at::Tensor tensor = t;
   return enqueue(c10d::OpType::ALLREDUCE, "allreduce", {tensor}, opts.timeout,
                  [comm, tensor, r](const CollectiveOptions& o) {
-                   allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
+                   scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
                  });
 }
 
@@ -149,7 +149,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts, opts.timeout,
                  [comm, ts, r](const CollectiveOptions& o) {
                    at::Tensor flat = at::cat(flattenAll(ts));
-                   allreduce(*comm, flat.data_ptr(), flat.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
+                   scalecomm::allreduce(*comm, flat.data_ptr(), flat.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
                    int64_t off = 0;
                    for (const auto& t : ts) {
                      t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
@@ -170,11 +170,10 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tenso
   int root = static_cast<int>(opts.rootRank);
   return enqueue(c10d::OpType::BROADCAST, "broadcast", {tensor}, opts.timeout,
                  [comm, tensor, shape, root](const CollectiveOptions& o) {
-                   broadcast(*comm, tensor.data_ptr(), shape.count, shape.dtype, root, o);
+                   scalecomm::broadcast(*comm, tensor.data_ptr(), shape.count, shape.dtype, root, o);
                  });
 }
 
-c10d::OpType allgatherType() { return c10d::OpType::ALLGATHER; }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                            std::vector<at::Tensor>& inputs,
@@ -199,7 +198,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
                    outList[rank].copy_(input);
                    std::vector<void*> ptrs;
                    for (const auto& t : outList) ptrs.push_back(t.data_ptr());
-                   allgather(*comm, ptrs, shape.count, shape.dtype, o);
+                   scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
                  });
 }
 
@@ -225,7 +224,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
                    std::vector<void*> ptrs;
                    auto* base = static_cast<uint8_t*>(out.data_ptr());
                    for (int r = 0; r < size; ++r) ptrs.push_back(base + r * in.nbytes());
-                   allgather(*comm, ptrs, shape.count, shape.dtype, o);
+                   scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
                  });
 }
 
@@ -246,7 +245,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::barrier(const c10d::BarrierOpti
   checkUsable("barrier");
   Communicator* comm = comm_.get();
   return enqueue(c10d::OpType::BARRIER, "barrier", {}, opts.timeout,
-                 [comm](const CollectiveOptions& o) { barrier(*comm, o); });
+                 [comm](const CollectiveOptions& o) { scalecomm::barrier(*comm, o); });
 }
 
 }  // namespace scalecomm

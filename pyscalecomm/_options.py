@@ -1,0 +1,47 @@
+"""Per-group options for the scalecomm backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+@dataclass
+class Options:
+    """Settings for one scalecomm process group, passed as ``pg_options``.
+
+    Any field left as ``None`` falls back to its ``SCALECOMM_*`` environment
+    variable, then to the built-in default (see ``pyscalecomm.params()``).
+
+    Attributes:
+        algorithm: allreduce algorithm (``"ring"``).
+        transport: ``"auto"`` (shm on the same host, tcp otherwise), ``"shm"`` or ``"tcp"``.
+        segment_bytes: pipelining unit in bytes.
+        shm_ring_bytes: bytes of each shared-memory ring.
+        timeout: per-collective timeout; overrides ``init_process_group(timeout=...)``.
+    """
+
+    algorithm: str | None = None
+    transport: str | None = None
+    segment_bytes: int | None = None
+    shm_ring_bytes: int | None = None
+    timeout: timedelta | None = None
+
+    def apply_to(self, config) -> None:
+        """Copies the fields that are set onto a ``_C.BackendConfig``."""
+        if self.algorithm is not None:
+            config.algorithm = self.algorithm
+        if self.transport is not None:
+            config.transport = self.transport
+        if self.segment_bytes is not None:
+            config.segment_bytes = int(self.segment_bytes)
+        if self.shm_ring_bytes is not None:
+            config.shm_ring_bytes = int(self.shm_ring_bytes)
+        if self.timeout is not None:
+            config.timeout_ms = _to_ms(self.timeout)
+
+
+def _to_ms(t) -> int:
+    if isinstance(t, timedelta):
+        return max(1, int(t.total_seconds() * 1000))
+    return max(1, int(float(t) * 1000))

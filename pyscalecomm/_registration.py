@@ -1,0 +1,36 @@
+"""Registration of the scalecomm backend with torch.distributed."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch.distributed as dist
+
+from pyscalecomm import _C
+from pyscalecomm._options import Options, _to_ms
+
+BACKEND_NAME = "scalecomm"
+_log = logging.getLogger("pyscalecomm")
+
+
+def _create_backend(dist_opts, pg_options):
+    """Creator called by torch.distributed for every group that uses scalecomm."""
+    config = _C.BackendConfig()  # defaults overridden by SCALECOMM_* variables
+    if not os.environ.get("SCALECOMM_TIMEOUT_MS") and dist_opts.timeout is not None:
+        config.timeout_ms = _to_ms(dist_opts.timeout)
+    if isinstance(pg_options, Options):
+        pg_options.apply_to(config)
+    elif pg_options is not None:
+        # With device routing ("cpu:scalecomm,cuda:nccl") torch hands the same
+        # pg_options to every backend; options meant for another backend are not ours.
+        _log.info("scalecomm: ignoring pg_options of type %s (not pyscalecomm.Options)", type(pg_options))
+    config.group_name = str(dist_opts.group_id)
+    return _C.ScalecommBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, config)
+
+
+def register() -> None:
+    """Registers "scalecomm" once per process (idempotent)."""
+    if BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu"])
