@@ -1,0 +1,111 @@
+"""Run a function on N ranks (spawned processes) with a scalecomm default group.
+
+run_ranks(n, fn, *args, env=..., timeout_s=...) spawns n processes; each sets
+``env``, imports pyscalecomm, joins ``init_process_group("scalecomm")`` through
+a fresh TCPStore, calls ``fn(rank, n, *args)`` and sends back its return value
+or its exception text. The parent returns the list of results in rank order
+and raises if any rank failed (unless ``expect_errors``), or if a rank does not
+finish in time (then every rank is killed: tests never hang).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import traceback
+from datetime import timedelta
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RankError:
+    def __init__(self, kind: str, text: str):
+        self.kind = kind
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"RankError({self.kind}: {self.text})"
+
+
+def _child(rank, n, port, fn, args, env, init, group_timeout_s, queue):
+    os.environ.update({k: str(v) for k, v in (env or {}).items()})
+    try:
+        import torch.distributed as dist
+
+        import pyscalecomm  # noqa: F401  (registers the backend)
+
+        if init:
+            dist.init_process_group(
+                backend=init,
+                init_method=f"tcp://127.0.0.1:{port}",
+                rank=rank,
+                world_size=n,
+                timeout=timedelta(seconds=group_timeout_s),
+            )
+        out = fn(rank, n, *args)
+        queue.put((rank, "ok", out))
+        if init and dist.is_initialized():
+            dist.destroy_process_group()
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        queue.put((rank, "error", RankError(type(e).__name__, f"{e}\n{traceback.format_exc()}")))
+    finally:
+        queue.close()
+        queue.join_thread()  # flush the result before the hard exit
+        os._exit(0)
+
+
+def run_ranks(n, fn, *args, env=None, init="scalecomm", timeout_s=120, group_timeout_s=60,
+              expect_errors=False, allow_missing=()):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=_child, args=(r, n, port, fn, args, env, init, group_timeout_s, queue))
+        for r in range(n)
+    ]
+    for p in procs:
+        p.start()
+    results = {}
+    import queue as qmod
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(results) < n - len(allow_missing):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"ranks {sorted(set(range(n)) - set(results))} did not finish in {timeout_s}s")
+            try:
+                rank, status, out = queue.get(timeout=min(left, 1.0))
+            except qmod.Empty:
+                dead = [r for r, p in enumerate(procs)
+                        if r not in results and r not in allow_missing and p.exitcode is not None]
+                if dead:
+                    try:  # a result may still be in the pipe
+                        rank, status, out = queue.get(timeout=2.0)
+                        results[rank] = out
+                        continue
+                    except qmod.Empty:
+                        pass
+                    for r in dead:
+                        results[r] = RankError("Died", f"rank {r} exited with code {procs[r].exitcode} "
+                                                       "without reporting a result")
+                continue
+            results[rank] = out if status == "ok" else out
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    ordered = [results.get(r) for r in range(n)]
+    if not expect_errors:
+        errors = [(r, x) for r, x in enumerate(ordered) if isinstance(x, RankError)]
+        if errors:
+            raise AssertionError("\n".join(f"rank {r}: {e.kind}: {e.text}" for r, e in errors))
+    return ordered

@@ -1,0 +1,234 @@
+"""Every collective against gloo on the same inputs (exact), and closed forms
+where gloo has no equivalent (AVG, PREMUL_SUM), over world sizes 1-4."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dist_helpers import run_ranks
+
+INT_TYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+FLOAT_TYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+R = dist.ReduceOp
+
+
+def _inputs(rank, count, dtype, op):
+    g = torch.Generator().manual_seed(1000 * rank + count)
+    if op == R.PRODUCT:
+        x = torch.randint(1, 3, (count,), generator=g)
+    elif op in (R.BAND, R.BOR, R.BXOR):
+        x = torch.randint(0, 100, (count,), generator=g)
+    else:
+        low = 0 if dtype == torch.uint8 else -20
+        x = torch.randint(low, 20, (count,), generator=g)
+    return x.to(dtype)
+
+
+def _reference(n, count, dtype, op):
+    """The exact result, computed locally from every rank's (deterministic) input."""
+    xs = [_inputs(r, count, dtype, op).to(torch.float64 if dtype.is_floating_point else torch.int64)
+          for r in range(n)]
+    acc = xs[0].clone()
+    for x in xs[1:]:
+        if op in (R.SUM, R.AVG):
+            acc += x
+        elif op == R.PRODUCT:
+            acc *= x
+        elif op == R.MIN:
+            acc = torch.minimum(acc, x)
+        elif op == R.MAX:
+            acc = torch.maximum(acc, x)
+        elif op == R.BAND:
+            acc &= x
+        elif op == R.BOR:
+            acc |= x
+        elif op == R.BXOR:
+            acc ^= x
+    if op == R.AVG:
+        acc = acc / n if dtype.is_floating_point else torch.div(acc, n, rounding_mode="trunc")
+    return acc.to(dtype)
+
+
+def _allreduce_vs_gloo(rank, n):
+    gloo = dist.new_group(backend="gloo")
+    checked = 0
+    gloo_checked = 0
+    for count in [0, 1, max(1, n - 1), n + 1, 1003, 70001]:
+        for dtype in INT_TYPES + FLOAT_TYPES:
+            ops = [R.SUM, R.PRODUCT, R.MIN, R.MAX, R.AVG]
+            if dtype in INT_TYPES:
+                ops += [R.BAND, R.BOR, R.BXOR]
+            for op in ops:
+                a = _inputs(rank, count, dtype, op)
+                b = a.clone()
+                dist.all_reduce(a, op=op)
+                want = _reference(n, count, dtype, op)
+                if op == R.AVG and dtype in (torch.float16, torch.bfloat16):
+                    torch.testing.assert_close(a, want, rtol=1e-2, atol=1e-2)
+                else:
+                    assert torch.equal(a, want), f"{dtype} {op} count={count}: {a[:8]} vs {want[:8]}"
+                checked += 1
+                if op != R.AVG:
+                    try:
+                        dist.all_reduce(b, op=op, group=gloo)
+                    except RuntimeError as e:  # gloo lacks some dtypes (e.g. int16)
+                        assert "Invalid scalar type" in str(e) or "unsupported" in str(e).lower(), e
+                        continue
+                    assert torch.equal(a, b), f"{dtype} {op} count={count}: {a[:8]} vs gloo {b[:8]}"
+                    gloo_checked += 1
+            if dtype in FLOAT_TYPES:
+                a = _inputs(rank, count, dtype, R.SUM)
+                dist.all_reduce(a, op=dist._make_nccl_premul_sum(2.0))
+                assert torch.equal(a, (_reference(n, count, dtype, R.SUM).double() * 2).to(dtype)), "premul_sum"
+                checked += 1
+    assert gloo_checked > 100
+    return checked
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_allreduce_matches_gloo_every_dtype_op_and_count(n):
+    checked = run_ranks(n, _allreduce_vs_gloo, timeout_s=300)
+    assert all(c == checked[0] and c > 300 for c in checked)
+
+
+def _move_vs_gloo(rank, n):
+    gloo = dist.new_group(backend="gloo")
+    for dtype in [torch.float32, torch.int64, torch.bool, torch.complex64, torch.float16]:
+        for count in [0, 1, 5, 33333]:
+            for root in range(n):
+                x = (torch.arange(count) * (rank + 1)).to(dtype)
+                y = x.clone()
+                dist.broadcast(x, src=root)
+                dist.broadcast(y, src=root, group=gloo)
+                assert torch.equal(x, y), f"broadcast {dtype} {count} root {root}"
+            x = (torch.arange(count) + 100 * rank).to(dtype)
+            outs = [torch.empty_like(x) for _ in range(n)]
+            gouts = [torch.empty_like(x) for _ in range(n)]
+            dist.all_gather(outs, x)
+            dist.all_gather(gouts, x, group=gloo)
+            assert all(torch.equal(a, b) for a, b in zip(outs, gouts)), f"all_gather {dtype} {count}"
+            flat = torch.empty(n * count, dtype=dtype)
+            dist.all_gather_into_tensor(flat, x)
+            assert torch.equal(flat, torch.cat(gouts)), f"all_gather_into_tensor {dtype} {count}"
+    dist.barrier()
+    # 2-D tensors keep their shape through all_gather_into_tensor
+    x = torch.full((2, 3), float(rank))
+    out = torch.empty(2 * n, 3)
+    dist.all_gather_into_tensor(out, x)
+    assert torch.equal(out, torch.cat([torch.full((2, 3), float(r)) for r in range(n)]))
+    return True
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_broadcast_allgather_barrier_match_gloo(n):
+    run_ranks(n, _move_vs_gloo, timeout_s=300)
+
+
+def _async_semantics(rank, n):
+    works = []
+    tensors = [torch.full((1000,), float(i + rank)) for i in range(8)]
+    for t in tensors:
+        works.append(dist.all_reduce(t, async_op=True))
+    fut = works[-1].get_future()
+    assert fut.wait()[0] is not None
+    for i, w in enumerate(works):
+        w.wait()
+        assert w.is_completed() and w.is_success()
+        assert torch.equal(tensors[i], torch.full((1000,), float(n * i + n * (n - 1) / 2)))
+    # a future callback chains like a DDP comm hook
+    t = torch.ones(10)
+    chained = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+    assert torch.equal(chained.wait(), torch.full((10,), 2.0 * n))
+    seq = dist.group.WORLD._get_sequence_number_for_group()
+    return seq
+
+
+def test_async_work_future_and_sequence_numbers():
+    seqs = run_ranks(2, _async_semantics)
+    assert seqs[0] == seqs[1] == 9
+
+
+def _subgroups(rank, n):
+    sub = dist.new_group([0, 2], backend="scalecomm")
+    t = torch.full((7,), float(rank))
+    if rank in (0, 2):
+        dist.all_reduce(t, group=sub)
+        assert torch.equal(t, torch.full((7,), 2.0))
+    world = torch.ones(3)
+    dist.all_reduce(world)
+    assert torch.equal(world, torch.full((3,), float(n)))
+    return True
+
+
+def test_subgroups():
+    run_ranks(3, _subgroups)
+
+
+def _options(rank, n):
+    import pyscalecomm
+
+    dist.init_process_group("scalecomm", init_method="env://", rank=rank, world_size=n,
+                            pg_options=pyscalecomm.Options(transport="tcp", segment_bytes=4096))
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    cfg = be.config
+    t = torch.arange(50000, dtype=torch.float32) * (rank + 1)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.arange(50000, dtype=torch.float32) * n * (n + 1) / 2)
+    return (cfg.transport, cfg.segment_bytes)
+
+
+def test_pg_options_reach_the_backend():
+    from dist_helpers import free_port
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port()}
+    out = run_ranks(3, _options, env=env, init=None)
+    assert out == [("tcp", 4096)] * 3
+
+
+def _routing(rank, n):
+    dist.init_process_group("cpu:scalecomm", init_method="env://", rank=rank, world_size=n)
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    t = torch.ones(5)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((5,), float(n)))
+    return type(be).__name__
+
+
+def test_device_routing_cpu_scalecomm():
+    from dist_helpers import free_port
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port(), "SCALECOMM_SEGMENT_BYTES": 1024}
+    assert run_ranks(2, _routing, env=env, init=None) == ["ScalecommBackend"] * 2
+
+
+def _transport_mix(rank, n):
+    t = torch.arange(100003, dtype=torch.float64) + rank
+    dist.all_reduce(t)
+    want = (torch.arange(100003, dtype=torch.float64) * n) + n * (n - 1) / 2
+    assert torch.equal(t, want)
+    return True
+
+
+@pytest.mark.parametrize("env", [
+    {"SCALECOMM_TRANSPORT": "tcp"},
+    {"SCALECOMM_TRANSPORT": "shm", "SCALECOMM_SHM_RING_BYTES": 4096, "SCALECOMM_SEGMENT_BYTES": 1000},
+])
+def test_forced_transports(env):
+    run_ranks(3, _transport_mix, env=env)
+
+
+def _detail_debug(rank, n):
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), float(n)))
+    try:
+        dist.all_reduce(torch.ones(4 + rank))  # shapes differ: the DETAIL wrapper must say so
+    except RuntimeError as e:
+        return str(e)
+    return "no error"
+
+
+def test_torch_distributed_debug_detail_works_on_our_groups():
+    out = run_ranks(2, _detail_debug, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    for msg in out:
+        assert "Detected mismatch" in msg or "shape" in msg.lower(), msg
