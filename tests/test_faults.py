@@ -1,0 +1,225 @@
+"""Bad input and faults: clear errors naming collective, rank and seq; no hang
+past the timeout; no silent corruption; a poisoned group raises until destroyed;
+nothing left in /dev/shm."""
+
+import glob
+import os
+import signal
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from dist_helpers import RankError, run_ranks
+
+
+def _backend():
+    return dist.group.WORLD._get_backend(torch.device("cpu"))
+
+
+def _local_errors(rank, n):
+    msgs = []
+    bad_calls = [
+        lambda: dist.all_reduce(torch.ones(4, 4).t()),                              # non-contiguous
+        lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND),              # op/dtype
+        lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool)),                   # dtype
+        lambda: dist.broadcast(torch.ones(4), src=7),                               # root range
+        lambda: dist.all_gather([torch.ones(4)] * (n + 1), torch.ones(4)),          # list size
+        lambda: dist.all_gather_into_tensor(torch.ones(3), torch.ones(4)),          # output size
+    ]
+    for call in bad_calls:
+        try:
+            call()
+            msgs.append("no error")
+        except ValueError as e:
+            msgs.append(str(e))
+    t = torch.ones(6)
+    dist.all_reduce(t)  # the group is still usable
+    assert torch.equal(t, torch.full((6,), float(n)))
+    return msgs
+
+
+def test_local_argument_errors_are_value_errors_and_leave_the_group_usable():
+    for rank, msgs in enumerate(run_ranks(2, _local_errors)):
+        assert len(msgs) == 6
+        for m in msgs:
+            assert m.startswith("scalecomm "), m
+            assert f"(rank {rank}" in m, m
+        assert "not contiguous" in msgs[0]
+        assert "band" in msgs[1] and "integer" in msgs[1]
+        assert "cannot be reduced" in msgs[2]
+        assert "out of range" in msgs[3]
+        assert "output list has 3" in msgs[4]
+        assert "world size" in msgs[5]
+
+
+def _mismatch(rank, n, kind):
+    if kind == "size":
+        t = torch.ones(1000 if rank == 0 else 1024)
+    elif kind == "dtype":
+        t = torch.ones(256, dtype=torch.float32 if rank == 0 else torch.int32)
+    else:
+        t = torch.ones(256)
+    op = dist.ReduceOp.MAX if (kind == "op" and rank == 1) else dist.ReduceOp.SUM
+    first = None
+    try:
+        dist.all_reduce(t, op=op)
+    except dist.DistBackendError as e:
+        first = str(e)
+    try:
+        dist.all_reduce(torch.ones(4))
+        later = "no error"
+    except dist.DistBackendError as e:
+        later = str(e)
+    return first, later
+
+
+def test_mismatched_shapes_dtypes_and_ops_fail_every_rank_with_both_values():
+    for kind, needles in [("size", ["1000", "1024"]), ("dtype", ["float32", "int32"]), ("op", ["max", "sum"])]:
+        out = run_ranks(2, _mismatch, kind)
+        for rank, (first, later) in enumerate(out):
+            assert first is not None, f"{kind}: rank {rank} saw no error (silent corruption?)"
+            assert f"scalecomm allreduce (rank {rank}, seq 1)" in first, first
+            assert all(x in first for x in needles) or "closed" in first, first
+            assert "unusable" in later, later
+        joined = out[0][0] + out[1][0]
+        assert all(x in joined for x in needles), joined
+
+
+def _absent_peer(rank, n):
+    if rank == 1:
+        time.sleep(4)  # never calls the collective, then leaves
+        return None
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(10))
+        return "no error"
+    except dist.DistBackendError as e:
+        return str(e), time.monotonic() - start
+
+
+def test_rank_that_never_calls_times_out_naming_it():
+    out = run_ranks(2, _absent_peer, group_timeout_s=1.5)
+    msg, elapsed = out[0]
+    assert "scalecomm allreduce (rank 0, seq 1): Timed out after 1500 ms waiting for rank 1" in msg, msg
+    assert 1.4 < elapsed < 3.5, elapsed
+
+
+def _killed_mid_allreduce(rank, n):
+    big = torch.ones(16 << 20)  # 64 MiB: several ms of traffic
+    if rank == 2:
+        dist.all_reduce(big, async_op=True)
+        time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        for _ in range(20):
+            dist.all_reduce(big)
+        return "no error"
+    except dist.DistBackendError as e:
+        return str(e), time.monotonic() - start, glob.glob(f"/dev/shm/scalecomm-{os.getpid()}-*")
+
+
+def test_rank_killed_mid_allreduce_raises_on_every_survivor_quickly():
+    for env in [{}, {"SCALECOMM_TRANSPORT": "tcp"}]:
+        out = run_ranks(3, _killed_mid_allreduce, env=env, group_timeout_s=30, expect_errors=True,
+                        allow_missing=(2,))
+        for rank in (0, 1):
+            msg, elapsed, leftovers = out[rank]
+            assert f"scalecomm allreduce (rank {rank}, seq" in msg, msg
+            assert "died" in msg or "closed" in msg, msg
+            assert elapsed < 10, f"took {elapsed}s (timeout is 30s): detection must not wait for the timeout"
+            assert leftovers == []
+
+
+def _wait_timeout(rank, n):
+    if rank == 1:
+        time.sleep(3)
+        return None
+    work = dist.all_reduce(torch.ones(10), async_op=True)
+    try:
+        work.wait(timeout=timedelta(milliseconds=300))
+        return "no error"
+    except RuntimeError as e:
+        first = str(e)
+    try:
+        dist.all_reduce(torch.ones(10))
+        later = "no error"
+    except dist.DistBackendError as e:
+        later = str(e)
+    return first, later
+
+
+def test_wait_timeout_poisons_the_group():
+    first, later = run_ranks(2, _wait_timeout)[0]
+    assert "Timed out after 300 ms" in first and "(rank 0, seq 1)" in first, first
+    assert "unusable" in later, later
+
+
+def _abort_wakes_waiter(rank, n):
+    if rank == 1:
+        time.sleep(3)
+        return None
+    threading.Timer(0.5, lambda: _backend().abort()).start()
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(10))  # rank 1 never joins; group timeout is 60 s
+        return "no error"
+    except dist.DistBackendError as e:
+        return str(e), time.monotonic() - start
+
+
+def test_abort_from_another_thread_wakes_the_waiter():
+    msg, elapsed = run_ranks(2, _abort_wakes_waiter, group_timeout_s=60)[0]
+    assert "abort" in msg, msg
+    assert elapsed < 5, elapsed
+
+
+def _large(rank, n):
+    count = (1 << 31) + 5
+    t = torch.ones(count, dtype=torch.int8)
+    dist.all_reduce(t)
+    assert bool(t[0] == n) and bool(t[-1] == n)
+    start = time.monotonic()
+    dist.all_reduce(t)  # again, timed: n*n everywhere
+    elapsed = time.monotonic() - start
+    ok = bool(t[-1] == n * n) and bool(t[1 << 31] == n * n) and bool((t == n * n).all())
+    del t
+    return ok, elapsed
+
+
+def test_more_than_2_pow_31_elements():
+    out = run_ranks(2, _large, timeout_s=300)
+    assert [ok for ok, _ in out] == [True, True], out
+
+
+def _segments_during_group(rank, n):
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    return glob.glob(f"/dev/shm/scalecomm-{os.getpid()}-*")
+
+
+def test_no_shared_memory_name_outlives_rendezvous():
+    assert run_ranks(2, _segments_during_group) == [[], []]
+
+
+def test_stale_segments_of_dead_processes_are_removed():
+    import subprocess
+
+    import pyscalecomm
+
+    # A name left by a process killed with -9 before it could unlink it.
+    dead = subprocess.Popen(["sleep", "0"])
+    dead.wait()
+    path = f"/dev/shm/scalecomm-{dead.pid}-deadbeef"
+    with open(path, "wb") as f:
+        f.write(b"\0" * 64)
+    assert pyscalecomm._C.remove_stale_shm_segments() >= 1
+    assert not os.path.exists(path)
+
+
+def test_errors_carry_the_type_torch_users_catch():
+    out = run_ranks(2, _mismatch, "size")
+    assert not any(isinstance(x, RankError) for x in out)
