@@ -9,6 +9,9 @@ Per-group settings: pass ``pyscalecomm.Options(...)`` as ``pg_options``, or set
 the ``SCALECOMM_*`` environment variables listed by :func:`params`.
 """
 
+import torch  # noqa: F401  (loads libc10 and libtorch before our extension)
+import torch.distributed  # noqa: F401
+
 from pyscalecomm import _C
 from pyscalecomm._options import Options
 from pyscalecomm._registration import BACKEND_NAME, register

@@ -1,5 +1,7 @@
 #include "comm/worker.h"
 
+#include <sched.h>
+
 #include <chrono>
 
 #include "core/error.h"
@@ -36,7 +38,10 @@ void Worker::loop() {
   for (;;) {
     // Spin a little for the next job before paying for a sleep and a wakeup.
     auto spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(spinMicros_);
+    // Yield while spinning: the thread that will post the next job (or that waits
+    // for the one just finished) may need this core.
     while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spinUntil) {
+      sched_yield();
     }
     std::function<void()> job;
     {

@@ -10,6 +10,7 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -43,7 +44,7 @@ class ScalecommWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
+  std::atomic<bool> done_{false};  // read without the lock by isCompleted()
   std::exception_ptr error_;
 };
 
