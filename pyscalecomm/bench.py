@@ -21,9 +21,17 @@ import sys
 import time
 
 _DTYPES = {
-    "float": "float32", "float32": "float32", "double": "float64", "float64": "float64",
-    "half": "float16", "float16": "float16", "bfloat16": "bfloat16", "int32": "int32",
-    "int64": "int64", "int8": "int8", "uint8": "uint8",
+    "float": "float32",
+    "float32": "float32",
+    "double": "float64",
+    "float64": "float64",
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "int32": "int32",
+    "int64": "int64",
+    "int8": "int8",
+    "uint8": "uint8",
 }
 _OPS = ["sum", "prod", "min", "max", "avg"]
 
@@ -51,8 +59,11 @@ def busbw_factor(n: int) -> float:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m pyscalecomm.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m pyscalecomm.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (e.g. 8, 1K, 1M)")
     p.add_argument("-e", "--maxbytes", default="64M", help="largest size")
     p.add_argument("-f", "--stepfactor", type=int, default=4, help="multiply size by this")
@@ -65,8 +76,12 @@ def parse_args(argv=None):
     p.add_argument("--backends", default="scalecomm,gloo", help="comma list; the first is the default group")
     p.add_argument("--nproc", type=int, default=0, help="spawn this many local ranks (no launcher needed)")
     p.add_argument("--json", default="", help="append one JSON line per measurement to this file")
-    p.add_argument("--min-time", type=float, default=0.0,
-                   help="raise iterations per size until a size's timed loop lasts this many seconds")
+    p.add_argument(
+        "--min-time",
+        type=float,
+        default=0.0,
+        help="raise iterations per size until a size's timed loop lasts this many seconds",
+    )
     return p.parse_args(argv)
 
 
@@ -105,25 +120,35 @@ def run(args) -> None:
     timing_group = groups.get("gloo") or dist.group.WORLD
     dtype = getattr(torch, _DTYPES[args.datatype])
     esize = torch.empty((), dtype=dtype).element_size()
-    op = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
-          "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}[args.op]
+    op = {
+        "sum": dist.ReduceOp.SUM,
+        "prod": dist.ReduceOp.PRODUCT,
+        "min": dist.ReduceOp.MIN,
+        "max": dist.ReduceOp.MAX,
+        "avg": dist.ReduceOp.AVG,
+    }[args.op]
     if args.op == "avg" and "gloo" in backends:
         raise SystemExit("gloo has no AVG; pick another op or drop gloo from --backends")
     step = parse_size(args.stepbytes)
     size_list = sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, step)
     cfg = pyscalecomm._C.BackendConfig()
     if rank == 0:
-        print(f"# scalecomm bench: allreduce, world {n}, type {args.datatype}, op {args.op}, "
-              f"iters {args.iters}, warmup {args.warmup_iters}, algorithm {cfg.algorithm}, "
-              f"transport {cfg.transport}, segment {cfg.segment_bytes} B")
+        print(
+            f"# scalecomm bench: allreduce, world {n}, type {args.datatype}, op {args.op}, "
+            f"iters {args.iters}, warmup {args.warmup_iters}, algorithm {cfg.algorithm}, "
+            f"transport {cfg.transport}, segment {cfg.segment_bytes} B"
+        )
         head = f"{'size':>12} {'count':>11} {'type':>8} {'redop':>6}"
         for b in backends:
             head += f" | {b:>10} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
         if len(backends) > 1:
             head += f" | {'busbw ' + backends[0] + '/' + backends[1]:>22}"
         print(head)
-        print(f"{'(B)':>12} {'(elements)':>11} {'':>8} {'':>6}" +
-              "".join(f" | {'':>10} {'':>10} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}" for _ in backends), flush=True)
+        print(
+            f"{'(B)':>12} {'(elements)':>11} {'':>8} {'':>6}"
+            + "".join(f" | {'':>10} {'':>10} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}" for _ in backends),
+            flush=True,
+        )
     for size in size_list:
         count = max(1, size // esize)
         nbytes = count * esize
@@ -162,15 +187,29 @@ def run(args) -> None:
             row += f" | {'':>10} {sec * 1e6:>10.1f} {algbw:>7.3f} {busbw:>7.3f} {wrong:>6}"
             if rank == 0 and args.json:
                 with open(args.json, "a") as f:
-                    f.write(json.dumps({
-                        "collective": "allreduce", "backend": b, "world_size": n, "bytes": nbytes,
-                        "count": count, "dtype": args.datatype, "op": args.op, "time_us": sec * 1e6,
-                        "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong, "iters": iters,
-                        "algorithm": cfg.algorithm if b == "scalecomm" else b,
-                        "transport": cfg.transport if b == "scalecomm" else b,
-                        "segment_bytes": cfg.segment_bytes if b == "scalecomm" else None,
-                        "inplace": True,
-                    }) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "collective": "allreduce",
+                                "backend": b,
+                                "world_size": n,
+                                "bytes": nbytes,
+                                "count": count,
+                                "dtype": args.datatype,
+                                "op": args.op,
+                                "time_us": sec * 1e6,
+                                "algbw_gbps": algbw,
+                                "busbw_gbps": busbw,
+                                "wrong": wrong,
+                                "iters": iters,
+                                "algorithm": cfg.algorithm if b == "scalecomm" else b,
+                                "transport": cfg.transport if b == "scalecomm" else b,
+                                "segment_bytes": cfg.segment_bytes if b == "scalecomm" else None,
+                                "inplace": True,
+                            }
+                        )
+                        + "\n"
+                    )
         if len(busbws) > 1:
             row += f" | {busbws[0] / busbws[1]:>21.2f}x"
         if rank == 0:
@@ -186,7 +225,7 @@ def main(argv=None) -> int:
     if args.nproc and "RANK" not in os.environ:
         rest = list(sys.argv[1:] if argv is None else argv)
         i = rest.index("--nproc")
-        del rest[i:i + 2]
+        del rest[i : i + 2]
         return spawn_self("pyscalecomm.bench", args.nproc, rest)
     if not env_from_launcher():
         raise SystemExit("no launcher found: use --nproc N, torchrun, mpirun or srun")

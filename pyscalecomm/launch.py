@@ -49,8 +49,14 @@ def spawn_self(module: str, nproc: int, args: list[str], extra_env: dict | None 
     for rank in range(nproc):
         env = dict(os.environ)
         env.update(extra_env or {})
-        env.update(RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(nproc),
+            LOCAL_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+        )
         procs.append(subprocess.Popen([sys.executable, "-m", module, *args], env=env))
     codes = [p.wait() for p in procs]
     return max(codes, key=abs)

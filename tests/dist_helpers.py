@@ -59,8 +59,17 @@ def _child(rank, n, port, fn, args, env, init, group_timeout_s, queue):
         os._exit(0)
 
 
-def run_ranks(n, fn, *args, env=None, init="scalecomm", timeout_s=120, group_timeout_s=60,
-              expect_errors=False, allow_missing=()):
+def run_ranks(
+    n,
+    fn,
+    *args,
+    env=None,
+    init="scalecomm",
+    timeout_s=120,
+    group_timeout_s=60,
+    expect_errors=False,
+    allow_missing=(),
+):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
@@ -79,12 +88,17 @@ def run_ranks(n, fn, *args, env=None, init="scalecomm", timeout_s=120, group_tim
         while len(results) < n - len(allow_missing):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"ranks {sorted(set(range(n)) - set(results))} did not finish in {timeout_s}s")
+                raise TimeoutError(
+                    f"ranks {sorted(set(range(n)) - set(results))} did not finish in {timeout_s}s"
+                )
             try:
                 rank, status, out = queue.get(timeout=min(left, 1.0))
             except qmod.Empty:
-                dead = [r for r, p in enumerate(procs)
-                        if r not in results and r not in allow_missing and p.exitcode is not None]
+                dead = [
+                    r
+                    for r, p in enumerate(procs)
+                    if r not in results and r not in allow_missing and p.exitcode is not None
+                ]
                 if dead:
                     try:  # a result may still be in the pipe
                         rank, status, out = queue.get(timeout=2.0)
@@ -93,8 +107,10 @@ def run_ranks(n, fn, *args, env=None, init="scalecomm", timeout_s=120, group_tim
                     except qmod.Empty:
                         pass
                     for r in dead:
-                        results[r] = RankError("Died", f"rank {r} exited with code {procs[r].exitcode} "
-                                                       "without reporting a result")
+                        results[r] = RankError(
+                            "Died",
+                            f"rank {r} exited with code {procs[r].exitcode} without reporting a result",
+                        )
                 continue
             results[rank] = out if status == "ok" else out
     finally:

@@ -4,7 +4,6 @@ where gloo has no equivalent (AVG, PREMUL_SUM), over world sizes 1-4."""
 import pytest
 import torch
 import torch.distributed as dist
-
 from dist_helpers import run_ranks
 
 INT_TYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
@@ -26,8 +25,10 @@ def _inputs(rank, count, dtype, op):
 
 def _reference(n, count, dtype, op):
     """The exact result, computed locally from every rank's (deterministic) input."""
-    xs = [_inputs(r, count, dtype, op).to(torch.float64 if dtype.is_floating_point else torch.int64)
-          for r in range(n)]
+    xs = [
+        _inputs(r, count, dtype, op).to(torch.float64 if dtype.is_floating_point else torch.int64)
+        for r in range(n)
+    ]
     acc = xs[0].clone()
     for x in xs[1:]:
         if op in (R.SUM, R.AVG):
@@ -79,7 +80,9 @@ def _allreduce_vs_gloo(rank, n):
             if dtype in FLOAT_TYPES:
                 a = _inputs(rank, count, dtype, R.SUM)
                 dist.all_reduce(a, op=dist._make_nccl_premul_sum(2.0))
-                assert torch.equal(a, (_reference(n, count, dtype, R.SUM).double() * 2).to(dtype)), "premul_sum"
+                assert torch.equal(a, (_reference(n, count, dtype, R.SUM).double() * 2).to(dtype)), (
+                    "premul_sum"
+                )
                 checked += 1
     assert gloo_checked > 100
     return checked
@@ -106,7 +109,7 @@ def _move_vs_gloo(rank, n):
             gouts = [torch.empty_like(x) for _ in range(n)]
             dist.all_gather(outs, x)
             dist.all_gather(gouts, x, group=gloo)
-            assert all(torch.equal(a, b) for a, b in zip(outs, gouts)), f"all_gather {dtype} {count}"
+            assert all(torch.equal(a, b) for a, b in zip(outs, gouts, strict=True)), f"all_gather {dtype} {count}"
             flat = torch.empty(n * count, dtype=dtype)
             dist.all_gather_into_tensor(flat, x)
             assert torch.equal(flat, torch.cat(gouts)), f"all_gather_into_tensor {dtype} {count}"
@@ -167,8 +170,13 @@ def test_subgroups():
 def _options(rank, n):
     import pyscalecomm
 
-    dist.init_process_group("scalecomm", init_method="env://", rank=rank, world_size=n,
-                            pg_options=pyscalecomm.Options(transport="tcp", segment_bytes=4096))
+    dist.init_process_group(
+        "scalecomm",
+        init_method="env://",
+        rank=rank,
+        world_size=n,
+        pg_options=pyscalecomm.Options(transport="tcp", segment_bytes=4096),
+    )
     be = dist.group.WORLD._get_backend(torch.device("cpu"))
     cfg = be.config
     t = torch.arange(50000, dtype=torch.float32) * (rank + 1)
@@ -209,10 +217,13 @@ def _transport_mix(rank, n):
     return True
 
 
-@pytest.mark.parametrize("env", [
-    {"SCALECOMM_TRANSPORT": "tcp"},
-    {"SCALECOMM_TRANSPORT": "shm", "SCALECOMM_SHM_RING_BYTES": 4096, "SCALECOMM_SEGMENT_BYTES": 1000},
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SCALECOMM_TRANSPORT": "tcp"},
+        {"SCALECOMM_TRANSPORT": "shm", "SCALECOMM_SHM_RING_BYTES": 4096, "SCALECOMM_SEGMENT_BYTES": 1000},
+    ],
+)
 def test_forced_transports(env):
     run_ranks(3, _transport_mix, env=env)
 

@@ -4,9 +4,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-
 from dist_helpers import run_ranks
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def _model():

@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
 from dist_helpers import RankError, run_ranks
 
 
@@ -22,12 +21,12 @@ def _backend():
 def _local_errors(rank, n):
     msgs = []
     bad_calls = [
-        lambda: dist.all_reduce(torch.ones(4, 4).t()),                              # non-contiguous
-        lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND),              # op/dtype
-        lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool)),                   # dtype
-        lambda: dist.broadcast(torch.ones(4), src=7),                               # root range
-        lambda: dist.all_gather([torch.ones(4)] * (n + 1), torch.ones(4)),          # list size
-        lambda: dist.all_gather_into_tensor(torch.ones(3), torch.ones(4)),          # output size
+        lambda: dist.all_reduce(torch.ones(4, 4).t()),  # non-contiguous
+        lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND),  # op/dtype
+        lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool)),  # dtype
+        lambda: dist.broadcast(torch.ones(4), src=7),  # root range
+        lambda: dist.all_gather([torch.ones(4)] * (n + 1), torch.ones(4)),  # list size
+        lambda: dist.all_gather_into_tensor(torch.ones(3), torch.ones(4)),  # output size
     ]
     for call in bad_calls:
         try:
@@ -77,7 +76,11 @@ def _mismatch(rank, n, kind):
 
 
 def test_mismatched_shapes_dtypes_and_ops_fail_every_rank_with_both_values():
-    for kind, needles in [("size", ["1000", "1024"]), ("dtype", ["float32", "int32"]), ("op", ["max", "sum"])]:
+    for kind, needles in [
+        ("size", ["1000", "1024"]),
+        ("dtype", ["float32", "int32"]),
+        ("op", ["max", "sum"]),
+    ]:
         out = run_ranks(2, _mismatch, kind)
         for rank, (first, later) in enumerate(out):
             assert first is not None, f"{kind}: rank {rank} saw no error (silent corruption?)"
@@ -124,8 +127,9 @@ def _killed_mid_allreduce(rank, n):
 
 def test_rank_killed_mid_allreduce_raises_on_every_survivor_quickly():
     for env in [{}, {"SCALECOMM_TRANSPORT": "tcp"}]:
-        out = run_ranks(3, _killed_mid_allreduce, env=env, group_timeout_s=30, expect_errors=True,
-                        allow_missing=(2,))
+        out = run_ranks(
+            3, _killed_mid_allreduce, env=env, group_timeout_s=30, expect_errors=True, allow_missing=(2,)
+        )
         for rank in (0, 1):
             msg, elapsed, leftovers = out[rank]
             assert f"scalecomm allreduce (rank {rank}, seq" in msg, msg

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what scalecomm needs on a fresh machine and builds it in place
+# (editable install). Safe to run again; a rebuild is incremental.
+#   TORCH_SPEC=torch==2.13.0 bash scripts/setup.sh   # e.g. the CPU-only build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.14.1}
+
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  "$PY" -m pip install --quiet "$TORCH_SPEC"
+fi
+"$PY" -m pip install --quiet numpy pytest scikit-learn ninja expecttest ruff setuptools wheel
+
+# The nvcc on PATH may be a wrapper: point torch at the toolkit root explicitly.
+if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDA_HOME=/usr/local/cuda
+fi
+"$PY" -m pip install --quiet --no-build-isolation -e .
+"$PY" -c "import pyscalecomm, torch; print('scalecomm', pyscalecomm.__version__, 'built for torch', torch.__version__, '(CUDA sources:', pyscalecomm._C.built_with_cuda, ')')"
