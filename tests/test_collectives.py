@@ -109,7 +109,9 @@ def _move_vs_gloo(rank, n):
             gouts = [torch.empty_like(x) for _ in range(n)]
             dist.all_gather(outs, x)
             dist.all_gather(gouts, x, group=gloo)
-            assert all(torch.equal(a, b) for a, b in zip(outs, gouts, strict=True)), f"all_gather {dtype} {count}"
+            assert all(torch.equal(a, b) for a, b in zip(outs, gouts, strict=True)), (
+                f"all_gather {dtype} {count}"
+            )
             flat = torch.empty(n * count, dtype=dtype)
             dist.all_gather_into_tensor(flat, x)
             assert torch.equal(flat, torch.cat(gouts)), f"all_gather_into_tensor {dtype} {count}"
