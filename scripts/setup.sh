@@ -11,7 +11,7 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.14.1}
 if ! "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -m pip install --quiet "$TORCH_SPEC"
 fi
-"$PY" -m pip install --quiet numpy pytest scikit-learn ninja expecttest ruff setuptools wheel
+"$PY" -m pip install --quiet numpy pytest scikit-learn ninja expecttest ruff clang-format setuptools wheel
 
 # The nvcc on PATH may be a wrapper: point torch at the toolkit root explicitly.
 if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then

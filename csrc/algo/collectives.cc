@@ -65,8 +65,7 @@ void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
   execute(plan, chunkPointers(data, s.blockCounts, dtype), comm, ctx);
 }
 
-void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root,
-               const CollectiveOptions& opts) {
+void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root, const CollectiveOptions& opts) {
   const int n = comm.size();
   if (n == 1 || count == 0) return;
   ExecContext ctx = context(CollectiveKind::Broadcast, dtype, count, opts);

@@ -35,8 +35,7 @@ void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
                const CollectiveOptions& opts);
 
 // In place; `data` holds `count` elements on every rank, the root's are sent.
-void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root,
-               const CollectiveOptions& opts);
+void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root, const CollectiveOptions& opts);
 
 // outputs[r] receives rank r's `count` elements; outputs[rank] must already
 // hold this rank's contribution (the caller copies it in).

@@ -52,8 +52,7 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   if (got.dtype != want.dtype || got.totalCount != want.totalCount) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " passed ", got.totalCount, " elements of ",
          dataTypeName(static_cast<DataType>(got.dtype)), " but this rank passed ", want.totalCount, " elements of ",
-         dataTypeName(static_cast<DataType>(want.dtype)),
-         "; all ranks must pass tensors of the same shape and dtype");
+         dataTypeName(static_cast<DataType>(want.dtype)), "; all ranks must pass tensors of the same shape and dtype");
   }
   if (got.reduceOp != want.reduceOp) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " used reduce op ",
@@ -64,9 +63,9 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " used root/src ", got.root, " but this rank used ",
          want.root, "; all ranks must pass the same root");
   }
-  fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent step ", got.step, " block ", got.block,
-       " segment ", got.segment, " (", got.payloadBytes, " bytes) where this rank expected step ", want.step,
-       " block ", want.block, " segment ", want.segment, " (", want.payloadBytes,
+  fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent step ", got.step, " block ", got.block, " segment ",
+       got.segment, " (", got.payloadBytes, " bytes) where this rank expected step ", want.step, " block ", want.block,
+       " segment ", want.segment, " (", want.payloadBytes,
        " bytes); the ranks disagree on the algorithm or segment size (check SCALECOMM_* settings match)");
 }
 
@@ -194,8 +193,8 @@ class RecvProgress : public RecvConsumer {
             << " block " << t.block << " segment " << t.segment << ")";
     first = false;
   }
-  fail(ErrorKind::Timeout, describe(ctx, rank), ": Timed out after ", ctx.timeoutMs, " ms waiting for ",
-       waiting.str(), ". That rank may not have called ", collectiveName(ctx.collective),
+  fail(ErrorKind::Timeout, describe(ctx, rank), ": Timed out after ", ctx.timeoutMs, " ms waiting for ", waiting.str(),
+       ". That rank may not have called ", collectiveName(ctx.collective),
        ", or is slow, stuck or dead. The group is unusable now: destroy it and create a new one "
        "(raise the timeout with init_process_group(timeout=...) if the peer is just slow).");
 }

@@ -34,10 +34,10 @@ struct ExecContext {
   DataType dtype;
   ReduceOp op = ReduceOp::None;  // for RecvReduce tasks
   int root = -1;
-  int64_t totalCount = 0;        // this rank's element count, checked against peers'
-  int64_t finalizeDivisor = 1;   // Finalize tasks divide by this (AVG)
+  int64_t totalCount = 0;       // this rank's element count, checked against peers'
+  int64_t finalizeDivisor = 1;  // Finalize tasks divide by this (AVG)
   Deadline deadline = Deadline::never();
-  int64_t timeoutMs = 0;         // for messages
+  int64_t timeoutMs = 0;  // for messages
 };
 
 // Describes the collective for error messages: "scalecomm allreduce (rank 3, seq 41)".

@@ -37,7 +37,7 @@ struct ScheduleStep {
 struct Schedule {
   std::vector<int64_t> blockCounts;  // elements per block
   std::vector<ScheduleStep> steps;
-  std::string algorithm;             // e.g. "ring"
+  std::string algorithm;  // e.g. "ring"
 };
 
 // Splits `count` elements into n near-equal chunks (the first count % n get one more).

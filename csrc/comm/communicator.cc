@@ -79,9 +79,9 @@ std::string hostIdentity() {
   if (forced != nullptr && forced[0] != '\0') return forced;
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  struct stat st {};
+  struct stat st{};
   std::string ipc = stat("/proc/self/ns/ipc", &st) == 0 ? std::to_string(st.st_ino) : "?";
-  struct stat shm {};
+  struct stat shm{};
   std::string dev = stat("/dev/shm", &shm) == 0 ? std::to_string(shm.st_dev) + ":" + std::to_string(shm.st_ino) : "?";
   return strCat(host, "/ipc:", ipc, "/shm:", dev);
 }
@@ -123,9 +123,8 @@ std::string waitKey(Store& store, const std::string& prefix, int r, int self, in
 
 }  // namespace
 
-std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std::string& groupKey, int rank,
-                                                       int size, const MeshOptions& opts,
-                                                       const Deadline& deadline) {
+std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std::string& groupKey, int rank, int size,
+                                                        const MeshOptions& opts, const Deadline& deadline) {
   if (opts.transport != "auto" && opts.transport != "shm" && opts.transport != "tcp") {
     fail(ErrorKind::InvalidArgument, "scalecomm: unknown transport '", opts.transport,
          "'; choose auto, shm or tcp (SCALECOMM_TRANSPORT or Options.transport)");

@@ -26,7 +26,7 @@ namespace scalecomm {
 struct MeshOptions {
   std::string transport = "auto";  // auto | shm | tcp
   uint64_t shmRingBytes = 4 << 20;
-  std::string hostIdentity;         // empty: computed
+  std::string hostIdentity;  // empty: computed
   int64_t spinMicros = 50;
 };
 

@@ -45,26 +45,19 @@ void reduceTyped(void* dst, const void* src, int64_t n, ReduceOp op) {
     case ReduceOp::Avg:
     case ReduceOp::PremulSum:
       return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return static_cast<A>(a + b); });
-    case ReduceOp::Product:
-      return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return static_cast<A>(a * b); });
+    case ReduceOp::Product: return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return static_cast<A>(a * b); });
     case ReduceOp::Min:
       // NaN propagates, as torch.minimum does.
       return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return (a < b || a != a) ? a : b; });
-    case ReduceOp::Max:
-      return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return (a > b || a != a) ? a : b; });
-    default:
-      break;
+    case ReduceOp::Max: return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return (a > b || a != a) ? a : b; });
+    default: break;
   }
   if constexpr (std::is_integral_v<A>) {
     switch (op) {
-      case ReduceOp::BAnd:
-        return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return static_cast<A>(a & b); });
-      case ReduceOp::BOr:
-        return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return static_cast<A>(a | b); });
-      case ReduceOp::BXor:
-        return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return static_cast<A>(a ^ b); });
-      default:
-        break;
+      case ReduceOp::BAnd: return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return static_cast<A>(a & b); });
+      case ReduceOp::BOr: return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return static_cast<A>(a | b); });
+      case ReduceOp::BXor: return apply<Storage, Traits>(dst, src, n, [](A a, A b) { return static_cast<A>(a ^ b); });
+      default: break;
     }
   }
   SC_CHECK(false, "unsupported reduction ", reduceOpName(op));

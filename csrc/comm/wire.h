@@ -29,8 +29,8 @@ enum class CollectiveKind : uint8_t {
 };
 
 inline const char* collectiveName(CollectiveKind k) {
-  static const char* names[] = {"allreduce", "broadcast", "allgather", "barrier", "reduce",
-                                "reduce_scatter", "gather", "scatter", "alltoall", "send/recv"};
+  static const char* names[] = {"allreduce",      "broadcast", "allgather", "barrier",  "reduce",
+                                "reduce_scatter", "gather",    "scatter",   "alltoall", "send/recv"};
   auto i = static_cast<unsigned>(k);
   return i < sizeof(names) / sizeof(names[0]) ? names[i] : "unknown";
 }

@@ -29,17 +29,13 @@ constexpr int kNumDataTypes = 10;
 inline size_t elementSize(DataType t) {
   switch (t) {
     case DataType::Float64:
-    case DataType::Int64:
-      return 8;
+    case DataType::Int64: return 8;
     case DataType::Float32:
-    case DataType::Int32:
-      return 4;
+    case DataType::Int32: return 4;
     case DataType::Float16:
     case DataType::BFloat16:
-    case DataType::Int16:
-      return 2;
-    default:
-      return 1;
+    case DataType::Int16: return 2;
+    default: return 1;
   }
 }
 

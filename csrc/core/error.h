@@ -41,11 +41,10 @@ template <typename... Args>
 }  // namespace scalecomm
 
 // Internal invariant check: a failure is a scalecomm bug, reported with file:line.
-#define SC_CHECK(cond, ...)                                                                    \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      ::scalecomm::fail(::scalecomm::ErrorKind::Internal, "scalecomm internal error at ",      \
-                        __FILE__, ":", __LINE__, ": check '", #cond, "' failed. ", ##__VA_ARGS__, \
-                        " Please report this bug.");                                           \
-    }                                                                                          \
+#define SC_CHECK(cond, ...)                                                                                        \
+  do {                                                                                                             \
+    if (!(cond)) {                                                                                                 \
+      ::scalecomm::fail(::scalecomm::ErrorKind::Internal, "scalecomm internal error at ", __FILE__, ":", __LINE__, \
+                        ": check '", #cond, "' failed. ", ##__VA_ARGS__, " Please report this bug.");              \
+    }                                                                                                              \
   } while (0)

@@ -55,7 +55,7 @@ SC_HOST_DEVICE inline uint16_t floatToFp16(float f) {
   uint32_t u = floatBits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
   if (absu < 0x38800000u) {
     // result is subnormal or zero: round abs(f) * 2^24 to nearest even integer

@@ -18,9 +18,9 @@ void logLine(LogLevel level, const std::string& msg);
 
 }  // namespace scalecomm
 
-#define SC_LOG(level, ...)                                                          \
-  do {                                                                              \
-    if (::scalecomm::LogLevel::level <= ::scalecomm::logLevel()) {                  \
+#define SC_LOG(level, ...)                                                                  \
+  do {                                                                                      \
+    if (::scalecomm::LogLevel::level <= ::scalecomm::logLevel()) {                          \
       ::scalecomm::logLine(::scalecomm::LogLevel::level, ::scalecomm::strCat(__VA_ARGS__)); \
-    }                                                                               \
+    }                                                                                       \
   } while (0)

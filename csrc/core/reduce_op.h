@@ -47,14 +47,10 @@ inline bool reduceOpSupports(ReduceOp op, DataType t) {
   switch (op) {
     case ReduceOp::BAnd:
     case ReduceOp::BOr:
-    case ReduceOp::BXor:
-      return isInteger(t);
-    case ReduceOp::PremulSum:
-      return isFloating(t);
-    case ReduceOp::None:
-      return false;
-    default:
-      return true;
+    case ReduceOp::BXor: return isInteger(t);
+    case ReduceOp::PremulSum: return isFloating(t);
+    case ReduceOp::None: return false;
+    default: return true;
   }
 }
 

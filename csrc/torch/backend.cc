@@ -40,8 +40,7 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   checkConfig(config_);
   SC_LOG(Info, "rank ", rank, "/", size, " group '", config_.groupName, "': algorithm=", config_.algorithm,
          " transport=", config_.transport, " segment_bytes=", config_.segmentBytes,
-         " shm_ring_bytes=", config_.shmRingBytes, " timeout_ms=", config_.timeoutMs,
-         " spin_us=", config_.spinMicros);
+         " shm_ring_bytes=", config_.shmRingBytes, " timeout_ms=", config_.timeoutMs, " spin_us=", config_.spinMicros);
   C10dStoreAdapter adapter(store);
   MeshOptions mesh;
   mesh.transport = config_.transport;
@@ -77,10 +76,9 @@ void ScalecommBackend::checkUsable(const char* collective) {
                     strCat("scalecomm ", collective, " (rank ", getRank(), "): the group was shut down"));
   }
   if (state_->poisoned()) {
-    C10_THROW_ERROR(DistBackendError,
-                    strCat("scalecomm ", collective, " (rank ", getRank(), ", seq ", seq_.load() + 1,
-                           "): the group is unusable after an earlier failure: ", state_->reason(),
-                           " Destroy the group and create a new one."));
+    C10_THROW_ERROR(DistBackendError, strCat("scalecomm ", collective, " (rank ", getRank(), ", seq ", seq_.load() + 1,
+                                             "): the group is unusable after an earlier failure: ", state_->reason(),
+                                             " Destroy the group and create a new one."));
   }
 }
 
@@ -127,10 +125,10 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   ReductionArgs r = reductionArgs("allreduce", getRank(), t, opts.reduceOp);
   Communicator* comm = comm_.get();
   at::Tensor tensor = t;
-  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", {tensor}, opts.timeout,
-                 [comm, tensor, r](const CollectiveOptions& o) {
-                   scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
-                 });
+  return enqueue(
+      c10d::OpType::ALLREDUCE, "allreduce", {tensor}, opts.timeout, [comm, tensor, r](const CollectiveOptions& o) {
+        scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -140,8 +138,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   ReductionArgs r = reductionArgs("allreduce_coalesced", getRank(), tensors[0], opts.reduceOp);
   for (const auto& t : tensors) {
     checkCpuDense("allreduce_coalesced", getRank(), t);
-    TORCH_CHECK_VALUE(t.scalar_type() == tensors[0].scalar_type(), "scalecomm allreduce_coalesced (rank ",
-                      getRank(), "): all tensors must have the same dtype; got ", t.scalar_type(), " and ",
+    TORCH_CHECK_VALUE(t.scalar_type() == tensors[0].scalar_type(), "scalecomm allreduce_coalesced (rank ", getRank(),
+                      "): all tensors must have the same dtype; got ", t.scalar_type(), " and ",
                       tensors[0].scalar_type());
   }
   Communicator* comm = comm_.get();
@@ -174,15 +172,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tenso
                  });
 }
 
-
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::AllgatherOptions& opts) {
   checkUsable("allgather");
   const at::Tensor& in = singleTensor("allgather", getRank(), inputs);
   checkCpuDense("allgather", getRank(), in);
-  TORCH_CHECK_VALUE(outputs.size() == 1, "scalecomm allgather (rank ", getRank(),
-                    "): expected one output list, got ", outputs.size());
+  TORCH_CHECK_VALUE(outputs.size() == 1, "scalecomm allgather (rank ", getRank(), "): expected one output list, got ",
+                    outputs.size());
   const auto& outs = outputs[0];
   TORCH_CHECK_VALUE(static_cast<int>(outs.size()) == getSize(), "scalecomm allgather (rank ", getRank(),
                     "): the output list has ", outs.size(), " tensors but the group has ", getSize(),
@@ -207,12 +204,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
   checkUsable("all_gather_into_tensor");
   checkCpuDense("all_gather_into_tensor", getRank(), input);
   checkCpuDense("all_gather_into_tensor", getRank(), output);
-  TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type(), "scalecomm all_gather_into_tensor (rank ",
-                    getRank(), "): output dtype ", output.scalar_type(), " differs from input dtype ",
-                    input.scalar_type());
-  TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "scalecomm all_gather_into_tensor (rank ",
-                    getRank(), "): output has ", output.numel(), " elements but must have world size (", getSize(),
-                    ") x input (", input.numel(), ") = ", input.numel() * getSize());
+  TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type(), "scalecomm all_gather_into_tensor (rank ", getRank(),
+                    "): output dtype ", output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "scalecomm all_gather_into_tensor (rank ", getRank(),
+                    "): output has ", output.numel(), " elements but must have world size (", getSize(), ") x input (",
+                    input.numel(), ") = ", input.numel() * getSize());
   WireShape shape = wireShape(input);
   Communicator* comm = comm_.get();
   at::Tensor in = input, out = output;
@@ -228,16 +224,18 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
                  });
 }
 
-c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                 std::vector<at::Tensor>& inputs,
+                                                                                 const c10d::AllgatherOptions& opts) {
   checkUsable("allgather_into_tensor_coalesced");
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "scalecomm allgather_into_tensor_coalesced (rank ", getRank(),
                     "): ", outputs.size(), " outputs for ", inputs.size(), " inputs");
   c10::intrusive_ptr<c10d::Work> last;
   // Each pair is its own collective in issue order; the returned Work completes last.
   for (size_t i = 0; i < inputs.size(); ++i) last = _allgather_base(outputs[i], inputs[i], opts);
-  if (!last) return enqueue(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", {}, opts.timeout,
-                            [](const CollectiveOptions&) {});
+  if (!last)
+    return enqueue(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", {}, opts.timeout,
+                   [](const CollectiveOptions&) {});
   return last;
 }
 

@@ -4,8 +4,8 @@
 // torch.distributed can hold it), its configuration, the parameter table and
 // small diagnostics. Registration with torch.distributed happens in Python
 // (pyscalecomm/_registration.py).
-#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/python.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "algo/collectives.h"
 #include "core/params.h"
@@ -40,11 +40,14 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("poisoned", &scalecomm::ScalecommBackend::poisoned)
       .def_property_readonly("config", &scalecomm::ScalecommBackend::config);
 
-  m.def("params", [] {
-    std::vector<std::tuple<std::string, std::string, std::string>> out;
-    for (const auto& p : scalecomm::allParams()) out.emplace_back(p.name, p.defaultValue, p.doc);
-    return out;
-  }, "Every SCALECOMM_* variable: (name, default, doc).");
+  m.def(
+      "params",
+      [] {
+        std::vector<std::tuple<std::string, std::string, std::string>> out;
+        for (const auto& p : scalecomm::allParams()) out.emplace_back(p.name, p.defaultValue, p.doc);
+        return out;
+      },
+      "Every SCALECOMM_* variable: (name, default, doc).");
   m.def("allreduce_algorithms", [] { return scalecomm::allreduceAlgorithms(); });
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,
         "Removes /dev/shm/scalecomm-* segments left by dead processes; returns how many.");

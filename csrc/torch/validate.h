@@ -21,9 +21,8 @@ inline void checkCpuDense(const char* coll, int rank, const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.device().is_cpu(), "scalecomm ", coll, " (rank ", rank, "): tensor is on ", t.device(),
                     " but scalecomm handles CPU tensors in this build; move it to the CPU or route CUDA "
                     "tensors to NCCL with init_process_group('cpu:scalecomm,cuda:nccl')");
-  TORCH_CHECK_VALUE(t.is_contiguous(), "scalecomm ", coll, " (rank ", rank,
-                    "): tensor is not contiguous (sizes ", t.sizes(), ", strides ", t.strides(),
-                    "); pass tensor.contiguous() and copy the result back");
+  TORCH_CHECK_VALUE(t.is_contiguous(), "scalecomm ", coll, " (rank ", rank, "): tensor is not contiguous (sizes ",
+                    t.sizes(), ", strides ", t.strides(), "); pass tensor.contiguous() and copy the result back");
 }
 
 inline const at::Tensor& singleTensor(const char* coll, int rank, const std::vector<at::Tensor>& ts) {
@@ -39,9 +38,9 @@ inline void checkRoot(const char* coll, int rank, int size, int64_t root) {
 
 inline void checkSameAs(const char* coll, int rank, const at::Tensor& t, const at::Tensor& ref, const char* what) {
   checkCpuDense(coll, rank, t);
-  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type() && t.numel() == ref.numel(), "scalecomm ", coll,
-                    " (rank ", rank, "): ", what, " has ", t.numel(), " elements of ", t.scalar_type(),
-                    " but the input has ", ref.numel(), " elements of ", ref.scalar_type(), "; they must match");
+  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type() && t.numel() == ref.numel(), "scalecomm ", coll, " (rank ",
+                    rank, "): ", what, " has ", t.numel(), " elements of ", t.scalar_type(), " but the input has ",
+                    ref.numel(), " elements of ", ref.scalar_type(), "; they must match");
 }
 
 struct ReductionArgs {

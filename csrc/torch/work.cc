@@ -33,9 +33,7 @@ void ScalecommWork::finishError(std::exception_ptr error) {
   future_->setError(error);
 }
 
-bool ScalecommWork::isCompleted() {
-  return done_.load(std::memory_order_acquire);
-}
+bool ScalecommWork::isCompleted() { return done_.load(std::memory_order_acquire); }
 
 bool ScalecommWork::isSuccess() const {
   std::lock_guard<std::mutex> g(mu_);
@@ -57,8 +55,9 @@ bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
     cv_.wait(g, [&] { return done_.load(); });
   } else if (!cv_.wait_for(g, timeout, [&] { return done_.load(); })) {
     g.unlock();
-    std::string msg = strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_, "): wait() Timed out after ",
-                             timeout.count(), " ms; the collective was aborted on this rank and the group is now "
+    std::string msg = strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_,
+                             "): wait() Timed out after ", timeout.count(),
+                             " ms; the collective was aborted on this rank and the group is now "
                              "unusable: destroy it and create a new one.");
     group_->poison(msg, /*abortComm=*/true);
     C10_THROW_ERROR(DistBackendError, msg);
@@ -70,8 +69,9 @@ bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<c10::ivalue::Future> ScalecommWork::getFuture() { return future_; }
 
 void ScalecommWork::abort() {
-  group_->poison(strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_, "): Work.abort() was called"),
-                 /*abortComm=*/true);
+  group_->poison(
+      strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_, "): Work.abort() was called"),
+      /*abortComm=*/true);
 }
 
 }  // namespace scalecomm

@@ -115,14 +115,15 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& name, int expect
   int fd = shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) {
     fail(ErrorKind::Io, "scalecomm shm: cannot open rank ", expectOwner, "'s segment ", name, ": ",
-         std::strerror(errno), ". Ranks that look like the same host must share /dev/shm; set "
+         std::strerror(errno),
+         ". Ranks that look like the same host must share /dev/shm; set "
          "SCALECOMM_TRANSPORT=tcp (or SCALECOMM_HOSTNAME per host) if they do not.");
   }
-  struct stat st {};
+  struct stat st{};
   fstat(fd, &st);
   size_t bytes = static_cast<size_t>(st.st_size);
-  void* base = bytes >= sizeof(SegmentHeader) ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                                               : MAP_FAILED;
+  void* base =
+      bytes >= sizeof(SegmentHeader) ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   ::close(fd);
   if (base == MAP_FAILED) fail(ErrorKind::Io, "scalecomm shm: cannot map rank ", expectOwner, "'s segment ", name);
   std::shared_ptr<ShmSegment> seg(new ShmSegment());
@@ -132,8 +133,8 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& name, int expect
   auto* hdr = static_cast<SegmentHeader*>(base);
   if (hdr->magic != kShmMagic || hdr->ownerRank != expectOwner || hdr->worldSize != worldSize ||
       bytes != sizeof(SegmentHeader) + static_cast<size_t>(worldSize) * slotBytes(hdr->ringBytes)) {
-    fail(ErrorKind::Io, "scalecomm shm: segment ", name, " does not belong to rank ", expectOwner,
-         " of a group of ", worldSize, " (stale or foreign segment)");
+    fail(ErrorKind::Io, "scalecomm shm: segment ", name, " does not belong to rank ", expectOwner, " of a group of ",
+         worldSize, " (stale or foreign segment)");
   }
   return seg;
 }
@@ -153,7 +154,8 @@ void ShmSegment::unlinkName() {
 SpscRing ShmSegment::ring(int sender) {
   auto* hdr = static_cast<SegmentHeader*>(base_);
   SC_CHECK(sender >= 0 && sender < hdr->worldSize);
-  auto* slot = static_cast<uint8_t*>(base_) + sizeof(SegmentHeader) + static_cast<size_t>(sender) * slotBytes(hdr->ringBytes);
+  auto* slot =
+      static_cast<uint8_t*>(base_) + sizeof(SegmentHeader) + static_cast<size_t>(sender) * slotBytes(hdr->ringBytes);
   return SpscRing(reinterpret_cast<RingControl*>(slot), slot + sizeof(RingControl), hdr->ringBytes);
 }
 
@@ -161,7 +163,10 @@ int ShmSegment::ownerPid() const { return static_cast<SegmentHeader*>(base_)->ow
 int ShmSegment::ownerRank() const { return static_cast<SegmentHeader*>(base_)->ownerRank; }
 
 ShmLink::ShmLink(int self, int peer, std::shared_ptr<ShmSegment> myInbox, std::shared_ptr<ShmSegment> peerInbox)
-    : Link(peer), self_(self), peerPid_(peerInbox->ownerPid()), myInbox_(std::move(myInbox)),
+    : Link(peer),
+      self_(self),
+      peerPid_(peerInbox->ownerPid()),
+      myInbox_(std::move(myInbox)),
       peerInbox_(std::move(peerInbox)) {
   in_ = myInbox_->ring(peer);
   out_ = peerInbox_->ring(self);

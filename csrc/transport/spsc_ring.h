@@ -61,7 +61,9 @@ class SpscRing {
     return {data_ + pos, static_cast<size_t>(contiguous)};
   }
 
-  void consume(size_t n) { ctl_->tail.store(ctl_->tail.load(std::memory_order_relaxed) + n, std::memory_order_release); }
+  void consume(size_t n) {
+    ctl_->tail.store(ctl_->tail.load(std::memory_order_relaxed) + n, std::memory_order_release);
+  }
 
   bool closed() const { return ctl_->closed.load(std::memory_order_acquire) != 0; }
   uint32_t closedBy() const { return ctl_->closedBy; }

@@ -147,8 +147,8 @@ int tcpConnectPeer(const std::string& host, int port, uint64_t groupKey, int sel
     std::this_thread::sleep_for(std::chrono::milliseconds(backoffMs));
     backoffMs = std::min(backoffMs * 2, 100);
   }
-  fail(ErrorKind::Timeout, "scalecomm tcp: rank ", selfRank, " could not connect to rank ", peerRank, " at ", host,
-       ":", port, " before the timeout (last error: ", std::strerror(lastErr),
+  fail(ErrorKind::Timeout, "scalecomm tcp: rank ", selfRank, " could not connect to rank ", peerRank, " at ", host, ":",
+       port, " before the timeout (last error: ", std::strerror(lastErr),
        "); check that the address is reachable or set SCALECOMM_SOCKET_IFNAME");
 }
 

@@ -62,10 +62,10 @@ inline int runAll() {
   static ::sctest::Register reg_##name(#name, test_##name); \
   static void test_##name()
 
-#define CHECK(cond)                                                                                  \
-  do {                                                                                               \
-    if (!(cond)) throw ::sctest::Failure{std::string(__FILE__) + ":" + std::to_string(__LINE__) +   \
-                                         ": CHECK(" #cond ") failed"};                              \
+#define CHECK(cond)                                                                                                  \
+  do {                                                                                                               \
+    if (!(cond))                                                                                                     \
+      throw ::sctest::Failure{std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": CHECK(" #cond ") failed"}; \
   } while (0)
 
 #define CHECK_EQ(a, b) ::sctest::checkEq((a), (b), #a, #b, __FILE__, __LINE__)

@@ -11,8 +11,8 @@
 #include "comm/reducer.h"
 #include "core/error.h"
 #include "core/half.h"
-#include "transport/loopback.h"
 #include "harness.h"
+#include "transport/loopback.h"
 
 using namespace scalecomm;
 
@@ -31,8 +31,7 @@ std::vector<std::unique_ptr<Communicator>> makeComms(LoopbackFabric& fabric) {
 }
 
 // Runs fn(rank, comm) on n threads; returns the per-rank error messages ("" = ok).
-std::vector<std::string> runRanks(int n, size_t ringBytes,
-                                  const std::function<void(int, Communicator&)>& fn) {
+std::vector<std::string> runRanks(int n, size_t ringBytes, const std::function<void(int, Communicator&)>& fn) {
   LoopbackFabric fabric(n, ringBytes);
   auto comms = makeComms(fabric);
   std::vector<std::string> errors(n);
@@ -116,10 +115,9 @@ double load(const void* p, int64_t i, DataType t) {
   }
 }
 
-const DataType kTypes[] = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16,
-                           DataType::Int8,    DataType::Int16,   DataType::Int32,   DataType::Int64,
-                           DataType::UInt8};
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg,       ReduceOp::Min,  ReduceOp::Max, ReduceOp::Product,
+const DataType kTypes[] = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16, DataType::Int8,
+                           DataType::Int16,   DataType::Int32,   DataType::Int64,   DataType::UInt8};
+const ReduceOp kOps[] = {ReduceOp::Sum,       ReduceOp::Avg,  ReduceOp::Min, ReduceOp::Max, ReduceOp::Product,
                          ReduceOp::PremulSum, ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor};
 
 }  // namespace
@@ -135,9 +133,8 @@ TEST(allreduce_every_dtype_and_op_matches_closed_form) {
         std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(count * elementSize(t)));
         for (int r = 0; r < n; ++r)
           for (int64_t i = 0; i < count; ++i) store(bufs[r].data(), i, t, inputValue(r, i, op));
-        auto errors = runRanks(n, 4096, [&](int r, Communicator& c) {
-          allreduce(c, bufs[r].data(), count, t, op, factor, opts(24));
-        });
+        auto errors = runRanks(
+            n, 4096, [&](int r, Communicator& c) { allreduce(c, bufs[r].data(), count, t, op, factor, opts(24)); });
         for (auto& e : errors) CHECK_EQ(e, std::string());
         for (int r = 0; r < n; ++r) {
           for (int64_t i = 0; i < count; ++i) {
@@ -147,8 +144,8 @@ TEST(allreduce_every_dtype_and_op_matches_closed_form) {
             double got = load(bufs[r].data(), i, t);
             bool ok = isFloating(t) ? std::fabs(got - want) <= 1e-2 * std::max(1.0, std::fabs(want)) : got == want;
             if (!ok) {
-              throw sctest::Failure{strCat("n=", n, " dtype=", dataTypeName(t), " op=", reduceOpName(op), " rank ",
-                                           r, " element ", i, ": got ", load(bufs[r].data(), i, t), " want ", want)};
+              throw sctest::Failure{strCat("n=", n, " dtype=", dataTypeName(t), " op=", reduceOpName(op), " rank ", r,
+                                           " element ", i, ": got ", load(bufs[r].data(), i, t), " want ", want)};
             }
           }
         }
@@ -181,13 +178,13 @@ TEST(broadcast_and_allgather_move_exact_bytes) {
     for (int root = 0; root < n; ++root) {
       std::vector<std::vector<int32_t>> bufs(n, std::vector<int32_t>(777, -1));
       for (int i = 0; i < 777; ++i) bufs[root][i] = i * 31 + root;
-      auto errors = runRanks(n, 2048, [&](int r, Communicator& c) {
-        broadcast(c, bufs[r].data(), 777, DataType::Int32, root, opts(64));
-      });
+      auto errors = runRanks(
+          n, 2048, [&](int r, Communicator& c) { broadcast(c, bufs[r].data(), 777, DataType::Int32, root, opts(64)); });
       for (auto& e : errors) CHECK_EQ(e, std::string());
       for (int r = 0; r < n; ++r) CHECK(bufs[r] == bufs[root]);
     }
-    std::vector<std::vector<std::vector<int64_t>>> outs(n, std::vector<std::vector<int64_t>>(n, std::vector<int64_t>(55)));
+    std::vector<std::vector<std::vector<int64_t>>> outs(n,
+                                                        std::vector<std::vector<int64_t>>(n, std::vector<int64_t>(55)));
     for (int r = 0; r < n; ++r)
       for (int i = 0; i < 55; ++i) outs[r][r][i] = r * 1000 + i;
     auto errors = runRanks(n, 1024, [&](int r, Communicator& c) {
@@ -217,8 +214,8 @@ TEST(count_mismatch_fails_every_rank_with_both_counts) {
 TEST(dtype_and_op_mismatch_are_named) {
   auto errors = runRanks(2, 4096, [&](int r, Communicator& c) {
     std::vector<int32_t> buf(16, 1);
-    allreduce(c, buf.data(), 16, r == 0 ? DataType::Int32 : DataType::Float32,
-              r == 0 ? ReduceOp::Sum : ReduceOp::Sum, 1, opts(1 << 20));
+    allreduce(c, buf.data(), 16, r == 0 ? DataType::Int32 : DataType::Float32, r == 0 ? ReduceOp::Sum : ReduceOp::Sum,
+              1, opts(1 << 20));
   });
   CHECK(errors[0].find("float32") != std::string::npos || errors[1].find("int32") != std::string::npos);
   errors = runRanks(2, 4096, [&](int r, Communicator& c) {
@@ -261,7 +258,7 @@ TEST(half_conversions_round_to_nearest_even) {
   CHECK_EQ(fp16ToFloat(floatToFp16(65504.0f)), 65504.0f);
   CHECK(std::isinf(fp16ToFloat(floatToFp16(65520.0f))));
   CHECK_EQ(fp16ToFloat(floatToFp16(5.9604644775390625e-08f)), 5.9604644775390625e-08f);  // smallest subnormal
-  CHECK_EQ(floatToFp16(1.0f + 1.0f / 2048), floatToFp16(1.0f));  // tie rounds to even
+  CHECK_EQ(floatToFp16(1.0f + 1.0f / 2048), floatToFp16(1.0f));                          // tie rounds to even
   CHECK_EQ(bf16ToFloat(floatToBf16(3.0f)), 3.0f);
   CHECK(std::isnan(fp16ToFloat(floatToFp16(NAN))));
   for (uint32_t h = 0; h < 0x7c00; ++h) CHECK_EQ(floatToFp16(fp16ToFloat(static_cast<uint16_t>(h))), h);
