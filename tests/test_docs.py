@@ -12,7 +12,8 @@ def test_every_parameter_is_documented_with_its_default():
     for name, default, _doc in pyscalecomm.params():
         row = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
         assert row, f"{name} is missing from docs/configuration.md"
-        assert (f"`{default}`" if default else "(empty)") in row[0], f"{name}: default {default!r} not in {row[0]}"
+        shown = f"`{default}`" if default else "(empty)"
+        assert shown in row[0], f"{name}: default {default!r} not in {row[0]}"
 
 
 def test_readme_opens_with_the_two_commands():
@@ -25,4 +26,5 @@ def test_options_fields_match_the_backend_config():
     cfg = pyscalecomm._C.BackendConfig()
     opts = pyscalecomm.Options(algorithm="ring", transport="tcp", segment_bytes=4096, shm_ring_bytes=8192)
     opts.apply_to(cfg)
-    assert (cfg.algorithm, cfg.transport, cfg.segment_bytes, cfg.shm_ring_bytes) == ("ring", "tcp", 4096, 8192)
+    got = (cfg.algorithm, cfg.transport, cfg.segment_bytes, cfg.shm_ring_bytes)
+    assert got == ("ring", "tcp", 4096, 8192)
