@@ -37,12 +37,16 @@ class SpscRing {
     ctl->closedBy = 0;
   }
 
+  // Writes up to `bytes`; writes nothing while less than min(bytes, capacity/8)
+  // is free, so producer and consumer move large pieces instead of trickling
+  // a few bytes per call when the ring is nearly full (silly-window avoidance).
   size_t write(const void* src, size_t bytes) {
     uint64_t head = ctl_->head.load(std::memory_order_relaxed);
     uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
     uint64_t space = cap_ - (head - tail);
+    uint64_t minChunk = bytes < cap_ / 8 ? bytes : cap_ / 8;
+    if (space < minChunk || bytes == 0) return 0;
     size_t n = bytes < space ? bytes : static_cast<size_t>(space);
-    if (n == 0) return 0;
     uint64_t pos = head % cap_;
     size_t first = static_cast<size_t>(cap_ - pos) < n ? static_cast<size_t>(cap_ - pos) : n;
     std::memcpy(data_ + pos, src, first);
