@@ -245,3 +245,18 @@ def test_torch_distributed_debug_detail_works_on_our_groups():
     out = run_ranks(2, _detail_debug, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
     for msg in out:
         assert "Detected mismatch" in msg or "shape" in msg.lower(), msg
+
+
+def _destroy_with_pending_callback(rank, n):
+    import time
+
+    if rank == 1:
+        time.sleep(0.5)  # rank 0's allreduce is still pending when it destroys the group
+    t = torch.ones(1 << 16)
+    fut = dist.all_reduce(t, async_op=True).get_future().then(lambda f: float(f.value()[0].sum()))
+    dist.destroy_process_group()  # pending work still completes and its callback still runs
+    return fut.wait()
+
+
+def test_destroy_completes_pending_work_and_its_python_callback():
+    assert run_ranks(2, _destroy_with_pending_callback, timeout_s=60) == [2.0 * (1 << 16)] * 2

@@ -4,6 +4,7 @@
 
 #include "core/logging.h"
 #include "core/params.h"
+#include "torch/gil.h"
 #include "torch/store_adapter.h"
 #include "torch/validate.h"
 
@@ -61,7 +62,10 @@ ScalecommBackend::~ScalecommBackend() { shutdown(); }
 
 void ScalecommBackend::shutdown() {
   if (shutDown_.exchange(true)) return;
-  worker_->stop();  // queued collectives finish or fail by their deadline
+  {
+    ReleaseGilIfHeld noGil;
+    worker_->stop();  // queued collectives finish or fail by their deadline
+  }
   state_->detach();
   comm_->closeLinks();
 }
