@@ -261,3 +261,29 @@ def _destroy_with_pending_callback(rank, n):
 
 def test_destroy_completes_pending_work_and_its_python_callback():
     assert run_ranks(2, _destroy_with_pending_callback, timeout_s=60) == [2.0 * (1 << 16)] * 2
+
+
+def _emulated_hosts(rank, n):
+    import os
+
+    # ranks 0 and 1 share "host a"; rank 2 is alone on "host b"
+    os.environ["SCALECOMM_HOSTNAME"] = "host-a" if rank < 2 else "host-b"
+    dist.init_process_group("scalecomm", init_method="env://", rank=rank, world_size=n)
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    t = torch.arange(1000, dtype=torch.float32)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.arange(1000, dtype=torch.float32) * n)
+    return be.config.transport
+
+
+def test_transport_is_chosen_per_peer_and_logged(capfd):
+    from dist_helpers import free_port
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port(), "SCALECOMM_DEBUG": "INFO"}
+    assert run_ranks(3, _emulated_hosts, env=env, init=None) == ["auto"] * 3
+    err = capfd.readouterr().err
+    assert "rank 0: peer rank 1 via shm" in err, err
+    assert "rank 1: peer rank 0 via shm" in err, err
+    assert "rank 2: peer rank 0 via tcp" in err, err
+    assert "rank 0: peer rank 2 via tcp" in err, err
+    assert "algorithm=ring transport=auto" in err, err
