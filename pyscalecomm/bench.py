@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -219,18 +218,9 @@ def run(args) -> None:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    from pyscalecomm.launch import env_from_launcher, spawn_self
+    from pyscalecomm.launch import main_with_launcher
 
-    if args.nproc and "RANK" not in os.environ:
-        rest = list(sys.argv[1:] if argv is None else argv)
-        i = rest.index("--nproc")
-        del rest[i : i + 2]
-        return spawn_self("pyscalecomm.bench", args.nproc, rest)
-    if not env_from_launcher():
-        raise SystemExit("no launcher found: use --nproc N, torchrun, mpirun or srun")
-    run(args)
-    return 0
+    return main_with_launcher("pyscalecomm.bench", parse_args(argv), argv, run)
 
 
 if __name__ == "__main__":

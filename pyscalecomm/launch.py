@@ -42,6 +42,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def main_with_launcher(module: str, args, argv, run) -> int:
+    """Entry point shared by the CLIs: ``--nproc N`` spawns N local ranks of
+    ``python -m module`` (without --nproc); otherwise reads the launcher's
+    environment and calls ``run(args)`` in this process."""
+    if getattr(args, "nproc", 0) and "RANK" not in os.environ:
+        rest = list(sys.argv[1:] if argv is None else argv)
+        for i, a in enumerate(rest):
+            if a == "--nproc":
+                del rest[i : i + 2]
+                break
+            if a.startswith("--nproc="):
+                del rest[i]
+                break
+        return spawn_self(module, args.nproc, rest)
+    if not env_from_launcher():
+        raise SystemExit("no launcher found: use --nproc N, torchrun, mpirun or srun")
+    run(args)
+    return 0
+
+
 def spawn_self(module: str, nproc: int, args: list[str], extra_env: dict | None = None) -> int:
     """Runs ``python -m module args`` as ranks 0..nproc-1 on this host; returns the worst exit code."""
     port = str(_free_port())

@@ -18,6 +18,15 @@ def _backend():
     return dist.group.WORLD._get_backend(torch.device("cpu"))
 
 
+def _error_of(call, kind=dist.DistBackendError):
+    """The text of the `kind` error that call() raises, or "no error"."""
+    try:
+        call()
+    except kind as e:
+        return str(e)
+    return "no error"
+
+
 def _local_errors(rank, n):
     msgs = []
     bad_calls = [
@@ -62,17 +71,9 @@ def _mismatch(rank, n, kind):
     else:
         t = torch.ones(256)
     op = dist.ReduceOp.MAX if (kind == "op" and rank == 1) else dist.ReduceOp.SUM
-    first = None
-    try:
-        dist.all_reduce(t, op=op)
-    except dist.DistBackendError as e:
-        first = str(e)
-    try:
-        dist.all_reduce(torch.ones(4))
-        later = "no error"
-    except dist.DistBackendError as e:
-        later = str(e)
-    return first, later
+    first = _error_of(lambda: dist.all_reduce(t, op=op))
+    later = _error_of(lambda: dist.all_reduce(torch.ones(4)))
+    return (None if first == "no error" else first), later
 
 
 def test_mismatched_shapes_dtypes_and_ops_fail_every_rank_with_both_values():
@@ -143,16 +144,8 @@ def _wait_timeout(rank, n):
         time.sleep(3)
         return None
     work = dist.all_reduce(torch.ones(10), async_op=True)
-    try:
-        work.wait(timeout=timedelta(milliseconds=300))
-        return "no error"
-    except RuntimeError as e:
-        first = str(e)
-    try:
-        dist.all_reduce(torch.ones(10))
-        later = "no error"
-    except dist.DistBackendError as e:
-        later = str(e)
+    first = _error_of(lambda: work.wait(timeout=timedelta(milliseconds=300)), RuntimeError)
+    later = _error_of(lambda: dist.all_reduce(torch.ones(10)))
     return first, later
 
 

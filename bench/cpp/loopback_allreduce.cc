@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "algo/collectives.h"
-#include "transport/loopback.h"
+#include "comm/loopback_mesh.h"
 
 using namespace scalecomm;
 
@@ -32,13 +32,7 @@ int main(int argc, char** argv) {
   int64_t ring = argc > 4 ? parseSize(argv[4]) : 4 << 20;
   int iters = argc > 5 ? std::atoi(argv[5]) : 10;
   LoopbackFabric fabric(n, static_cast<size_t>(ring));
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (int r = 0; r < n; ++r) {
-    std::vector<std::unique_ptr<Link>> links(n);
-    for (int q = 0; q < n; ++q)
-      if (q != r) links[q] = fabric.link(r, q);
-    comms.push_back(std::make_unique<Communicator>(r, n, std::move(links), 50));
-  }
+  auto comms = loopbackCommunicators(fabric);
   const int64_t count = bytes / 4;
   std::vector<std::vector<float>> bufs(n, std::vector<float>(count, 1.0f));
   double best = 1e30;

@@ -8,32 +8,20 @@
 #include <thread>
 
 #include "algo/collectives.h"
+#include "comm/loopback_mesh.h"
 #include "comm/reducer.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "harness.h"
-#include "transport/loopback.h"
 
 using namespace scalecomm;
 
 namespace {
 
-std::vector<std::unique_ptr<Communicator>> makeComms(LoopbackFabric& fabric) {
-  int n = fabric.worldSize();
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (int r = 0; r < n; ++r) {
-    std::vector<std::unique_ptr<Link>> links(n);
-    for (int q = 0; q < n; ++q)
-      if (q != r) links[q] = fabric.link(r, q);
-    comms.push_back(std::make_unique<Communicator>(r, n, std::move(links), 0));
-  }
-  return comms;
-}
-
 // Runs fn(rank, comm) on n threads; returns the per-rank error messages ("" = ok).
 std::vector<std::string> runRanks(int n, size_t ringBytes, const std::function<void(int, Communicator&)>& fn) {
   LoopbackFabric fabric(n, ringBytes);
-  auto comms = makeComms(fabric);
+  auto comms = loopbackCommunicators(fabric, 0);
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
