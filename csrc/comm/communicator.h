@@ -41,9 +41,9 @@ class Communicator {
   bool hasLink(int peer) const { return links_[peer] != nullptr; }
 
   // Idles briefly until something may have changed on the given peers' links:
-  // spins for spinMicros after idleSince, then polls tcp sockets / yields, then
-  // sleeps in short slices. Never blocks longer than ~1 ms. Throws Error(Aborted)
-  // after abort(). The caller checks its own deadline.
+  // spins for spinMicros after idleSince, then yields until 2 ms, then blocks
+  // in poll() on tcp sockets or sleeps in short slices. Never blocks longer than
+  // ~1 ms. Throws Error(Aborted) after abort(). The caller checks its deadline.
   void idle(const std::vector<int>& peers, Clock::time_point idleSince);
 
   void abort();
