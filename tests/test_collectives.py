@@ -287,3 +287,42 @@ def test_transport_is_chosen_per_peer_and_logged(capfd):
     assert "rank 2: peer rank 0 via tcp" in err, err
     assert "rank 0: peer rank 2 via tcp" in err, err
     assert "algorithm=ring transport=auto" in err, err
+
+
+def _algorithm_results(rank, n):
+    gloo = dist.new_group(backend="gloo")
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    for count in [0, 1, n - 1, n + 1, 4099, 100003]:
+        for dtype in [torch.float32, torch.int64, torch.bfloat16]:
+            for op in [R.SUM, R.MAX, R.PRODUCT]:
+                a = _inputs(rank, count, dtype, op)
+                b = a.clone()
+                dist.all_reduce(a, op=op)
+                dist.all_reduce(b, op=op, group=gloo)
+                assert torch.equal(a, b), f"{be.config.algorithm} {dtype} {op} {count}"
+        a = _inputs(rank, count, torch.float32, R.SUM)
+        dist.all_reduce(a, op=R.AVG)
+        torch.testing.assert_close(a, _reference(n, count, torch.float32, R.AVG))
+    return be.config.algorithm
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "rhd", "direct"])
+@pytest.mark.parametrize("n", [3, 4])
+def test_every_allreduce_algorithm_matches_gloo(algorithm, n):
+    env = {"SCALECOMM_ALGORITHM": algorithm, "SCALECOMM_SEGMENT_BYTES": 4096}
+    assert run_ranks(n, _algorithm_results, env=env) == [algorithm] * n
+
+
+def _bad_algorithm(rank, n):
+    import pyscalecomm
+
+    try:
+        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm="nope"))
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def test_unknown_algorithm_is_a_value_error_listing_the_known_ones():
+    for msg in run_ranks(2, _bad_algorithm):
+        assert "unknown allreduce algorithm 'nope'" in msg and "ring, rhd, direct" in msg, msg

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "algo/direct.h"
 #include "algo/executor.h"
 #include "algo/plan.h"
+#include "algo/rhd.h"
 #include "algo/ring.h"
 #include "comm/reducer.h"
 #include "core/error.h"
@@ -40,8 +42,16 @@ std::vector<uint8_t*> chunkPointers(void* data, const std::vector<int64_t>& coun
 }  // namespace
 
 const std::vector<std::string>& allreduceAlgorithms() {
-  static const std::vector<std::string> names = {"ring"};
+  static const std::vector<std::string> names = {"ring", "rhd", "direct"};
   return names;
+}
+
+Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize) {
+  if (algorithm == "ring") return ringAllreduce(rank, n, count, finalize);
+  if (algorithm == "rhd") return rhdAllreduce(rank, n, count, finalize);
+  if (algorithm == "direct") return directAllreduce(rank, n, count, finalize);
+  fail(ErrorKind::InvalidArgument, "scalecomm allreduce: unknown algorithm '", algorithm,
+       "'; this build has: ring, rhd, direct");
 }
 
 void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
@@ -53,14 +63,10 @@ void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
     if (op == ReduceOp::Avg) divideInPlace(data, count, dtype, 1);
     return;
   }
-  if (opts.algorithm != "ring") {
-    fail(ErrorKind::InvalidArgument, "scalecomm allreduce: unknown algorithm '", opts.algorithm,
-         "'; this build has: ring");
-  }
   ExecContext ctx = context(CollectiveKind::Allreduce, dtype, count, opts);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  Schedule s = ringAllreduce(comm.rank(), n, count, op == ReduceOp::Avg);
+  Schedule s = allreduceSchedule(opts.algorithm, comm.rank(), n, count, op == ReduceOp::Avg);
   Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
   execute(plan, chunkPointers(data, s.blockCounts, dtype), comm, ctx);
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/schedule.h"
 #include "comm/communicator.h"
 #include "core/deadline.h"
 #include "core/dtype.h"
@@ -44,7 +45,8 @@ void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t co
 
 void barrier(Communicator& comm, const CollectiveOptions& opts);
 
-// Allreduce algorithms this build knows.
+// Allreduce algorithms this build knows, and the schedule of one by name.
 const std::vector<std::string>& allreduceAlgorithms();
+Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize);
 
 }  // namespace scalecomm

@@ -25,7 +25,9 @@ BackendConfig configFromEnvironment() {
 static void checkConfig(const BackendConfig& c) {
   const auto& algos = allreduceAlgorithms();
   if (std::find(algos.begin(), algos.end(), c.algorithm) == algos.end()) {
-    TORCH_CHECK_VALUE(false, "scalecomm: unknown allreduce algorithm '", c.algorithm, "'; this build has: ring");
+    std::string known;
+    for (const auto& a : algos) known += (known.empty() ? "" : ", ") + a;
+    TORCH_CHECK_VALUE(false, "scalecomm: unknown allreduce algorithm '", c.algorithm, "'; this build has: ", known);
   }
   TORCH_CHECK_VALUE(c.transport == "auto" || c.transport == "shm" || c.transport == "tcp",
                     "scalecomm: unknown transport '", c.transport, "'; choose auto, shm or tcp");

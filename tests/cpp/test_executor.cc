@@ -110,30 +110,33 @@ const ReduceOp kOps[] = {ReduceOp::Sum,       ReduceOp::Avg,  ReduceOp::Min, Red
 
 }  // namespace
 
-TEST(allreduce_every_dtype_and_op_matches_closed_form) {
-  for (int n : {1, 2, 3, 5}) {
-    for (DataType t : kTypes) {
-      for (ReduceOp op : kOps) {
-        if (!reduceOpSupports(op, t)) continue;
-        if (t == DataType::UInt8 && (op == ReduceOp::Min || op == ReduceOp::Max)) continue;  // negatives
-        const int64_t count = 37;
-        const double factor = 2.0;
-        std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(count * elementSize(t)));
-        for (int r = 0; r < n; ++r)
-          for (int64_t i = 0; i < count; ++i) store(bufs[r].data(), i, t, inputValue(r, i, op));
-        auto errors = runRanks(
-            n, 4096, [&](int r, Communicator& c) { allreduce(c, bufs[r].data(), count, t, op, factor, opts(24)); });
-        for (auto& e : errors) CHECK_EQ(e, std::string());
-        for (int r = 0; r < n; ++r) {
-          for (int64_t i = 0; i < count; ++i) {
-            double want = expected(n, i, op, factor, isInteger(t));
-            if (t == DataType::UInt8) want = static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(want)));
-            if (t == DataType::Int8) want = static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(want)));
-            double got = load(bufs[r].data(), i, t);
-            bool ok = isFloating(t) ? std::fabs(got - want) <= 1e-2 * std::max(1.0, std::fabs(want)) : got == want;
-            if (!ok) {
-              throw sctest::Failure{strCat("n=", n, " dtype=", dataTypeName(t), " op=", reduceOpName(op), " rank ", r,
-                                           " element ", i, ": got ", load(bufs[r].data(), i, t), " want ", want)};
+TEST(allreduce_every_algorithm_dtype_and_op_matches_closed_form) {
+  for (const std::string& algo : allreduceAlgorithms()) {
+    for (int n : {1, 2, 3, 5}) {
+      for (DataType t : kTypes) {
+        for (ReduceOp op : kOps) {
+          if (!reduceOpSupports(op, t)) continue;
+          if (t == DataType::UInt8 && (op == ReduceOp::Min || op == ReduceOp::Max)) continue;  // negatives
+          const int64_t count = 37;
+          const double factor = 2.0;
+          std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(count * elementSize(t)));
+          for (int r = 0; r < n; ++r)
+            for (int64_t i = 0; i < count; ++i) store(bufs[r].data(), i, t, inputValue(r, i, op));
+          auto errors = runRanks(
+              n, 4096, [&](int r, Communicator& c) { allreduce(c, bufs[r].data(), count, t, op, factor, opts(24)); });
+          for (auto& e : errors) CHECK_EQ(e, std::string());
+          for (int r = 0; r < n; ++r) {
+            for (int64_t i = 0; i < count; ++i) {
+              double want = expected(n, i, op, factor, isInteger(t));
+              if (t == DataType::UInt8) want = static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(want)));
+              if (t == DataType::Int8) want = static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(want)));
+              double got = load(bufs[r].data(), i, t);
+              bool ok = isFloating(t) ? std::fabs(got - want) <= 1e-2 * std::max(1.0, std::fabs(want)) : got == want;
+              if (!ok) {
+                throw sctest::Failure{strCat(algo, " n=", n, " dtype=", dataTypeName(t), " op=", reduceOpName(op),
+                                             " rank ", r, " element ", i, ": got ", load(bufs[r].data(), i, t),
+                                             " want ", want)};
+              }
             }
           }
         }
@@ -142,20 +145,26 @@ TEST(allreduce_every_dtype_and_op_matches_closed_form) {
   }
 }
 
-TEST(allreduce_grid_of_world_sizes_counts_and_segments) {
-  for (int n : {2, 3, 4, 7}) {
-    for (int64_t count : {int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{1001}, int64_t{100000}}) {
-      for (int64_t seg : {int64_t{4}, int64_t{100}, int64_t{65536}}) {
-        std::vector<std::vector<float>> bufs(n, std::vector<float>(count));
-        for (int r = 0; r < n; ++r)
-          for (int64_t i = 0; i < count; ++i) bufs[r][i] = static_cast<float>((r + 1) * (i % 13));
-        auto errors = runRanks(n, 1024, [&](int r, Communicator& c) {
-          allreduce(c, bufs[r].data(), count, DataType::Float32, ReduceOp::Sum, 1, opts(seg));
-        });
-        for (auto& e : errors) CHECK_EQ(e, std::string());
-        const float tri = static_cast<float>(n * (n + 1) / 2);
-        for (int r = 0; r < n; ++r)
-          for (int64_t i = 0; i < count; ++i) CHECK_EQ(bufs[r][i], tri * static_cast<float>(i % 13));
+TEST(allreduce_grid_of_algorithms_world_sizes_counts_and_segments) {
+  for (const std::string& algo : allreduceAlgorithms()) {
+    for (int n : {2, 3, 4, 5, 7, 8}) {
+      for (int64_t count : {int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{1001}, int64_t{100000}}) {
+        for (int64_t seg : {int64_t{4}, int64_t{100}, int64_t{65536}}) {
+          std::vector<std::vector<float>> bufs(n, std::vector<float>(count));
+          for (int r = 0; r < n; ++r)
+            for (int64_t i = 0; i < count; ++i) bufs[r][i] = static_cast<float>((r + 1) * (i % 13));
+          auto errors = runRanks(n, 1024, [&](int r, Communicator& c) {
+            CollectiveOptions o = opts(seg);
+            o.algorithm = algo;
+            allreduce(c, bufs[r].data(), count, DataType::Float32, ReduceOp::Sum, 1, o);
+          });
+          std::string all;
+          for (auto& e : errors) all += e.empty() ? "" : "\n    " + e;
+          if (!all.empty()) throw sctest::Failure{strCat(algo, " n=", n, " count=", count, " seg=", seg, ":", all)};
+          const float tri = static_cast<float>(n * (n + 1) / 2);
+          for (int r = 0; r < n; ++r)
+            for (int64_t i = 0; i < count; ++i) CHECK_EQ(bufs[r][i], tri * static_cast<float>(i % 13));
+        }
       }
     }
   }

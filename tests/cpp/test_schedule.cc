@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 
+#include "algo/collectives.h"
 #include "algo/plan.h"
 #include "algo/ring.h"
 #include "harness.h"
@@ -15,6 +16,7 @@ namespace {
 using Value = std::vector<int>;  // per-rank contribution counts of one cell
 
 struct Msg {
+  int step;
   int block;
   int64_t segment, count;
   Value value;
@@ -44,7 +46,7 @@ bool simulate(const std::vector<Plan>& plans, std::vector<std::vector<std::vecto
           int id = p.sendQueue[q][sh[r][q]];
           const Task& t = p.tasks[id];
           if (!ready(r, t)) break;
-          wire[{r, q}].push_back({t.block, t.segment, t.count, cells[r][t.block][t.segment]});
+          wire[{r, q}].push_back({t.step, t.block, t.segment, t.count, cells[r][t.block][t.segment]});
           done[r][id] = true;
           ++sh[r][q];
           progress = true;
@@ -56,6 +58,7 @@ bool simulate(const std::vector<Plan>& plans, std::vector<std::vector<std::vecto
           if (!ready(r, t) || w.empty()) break;
           Msg m = w.front();
           w.pop_front();
+          CHECK_EQ(m.step, t.step);  // steps travel in headers: both ends number them alike
           CHECK_EQ(m.block, t.block);
           CHECK_EQ(m.segment, t.segment);
           CHECK_EQ(m.count, t.count);
@@ -121,19 +124,23 @@ TEST(split_even_covers_the_buffer) {
   }
 }
 
-TEST(ring_allreduce_reduces_every_chunk_exactly_once) {
-  for (int n : kWorlds) {
-    for (int64_t count : countsFor(n)) {
-      for (int64_t seg : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{1} << 40}) {
-        for (bool finalize : {false, true}) {
-          std::vector<Plan> plans;
-          for (int r = 0; r < n; ++r) plans.push_back(compilePlan(ringAllreduce(r, n, count, finalize), n, seg));
-          auto cells = initCells(plans, seg, [&](int r, int) { return unit(n, r); });
-          CHECK(simulate(plans, cells));
-          Value all(n, 1);
-          for (int r = 0; r < n; ++r)
-            for (auto& block : cells[r])
-              for (auto& v : block) CHECK(v == all);
+TEST(every_allreduce_algorithm_reduces_every_chunk_exactly_once) {
+  for (const std::string& algo : allreduceAlgorithms()) {
+    for (int n : kWorlds) {
+      for (int64_t count : countsFor(n)) {
+        for (int64_t seg : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{1} << 40}) {
+          for (bool finalize : {false, true}) {
+            std::vector<Plan> plans;
+            for (int r = 0; r < n; ++r) {
+              plans.push_back(compilePlan(allreduceSchedule(algo, r, n, count, finalize), n, seg));
+            }
+            auto cells = initCells(plans, seg, [&](int r, int) { return unit(n, r); });
+            CHECK(simulate(plans, cells));
+            Value all(n, 1);
+            for (int r = 0; r < n; ++r)
+              for (auto& block : cells[r])
+                for (auto& v : block) CHECK(v == all);
+          }
         }
       }
     }
