@@ -73,6 +73,11 @@ def parse_args(argv=None):
     p.add_argument("-d", "--datatype", default="float", choices=sorted(_DTYPES))
     p.add_argument("-o", "--op", default="sum", choices=_OPS)
     p.add_argument("--backends", default="scalecomm,gloo", help="comma list; the first is the default group")
+    p.add_argument(
+        "--algos",
+        default="",
+        help="comma list of scalecomm allreduce algorithms, one column each (e.g. ring,rhd,direct)",
+    )
     p.add_argument("--nproc", type=int, default=0, help="spawn this many local ranks (no launcher needed)")
     p.add_argument("--json", default="", help="append one JSON line per measurement to this file")
     p.add_argument(
@@ -84,7 +89,7 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def _fill(t, rank, torch):
+def _fill(t, rank):
     t.fill_(rank + 1)
 
 
@@ -104,19 +109,61 @@ def _expected(op: str, n: int) -> float:
     return sum(vals) / n  # avg
 
 
+def _columns(args, dist, pyscalecomm):
+    """[(label, group)]: scalecomm once per --algos entry (or once), then the other backends."""
+    backends = [b for b in args.backends.split(",") if b]
+    algos = [a for a in args.algos.split(",") if a]
+    dist.init_process_group(backends[0])
+    cols = []
+    for b in backends:
+        if b == "scalecomm" and algos:
+            for a in algos:
+                opts = pyscalecomm.Options(algorithm=a)
+                cols.append((f"scalecomm:{a}", dist.new_group(backend="scalecomm", pg_options=opts)))
+        elif b == backends[0]:
+            cols.append((b, dist.group.WORLD))
+        else:
+            cols.append((b, dist.new_group(backend=b)))
+    return cols
+
+
+def _measure(t, op, group, timing_group, args, n, dist, torch):
+    """Mean seconds per allreduce (max over ranks) and the #wrong count."""
+    _fill(t, dist.get_rank())
+    for _ in range(args.warmup_iters):
+        dist.all_reduce(t, op=op, group=group)
+    iters = args.iters
+    while True:
+        dist.barrier(group=timing_group)
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t, op=op, group=group)
+        tt = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(tt, op=dist.ReduceOp.MAX, group=timing_group)
+        if tt.item() >= args.min_time or iters >= 1 << 20:
+            break
+        iters *= 2
+    wrong = -1
+    if args.check:
+        _fill(t, dist.get_rank())
+        dist.all_reduce(t, op=op, group=group)
+        want = torch.full_like(t, _expected(args.op, n))
+        wrong_t = torch.tensor([int((t != want).sum())], dtype=torch.int64)
+        dist.all_reduce(wrong_t, group=timing_group)
+        wrong = int(wrong_t.item())
+    return tt.item() / iters, wrong, iters
+
+
 def run(args) -> None:
     import torch
     import torch.distributed as dist
 
-    import pyscalecomm  # noqa: F401
+    import pyscalecomm
 
-    backends = [b for b in args.backends.split(",") if b]
-    dist.init_process_group(backends[0])
+    cols = _columns(args, dist, pyscalecomm)
     rank, n = dist.get_rank(), dist.get_world_size()
-    groups = {backends[0]: dist.group.WORLD}
-    for b in backends[1:]:
-        groups[b] = dist.new_group(backend=b)
-    timing_group = groups.get("gloo") or dist.group.WORLD
+    labels = [c[0] for c in cols]
+    timing_group = dict(cols).get("gloo") or dist.group.WORLD
     dtype = getattr(torch, _DTYPES[args.datatype])
     esize = torch.empty((), dtype=dtype).element_size()
     op = {
@@ -126,11 +173,15 @@ def run(args) -> None:
         "max": dist.ReduceOp.MAX,
         "avg": dist.ReduceOp.AVG,
     }[args.op]
-    if args.op == "avg" and "gloo" in backends:
+    if args.op == "avg" and "gloo" in labels:
         raise SystemExit("gloo has no AVG; pick another op or drop gloo from --backends")
-    step = parse_size(args.stepbytes)
-    size_list = sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, step)
+    ours = [i for i, lab in enumerate(labels) if lab.startswith("scalecomm")]
+    base = labels.index("gloo") if "gloo" in labels else None
+    size_list = sizes(
+        parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, parse_size(args.stepbytes)
+    )
     cfg = pyscalecomm._C.BackendConfig()
+    width = max(10, *(len(lab) for lab in labels))
     if rank == 0:
         print(
             f"# scalecomm bench: allreduce, world {n}, type {args.datatype}, op {args.op}, "
@@ -138,14 +189,16 @@ def run(args) -> None:
             f"transport {cfg.transport}, segment {cfg.segment_bytes} B"
         )
         head = f"{'size':>12} {'count':>11} {'type':>8} {'redop':>6}"
-        for b in backends:
-            head += f" | {b:>10} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
-        if len(backends) > 1:
-            head += f" | {'busbw ' + backends[0] + '/' + backends[1]:>22}"
+        for lab in labels:
+            head += f" | {lab:>{width}} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
+        if len(ours) > 1:
+            head += f" | {'best':>{width}}"
+        if base is not None and ours:
+            head += f" | {'busbw scalecomm/gloo':>21}"
         print(head)
         print(
             f"{'(B)':>12} {'(elements)':>11} {'':>8} {'':>6}"
-            + "".join(f" | {'':>10} {'':>10} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}" for _ in backends),
+            + "".join(f" | {'':>{width}} {'':>10} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}" for _ in labels),
             flush=True,
         )
     for size in size_list:
@@ -154,63 +207,39 @@ def run(args) -> None:
         t = torch.empty(count, dtype=dtype)
         row = f"{nbytes:>12} {count:>11} {args.datatype:>8} {args.op:>6}"
         busbws = []
-        for b in backends:
-            g = groups[b]
-            _fill(t, rank, torch)
-            for _ in range(args.warmup_iters):
-                dist.all_reduce(t, op=op, group=g)
-            iters = args.iters
-            while True:
-                dist.barrier(group=timing_group)
-                start = time.perf_counter()
-                for _ in range(iters):
-                    dist.all_reduce(t, op=op, group=g)
-                elapsed = time.perf_counter() - start
-                tt = torch.tensor([elapsed], dtype=torch.float64)
-                dist.all_reduce(tt, op=dist.ReduceOp.MAX, group=timing_group)
-                if tt.item() >= args.min_time or iters >= 1 << 20:
-                    break
-                iters *= 2
-            sec = tt.item() / iters
-            wrong = -1
-            if args.check:
-                _fill(t, rank, torch)
-                dist.all_reduce(t, op=op, group=g)
-                want = torch.full_like(t, _expected(args.op, n))
-                wrong_t = torch.tensor([int((t != want).sum())], dtype=torch.int64)
-                dist.all_reduce(wrong_t, group=timing_group)
-                wrong = int(wrong_t.item())
+        for label, group in cols:
+            sec, wrong, iters = _measure(t, op, group, timing_group, args, n, dist, torch)
             algbw = nbytes / sec / 1e9
             busbw = algbw * busbw_factor(n)
             busbws.append(busbw)
-            row += f" | {'':>10} {sec * 1e6:>10.1f} {algbw:>7.3f} {busbw:>7.3f} {wrong:>6}"
+            row += f" | {'':>{width}} {sec * 1e6:>10.1f} {algbw:>7.3f} {busbw:>7.3f} {wrong:>6}"
             if rank == 0 and args.json:
+                backend, _, algo = label.partition(":")
                 with open(args.json, "a") as f:
-                    f.write(
-                        json.dumps(
-                            {
-                                "collective": "allreduce",
-                                "backend": b,
-                                "world_size": n,
-                                "bytes": nbytes,
-                                "count": count,
-                                "dtype": args.datatype,
-                                "op": args.op,
-                                "time_us": sec * 1e6,
-                                "algbw_gbps": algbw,
-                                "busbw_gbps": busbw,
-                                "wrong": wrong,
-                                "iters": iters,
-                                "algorithm": cfg.algorithm if b == "scalecomm" else b,
-                                "transport": cfg.transport if b == "scalecomm" else b,
-                                "segment_bytes": cfg.segment_bytes if b == "scalecomm" else None,
-                                "inplace": True,
-                            }
-                        )
-                        + "\n"
-                    )
-        if len(busbws) > 1:
-            row += f" | {busbws[0] / busbws[1]:>21.2f}x"
+                    record = {
+                        "collective": "allreduce",
+                        "backend": backend,
+                        "algorithm": algo or (cfg.algorithm if backend == "scalecomm" else backend),
+                        "transport": cfg.transport if backend == "scalecomm" else backend,
+                        "segment_bytes": cfg.segment_bytes if backend == "scalecomm" else None,
+                        "world_size": n,
+                        "bytes": nbytes,
+                        "count": count,
+                        "dtype": args.datatype,
+                        "op": args.op,
+                        "time_us": sec * 1e6,
+                        "algbw_gbps": algbw,
+                        "busbw_gbps": busbw,
+                        "wrong": wrong,
+                        "iters": iters,
+                        "inplace": True,
+                    }
+                    f.write(json.dumps(record) + "\n")
+        best = max(ours, key=lambda i: busbws[i]) if ours else None
+        if len(ours) > 1:
+            row += f" | {labels[best]:>{width}}"
+        if base is not None and best is not None:
+            row += f" | {busbws[best] / busbws[base]:>20.2f}x"
         if rank == 0:
             print(row, flush=True)
         del t
