@@ -7,6 +7,7 @@
 #include "algo/plan.h"
 #include "algo/rhd.h"
 #include "algo/ring.h"
+#include "algo/rooted.h"
 #include "comm/reducer.h"
 #include "core/error.h"
 
@@ -102,6 +103,74 @@ void barrier(Communicator& comm, const CollectiveOptions& opts) {
   Schedule s = disseminationBarrier(comm.rank(), n);
   Plan plan = compilePlan(s, n, 1);
   execute(plan, {&token}, comm, ctx);
+}
+
+namespace {
+
+std::vector<uint8_t*> bytePointers(const std::vector<void*>& ptrs) {
+  std::vector<uint8_t*> out;
+  for (void* p : ptrs) out.push_back(static_cast<uint8_t*>(p));
+  return out;
+}
+
+}  // namespace
+
+void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor, int root,
+            const CollectiveOptions& opts) {
+  const int n = comm.size();
+  if (op == ReduceOp::PremulSum) scaleInPlace(data, count, dtype, premulFactor);
+  if (count == 0 || n == 1) return;
+  ExecContext ctx = context(CollectiveKind::Reduce, dtype, count, opts);
+  ctx.op = op;
+  ctx.root = root;
+  ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
+  Schedule s = chainReduce(comm.rank(), n, root, count, op == ReduceOp::Avg);
+  execute(compilePlan(s, n, segmentElems(opts, dtype)), {static_cast<uint8_t*>(data)}, comm, ctx);
+}
+
+void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
+                   const CollectiveOptions& opts) {
+  const int n = comm.size();
+  if (op == ReduceOp::PremulSum) scaleInPlace(work, perRank * n, dtype, premulFactor);
+  if (perRank == 0 || n == 1) return;
+  ExecContext ctx = context(CollectiveKind::ReduceScatter, dtype, perRank, opts);
+  ctx.op = op;
+  ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
+  Schedule s = ringReduceScatter(comm.rank(), n, perRank, op == ReduceOp::Avg);
+  execute(compilePlan(s, n, segmentElems(opts, dtype)), chunkPointers(work, s.blockCounts, dtype), comm, ctx);
+}
+
+void gather(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
+            const CollectiveOptions& opts) {
+  const int n = comm.size();
+  if (perRank == 0 || n == 1) return;
+  ExecContext ctx = context(CollectiveKind::Gather, dtype, perRank, opts);
+  ctx.root = root;
+  Schedule s = directGather(comm.rank(), n, root, perRank);
+  execute(compilePlan(s, n, segmentElems(opts, dtype)), bytePointers(blocks), comm, ctx);
+}
+
+void scatter(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
+             const CollectiveOptions& opts) {
+  const int n = comm.size();
+  if (perRank == 0 || n == 1) return;
+  ExecContext ctx = context(CollectiveKind::Scatter, dtype, perRank, opts);
+  ctx.root = root;
+  Schedule s = directScatter(comm.rank(), n, root, perRank);
+  execute(compilePlan(s, n, segmentElems(opts, dtype)), bytePointers(blocks), comm, ctx);
+}
+
+void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const std::vector<int64_t>& sendCounts,
+              const std::vector<void*>& recvBlocks, const std::vector<int64_t>& recvCounts, DataType dtype,
+              const CollectiveOptions& opts) {
+  const int n = comm.size();
+  if (n == 1) return;
+  // Splits legitimately differ between ranks; each message's size is checked instead.
+  ExecContext ctx = context(CollectiveKind::Alltoall, dtype, 0, opts);
+  Schedule s = directAlltoall(comm.rank(), n, sendCounts, recvCounts);
+  std::vector<void*> ptrs = sendBlocks;
+  ptrs.insert(ptrs.end(), recvBlocks.begin(), recvBlocks.end());
+  execute(compilePlan(s, n, segmentElems(opts, dtype)), bytePointers(ptrs), comm, ctx);
 }
 
 }  // namespace scalecomm

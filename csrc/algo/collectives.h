@@ -45,6 +45,31 @@ void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t co
 
 void barrier(Communicator& comm, const CollectiveOptions& opts);
 
+// Reduces every rank's `data` into the root's `data` (chain, pipelined). On
+// other ranks `data` is used as scratch and ends unspecified: pass a copy.
+void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor, int root,
+            const CollectiveOptions& opts);
+
+// `work` holds n blocks of `perRank` elements (this rank's contributions) and
+// is overwritten; afterwards block `rank` of it holds the reduced block.
+void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
+                   const CollectiveOptions& opts);
+
+// blocks[r] is rank r's block of `perRank` elements; only blocks[rank] (and,
+// at the root, all) need to be valid memory. gather fills the root's blocks;
+// scatter fills blocks[rank] on every non-root rank from the root's.
+void gather(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
+            const CollectiveOptions& opts);
+void scatter(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
+             const CollectiveOptions& opts);
+
+// Sends sendBlocks[q] (sendCounts[q] elements) to rank q and receives rank q's
+// block for us into recvBlocks[q] (recvCounts[q]); the caller copies the
+// block to itself. Mismatched splits are detected on the wire.
+void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const std::vector<int64_t>& sendCounts,
+              const std::vector<void*>& recvBlocks, const std::vector<int64_t>& recvCounts, DataType dtype,
+              const CollectiveOptions& opts);
+
 // Allreduce algorithms this build knows, and the schedule of one by name.
 const std::vector<std::string>& allreduceAlgorithms();
 Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize);

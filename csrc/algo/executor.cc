@@ -30,7 +30,7 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   h.step = t.step;
   h.seq = ctx.seq;
   h.totalCount = ctx.totalCount;
-  h.block = t.block;
+  h.block = t.wireBlock;
   h.segment = t.segment;
   h.payloadBytes = t.count * static_cast<int64_t>(es);
   return h;
@@ -62,6 +62,11 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   if (got.root != want.root) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " used root/src ", got.root, " but this rank used ",
          want.root, "; all ranks must pass the same root");
+  }
+  if (ctx.collective == CollectiveKind::Alltoall && got.payloadBytes != want.payloadBytes) {
+    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent a block of ", got.payloadBytes,
+         " bytes (or more) to this rank, which expected ", want.payloadBytes,
+         " bytes from it; input_split_sizes on the sender must match output_split_sizes here");
   }
   fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent step ", got.step, " block ", got.block, " segment ",
        got.segment, " (", got.payloadBytes, " bytes) where this rank expected step ", want.step, " block ", want.block,

@@ -34,6 +34,7 @@ Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems) 
         t.peer = op.peer;
         t.step = static_cast<int>(st);
         t.block = op.block;
+        t.wireBlock = op.wire >= 0 ? op.wire : op.block;
         t.segment = s;
         t.offset = s * segmentElems;
         t.count = std::min(segmentElems, count - t.offset);

@@ -25,6 +25,7 @@ struct Task {
   int peer;
   int step;
   int block;
+  int wireBlock;  // block id in the header (see ScheduleOp::wire)
   int64_t segment;
   int64_t offset;  // elements from the start of the block
   int64_t count;   // elements

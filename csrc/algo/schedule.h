@@ -28,6 +28,11 @@ struct ScheduleOp {
   OpKind kind;
   int peer;  // -1 for Finalize
   int block;
+  // Block id carried in the message header and matched by the receiver; -1
+  // means `block`. Differs only where the two ends index a message's data by
+  // different blocks (all-to-all: the sender's block "for q", the receiver's
+  // block "from s"); both ends must give the same id.
+  int wire = -1;
 };
 
 struct ScheduleStep {

@@ -7,6 +7,7 @@
 #include "algo/collectives.h"
 #include "algo/plan.h"
 #include "algo/ring.h"
+#include "algo/rooted.h"
 #include "harness.h"
 
 using namespace scalecomm;
@@ -46,7 +47,7 @@ bool simulate(const std::vector<Plan>& plans, std::vector<std::vector<std::vecto
           int id = p.sendQueue[q][sh[r][q]];
           const Task& t = p.tasks[id];
           if (!ready(r, t)) break;
-          wire[{r, q}].push_back({t.step, t.block, t.segment, t.count, cells[r][t.block][t.segment]});
+          wire[{r, q}].push_back({t.step, t.wireBlock, t.segment, t.count, cells[r][t.block][t.segment]});
           done[r][id] = true;
           ++sh[r][q];
           progress = true;
@@ -59,7 +60,7 @@ bool simulate(const std::vector<Plan>& plans, std::vector<std::vector<std::vecto
           Msg m = w.front();
           w.pop_front();
           CHECK_EQ(m.step, t.step);  // steps travel in headers: both ends number them alike
-          CHECK_EQ(m.block, t.block);
+          CHECK_EQ(m.block, t.wireBlock);
           CHECK_EQ(m.segment, t.segment);
           CHECK_EQ(m.count, t.count);
           Value& v = cells[r][t.block][t.segment];
@@ -208,6 +209,59 @@ TEST(plan_orders_only_true_hazards) {
     ++checked;
   }
   CHECK_EQ(checked, 2);
+}
+
+TEST(rooted_collectives_and_alltoall_deliver_exactly) {
+  for (int n : kWorlds) {
+    for (int root = 0; root < n; root += 2) {
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{40}}) {
+        for (bool fin : {false, true}) {  // chain reduce: the root holds every contribution once
+          std::vector<Plan> plans;
+          for (int r = 0; r < n; ++r) plans.push_back(compilePlan(chainReduce(r, n, root, count, fin), n, 7));
+          auto cells = initCells(plans, 7, [&](int r, int) { return unit(n, r); });
+          CHECK(simulate(plans, cells));
+          for (auto& v : cells[root][0]) CHECK(v == Value(n, 1));
+        }
+        std::vector<Plan> g, sc;
+        for (int r = 0; r < n; ++r) {
+          g.push_back(compilePlan(directGather(r, n, root, count), n, 7));
+          sc.push_back(compilePlan(directScatter(r, n, root, count), n, 7));
+        }
+        auto gc = initCells(g, 7, [&](int r, int b) { return unit(n, r == b ? r : -1); });
+        CHECK(simulate(g, gc));
+        for (int b = 0; b < n; ++b)
+          for (auto& v : gc[root][b]) CHECK(v == unit(n, b));
+        auto scc = initCells(sc, 7, [&](int r, int b) { return unit(n, r == root ? b : -1); });
+        CHECK(simulate(sc, scc));
+        for (int r = 0; r < n; ++r)
+          for (auto& v : scc[r][r]) CHECK(v == unit(n, r));
+      }
+    }
+    for (int64_t per : {int64_t{0}, int64_t{1}, int64_t{33}}) {  // reduce-scatter: rank r owns block r
+      std::vector<Plan> plans;
+      for (int r = 0; r < n; ++r) plans.push_back(compilePlan(ringReduceScatter(r, n, per, true), n, 5));
+      auto cells = initCells(plans, 5, [&](int r, int) { return unit(n, r); });
+      CHECK(simulate(plans, cells));
+      for (int r = 0; r < n; ++r)
+        for (auto& v : cells[r][r]) CHECK(v == Value(n, 1));
+    }
+    // all-to-all with uneven splits: rank s sends s + 2q + 1 elements to rank q
+    std::vector<Plan> plans;
+    for (int r = 0; r < n; ++r) {
+      std::vector<int64_t> sendCounts(n), recvCounts(n);
+      for (int q = 0; q < n; ++q) {
+        sendCounts[q] = r + 2 * q + 1;
+        recvCounts[q] = q + 2 * r + 1;
+      }
+      plans.push_back(compilePlan(directAlltoall(r, n, sendCounts, recvCounts), n, 3));
+    }
+    auto cells = initCells(plans, 3, [&](int r, int b) { return unit(n, b < n ? r : -1); });
+    CHECK(simulate(plans, cells));
+    for (int r = 0; r < n; ++r)
+      for (int q = 0; q < n; ++q)
+        if (q != r)
+          for (auto& v : cells[r][n + q]) CHECK(v == unit(n, q));
+  }
 }
 
 TEST_MAIN()

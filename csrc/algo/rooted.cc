@@ -1,0 +1,87 @@
+#include "algo/rooted.h"
+
+#include "core/error.h"
+
+namespace scalecomm {
+
+static int mod(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }
+
+Schedule chainReduce(int rank, int n, int root, int64_t count, bool finalize) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && count >= 0);
+  Schedule s;
+  s.algorithm = "chain";
+  s.blockCounts = {count};
+  const int pos = mod(rank - root, n);
+  ScheduleStep step;
+  if (pos < n - 1) step.ops.push_back({OpKind::RecvReduce, mod(rank + 1, n), 0});
+  if (pos > 0) step.ops.push_back({OpKind::Send, mod(rank - 1, n), 0});
+  s.steps.push_back(step);
+  // Every rank has the same step count, because the step travels in headers.
+  ScheduleStep fin;
+  if (finalize && pos == 0) fin.ops.push_back({OpKind::Finalize, -1, 0});
+  if (finalize) s.steps.push_back(fin);
+  return s;
+}
+
+Schedule ringReduceScatter(int rank, int n, int64_t perRank, bool finalize) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && perRank >= 0);
+  Schedule s;
+  s.algorithm = "ring";
+  s.blockCounts.assign(n, perRank);
+  const int right = mod(rank + 1, n), left = mod(rank - 1, n);
+  for (int k = 0; k < n - 1; ++k) {
+    s.steps.push_back(
+        {{{OpKind::Send, right, mod(rank - 1 - k, n)}, {OpKind::RecvReduce, left, mod(rank - 2 - k, n)}}});
+  }
+  if (finalize) s.steps.push_back({{{OpKind::Finalize, -1, rank}}});
+  return s;
+}
+
+Schedule directGather(int rank, int n, int root, int64_t perRank) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && perRank >= 0);
+  Schedule s;
+  s.algorithm = "direct";
+  s.blockCounts.assign(n, perRank);
+  ScheduleStep step;
+  if (rank == root) {
+    for (int k = 1; k < n; ++k) step.ops.push_back({OpKind::Recv, mod(root + k, n), mod(root + k, n)});
+  } else {
+    step.ops.push_back({OpKind::Send, root, rank});
+  }
+  s.steps.push_back(step);
+  return s;
+}
+
+Schedule directScatter(int rank, int n, int root, int64_t perRank) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && perRank >= 0);
+  Schedule s;
+  s.algorithm = "direct";
+  s.blockCounts.assign(n, perRank);
+  ScheduleStep step;
+  if (rank == root) {
+    for (int k = 1; k < n; ++k) step.ops.push_back({OpKind::Send, mod(root + k, n), mod(root + k, n)});
+  } else {
+    step.ops.push_back({OpKind::Recv, root, rank});
+  }
+  s.steps.push_back(step);
+  return s;
+}
+
+Schedule directAlltoall(int rank, int n, const std::vector<int64_t>& sendCounts,
+                        const std::vector<int64_t>& recvCounts) {
+  SC_CHECK(static_cast<int>(sendCounts.size()) == n && static_cast<int>(recvCounts.size()) == n);
+  Schedule s;
+  s.algorithm = "direct";
+  s.blockCounts = sendCounts;
+  s.blockCounts.insert(s.blockCounts.end(), recvCounts.begin(), recvCounts.end());
+  ScheduleStep step;
+  for (int k = 1; k < n; ++k) {
+    const int to = mod(rank + k, n), from = mod(rank - k, n);
+    step.ops.push_back({OpKind::Send, to, to, rank});  // wire id: the sender's rank
+    step.ops.push_back({OpKind::Recv, from, n + from, from});
+  }
+  s.steps.push_back(step);
+  return s;
+}
+
+}  // namespace scalecomm

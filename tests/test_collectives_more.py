@@ -1,0 +1,102 @@
+"""reduce, reduce_scatter (list and tensor), gather, scatter and all_to_all
+(even and uneven splits) against closed forms and gloo, world sizes 1-4."""
+
+import pytest
+import torch
+import torch.distributed as dist
+from dist_helpers import run_ranks
+
+R = dist.ReduceOp
+
+
+def _x(rank, count, dtype=torch.float32, salt=0):
+    return ((torch.arange(count) * 7 + 13 * rank + salt) % 23).to(dtype)
+
+
+def _rooted_and_exchanges(rank, n):
+    gloo = dist.new_group(backend="gloo")
+    for dtype in [torch.float32, torch.int64, torch.bfloat16]:
+        for count in [0, 1, n + 1, 5003]:
+            total = sum(_x(r, count, torch.float64) for r in range(n))
+            for root in range(n):
+                # reduce: the root gets the sum; other ranks' inputs stay as they were
+                t = _x(rank, count, dtype)
+                dist.reduce(t, dst=root)
+                want = total.to(dtype) if rank == root else _x(rank, count, dtype)
+                assert torch.equal(t, want), f"reduce {dtype} {count} root {root}"
+                # gather / scatter
+                outs = [torch.empty(count, dtype=dtype) for _ in range(n)] if rank == root else None
+                dist.gather(_x(rank, count, dtype), outs, dst=root)
+                if rank == root:
+                    assert all(torch.equal(outs[q], _x(q, count, dtype)) for q in range(n)), "gather"
+                got = torch.empty(count, dtype=dtype)
+                ins = [_x(root, count, dtype, salt=q) for q in range(n)] if rank == root else None
+                dist.scatter(got, ins, src=root)
+                assert torch.equal(got, _x(root, count, dtype, salt=rank)), "scatter"
+            # reduce_scatter_tensor and the list form
+            full = _x(rank, count * n, dtype)
+            out = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter_tensor(out, full)
+            whole = sum(_x(r, count * n, torch.float64) for r in range(n)).to(dtype)
+            assert torch.equal(out, whole[rank * count : (rank + 1) * count]), "reduce_scatter_tensor"
+            assert torch.equal(full, _x(rank, count * n, dtype)), "reduce_scatter_tensor changed its input"
+            out2 = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter(out2, list(full.chunk(n)) if count else [torch.empty(0, dtype=dtype)] * n)
+            assert torch.equal(out2, out), "reduce_scatter"
+            # all_to_all_single, even splits, compared with gloo
+            a = _x(rank, count * n, dtype).reshape(n, count) if count else torch.empty(n, 0, dtype=dtype)
+            mine, theirs = torch.empty_like(a), torch.empty_like(a)
+            dist.all_to_all_single(mine, a)
+            dist.all_to_all_single(theirs, a, group=gloo)
+            assert torch.equal(mine, theirs), "all_to_all_single"
+    # uneven splits: rank s sends s + q + 1 rows of width 3 to rank q
+    in_splits = [rank + q + 1 for q in range(n)]
+    out_splits = [q + rank + 1 for q in range(n)]
+    inp = torch.cat([torch.full((rank + q + 1, 3), float(100 * rank + q)) for q in range(n)])
+    out = torch.empty(sum(out_splits), 3)
+    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    want = torch.cat([torch.full((q + rank + 1, 3), float(100 * q + rank)) for q in range(n)])
+    assert torch.equal(out, want), "all_to_all_single uneven"
+    # all_to_all list form with different sizes per pair, and a dtype that only moves (bool)
+    ins = [torch.full((rank + q + 2,), (rank + q) % 2 == 0) for q in range(n)]
+    outs = [torch.empty(q + rank + 2, dtype=torch.bool) for q in range(n)]
+    dist.all_to_all(outs, ins)
+    assert all(torch.equal(outs[q], torch.full((q + rank + 2,), (q + rank) % 2 == 0)) for q in range(n))
+    return True
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_reduce_gather_scatter_reduce_scatter_all_to_all(n):
+    run_ranks(n, _rooted_and_exchanges, timeout_s=300)
+
+
+def _avg_and_premul(rank, n):
+    t = torch.full((10,), float(rank + 1))
+    dist.reduce(t, dst=0, op=R.AVG)
+    if rank == 0:
+        assert torch.allclose(t, torch.full((10,), (n + 1) / 2))
+    out = torch.empty(4)
+    dist.reduce_scatter_tensor(out, torch.full((4 * n,), float(rank + 1)), op=dist._make_nccl_premul_sum(3.0))
+    assert torch.equal(out, torch.full((4,), 3.0 * n * (n + 1) / 2))
+    return True
+
+
+def test_reduce_avg_and_reduce_scatter_premul_sum():
+    run_ranks(3, _avg_and_premul)
+
+
+def _mismatched_splits(rank, n):
+    inp = torch.ones(4 if rank == 0 else 2)
+    out = torch.empty(2 if rank == 0 else 4)
+    in_splits = [2, 2] if rank == 0 else [1, 1]
+    out_splits = [2, 0] if rank == 0 else [3, 1]  # rank 1 expects 3 rows from rank 0, which sends 2
+    try:
+        dist.all_to_all_single(out, inp, out_splits, in_splits)
+    except dist.DistBackendError as e:
+        return str(e)
+    return "no error"
+
+
+def test_all_to_all_split_mismatch_is_named():
+    msgs = run_ranks(2, _mismatched_splits)
+    assert any("input_split_sizes" in m for m in msgs), msgs
