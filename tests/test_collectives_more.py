@@ -100,3 +100,29 @@ def _mismatched_splits(rank, n):
 def test_all_to_all_split_mismatch_is_named():
     msgs = run_ranks(2, _mismatched_splits)
     assert any("input_split_sizes" in m for m in msgs), msgs
+
+
+def _profiled(rank, n):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(torch.ones(100))
+        dist.broadcast(torch.ones(10), src=0)
+    names = {e.name for e in prof.events()}
+    errors = []
+    for call in [
+        lambda: dist.send(torch.ones(2), dst=1 - rank),
+        lambda: dist.recv(torch.ones(2), src=1 - rank),
+    ]:
+        try:
+            call()
+        except NotImplementedError as e:
+            errors.append(str(e))
+    return sorted(x for x in names if x.startswith("scalecomm")), errors
+
+
+def test_profiler_names_collective_and_algorithm_and_p2p_says_not_implemented():
+    for names, errors in run_ranks(2, _profiled, env={"SCALECOMM_ALGORITHM": "rhd"}):
+        assert "scalecomm:allreduce:rhd" in names, names
+        assert "scalecomm:broadcast" in names, names
+        assert len(errors) == 2 and "does not implement send" in errors[0], errors

@@ -56,6 +56,7 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
     if (e.kind() == ErrorKind::InvalidArgument) TORCH_CHECK_VALUE(false, e.what());
     C10_THROW_ERROR(DistBackendError, e.what());
   }
+  allreduceTitle_ = "allreduce:" + config_.algorithm;
   state_ = std::make_shared<GroupState>(rank, comm_.get());
   worker_ = std::make_unique<Worker>(config_.spinMicros);
 }
@@ -131,10 +132,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   ReductionArgs r = reductionArgs("allreduce", getRank(), t, opts.reduceOp);
   Communicator* comm = comm_.get();
   at::Tensor tensor = t;
-  return enqueue(
-      c10d::OpType::ALLREDUCE, "allreduce", {tensor}, opts.timeout, [comm, tensor, r](const CollectiveOptions& o) {
-        scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
-      });
+  return enqueue(c10d::OpType::ALLREDUCE, allreduceTitle_.c_str(), {tensor}, opts.timeout,
+                 [comm, tensor, r](const CollectiveOptions& o) {
+                   scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor,
+                                        o);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -250,6 +252,31 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::barrier(const c10d::BarrierOpti
   Communicator* comm = comm_.get();
   return enqueue(c10d::OpType::BARRIER, "barrier", {}, opts.timeout,
                  [comm](const CollectiveOptions& o) { scalecomm::barrier(*comm, o); });
+}
+
+static void notImplemented(const char* what, const char* instead) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "scalecomm does not implement ", what, " yet; ", instead);
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::send(std::vector<at::Tensor>&, int, int) {
+  notImplemented("send", "use a gloo group for point-to-point (dist.new_group(backend='gloo'))");
+  return {};
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::recv(std::vector<at::Tensor>&, int, int) {
+  notImplemented("recv", "use a gloo group for point-to-point (dist.new_group(backend='gloo'))");
+  return {};
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::recvAnysource(std::vector<at::Tensor>&, int) {
+  notImplemented("recv from any source", "use a gloo group for point-to-point (dist.new_group(backend='gloo'))");
+  return {};
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_sparse(std::vector<at::Tensor>&,
+                                                                  const c10d::AllreduceOptions&) {
+  notImplemented("sparse allreduce", "pass a dense tensor (tensor.to_dense())");
+  return {};
 }
 
 }  // namespace scalecomm

@@ -88,6 +88,13 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
 
+  // Not implemented yet: raise NotImplementedError naming the call.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
+
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
   void abort() override;
@@ -101,6 +108,7 @@ class ScalecommBackend : public c10d::Backend {
   void checkUsable(const char* collective);
 
   BackendConfig config_;
+  std::string allreduceTitle_;  // "allreduce:<algorithm>": Work and profiler name
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<GroupState> state_;
   std::unique_ptr<Worker> worker_;

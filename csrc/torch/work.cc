@@ -7,14 +7,24 @@ namespace scalecomm {
 
 ScalecommWork::ScalecommWork(int rank, c10d::OpType type, std::string collective, uint64_t seq,
                              std::vector<at::Tensor> outputs, std::shared_ptr<GroupState> group)
-    : c10d::Work(rank, type),
+    // The profiling title ("scalecomm:allreduce:ring") names the op in
+    // torch.profiler traces; c10d records it when profiling is on.
+    : c10d::Work(rank, type, strCat("scalecomm:", collective).c_str()),
       collective_(std::move(collective)),
       seq_(seq),
       outputs_(std::move(outputs)),
       group_(std::move(group)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
+void ScalecommWork::endProfilingRange() {
+  if (recordFunctionEndCallback_) {
+    recordFunctionEndCallback_();
+    recordFunctionEndCallback_ = nullptr;
+  }
+}
+
 void ScalecommWork::finish() {
+  endProfilingRange();
   {
     std::lock_guard<std::mutex> g(mu_);
     done_.store(true, std::memory_order_release);
@@ -24,6 +34,7 @@ void ScalecommWork::finish() {
 }
 
 void ScalecommWork::finishError(std::exception_ptr error) {
+  endProfilingRange();
   {
     std::lock_guard<std::mutex> g(mu_);
     error_ = error;

@@ -1,6 +1,8 @@
 // scalecomm torch adapter: the Work handle of one collective.
 //
-// Contract: created by the backend when a collective is queued; completed
+// Contract: created by the backend when a collective is queued (its profiling
+// title, "scalecomm:<collective>[:<algorithm>]", spans queueing to completion
+// in torch.profiler traces); completed
 // exactly once by the worker thread (finish or finishError), which also
 // completes the Future (List[Tensor] of the outputs) that DDP comm hooks chain
 // on. wait() blocks until completion; with a timeout, expiry poisons the group
@@ -37,6 +39,7 @@ class ScalecommWork : public c10d::Work {
   void abort() override;
 
  private:
+  void endProfilingRange();
   std::string collective_;
   uint64_t seq_;
   std::vector<at::Tensor> outputs_;
