@@ -67,3 +67,39 @@ def test_train_compare_runs_and_reports_parity(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "scalecomm" in out.stdout and "gloo" in out.stdout
     assert "bit-identical" in out.stdout, out.stdout
+
+
+def test_simulate_prices_every_algorithm_and_names_a_winner(tmp_path):
+    out = _run(
+        [
+            "pyscalecomm.simulate",
+            "--world",
+            "1024",
+            "--bytes",
+            "256M",
+            "--alpha",
+            "5us",
+            "--bandwidth",
+            "100Gbit",
+        ],
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = {
+        ln.split()[0]: float(ln.split()[1])
+        for ln in out.stdout.splitlines()
+        if ln.split()[0] in ("ring", "rhd", "direct")
+    }
+    assert set(rows) == {"ring", "rhd", "direct"}
+    # ring's closed form: 2 (n-1) (alpha + N/n / bandwidth)
+    n, nbytes = 1024, 256 << 20
+    want = 2 * (n - 1) * (5e-6 + nbytes / n / 12.5e9)
+    assert abs(rows["ring"] * 1e-6 - want) / want < 1e-3
+    assert f"winner: {min(rows, key=rows.get)}" in out.stdout
+
+
+def test_simulate_parses_units():
+    from pyscalecomm.simulate import parse_rate, parse_time
+
+    assert abs(parse_time("5us") - 5e-6) < 1e-15 and abs(parse_time("1.5ms") - 1.5e-3) < 1e-15
+    assert parse_rate("100Gbit") == 12.5e9 and parse_rate("10GB") == 10e9

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "algo/collectives.h"
+#include "algo/cost_model.h"
 #include "core/params.h"
 #include "torch/backend.h"
 #include "transport/shm.h"
@@ -48,6 +49,22 @@ PYBIND11_MODULE(_C, m) {
         return out;
       },
       "Every SCALECOMM_* variable: (name, default, doc).");
+  m.def(
+      "predict_allreduce",
+      [](const std::string& algorithm, int world, int64_t bytes, double alpha, double beta, double overhead,
+         double gamma) {
+        if (world < 1) throw py::value_error("world must be >= 1");
+        const auto& algos = scalecomm::allreduceAlgorithms();
+        if (std::find(algos.begin(), algos.end(), algorithm) == algos.end()) {
+          throw py::value_error("unknown allreduce algorithm '" + algorithm + "'");
+        }
+        scalecomm::CostParams c{alpha, beta, overhead, gamma};
+        py::gil_scoped_release noGil;
+        return scalecomm::predictAllreduceSeconds(algorithm, world, bytes, c);
+      },
+      py::arg("algorithm"), py::arg("world"), py::arg("bytes"), py::arg("alpha"), py::arg("beta"),
+      py::arg("overhead") = 0.0, py::arg("gamma") = 0.0,
+      "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h).");
   m.def("allreduce_algorithms", [] { return scalecomm::allreduceAlgorithms(); });
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,
         "Removes /dev/shm/scalecomm-* segments left by dead processes; returns how many.");

@@ -1,0 +1,121 @@
+"""Price allreduce algorithms for any world size without running them.
+
+    python -m pyscalecomm.simulate --world 1024 --bytes 256M --alpha 5us --bandwidth 100Gbit
+    python -m pyscalecomm.simulate --sweep --alpha 5us --bandwidth 100Gbit
+
+The model (csrc/algo/cost_model.h) walks each algorithm's real schedule: per
+step, the slowest rank pays alpha, a per-extra-message overhead, bytes sent x
+1/bandwidth and bytes reduced x gamma. The first form prints every algorithm's
+predicted time, bus bandwidth and the winner; --sweep prints the winner for
+world sizes 8..65,536 and sizes 8 B..1 GiB (where the crossovers fall).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+_RATE = {
+    "bit": 1 / 8,
+    "kbit": 1e3 / 8,
+    "mbit": 1e6 / 8,
+    "gbit": 1e9 / 8,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+}
+
+
+def parse_time(text: str) -> float:
+    """'5us' -> 5e-6 seconds."""
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*(s|ms|us|ns)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} (e.g. 5us, 1.5ms)")
+    return float(m.group(1)) * _TIME[m.group(2) or "s"]
+
+
+def parse_rate(text: str) -> float:
+    """'100Gbit' -> bytes per second; 'GB' suffixes are bytes (per second)."""
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([a-zA-Z]*?)(/s|ps)?\s*", text)
+    unit = (m.group(2) or "b").lower() if m else None
+    if not m or unit not in _RATE:
+        raise argparse.ArgumentTypeError(f"not a bandwidth: {text!r} (e.g. 100Gbit, 12.5GB)")
+    return float(m.group(1)) * _RATE[unit]
+
+
+def fmt_bytes(n: int) -> str:
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def predict(algorithm, world, nbytes, args) -> float:
+    from pyscalecomm import _C
+
+    return _C.predict_allreduce(
+        algorithm, world, nbytes, args.alpha, 1.0 / args.bandwidth, args.overhead, args.gamma
+    )
+
+
+def parse_args(argv=None):
+    from pyscalecomm.bench import parse_size
+
+    p = argparse.ArgumentParser(
+        prog="python -m pyscalecomm.simulate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--world", type=int, default=1024)
+    p.add_argument("--bytes", type=parse_size, default=256 << 20)
+    p.add_argument("--alpha", type=parse_time, default=parse_time("5us"), help="latency per message")
+    p.add_argument(
+        "--bandwidth", type=parse_rate, default=parse_rate("100Gbit"), help="per rank, each direction"
+    )
+    p.add_argument(
+        "--overhead", type=parse_time, default=parse_time("0.5us"), help="per extra message in a step"
+    )
+    p.add_argument("--gamma", type=float, default=0.0, help="seconds per byte reduced")
+    p.add_argument("--algos", default="", help="comma list (default: all)")
+    p.add_argument("--sweep", action="store_true", help="winner table over world sizes and message sizes")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    import pyscalecomm
+
+    args = parse_args(argv)
+    algos = [a for a in args.algos.split(",") if a] or pyscalecomm.allreduce_algorithms()
+    print(
+        f"# alpha {args.alpha * 1e6:g} us, bandwidth {args.bandwidth * 8 / 1e9:g} Gbit/s, "
+        f"overhead {args.overhead * 1e6:g} us/message, gamma {args.gamma:g} s/B"
+    )
+    if not args.sweep:
+        print(f"# allreduce of {fmt_bytes(args.bytes)} B on {args.world} ranks")
+        print(f"{'algorithm':>10} {'time(us)':>14} {'busbw(GB/s)':>12}")
+        times = {a: predict(a, args.world, args.bytes, args) for a in algos}
+        factor = 2 * (args.world - 1) / args.world if args.world > 1 else 1
+        for a, t in times.items():
+            bw = args.bytes / t / 1e9 * factor if t > 0 else float("inf")
+            print(f"{a:>10} {t * 1e6:>14.1f} {bw:>12.2f}")
+        print(f"winner: {min(times, key=times.get)}")
+        return 0
+    worlds = [8, 24, 64, 1000, 4096, 65536]
+    sizes = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30]
+    print("# predicted winner (and its time) per world size and message size")
+    print(f"{'bytes':>8}" + "".join(f" | {w:>20}" for w in worlds))
+    for s in sizes:
+        row = f"{fmt_bytes(s):>8}"
+        for w in worlds:
+            times = {a: predict(a, w, s, args) for a in algos}
+            best = min(times, key=times.get)
+            row += f" | {best:>7} {times[best] * 1e6:>10.0f}us"
+        print(row, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
