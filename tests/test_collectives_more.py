@@ -126,3 +126,22 @@ def test_profiler_names_collective_and_algorithm_and_p2p_says_not_implemented():
         assert "scalecomm:allreduce:rhd" in names, names
         assert "scalecomm:broadcast" in names, names
         assert len(errors) == 2 and "does not implement send" in errors[0], errors
+
+
+def _auto(rank, n):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for count in [2, 100003]:
+            t = torch.full((count,), float(rank + 1))
+            dist.all_reduce(t)
+            assert torch.equal(t, torch.full((count,), n * (n + 1) / 2))
+        ts = [torch.ones(5), torch.ones(7)]
+        dist.all_reduce_coalesced(ts)
+        assert all(torch.equal(x, torch.full_like(x, float(n))) for x in ts)
+    return sorted({e.name for e in prof.events() if e.name.startswith("scalecomm:allreduce:")})
+
+
+def test_auto_picks_a_real_algorithm_per_call_and_names_it():
+    for names in run_ranks(3, _auto, env={"SCALECOMM_ALGORITHM": "auto"}):
+        assert names and all(x.split(":")[-1] in ("ring", "rhd", "direct") for x in names), names

@@ -58,4 +58,17 @@ double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t byte
   return predictSeconds([&](int r) { return allreduceSchedule(algorithm, r, n, count, false); }, n, 4, params);
 }
 
+std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params) {
+  std::string best;
+  double bestTime = 0;
+  for (const std::string& a : allreduceAlgorithms()) {
+    const double t = predictAllreduceSeconds(a, n, bytes, params);
+    if (best.empty() || t < bestTime) {
+      best = a;
+      bestTime = t;
+    }
+  }
+  return best;
+}
+
 }  // namespace scalecomm

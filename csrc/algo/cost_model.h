@@ -37,4 +37,8 @@ double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, s
 // algorithm on n ranks.
 double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params);
 
+// The allreduce algorithm with the lowest predicted time (ties: the first in
+// allreduceAlgorithms()). Deterministic: ranks with the same params agree.
+std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params);
+
 }  // namespace scalecomm

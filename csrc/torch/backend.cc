@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "algo/probe.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "torch/gil.h"
@@ -24,10 +25,11 @@ BackendConfig configFromEnvironment() {
 
 static void checkConfig(const BackendConfig& c) {
   const auto& algos = allreduceAlgorithms();
-  if (std::find(algos.begin(), algos.end(), c.algorithm) == algos.end()) {
+  if (c.algorithm != "auto" && std::find(algos.begin(), algos.end(), c.algorithm) == algos.end()) {
     std::string known;
     for (const auto& a : algos) known += (known.empty() ? "" : ", ") + a;
-    TORCH_CHECK_VALUE(false, "scalecomm: unknown allreduce algorithm '", c.algorithm, "'; this build has: ", known);
+    TORCH_CHECK_VALUE(false, "scalecomm: unknown allreduce algorithm '", c.algorithm, "'; this build has: auto, ",
+                      known);
   }
   TORCH_CHECK_VALUE(c.transport == "auto" || c.transport == "shm" || c.transport == "tcp",
                     "scalecomm: unknown transport '", c.transport, "'; choose auto, shm or tcp");
@@ -56,7 +58,15 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
     if (e.kind() == ErrorKind::InvalidArgument) TORCH_CHECK_VALUE(false, e.what());
     C10_THROW_ERROR(DistBackendError, e.what());
   }
-  allreduceTitle_ = "allreduce:" + config_.algorithm;
+  if (config_.algorithm == "auto") {
+    try {
+      costs_ = probeCostParams(*comm_, Deadline::after(std::chrono::milliseconds(config_.timeoutMs)));
+    } catch (const Error& e) {
+      C10_THROW_ERROR(DistBackendError, strCat("scalecomm (rank ", rank, "): cost-model probe failed: ", e.what()));
+    }
+    SC_LOG(Info, "rank ", rank, ": auto algorithm: measured alpha=", costs_.alpha * 1e6,
+           " us, bandwidth=", 1e-9 / costs_.beta, " GB/s");
+  }
   state_ = std::make_shared<GroupState>(rank, comm_.get());
   worker_ = std::make_unique<Worker>(config_.spinMicros);
 }
@@ -96,7 +106,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   auto work = c10::make_intrusive<ScalecommWork>(getRank(), type, collective, seq, std::move(outputs), state_);
   const int64_t timeoutMs = opTimeout > std::chrono::milliseconds(0) ? opTimeout.count() : config_.timeoutMs;
   CollectiveOptions base;
-  base.algorithm = config_.algorithm;
+  base.algorithm = config_.algorithm == "auto" ? "ring" : config_.algorithm;  // allreduce bodies override
   base.segmentBytes = config_.segmentBytes;
   base.timeoutMs = timeoutMs;
   base.seq = seq;
@@ -125,6 +135,16 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   return work;
 }
 
+std::string ScalecommBackend::allreduceAlgorithmFor(int64_t bytes) {
+  if (config_.algorithm != "auto") return config_.algorithm;
+  std::lock_guard<std::mutex> g(chooseMu_);
+  auto it = chosen_.find(bytes);
+  if (it != chosen_.end()) return it->second;
+  std::string algo = chooseAllreduce(getSize(), bytes, costs_);
+  SC_LOG(Info, "rank ", getRank(), ": auto picks ", algo, " for allreduce of ", bytes, " bytes");
+  return chosen_.emplace(bytes, algo).first->second;
+}
+
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
   checkUsable("allreduce");
@@ -132,8 +152,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   ReductionArgs r = reductionArgs("allreduce", getRank(), t, opts.reduceOp);
   Communicator* comm = comm_.get();
   at::Tensor tensor = t;
-  return enqueue(c10d::OpType::ALLREDUCE, allreduceTitle_.c_str(), {tensor}, opts.timeout,
-                 [comm, tensor, r](const CollectiveOptions& o) {
+  const std::string algo = allreduceAlgorithmFor(static_cast<int64_t>(t.nbytes()));
+  return enqueue(c10d::OpType::ALLREDUCE, ("allreduce:" + algo).c_str(), {tensor}, opts.timeout,
+                 [comm, tensor, r, algo](const CollectiveOptions& base) {
+                   CollectiveOptions o = base;
+                   o.algorithm = algo;
                    scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor,
                                         o);
                  });
@@ -152,8 +175,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   }
   Communicator* comm = comm_.get();
   std::vector<at::Tensor> ts = tensors;
+  int64_t total = 0;
+  for (const auto& t : tensors) total += static_cast<int64_t>(t.nbytes());
+  const std::string algo = allreduceAlgorithmFor(total);
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts, opts.timeout,
-                 [comm, ts, r](const CollectiveOptions& o) {
+                 [comm, ts, r, algo](const CollectiveOptions& base) {
+                   CollectiveOptions o = base;
+                   o.algorithm = algo;
                    at::Tensor flat = at::cat(flattenAll(ts));
                    scalecomm::allreduce(*comm, flat.data_ptr(), flat.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
                    int64_t off = 0;

@@ -23,8 +23,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "algo/collectives.h"
+#include "algo/cost_model.h"
 #include "comm/communicator.h"
 #include "comm/worker.h"
 #include "torch/group_state.h"
@@ -108,7 +111,10 @@ class ScalecommBackend : public c10d::Backend {
   void checkUsable(const char* collective);
 
   BackendConfig config_;
-  std::string allreduceTitle_;  // "allreduce:<algorithm>": Work and profiler name
+  std::string allreduceAlgorithmFor(int64_t bytes);  // config or, for "auto", the cost model's pick
+  CostParams costs_;                                 // measured at creation when algorithm is "auto"
+  std::mutex chooseMu_;
+  std::unordered_map<int64_t, std::string> chosen_;  // auto's decisions by message size
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<GroupState> state_;
   std::unique_ptr<Worker> worker_;

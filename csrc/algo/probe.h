@@ -1,0 +1,21 @@
+// scalecomm algo: measuring the cost model's parameters on a live group.
+//
+// Contract: probeCostParams() runs a few ring allreduces over `comm` (8 bytes
+// x 20 for latency, 1 MiB x 3 for bandwidth; a few milliseconds on one host),
+// derives alpha and beta from the ring's closed form, and agrees on the
+// slowest rank's values with one more allreduce, so every rank returns the
+// same parameters (and so later picks the same algorithm). The per-extra-
+// message overhead is set to alpha: one thread progresses a step's messages
+// one after another. Collective: every rank must call it at the same point.
+// Uses sequence number 0 in headers (real collectives start at 1).
+#pragma once
+
+#include "algo/cost_model.h"
+#include "comm/communicator.h"
+#include "core/deadline.h"
+
+namespace scalecomm {
+
+CostParams probeCostParams(Communicator& comm, const Deadline& deadline);
+
+}  // namespace scalecomm
