@@ -140,24 +140,29 @@ void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dty
   execute(compilePlan(s, n, segmentElems(opts, dtype)), chunkPointers(work, s.blockCounts, dtype), comm, ctx);
 }
 
-void gather(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
-            const CollectiveOptions& opts) {
+namespace {
+
+void rooted(Communicator& comm, CollectiveKind kind, const std::vector<void*>& blocks, int64_t perRank, DataType dtype,
+            int root, const CollectiveOptions& opts) {
   const int n = comm.size();
   if (perRank == 0 || n == 1) return;
-  ExecContext ctx = context(CollectiveKind::Gather, dtype, perRank, opts);
+  ExecContext ctx = context(kind, dtype, perRank, opts);
   ctx.root = root;
-  Schedule s = directGather(comm.rank(), n, root, perRank);
+  Schedule s = kind == CollectiveKind::Gather ? directGather(comm.rank(), n, root, perRank)
+                                              : directScatter(comm.rank(), n, root, perRank);
   execute(compilePlan(s, n, segmentElems(opts, dtype)), bytePointers(blocks), comm, ctx);
+}
+
+}  // namespace
+
+void gather(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
+            const CollectiveOptions& opts) {
+  rooted(comm, CollectiveKind::Gather, blocks, perRank, dtype, root, opts);
 }
 
 void scatter(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
              const CollectiveOptions& opts) {
-  const int n = comm.size();
-  if (perRank == 0 || n == 1) return;
-  ExecContext ctx = context(CollectiveKind::Scatter, dtype, perRank, opts);
-  ctx.root = root;
-  Schedule s = directScatter(comm.rank(), n, root, perRank);
-  execute(compilePlan(s, n, segmentElems(opts, dtype)), bytePointers(blocks), comm, ctx);
+  rooted(comm, CollectiveKind::Scatter, blocks, perRank, dtype, root, opts);
 }
 
 void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const std::vector<int64_t>& sendCounts,

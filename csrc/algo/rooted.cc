@@ -37,34 +37,33 @@ Schedule ringReduceScatter(int rank, int n, int64_t perRank, bool finalize) {
   return s;
 }
 
-Schedule directGather(int rank, int n, int root, int64_t perRank) {
+namespace {
+
+// Every non-root rank exchanges its own block with the root in one step.
+Schedule directRooted(int rank, int n, int root, int64_t perRank, bool toRoot) {
   SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && perRank >= 0);
   Schedule s;
   s.algorithm = "direct";
   s.blockCounts.assign(n, perRank);
   ScheduleStep step;
   if (rank == root) {
-    for (int k = 1; k < n; ++k) step.ops.push_back({OpKind::Recv, mod(root + k, n), mod(root + k, n)});
+    for (int k = 1; k < n; ++k) {
+      const int q = mod(root + k, n);
+      step.ops.push_back({toRoot ? OpKind::Recv : OpKind::Send, q, q});
+    }
   } else {
-    step.ops.push_back({OpKind::Send, root, rank});
+    step.ops.push_back({toRoot ? OpKind::Send : OpKind::Recv, root, rank});
   }
   s.steps.push_back(step);
   return s;
 }
 
+}  // namespace
+
+Schedule directGather(int rank, int n, int root, int64_t perRank) { return directRooted(rank, n, root, perRank, true); }
+
 Schedule directScatter(int rank, int n, int root, int64_t perRank) {
-  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && perRank >= 0);
-  Schedule s;
-  s.algorithm = "direct";
-  s.blockCounts.assign(n, perRank);
-  ScheduleStep step;
-  if (rank == root) {
-    for (int k = 1; k < n; ++k) step.ops.push_back({OpKind::Send, mod(root + k, n), mod(root + k, n)});
-  } else {
-    step.ops.push_back({OpKind::Recv, root, rank});
-  }
-  s.steps.push_back(step);
-  return s;
+  return directRooted(rank, n, root, perRank, false);
 }
 
 Schedule directAlltoall(int rank, int n, const std::vector<int64_t>& sendCounts,
