@@ -178,4 +178,31 @@ void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const st
   execute(compilePlan(s, n, segmentElems(opts, dtype)), bytePointers(ptrs), comm, ctx);
 }
 
+namespace {
+
+void pointToPoint(Communicator& comm, OpKind kind, void* data, int64_t count, DataType dtype, int peer, int tag,
+                  const CollectiveOptions& opts) {
+  if (count == 0) return;
+  ExecContext ctx = context(CollectiveKind::SendRecv, dtype, count, opts);
+  ctx.root = tag;
+  Schedule s;
+  s.algorithm = "direct";
+  s.blockCounts = {count};
+  s.steps.push_back({{{kind, peer, 0}}});
+  execute(compilePlan(s, comm.size(), segmentElems(opts, dtype)), {static_cast<uint8_t*>(data)}, comm, ctx);
+}
+
+}  // namespace
+
+void sendTo(Communicator& comm, const void* data, int64_t count, DataType dtype, int peer, int tag,
+            const CollectiveOptions& opts) {
+  // The executor only reads blocks that it sends.
+  pointToPoint(comm, OpKind::Send, const_cast<void*>(data), count, dtype, peer, tag, opts);
+}
+
+void recvFrom(Communicator& comm, void* data, int64_t count, DataType dtype, int peer, int tag,
+              const CollectiveOptions& opts) {
+  pointToPoint(comm, OpKind::Recv, data, count, dtype, peer, tag, opts);
+}
+
 }  // namespace scalecomm

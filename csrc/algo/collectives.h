@@ -63,6 +63,17 @@ void gather(Communicator& comm, const std::vector<void*>& blocks, int64_t perRan
 void scatter(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
              const CollectiveOptions& opts);
 
+// Point-to-point: one message to / from `peer`, in order per pair of ranks.
+// opts.seq is the pair's message number (not the group's collective number);
+// the tag travels in the header and must match. Count 0 moves nothing.
+// Blocking on the worker: a send completes once its bytes are in the
+// transport's buffer (shm ring, socket), so two ranks that both send more
+// than that before receiving wait until the timeout (and then fail clearly).
+void sendTo(Communicator& comm, const void* data, int64_t count, DataType dtype, int peer, int tag,
+            const CollectiveOptions& opts);
+void recvFrom(Communicator& comm, void* data, int64_t count, DataType dtype, int peer, int tag,
+              const CollectiveOptions& opts);
+
 // Sends sendBlocks[q] (sendCounts[q] elements) to rank q and receives rank q's
 // block for us into recvBlocks[q] (recvCounts[q]); the caller copies the
 // block to itself. Mismatched splits are detected on the wire.

@@ -59,6 +59,10 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
          reduceOpName(static_cast<ReduceOp>(got.reduceOp)), " but this rank used ",
          reduceOpName(static_cast<ReduceOp>(want.reduceOp)), "; all ranks must use the same op");
   }
+  if (ctx.collective == CollectiveKind::SendRecv && got.root != want.root) {
+    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent message ", got.seq, " with tag ", got.root,
+         " but this rank's matching recv has tag ", want.root, "; tags must match in the order messages are sent");
+  }
   if (got.root != want.root) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " used root/src ", got.root, " but this rank used ",
          want.root, "; all ranks must pass the same root");

@@ -67,6 +67,8 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
     SC_LOG(Info, "rank ", rank, ": auto algorithm: measured alpha=", costs_.alpha * 1e6,
            " us, bandwidth=", 1e-9 / costs_.beta, " GB/s");
   }
+  sentTo_.assign(size, 0);
+  receivedFrom_.assign(size, 0);
   state_ = std::make_shared<GroupState>(rank, comm_.get());
   worker_ = std::make_unique<Worker>(config_.spinMicros);
 }
@@ -101,8 +103,9 @@ void ScalecommBackend::checkUsable(const char* collective) {
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, const char* collective,
                                                          std::vector<at::Tensor> outputs,
-                                                         std::chrono::milliseconds opTimeout, Body body) {
-  const uint64_t seq = ++seq_;
+                                                         std::chrono::milliseconds opTimeout, Body body,
+                                                         uint64_t p2pSeq) {
+  const uint64_t seq = p2pSeq > 0 ? p2pSeq : ++seq_;
   auto work = c10::make_intrusive<ScalecommWork>(getRank(), type, collective, seq, std::move(outputs), state_);
   const int64_t timeoutMs = opTimeout > std::chrono::milliseconds(0) ? opTimeout.count() : config_.timeoutMs;
   CollectiveOptions base;
@@ -286,14 +289,41 @@ static void notImplemented(const char* what, const char* instead) {
   TORCH_CHECK_NOT_IMPLEMENTED(false, "scalecomm does not implement ", what, " yet; ", instead);
 }
 
-c10::intrusive_ptr<c10d::Work> ScalecommBackend::send(std::vector<at::Tensor>&, int, int) {
-  notImplemented("send", "use a gloo group for point-to-point (dist.new_group(backend='gloo'))");
-  return {};
+static void checkPeerRank(const char* what, int rank, int size, int peer) {
+  TORCH_CHECK_VALUE(peer >= 0 && peer < size && peer != rank, "scalecomm ", what, " (rank ", rank, "): peer rank ",
+                    peer, " is out of range or this rank itself (valid: 0..", size - 1, " except ", rank, ")");
 }
 
-c10::intrusive_ptr<c10d::Work> ScalecommBackend::recv(std::vector<at::Tensor>&, int, int) {
-  notImplemented("recv", "use a gloo group for point-to-point (dist.new_group(backend='gloo'))");
-  return {};
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  checkUsable("send");
+  const at::Tensor& t = singleTensor("send", getRank(), tensors);
+  checkCpuDense("send", getRank(), t);
+  checkPeerRank("send", getRank(), getSize(), dstRank);
+  WireShape shape = wireShape(t);
+  Communicator* comm = comm_.get();
+  at::Tensor tensor = t;
+  return enqueue(
+      c10d::OpType::SEND, "send", {tensor}, std::chrono::milliseconds(0),
+      [comm, tensor, shape, dstRank, tag](const CollectiveOptions& o) {
+        scalecomm::sendTo(*comm, tensor.data_ptr(), shape.count, shape.dtype, dstRank, tag, o);
+      },
+      ++sentTo_[dstRank]);
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  checkUsable("recv");
+  const at::Tensor& t = singleTensor("recv", getRank(), tensors);
+  checkCpuDense("recv", getRank(), t);
+  checkPeerRank("recv", getRank(), getSize(), srcRank);
+  WireShape shape = wireShape(t);
+  Communicator* comm = comm_.get();
+  at::Tensor tensor = t;
+  return enqueue(
+      c10d::OpType::RECV, "recv", {tensor}, std::chrono::milliseconds(0),
+      [comm, tensor, shape, srcRank, tag](const CollectiveOptions& o) {
+        scalecomm::recvFrom(*comm, tensor.data_ptr(), shape.count, shape.dtype, srcRank, tag, o);
+      },
+      ++receivedFrom_[srcRank]);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::recvAnysource(std::vector<at::Tensor>&, int) {

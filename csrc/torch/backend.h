@@ -91,9 +91,10 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
 
-  // Not implemented yet: raise NotImplementedError naming the call.
+  // Point-to-point, in order per pair of ranks; tags must match in that order.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  // Not implemented yet: raise NotImplementedError naming the call.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override;
@@ -106,8 +107,11 @@ class ScalecommBackend : public c10d::Backend {
 
  private:
   using Body = std::function<void(const CollectiveOptions&)>;
+  // Queues `body` on the worker. Collectives take the group's next sequence
+  // number; point-to-point ops pass their per-peer number as p2pSeq (> 0) and
+  // leave the group's untouched (only two ranks take part).
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* collective, std::vector<at::Tensor> outputs,
-                                         std::chrono::milliseconds opTimeout, Body body);
+                                         std::chrono::milliseconds opTimeout, Body body, uint64_t p2pSeq = 0);
   void checkUsable(const char* collective);
 
   BackendConfig config_;
@@ -119,6 +123,7 @@ class ScalecommBackend : public c10d::Backend {
   std::shared_ptr<GroupState> state_;
   std::unique_ptr<Worker> worker_;
   std::atomic<uint64_t> seq_{0};
+  std::vector<uint64_t> sentTo_, receivedFrom_;  // point-to-point messages per peer (caller thread)
   std::atomic<bool> shutDown_{false};
 };
 

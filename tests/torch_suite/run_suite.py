@@ -16,9 +16,10 @@ import os
 import sys
 import unittest
 
-import pyscalecomm  # noqa: F401  (registers the backend in every spawned rank)
 from torch.testing._internal.common_distributed import DistTestCases
 from torch.testing._internal.common_utils import run_tests
+
+import pyscalecomm  # noqa: F401  (registers the backend in every spawned rank)
 
 for feature in ("plugin", "ddp", "subgroup"):
     DistTestCases.backend_feature[feature].add("scalecomm")
