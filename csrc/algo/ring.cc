@@ -10,20 +10,19 @@ std::vector<int64_t> splitEven(int64_t count, int n) {
   return out;
 }
 
-static int mod(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }
-
 Schedule ringAllreduce(int rank, int n, int64_t count, bool finalize) {
   SC_CHECK(n >= 1 && rank >= 0 && rank < n && count >= 0);
   Schedule s;
   s.algorithm = "ring";
   s.blockCounts = splitEven(count, n);
-  const int right = mod(rank + 1, n), left = mod(rank - 1, n);
+  const int right = modRank(rank + 1, n), left = modRank(rank - 1, n);
   for (int k = 0; k < n - 1; ++k) {  // reduce-scatter
-    s.steps.push_back({{{OpKind::Send, right, mod(rank - k, n)}, {OpKind::RecvReduce, left, mod(rank - k - 1, n)}}});
+    s.steps.push_back(
+        {{{OpKind::Send, right, modRank(rank - k, n)}, {OpKind::RecvReduce, left, modRank(rank - k - 1, n)}}});
   }
-  if (finalize) s.steps.push_back({{{OpKind::Finalize, -1, mod(rank + 1, n)}}});
+  if (finalize) s.steps.push_back({{{OpKind::Finalize, -1, modRank(rank + 1, n)}}});
   for (int k = 0; k < n - 1; ++k) {  // allgather
-    s.steps.push_back({{{OpKind::Send, right, mod(rank + 1 - k, n)}, {OpKind::Recv, left, mod(rank - k, n)}}});
+    s.steps.push_back({{{OpKind::Send, right, modRank(rank + 1 - k, n)}, {OpKind::Recv, left, modRank(rank - k, n)}}});
   }
   return s;
 }
@@ -33,9 +32,9 @@ Schedule ringAllgather(int rank, int n, int64_t perRank) {
   Schedule s;
   s.algorithm = "ring";
   s.blockCounts.assign(n, perRank);
-  const int right = mod(rank + 1, n), left = mod(rank - 1, n);
+  const int right = modRank(rank + 1, n), left = modRank(rank - 1, n);
   for (int k = 0; k < n - 1; ++k) {
-    s.steps.push_back({{{OpKind::Send, right, mod(rank - k, n)}, {OpKind::Recv, left, mod(rank - k - 1, n)}}});
+    s.steps.push_back({{{OpKind::Send, right, modRank(rank - k, n)}, {OpKind::Recv, left, modRank(rank - k - 1, n)}}});
   }
   return s;
 }
@@ -45,10 +44,10 @@ Schedule chainBroadcast(int rank, int n, int root, int64_t count) {
   Schedule s;
   s.algorithm = "chain";
   s.blockCounts = {count};
-  const int pos = mod(rank - root, n);
+  const int pos = modRank(rank - root, n);
   ScheduleStep step;
-  if (pos > 0) step.ops.push_back({OpKind::Recv, mod(rank - 1, n), 0});
-  if (pos < n - 1) step.ops.push_back({OpKind::Send, mod(rank + 1, n), 0});
+  if (pos > 0) step.ops.push_back({OpKind::Recv, modRank(rank - 1, n), 0});
+  if (pos < n - 1) step.ops.push_back({OpKind::Send, modRank(rank + 1, n), 0});
   if (!step.ops.empty()) s.steps.push_back(step);
   return s;
 }
@@ -59,7 +58,7 @@ Schedule disseminationBarrier(int rank, int n) {
   s.algorithm = "dissemination";
   s.blockCounts = {1};
   for (int dist = 1; dist < n; dist *= 2) {
-    s.steps.push_back({{{OpKind::Send, mod(rank + dist, n), 0}, {OpKind::Recv, mod(rank - dist, n), 0}}});
+    s.steps.push_back({{{OpKind::Send, modRank(rank + dist, n), 0}, {OpKind::Recv, modRank(rank - dist, n), 0}}});
   }
   return s;
 }

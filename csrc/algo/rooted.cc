@@ -4,17 +4,15 @@
 
 namespace scalecomm {
 
-static int mod(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }
-
 Schedule chainReduce(int rank, int n, int root, int64_t count, bool finalize) {
   SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && count >= 0);
   Schedule s;
   s.algorithm = "chain";
   s.blockCounts = {count};
-  const int pos = mod(rank - root, n);
+  const int pos = modRank(rank - root, n);
   ScheduleStep step;
-  if (pos < n - 1) step.ops.push_back({OpKind::RecvReduce, mod(rank + 1, n), 0});
-  if (pos > 0) step.ops.push_back({OpKind::Send, mod(rank - 1, n), 0});
+  if (pos < n - 1) step.ops.push_back({OpKind::RecvReduce, modRank(rank + 1, n), 0});
+  if (pos > 0) step.ops.push_back({OpKind::Send, modRank(rank - 1, n), 0});
   s.steps.push_back(step);
   // Every rank has the same step count, because the step travels in headers.
   ScheduleStep fin;
@@ -28,10 +26,10 @@ Schedule ringReduceScatter(int rank, int n, int64_t perRank, bool finalize) {
   Schedule s;
   s.algorithm = "ring";
   s.blockCounts.assign(n, perRank);
-  const int right = mod(rank + 1, n), left = mod(rank - 1, n);
+  const int right = modRank(rank + 1, n), left = modRank(rank - 1, n);
   for (int k = 0; k < n - 1; ++k) {
     s.steps.push_back(
-        {{{OpKind::Send, right, mod(rank - 1 - k, n)}, {OpKind::RecvReduce, left, mod(rank - 2 - k, n)}}});
+        {{{OpKind::Send, right, modRank(rank - 1 - k, n)}, {OpKind::RecvReduce, left, modRank(rank - 2 - k, n)}}});
   }
   if (finalize) s.steps.push_back({{{OpKind::Finalize, -1, rank}}});
   return s;
@@ -48,7 +46,7 @@ Schedule directRooted(int rank, int n, int root, int64_t perRank, bool toRoot) {
   ScheduleStep step;
   if (rank == root) {
     for (int k = 1; k < n; ++k) {
-      const int q = mod(root + k, n);
+      const int q = modRank(root + k, n);
       step.ops.push_back({toRoot ? OpKind::Recv : OpKind::Send, q, q});
     }
   } else {
@@ -75,7 +73,7 @@ Schedule directAlltoall(int rank, int n, const std::vector<int64_t>& sendCounts,
   s.blockCounts.insert(s.blockCounts.end(), recvCounts.begin(), recvCounts.end());
   ScheduleStep step;
   for (int k = 1; k < n; ++k) {
-    const int to = mod(rank + k, n), from = mod(rank - k, n);
+    const int to = modRank(rank + k, n), from = modRank(rank - k, n);
     step.ops.push_back({OpKind::Send, to, to, rank});  // wire id: the sender's rank
     step.ops.push_back({OpKind::Recv, from, n + from, from});
   }

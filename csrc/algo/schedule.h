@@ -45,6 +45,9 @@ struct Schedule {
   std::string algorithm;  // e.g. "ring"
 };
 
+// a mod n in [0, n), for rank arithmetic around a ring.
+inline int modRank(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }
+
 // Splits `count` elements into n near-equal chunks (the first count % n get one more).
 std::vector<int64_t> splitEven(int64_t count, int n);
 
