@@ -10,7 +10,8 @@ namespace scalecomm {
 const std::vector<ParamSpec>& allParams() {
   static const std::vector<ParamSpec> table = {
       {"SCALECOMM_DEBUG", "WARN", "Log level: ERROR, WARN, INFO (effective settings and each choice made), DEBUG."},
-      {"SCALECOMM_ALGORITHM", "ring", "Allreduce algorithm: ring, rhd (recursive halving-doubling), direct (one-shot), auto (cost model)."},
+      {"SCALECOMM_ALGORITHM", "ring",
+       "Allreduce algorithm: ring, rhd (recursive halving-doubling), direct (one-shot), auto (cost model)."},
       {"SCALECOMM_TRANSPORT", "auto", "Transport per peer: auto (shm on the same host, tcp otherwise), shm, tcp."},
       {"SCALECOMM_SEGMENT_BYTES", "262144",
        "Pipelining unit: each chunk moves in segments of at most this many bytes."},
