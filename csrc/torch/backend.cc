@@ -294,36 +294,35 @@ static void checkPeerRank(const char* what, int rank, int size, int peer) {
                     peer, " is out of range or this rank itself (valid: 0..", size - 1, " except ", rank, ")");
 }
 
-c10::intrusive_ptr<c10d::Work> ScalecommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  checkUsable("send");
-  const at::Tensor& t = singleTensor("send", getRank(), tensors);
-  checkCpuDense("send", getRank(), t);
-  checkPeerRank("send", getRank(), getSize(), dstRank);
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer,
+                                                              int tag) {
+  const char* what = sending ? "send" : "recv";
+  checkUsable(what);
+  const at::Tensor& t = singleTensor(what, getRank(), tensors);
+  checkCpuDense(what, getRank(), t);
+  checkPeerRank(what, getRank(), getSize(), peer);
   WireShape shape = wireShape(t);
   Communicator* comm = comm_.get();
   at::Tensor tensor = t;
+  const uint64_t pairSeq = sending ? ++sentTo_[peer] : ++receivedFrom_[peer];
   return enqueue(
-      c10d::OpType::SEND, "send", {tensor}, std::chrono::milliseconds(0),
-      [comm, tensor, shape, dstRank, tag](const CollectiveOptions& o) {
-        scalecomm::sendTo(*comm, tensor.data_ptr(), shape.count, shape.dtype, dstRank, tag, o);
+      sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, {tensor}, std::chrono::milliseconds(0),
+      [comm, tensor, shape, peer, tag, sending](const CollectiveOptions& o) {
+        if (sending) {
+          scalecomm::sendTo(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, o);
+        } else {
+          scalecomm::recvFrom(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, o);
+        }
       },
-      ++sentTo_[dstRank]);
+      pairSeq);
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  return pointToPoint(true, tensors, dstRank, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  checkUsable("recv");
-  const at::Tensor& t = singleTensor("recv", getRank(), tensors);
-  checkCpuDense("recv", getRank(), t);
-  checkPeerRank("recv", getRank(), getSize(), srcRank);
-  WireShape shape = wireShape(t);
-  Communicator* comm = comm_.get();
-  at::Tensor tensor = t;
-  return enqueue(
-      c10d::OpType::RECV, "recv", {tensor}, std::chrono::milliseconds(0),
-      [comm, tensor, shape, srcRank, tag](const CollectiveOptions& o) {
-        scalecomm::recvFrom(*comm, tensor.data_ptr(), shape.count, shape.dtype, srcRank, tag, o);
-      },
-      ++receivedFrom_[srcRank]);
+  return pointToPoint(false, tensors, srcRank, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::recvAnysource(std::vector<at::Tensor>&, int) {

@@ -113,6 +113,7 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* collective, std::vector<at::Tensor> outputs,
                                          std::chrono::milliseconds opTimeout, Body body, uint64_t p2pSeq = 0);
   void checkUsable(const char* collective);
+  c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
 
   BackendConfig config_;
   std::string allreduceAlgorithmFor(int64_t bytes);  // config or, for "auto", the cost model's pick
