@@ -182,3 +182,18 @@ def _auto(rank, n):
 def test_auto_picks_a_real_algorithm_per_call_and_names_it():
     for names in run_ranks(3, _auto, env={"SCALECOMM_ALGORITHM": "auto"}):
         assert names and all(x.split(":")[-1] in ("ring", "rhd", "direct") for x in names), names
+
+
+def _stats(rank, n):
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    for _ in range(3):
+        dist.all_reduce(torch.ones(256))
+    dist.broadcast(torch.ones(10), src=0)
+    return be.stats()
+
+
+def test_stats_count_operations_by_collective_and_algorithm():
+    for stats in run_ranks(2, _stats, env={"SCALECOMM_ALGORITHM": "direct"}):
+        assert stats["allreduce:direct"]["calls"] == 3, stats
+        assert stats["allreduce:direct"]["bytes"] == 3 * 256 * 4, stats
+        assert stats["broadcast"]["calls"] == 1 and stats["allreduce:direct"]["seconds"] > 0, stats

@@ -115,7 +115,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   base.seq = seq;
   auto state = state_;
   std::string name = collective;
-  worker_->post([work, state, base, body = std::move(body), name]() mutable {
+  uint64_t bytes = 0;
+  for (const auto& t : work->result()) bytes += t.nbytes();
+  worker_->post([work, state, base, body = std::move(body), name, bytes]() mutable {
     if (state->poisoned()) {
       work->finishError(std::make_exception_ptr(c10::DistBackendError(
           {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
@@ -125,7 +127,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
     }
     base.deadline = Deadline::after(std::chrono::milliseconds(base.timeoutMs));
     try {
+      const auto start = Clock::now();
       body(base);
+      state->record(name, bytes, std::chrono::duration<double>(Clock::now() - start).count());
       work->finish();
     } catch (const std::exception& e) {
       std::string msg = e.what();

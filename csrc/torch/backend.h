@@ -104,6 +104,7 @@ class ScalecommBackend : public c10d::Backend {
   void abort() override;
   void shutdown() override;
   bool poisoned() const { return state_->poisoned(); }
+  std::map<std::string, GroupState::OpStats> stats() const { return state_->stats(); }
 
  private:
   using Body = std::function<void(const CollectiveOptions&)>;

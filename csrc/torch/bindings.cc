@@ -39,6 +39,21 @@ PYBIND11_MODULE(_C, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("poisoned", &scalecomm::ScalecommBackend::poisoned)
+      .def(
+          "stats",
+          [](const scalecomm::ScalecommBackend& b) {
+            py::dict out;
+            for (const auto& [name, s] : b.stats()) {
+              py::dict d;
+              d["calls"] = s.calls;
+              d["bytes"] = s.bytes;
+              d["seconds"] = s.seconds;
+              out[py::str(name)] = d;
+            }
+            return out;
+          },
+          "Completed operations of this group by name (e.g. 'allreduce:rhd'): calls, bytes (outputs), seconds "
+          "(on the worker thread).")
       .def_property_readonly("config", &scalecomm::ScalecommBackend::config);
 
   m.def(

@@ -5,10 +5,11 @@
 // notice at once, and may be called from any thread (worker, a waiter whose
 // wait() expired, abort()). A Work may outlive its backend: detach() (called by
 // the backend before the communicator dies) makes later poison() calls only
-// record the reason. Thread safe.
+// record the reason. Also keeps per-operation counters for stats(). Thread safe.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -45,12 +46,31 @@ class GroupState {
   }
   int rank() const { return rank_; }
 
+  // Per-name counters of completed operations ("allreduce:rhd", "broadcast", ...).
+  struct OpStats {
+    uint64_t calls = 0;
+    uint64_t bytes = 0;
+    double seconds = 0;  // on the worker, from start to completion
+  };
+  void record(const std::string& name, uint64_t bytes, double seconds) {
+    std::lock_guard<std::mutex> g(mu_);
+    OpStats& s = stats_[name];
+    s.calls += 1;
+    s.bytes += bytes;
+    s.seconds += seconds;
+  }
+  std::map<std::string, OpStats> stats() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return stats_;
+  }
+
  private:
   int rank_;
   mutable std::mutex mu_;
   Communicator* comm_;
   std::atomic<bool> poisoned_{false};
   std::string reason_;
+  std::map<std::string, OpStats> stats_;
 };
 
 }  // namespace scalecomm
