@@ -106,6 +106,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
                                                          std::chrono::milliseconds opTimeout, Body body,
                                                          uint64_t p2pSeq) {
   const uint64_t seq = p2pSeq > 0 ? p2pSeq : ++seq_;
+  uint64_t bytes = 0;  // for stats()
+  for (const auto& t : outputs) bytes += t.nbytes();
   auto work = c10::make_intrusive<ScalecommWork>(getRank(), type, collective, seq, std::move(outputs), state_);
   const int64_t timeoutMs = opTimeout > std::chrono::milliseconds(0) ? opTimeout.count() : config_.timeoutMs;
   CollectiveOptions base;
@@ -115,8 +117,6 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   base.seq = seq;
   auto state = state_;
   std::string name = collective;
-  uint64_t bytes = 0;
-  for (const auto& t : work->result()) bytes += t.nbytes();
   worker_->post([work, state, base, body = std::move(body), name, bytes]() mutable {
     if (state->poisoned()) {
       work->finishError(std::make_exception_ptr(c10::DistBackendError(
