@@ -25,6 +25,35 @@ int64_t sum(const std::vector<int64_t>& v) {
   return s;
 }
 
+// The root's list of one tensor per rank (validated against `ref`); empty on
+// other ranks, which must pass none.
+std::vector<at::Tensor> rootList(const char* coll, int rank, int root, int size,
+                                 const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& ref,
+                                 const char* what) {
+  if (rank != root) {
+    TORCH_CHECK_VALUE(lists.empty() || lists[0].empty(), "scalecomm ", coll, " (rank ", rank, "): only the root (rank ",
+                      root, ") takes ", what, " tensors");
+    return {};
+  }
+  TORCH_CHECK_VALUE(lists.size() == 1 && static_cast<int>(lists[0].size()) == size, "scalecomm ", coll, " (rank ", rank,
+                    "): the root needs one ", what, " list of ", size, " tensors");
+  for (const auto& t : lists[0]) checkSameAs(coll, rank, t, ref, what);
+  return lists[0];
+}
+
+// Block pointers for a direct rooted collective: all of the root's list at
+// the root, only this rank's own tensor elsewhere.
+std::vector<void*> rootedBlocks(const std::vector<at::Tensor>& list, const at::Tensor& own, int rank, int root,
+                                int size) {
+  std::vector<void*> blocks(size, nullptr);
+  if (rank == root) {
+    for (int q = 0; q < size; ++q) blocks[q] = list[q].data_ptr();
+  } else {
+    blocks[rank] = own.data_ptr();
+  }
+  return blocks;
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>& tensors,
@@ -108,29 +137,15 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::gather(std::vector<std::vector<
   checkCpuDense("gather", getRank(), in);
   checkRoot("gather", getRank(), getSize(), opts.rootRank);
   const int root = static_cast<int>(opts.rootRank), rank = getRank(), size = getSize();
-  std::vector<at::Tensor> outs;
-  if (rank == root) {
-    TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size, "scalecomm gather (rank ",
-                      rank, "): the root needs one output list of ", size, " tensors");
-    for (const auto& o : outputs[0]) checkSameAs("gather", rank, o, in, "an output tensor");
-    outs = outputs[0];
-  } else {
-    TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), "scalecomm gather (rank ", rank, "): only the root (rank ",
-                      root, ") takes output tensors");
-  }
+  std::vector<at::Tensor> outs = rootList("gather", rank, root, size, outputs, in, "output");
   WireShape shape = wireShape(in);
   Communicator* comm = comm_.get();
   at::Tensor input = in;
   return enqueue(c10d::OpType::GATHER, "gather", outs, opts.timeout,
                  [comm, input, outs, shape, root, rank, size](const CollectiveOptions& o) {
-                   std::vector<void*> blocks(size, nullptr);
-                   if (rank == root) {
-                     outs[root].copy_(input);
-                     for (int q = 0; q < size; ++q) blocks[q] = outs[q].data_ptr();
-                   } else {
-                     blocks[rank] = input.data_ptr();
-                   }
-                   scalecomm::gather(*comm, blocks, shape.count, shape.dtype, root, o);
+                   if (rank == root) outs[root].copy_(input);
+                   scalecomm::gather(*comm, rootedBlocks(outs, input, rank, root, size), shape.count, shape.dtype, root,
+                                     o);
                  });
 }
 
@@ -142,29 +157,15 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::scatter(std::vector<at::Tensor>
   checkCpuDense("scatter", getRank(), out);
   checkRoot("scatter", getRank(), getSize(), opts.rootRank);
   const int root = static_cast<int>(opts.rootRank), rank = getRank(), size = getSize();
-  std::vector<at::Tensor> ins;
-  if (rank == root) {
-    TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size, "scalecomm scatter (rank ",
-                      rank, "): the root needs one input list of ", size, " tensors");
-    for (const auto& t : inputs[0]) checkSameAs("scatter", rank, t, out, "an input tensor");
-    ins = inputs[0];
-  } else {
-    TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "scalecomm scatter (rank ", rank, "): only the root (rank ",
-                      root, ") takes input tensors");
-  }
+  std::vector<at::Tensor> ins = rootList("scatter", rank, root, size, inputs, out, "input");
   WireShape shape = wireShape(out);
   Communicator* comm = comm_.get();
   at::Tensor output = out;
   return enqueue(c10d::OpType::SCATTER, "scatter", {output}, opts.timeout,
                  [comm, ins, output, shape, root, rank, size](const CollectiveOptions& o) {
-                   std::vector<void*> blocks(size, nullptr);
-                   if (rank == root) {
-                     output.copy_(ins[root]);
-                     for (int q = 0; q < size; ++q) blocks[q] = ins[q].data_ptr();
-                   } else {
-                     blocks[rank] = output.data_ptr();
-                   }
-                   scalecomm::scatter(*comm, blocks, shape.count, shape.dtype, root, o);
+                   if (rank == root) output.copy_(ins[root]);
+                   scalecomm::scatter(*comm, rootedBlocks(ins, output, rank, root, size), shape.count, shape.dtype,
+                                      root, o);
                  });
 }
 
