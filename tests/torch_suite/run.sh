@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export BACKEND=scalecomm WORLD_SIZE=${WORLD_SIZE:-2}
+# With CI set, torch's run_tests() switches to PyTorch's own CI mode (XML
+# reports through xmlrunner, CI-only test filters); we want the plain runner.
+unset CI
 TEMP_DIR=$(mktemp -d)
 export TEMP_DIR
 trap 'rm -rf "$TEMP_DIR"' EXIT
