@@ -14,7 +14,11 @@ class Options:
     variable, then to the built-in default (see ``pyscalecomm.params()``).
 
     Attributes:
-        algorithm: allreduce algorithm (``"ring"``).
+        algorithm: algorithm per collective: ``"rhd"`` (allreduce) or
+            ``"allreduce:rhd,broadcast:tree"``; unnamed collectives use
+            ``"auto"`` (picked per call by the cost model or a tuning file).
+        ps_servers: server ranks of the ``ps`` allreduce (1: central server).
+        tuning_file: file written by ``python -m pyscalecomm.tune``.
         transport: ``"auto"`` (shm on the same host, tcp otherwise), ``"shm"`` or ``"tcp"``.
         segment_bytes: pipelining unit in bytes.
         shm_ring_bytes: bytes of each shared-memory ring.
@@ -22,6 +26,8 @@ class Options:
     """
 
     algorithm: str | None = None
+    ps_servers: int | None = None
+    tuning_file: str | None = None
     transport: str | None = None
     segment_bytes: int | None = None
     shm_ring_bytes: int | None = None
@@ -31,6 +37,10 @@ class Options:
         """Copies the fields that are set onto a ``_C.BackendConfig``."""
         if self.algorithm is not None:
             config.algorithm = self.algorithm
+        if self.ps_servers is not None:
+            config.ps_servers = int(self.ps_servers)
+        if self.tuning_file is not None:
+            config.tuning_file = str(self.tuning_file)
         if self.transport is not None:
             config.transport = self.transport
         if self.segment_bytes is not None:

@@ -3,7 +3,8 @@
 run_ranks(n, fn, *args, env=..., timeout_s=...) spawns n processes; each sets
 ``env``, imports pyscalecomm, joins ``init_process_group("scalecomm")`` through
 a fresh TCPStore, calls ``fn(rank, n, *args)`` and sends back its return value
-or its exception text. The parent returns the list of results in rank order
+or its exception text. An ``env`` value that is a list gives each rank its own
+(``env={"SCALECOMM_HOSTNAME": ["a", "a", "b", "b"]}``). The parent returns the list of results in rank order
 and raises if any rank failed (unless ``expect_errors``), or if a rank does not
 finish in time (then every rank is killed: tests never hang).
 """
@@ -33,7 +34,7 @@ class RankError:
 
 
 def _child(rank, n, port, fn, args, env, init, group_timeout_s, queue):
-    os.environ.update({k: str(v) for k, v in (env or {}).items()})
+    os.environ.update({k: str(v[rank] if isinstance(v, list) else v) for k, v in (env or {}).items()})
     try:
         import torch.distributed as dist
 

@@ -306,11 +306,26 @@ def _algorithm_results(rank, n):
     return be.config.algorithm
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "rhd", "direct"])
+@pytest.mark.parametrize("algorithm", ["ring", "rhd", "tree", "direct"])
 @pytest.mark.parametrize("n", [3, 4])
 def test_every_allreduce_algorithm_matches_gloo(algorithm, n):
-    env = {"SCALECOMM_ALGORITHM": algorithm, "SCALECOMM_SEGMENT_BYTES": 4096}
+    env = {"SCALECOMM_ALGO": algorithm, "SCALECOMM_SEGMENT_BYTES": 4096}
     assert run_ranks(n, _algorithm_results, env=env) == [algorithm] * n
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SCALECOMM_ALGO": "ps"},  # central server
+        {"SCALECOMM_ALGO": "ps", "SCALECOMM_PS_SERVERS": 2},  # sharded
+        # two emulated hosts: shm inside each, tcp between the leaders
+        {"SCALECOMM_ALGO": "hier", "SCALECOMM_HOSTNAME": ["a", "b", "a", "b"]},
+    ],
+    ids=["ps-central", "ps-sharded", "hier-2-hosts"],
+)
+def test_parameter_server_and_hierarchical_match_gloo(env):
+    env = dict(env, SCALECOMM_SEGMENT_BYTES=4096)
+    assert run_ranks(4, _algorithm_results, env=env) == [env["SCALECOMM_ALGO"]] * 4
 
 
 def _bad_algorithm(rank, n):
@@ -325,4 +340,4 @@ def _bad_algorithm(rank, n):
 
 def test_unknown_algorithm_is_a_value_error_listing_the_known_ones():
     for msg in run_ranks(2, _bad_algorithm):
-        assert "unknown allreduce algorithm 'nope'" in msg and "ring, rhd, direct" in msg, msg
+        assert "unknown allreduce algorithm 'nope'" in msg and "ring, rhd, tree, direct, ps, hier" in msg, msg

@@ -112,9 +112,9 @@ def _profiled(rank, n):
 
 
 def test_profiler_names_collective_and_algorithm():
-    for names in run_ranks(2, _profiled, env={"SCALECOMM_ALGORITHM": "rhd"}):
+    for names in run_ranks(2, _profiled, env={"SCALECOMM_ALGO": "rhd"}):
         assert "scalecomm:allreduce:rhd" in names, names
-        assert "scalecomm:broadcast" in names, names
+        assert "scalecomm:broadcast:chain" in names, names  # auto: the chain wins for 40 bytes at n=2
 
 
 def _point_to_point(rank, n):
@@ -180,8 +180,8 @@ def _auto(rank, n):
 
 
 def test_auto_picks_a_real_algorithm_per_call_and_names_it():
-    for names in run_ranks(3, _auto, env={"SCALECOMM_ALGORITHM": "auto"}):
-        assert names and all(x.split(":")[-1] in ("ring", "rhd", "direct") for x in names), names
+    for names in run_ranks(3, _auto, env={"SCALECOMM_ALGO": "auto"}):
+        assert names and all(x.split(":")[-1] in ("ring", "rhd", "tree", "direct") for x in names), names
 
 
 def _stats(rank, n):
@@ -193,7 +193,7 @@ def _stats(rank, n):
 
 
 def test_stats_count_operations_by_collective_and_algorithm():
-    for stats in run_ranks(2, _stats, env={"SCALECOMM_ALGORITHM": "direct"}):
+    for stats in run_ranks(2, _stats, env={"SCALECOMM_ALGO": "allreduce:direct, broadcast:tree"}):
         assert stats["allreduce:direct"]["calls"] == 3, stats
         assert stats["allreduce:direct"]["bytes"] == 3 * 256 * 4, stats
-        assert stats["broadcast"]["calls"] == 1 and stats["allreduce:direct"]["seconds"] > 0, stats
+        assert stats["broadcast:tree"]["calls"] == 1 and stats["allreduce:direct"]["seconds"] > 0, stats

@@ -4,10 +4,13 @@
 
 #include "algo/direct.h"
 #include "algo/executor.h"
+#include "algo/hier.h"
 #include "algo/plan.h"
+#include "algo/ps.h"
 #include "algo/rhd.h"
 #include "algo/ring.h"
 #include "algo/rooted.h"
+#include "algo/tree.h"
 #include "comm/reducer.h"
 #include "core/error.h"
 
@@ -43,16 +46,25 @@ std::vector<uint8_t*> chunkPointers(void* data, const std::vector<int64_t>& coun
 }  // namespace
 
 const std::vector<std::string>& allreduceAlgorithms() {
-  static const std::vector<std::string> names = {"ring", "rhd", "direct"};
+  static const std::vector<std::string> names = {"ring", "rhd", "tree", "direct", "ps", "hier"};
   return names;
 }
 
-Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize) {
+const std::vector<std::string>& rootedAlgorithms() {
+  static const std::vector<std::string> names = {"chain", "tree"};
+  return names;
+}
+
+Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize,
+                           const AlgoParams& params) {
   if (algorithm == "ring") return ringAllreduce(rank, n, count, finalize);
   if (algorithm == "rhd") return rhdAllreduce(rank, n, count, finalize);
+  if (algorithm == "tree") return treeAllreduce(rank, n, count, finalize);
   if (algorithm == "direct") return directAllreduce(rank, n, count, finalize);
+  if (algorithm == "ps") return psAllreduce(rank, n, count, finalize, std::min(std::max(params.psServers, 1), n));
+  if (algorithm == "hier") return hierAllreduce(rank, n, count, finalize, params.hostOf);
   fail(ErrorKind::InvalidArgument, "scalecomm allreduce: unknown algorithm '", algorithm,
-       "'; this build has: ring, rhd, direct");
+       "'; this build has: ring, rhd, tree, direct, ps, hier");
 }
 
 void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
@@ -67,7 +79,8 @@ void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
   ExecContext ctx = context(CollectiveKind::Allreduce, dtype, count, opts);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  Schedule s = allreduceSchedule(opts.algorithm, comm.rank(), n, count, op == ReduceOp::Avg);
+  AlgoParams params{comm.hostOf(), opts.psServers};
+  Schedule s = allreduceSchedule(opts.algorithm, comm.rank(), n, count, op == ReduceOp::Avg, params);
   Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
   execute(plan, chunkPointers(data, s.blockCounts, dtype), comm, ctx);
 }
@@ -77,7 +90,8 @@ void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, in
   if (n == 1 || count == 0) return;
   ExecContext ctx = context(CollectiveKind::Broadcast, dtype, count, opts);
   ctx.root = root;
-  Schedule s = chainBroadcast(comm.rank(), n, root, count);
+  Schedule s = opts.algorithm == "tree" ? treeBroadcast(comm.rank(), n, root, count)
+                                        : chainBroadcast(comm.rank(), n, root, count);
   Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
   execute(plan, {static_cast<uint8_t*>(data)}, comm, ctx);
 }
@@ -124,7 +138,8 @@ void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, Reduc
   ctx.op = op;
   ctx.root = root;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  Schedule s = chainReduce(comm.rank(), n, root, count, op == ReduceOp::Avg);
+  Schedule s = opts.algorithm == "tree" ? treeReduce(comm.rank(), n, root, count, op == ReduceOp::Avg)
+                                        : chainReduce(comm.rank(), n, root, count, op == ReduceOp::Avg);
   execute(compilePlan(s, n, segmentElems(opts, dtype)), {static_cast<uint8_t*>(data)}, comm, ctx);
 }
 

@@ -29,6 +29,7 @@ struct CollectiveOptions {
   int64_t timeoutMs = 1800000;
   Deadline deadline = Deadline::never();
   uint64_t seq = 0;
+  int psServers = 1;  // see AlgoParams; the host map comes from the Communicator
 };
 
 // In place. For PremulSum, premulFactor multiplies each rank's input first.
@@ -83,6 +84,9 @@ void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const st
 
 // Allreduce algorithms this build knows, and the schedule of one by name.
 const std::vector<std::string>& allreduceAlgorithms();
-Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize);
+Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize,
+                           const AlgoParams& params = {});
+// Broadcast and reduce: "chain" (pipelined along the ring) or "tree".
+const std::vector<std::string>& rootedAlgorithms();
 
 }  // namespace scalecomm

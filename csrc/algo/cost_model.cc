@@ -1,74 +1,134 @@
 #include "algo/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 #include <vector>
 
 #include "algo/collectives.h"
+#include "algo/tree.h"
+#include "core/error.h"
 
 namespace scalecomm {
 
-double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, size_t elementBytes,
-                      const CostParams& params) {
+namespace {
+
+std::set<int> sampleRanks(int n, const AlgoParams& algo) {
   int p = 1;
   while (p * 2 <= n) p *= 2;
   std::set<int> sample = {0, std::min(1, n - 1), n / 2, n - 1, std::max(0, 2 * (n - p) - 1), std::max(0, n - p)};
-  std::vector<double> stepMax;
-  for (int r : sample) {
-    Schedule s = makeSchedule(r);
-    if (stepMax.size() < s.steps.size()) stepMax.resize(s.steps.size(), 0.0);
-    for (size_t k = 0; k < s.steps.size(); ++k) {
-      double sent = 0, reduced = 0;
-      int messages = 0;
-      for (const ScheduleOp& op : s.steps[k].ops) {
-        if (op.kind == OpKind::Finalize) continue;
-        const double bytes = static_cast<double>(s.blockCounts[op.block]) * static_cast<double>(elementBytes);
-        if (bytes == 0) continue;
-        ++messages;
-        if (op.kind == OpKind::Send) sent += bytes;
-        if (op.kind == OpKind::RecvReduce) reduced += bytes;
-      }
-      // Count messages per step once per direction pair: a send and a receive
-      // with the same peer overlap (full duplex).
-      int distinct = 0;
-      std::set<std::pair<int, bool>> seen;
-      for (const ScheduleOp& op : s.steps[k].ops) {
-        if (op.kind == OpKind::Finalize || s.blockCounts[op.block] == 0) continue;
-        if (seen.insert({op.peer, op.kind == OpKind::Send}).second) ++distinct;
-      }
-      const int sends = static_cast<int>(std::count_if(seen.begin(), seen.end(), [](auto& x) { return x.second; }));
-      const int recvs = distinct - sends;
-      const int msgs = std::max(sends, recvs);
-      double cost = messages > 0 ? params.alpha + params.overhead * std::max(0, msgs - 1) + params.beta * sent +
-                                       params.gamma * reduced
-                                 : 0.0;
-      stepMax[k] = std::max(stepMax[k], cost);
+  for (int r = 0; r < static_cast<int>(algo.hostOf.size()); ++r) {
+    if (algo.hostOf[r] != algo.hostOf[0]) {
+      sample.insert(r);
+      if (r + 1 < n) sample.insert(r + 1);
+      break;
     }
   }
-  double total = 0;
-  for (double c : stepMax) total += c;
+  return sample;
+}
+
+struct RankStep {
+  double fill = 0;
+  double sentRest = 0, recvRest = 0;
+};
+
+RankStep priceStep(const Schedule& s, const ScheduleStep& step, int rank, size_t elementBytes, const CostParams& c,
+                   const AlgoParams& algo) {
+  const double seg = c.segmentBytes > 0 ? static_cast<double>(c.segmentBytes) : std::numeric_limits<double>::infinity();
+  auto sameHost = [&](int peer) {
+    return !algo.hostOf.empty() && algo.hostOf[peer] == algo.hostOf[rank] && c.intraAlpha >= 0;
+  };
+  double alpha = 0, sent = 0, sentFill = 0, recv = 0, recvFill = 0, reduced = 0;
+  std::set<std::pair<int, bool>> seen;  // (peer, is send): a send and a receive with one peer overlap
+  for (const ScheduleOp& op : step.ops) {
+    const double bytes = static_cast<double>(s.blockCounts[op.block]) * static_cast<double>(elementBytes);
+    if (op.kind == OpKind::Finalize || bytes == 0) continue;
+    const bool intra = sameHost(op.peer);
+    const double beta = intra && c.intraBeta >= 0 ? c.intraBeta : c.beta;
+    alpha = std::max(alpha, intra ? c.intraAlpha : c.alpha);
+    seen.insert({op.peer, op.kind == OpKind::Send});
+    // Sends and receives use the two directions of a full-duplex link; each
+    // direction's bytes are serialised (one NIC or memory bus per rank).
+    (op.kind == OpKind::Send ? sent : recv) += beta * bytes;
+    (op.kind == OpKind::Send ? sentFill : recvFill) += beta * std::min(bytes, seg);
+    if (op.kind == OpKind::RecvReduce) reduced += bytes;
+  }
+  RankStep out;
+  if (seen.empty()) return out;
+  const int sends = static_cast<int>(std::count_if(seen.begin(), seen.end(), [](auto& x) { return x.second; }));
+  const int msgs = std::max(sends, static_cast<int>(seen.size()) - sends);
+  const double reducedFill = std::min(reduced, seg);
+  out.fill = alpha + c.overhead * std::max(0, msgs - 1) + std::max(sentFill, recvFill) + c.gamma * reducedFill;
+  out.sentRest = sent - sentFill;
+  out.recvRest = recv - recvFill + c.gamma * (reduced - reducedFill);
+  return out;
+}
+
+}  // namespace
+
+double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, size_t elementBytes,
+                      const CostParams& params, const AlgoParams& algo) {
+  std::vector<double> stepFill;
+  double rest = 0;
+  for (int r : sampleRanks(n, algo)) {
+    Schedule s = makeSchedule(r);
+    if (stepFill.size() < s.steps.size()) stepFill.resize(s.steps.size(), 0.0);
+    double sentRest = 0, recvRest = 0;
+    for (size_t k = 0; k < s.steps.size(); ++k) {
+      RankStep c = priceStep(s, s.steps[k], r, elementBytes, params, algo);
+      stepFill[k] = std::max(stepFill[k], c.fill);
+      sentRest += c.sentRest;
+      recvRest += c.recvRest;
+    }
+    rest = std::max({rest, sentRest, recvRest});
+  }
+  double total = rest;
+  for (double c : stepFill) total += c;
   return total;
 }
 
-double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params) {
+double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params,
+                               const AlgoParams& algo) {
   // Priced as float32, with at least one element per rank: with fewer, most
   // blocks are empty and the sampled ranks would miss the steps in which the
   // few non-empty blocks hop from rank to rank (one alpha each).
   const int64_t count = std::max<int64_t>(bytes / 4, n);
-  return predictSeconds([&](int r) { return allreduceSchedule(algorithm, r, n, count, false); }, n, 4, params);
+  return predictSeconds([&](int r) { return allreduceSchedule(algorithm, r, n, count, false, algo); }, n, 4, params,
+                        algo);
 }
 
-std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params) {
+double predictRootedSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params) {
+  if (n <= 1 || bytes <= 0) return 0;
+  // The chain's one step hides n-1 hops behind data dependencies; price it in
+  // closed form: the first segment crosses n-1 links, the rest streams.
+  const double seg = params.segmentBytes > 0 ? std::min<double>(params.segmentBytes, bytes) : bytes;
+  if (algorithm == "chain") return (n - 1) * (params.alpha + params.beta * seg) + params.beta * (bytes - seg);
+  if (algorithm == "tree") {
+    const int64_t count = std::max<int64_t>(bytes / 4, 1);
+    return predictSeconds([&](int r) { return treeBroadcast(r, n, 0, count); }, n, 4, params);
+  }
+  fail(ErrorKind::InvalidArgument, "scalecomm: unknown broadcast/reduce algorithm '", algorithm,
+       "'; this build has: chain, tree");
+}
+
+std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params, const AlgoParams& algo,
+                            const std::vector<std::string>& candidates) {
   std::string best;
   double bestTime = 0;
-  for (const std::string& a : allreduceAlgorithms()) {
-    const double t = predictAllreduceSeconds(a, n, bytes, params);
+  for (const std::string& a : candidates.empty() ? allreduceAlgorithms() : candidates) {
+    const double t = predictAllreduceSeconds(a, n, bytes, params, algo);
     if (best.empty() || t < bestTime) {
       best = a;
       bestTime = t;
     }
   }
   return best;
+}
+
+std::string chooseRooted(int n, int64_t bytes, const CostParams& params) {
+  return predictRootedSeconds("tree", n, bytes, params) < predictRootedSeconds("chain", n, bytes, params) ? "tree"
+                                                                                                          : "chain";
 }
 
 }  // namespace scalecomm

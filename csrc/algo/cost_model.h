@@ -1,17 +1,25 @@
 // scalecomm algo: alpha-beta cost model of schedules.
 //
 // Contract: predictSeconds() prices a schedule without running it. Steps are
-// aligned across ranks (every schedule numbers them alike), so the predicted
-// time is the sum over steps of the slowest rank's cost in that step:
-//   cost(rank, step) = alpha                         if the rank talks at all
-//                    + overhead * (messages - 1)     per extra message in the step
-//                    + beta  * bytes sent by the rank in the step
-//                    + gamma * bytes it reduces in the step
-// The slowest rank is taken over a sample of ranks (first, second, middle,
-// last, and the last of the power-of-two part), which covers the asymmetric
-// ranks of every schedule here (rhd's fold ranks, a rooted collective's root).
-// Segment pipelining is not modelled (a lower bound for pipelined chains is
-// the bandwidth term alone). Pure; safe from any thread.
+// aligned across ranks (every schedule numbers them alike). For one rank and
+// step, with s and r the bytes it sends and receives (each direction of a
+// full-duplex link is serialised) and q the bytes it reduces:
+//   fill(rank, step) = alpha                        if the rank talks at all
+//                    + overhead * (messages - 1)    per extra peer in the step
+//                    + beta * max(min(s, seg), min(r, seg)) + gamma * min(q, seg)
+//   rest(rank)       = the larger of its send and receive totals (+ gamma q)
+//                      beyond what the fill already counted
+//   T = sum over steps of the slowest rank's fill + the largest rest.
+// That is: the first segment crosses every step one after another (latency
+// and pipeline fill), and then the busiest rank streams the remainder of its
+// bytes (bandwidth). With seg = infinity (segmentBytes 0) this is the classic
+// bulk-synchronous sum of step costs; ring and rhd price the same either way,
+// pipelined trees and chains price as they run. Links between ranks on the
+// same host use intraAlpha / intraBeta when they are set (>= 0) and the
+// AlgoParams give a host map. The slowest rank is taken over a sample of
+// ranks (first, second, middle, last, the rhd fold boundary, the first rank
+// of the second host) that covers the asymmetric ranks of every schedule
+// here (fold ranks, roots, servers, leaders). Pure; safe from any thread.
 #pragma once
 
 #include <cstdint>
@@ -27,18 +35,27 @@ struct CostParams {
   double beta = 1.0 / 12.5e9;  // seconds per byte sent (1 / bandwidth)
   double overhead = 0.5e-6;    // seconds per additional message in a step
   double gamma = 0.0;          // seconds per byte reduced
+  double intraAlpha = -1;      // same-host links; < 0: as alpha
+  double intraBeta = -1;       // same-host links; < 0: as beta
+  int64_t segmentBytes = 0;    // pipelining unit; 0: none (bulk-synchronous)
 };
 
 // makeSchedule(rank) builds the schedule of one rank for a world of n ranks.
 double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, size_t elementBytes,
-                      const CostParams& params);
+                      const CostParams& params, const AlgoParams& algo = {});
 
 // Allreduce of `bytes` (float32, at least one element per rank) with the named
 // algorithm on n ranks.
-double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params);
+double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params,
+                               const AlgoParams& algo = {});
 
-// The allreduce algorithm with the lowest predicted time (ties: the first in
-// allreduceAlgorithms()). Deterministic: ranks with the same params agree.
-std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params);
+// Broadcast (reduce prices alike) of `bytes` from rank 0: "chain" or "tree".
+double predictRootedSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params);
+
+// The algorithm with the lowest predicted time among `candidates` (ties: the
+// first). Deterministic: ranks with the same inputs agree.
+std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params, const AlgoParams& algo = {},
+                            const std::vector<std::string>& candidates = {});
+std::string chooseRooted(int n, int64_t bytes, const CostParams& params);
 
 }  // namespace scalecomm

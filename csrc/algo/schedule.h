@@ -45,6 +45,12 @@ struct Schedule {
   std::string algorithm;  // e.g. "ring"
 };
 
+// What some schedules need besides rank, world size and count.
+struct AlgoParams {
+  std::vector<int> hostOf;  // host index per rank (hier); empty: one host
+  int psServers = 1;        // ps: server ranks 0..S-1, at most the world size
+};
+
 // a mod n in [0, n), for rank arithmetic around a ring.
 inline int modRank(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }
 

@@ -26,8 +26,13 @@
 namespace scalecomm {
 
 Communicator::Communicator(int rank, int size, std::vector<std::unique_ptr<Link>> links, int64_t spinMicros)
-    : rank_(rank), size_(size), links_(std::move(links)), spinMicros_(spinMicros) {
+    : rank_(rank), size_(size), links_(std::move(links)), spinMicros_(spinMicros), hostOf_(size, 0) {
   SC_CHECK(static_cast<int>(links_.size()) == size_);
+}
+
+void Communicator::setHostOf(std::vector<int> hostOf) {
+  SC_CHECK(static_cast<int>(hostOf.size()) == size_, "hostOf has ", hostOf.size(), " entries for ", size_, " ranks");
+  hostOf_ = std::move(hostOf);
 }
 
 Communicator::~Communicator() { closeLinks(); }
@@ -207,7 +212,15 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
     if (r != rank) waitKey(store, p + "ready/", r, rank, size, deadline, "connection setup");
   }
   if (inbox) inbox->unlinkName();
-  return std::make_unique<Communicator>(rank, size, std::move(links), opts.spinMicros);
+  std::map<std::string, int> hostIndex;
+  std::vector<int> hostOf(size);
+  for (int r = 0; r < size; ++r) {
+    const std::string& h = r == rank ? host : infos[r]["host"];
+    hostOf[r] = hostIndex.emplace(h, static_cast<int>(hostIndex.size())).first->second;
+  }
+  auto comm = std::make_unique<Communicator>(rank, size, std::move(links), opts.spinMicros);
+  comm->setHostOf(std::move(hostOf));
+  return comm;
 }
 
 }  // namespace scalecomm

@@ -39,6 +39,10 @@ class Communicator {
   int size() const { return size_; }
   Link& link(int peer) const { return *links_[peer]; }
   bool hasLink(int peer) const { return links_[peer] != nullptr; }
+  // Host index of every rank (0 = rank 0's host, numbered by first rank);
+  // all zeros unless set by connectMesh() or a test.
+  const std::vector<int>& hostOf() const { return hostOf_; }
+  void setHostOf(std::vector<int> hostOf);
 
   // Idles briefly until something may have changed on the given peers' links:
   // spins for spinMicros after idleSince, then yields until 2 ms, then blocks
@@ -59,6 +63,7 @@ class Communicator {
   int size_;
   std::vector<std::unique_ptr<Link>> links_;
   int64_t spinMicros_;
+  std::vector<int> hostOf_;
   std::atomic<bool> aborted_{false};
 };
 

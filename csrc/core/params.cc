@@ -10,8 +10,13 @@ namespace scalecomm {
 const std::vector<ParamSpec>& allParams() {
   static const std::vector<ParamSpec> table = {
       {"SCALECOMM_DEBUG", "WARN", "Log level: ERROR, WARN, INFO (effective settings and each choice made), DEBUG."},
-      {"SCALECOMM_ALGORITHM", "ring",
-       "Allreduce algorithm: ring, rhd (recursive halving-doubling), direct (one-shot), auto (cost model)."},
+      {"SCALECOMM_ALGO", "auto",
+       "Algorithm per collective, e.g. 'rhd' (allreduce) or 'allreduce:rhd,broadcast:tree'. allreduce: auto, ring, "
+       "rhd, tree, direct, ps, hier; broadcast and reduce: auto, chain, tree. auto picks per call (cost model)."},
+      {"SCALECOMM_PS_SERVERS", "1",
+       "Parameter-server allreduce (ps): number of server ranks (ranks 0..S-1); 1 is a central server."},
+      {"SCALECOMM_TUNING_FILE", "",
+       "File written by 'python -m pyscalecomm.tune': measured winners per size (and alpha, beta) for auto."},
       {"SCALECOMM_TRANSPORT", "auto", "Transport per peer: auto (shm on the same host, tcp otherwise), shm, tcp."},
       {"SCALECOMM_SEGMENT_BYTES", "262144",
        "Pipelining unit: each chunk moves in segments of at most this many bytes."},

@@ -13,7 +13,9 @@ namespace scalecomm {
 
 BackendConfig configFromEnvironment() {
   BackendConfig c;
-  c.algorithm = paramString("SCALECOMM_ALGORITHM");
+  c.algorithm = paramString("SCALECOMM_ALGO");
+  c.psServers = paramInt("SCALECOMM_PS_SERVERS");
+  c.tuningFile = paramString("SCALECOMM_TUNING_FILE");
   c.transport = paramString("SCALECOMM_TRANSPORT");
   c.segmentBytes = paramInt("SCALECOMM_SEGMENT_BYTES");
   c.shmRingBytes = paramInt("SCALECOMM_SHM_RING_BYTES");
@@ -23,14 +25,10 @@ BackendConfig configFromEnvironment() {
   return c;
 }
 
-static void checkConfig(const BackendConfig& c) {
-  const auto& algos = allreduceAlgorithms();
-  if (c.algorithm != "auto" && std::find(algos.begin(), algos.end(), c.algorithm) == algos.end()) {
-    std::string known;
-    for (const auto& a : algos) known += (known.empty() ? "" : ", ") + a;
-    TORCH_CHECK_VALUE(false, "scalecomm: unknown allreduce algorithm '", c.algorithm, "'; this build has: auto, ",
-                      known);
-  }
+static void checkConfig(const BackendConfig& c, int size) {
+  TORCH_CHECK_VALUE(c.psServers >= 1 && c.psServers <= size,
+                    "scalecomm: ps_servers (SCALECOMM_PS_SERVERS) must lie in [1, ", size, "] for this group of ", size,
+                    " ranks, got ", c.psServers);
   TORCH_CHECK_VALUE(c.transport == "auto" || c.transport == "shm" || c.transport == "tcp",
                     "scalecomm: unknown transport '", c.transport, "'; choose auto, shm or tcp");
   TORCH_CHECK_VALUE(c.segmentBytes > 0, "scalecomm: segment_bytes must be positive, got ", c.segmentBytes);
@@ -42,8 +40,19 @@ static void checkConfig(const BackendConfig& c) {
 ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    BackendConfig config)
     : c10d::Backend(rank, size), config_(std::move(config)) {
-  checkConfig(config_);
-  SC_LOG(Info, "rank ", rank, "/", size, " group '", config_.groupName, "': algorithm=", config_.algorithm,
+  checkConfig(config_, size);
+  try {
+    selection_ = AlgorithmSelection::parse(config_.algorithm);
+    if (!config_.tuningFile.empty()) tuning_ = TuningTable::load(config_.tuningFile);
+  } catch (const Error& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+  if (tuning_.world != 0 && tuning_.world != size) {
+    SC_LOG(Warn, "rank ", rank, ": tuning file ", config_.tuningFile, " was measured at world size ", tuning_.world,
+           ", this group has ", size, " ranks: using its alpha/beta only");
+    tuning_.allreduce.clear();
+  }
+  SC_LOG(Info, "rank ", rank, "/", size, " group '", config_.groupName, "': algorithm=", selection_.str(),
          " transport=", config_.transport, " segment_bytes=", config_.segmentBytes,
          " shm_ring_bytes=", config_.shmRingBytes, " timeout_ms=", config_.timeoutMs, " spin_us=", config_.spinMicros);
   C10dStoreAdapter adapter(store);
@@ -58,14 +67,20 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
     if (e.kind() == ErrorKind::InvalidArgument) TORCH_CHECK_VALUE(false, e.what());
     C10_THROW_ERROR(DistBackendError, e.what());
   }
-  if (config_.algorithm == "auto") {
+  const bool anyAuto = selection_.allreduce == "auto" || selection_.broadcast == "auto" || selection_.reduce == "auto";
+  if (tuning_.hasCosts) {
+    costs_ = tuning_.costs;
+  } else if (anyAuto && size > 1) {
     try {
       costs_ = probeCostParams(*comm_, Deadline::after(std::chrono::milliseconds(config_.timeoutMs)));
     } catch (const Error& e) {
       C10_THROW_ERROR(DistBackendError, strCat("scalecomm (rank ", rank, "): cost-model probe failed: ", e.what()));
     }
-    SC_LOG(Info, "rank ", rank, ": auto algorithm: measured alpha=", costs_.alpha * 1e6,
-           " us, bandwidth=", 1e-9 / costs_.beta, " GB/s");
+  }
+  costs_.segmentBytes = config_.segmentBytes;
+  if (anyAuto) {
+    SC_LOG(Info, "rank ", rank, ": auto: alpha=", costs_.alpha * 1e6, " us, bandwidth=", 1e-9 / costs_.beta, " GB/s (",
+           tuning_.hasCosts ? "tuning file" : "probe", "), ", tuning_.allreduce.size(), " tuned allreduce sizes");
   }
   sentTo_.assign(size, 0);
   receivedFrom_.assign(size, 0);
@@ -111,7 +126,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   auto work = c10::make_intrusive<ScalecommWork>(getRank(), type, collective, seq, std::move(outputs), state_);
   const int64_t timeoutMs = opTimeout > std::chrono::milliseconds(0) ? opTimeout.count() : config_.timeoutMs;
   CollectiveOptions base;
-  base.algorithm = config_.algorithm == "auto" ? "ring" : config_.algorithm;  // allreduce bodies override
+  base.algorithm = "ring";  // the only one for allgather, reduce_scatter; other bodies override
+  base.psServers = static_cast<int>(config_.psServers);
   base.segmentBytes = config_.segmentBytes;
   base.timeoutMs = timeoutMs;
   base.seq = seq;
@@ -143,13 +159,28 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
 }
 
 std::string ScalecommBackend::allreduceAlgorithmFor(int64_t bytes) {
-  if (config_.algorithm != "auto") return config_.algorithm;
+  if (selection_.allreduce != "auto") return selection_.allreduce;
   std::lock_guard<std::mutex> g(chooseMu_);
   auto it = chosen_.find(bytes);
   if (it != chosen_.end()) return it->second;
-  std::string algo = chooseAllreduce(getSize(), bytes, costs_);
-  SC_LOG(Info, "rank ", getRank(), ": auto picks ", algo, " for allreduce of ", bytes, " bytes");
+  std::string algo = tuning_.lookup(bytes);
+  const char* why = "tuning file";
+  if (algo.empty()) {
+    // ps is a baseline, never faster than direct (its S = n case); hier only
+    // differs from a central reduce when the group spans several hosts.
+    std::vector<std::string> candidates = {"ring", "rhd", "tree", "direct"};
+    const auto& hosts = comm_->hostOf();
+    if (std::any_of(hosts.begin(), hosts.end(), [](int h) { return h != 0; })) candidates.push_back("hier");
+    AlgoParams params{hosts, static_cast<int>(config_.psServers)};
+    algo = chooseAllreduce(getSize(), bytes, costs_, params, candidates);
+    why = "cost model";
+  }
+  SC_LOG(Info, "rank ", getRank(), ": auto picks ", algo, " for allreduce of ", bytes, " bytes (", why, ")");
   return chosen_.emplace(bytes, algo).first->second;
+}
+
+std::string ScalecommBackend::rootedAlgorithmFor(const std::string& configured, int64_t bytes) {
+  return configured != "auto" ? configured : chooseRooted(getSize(), bytes, costs_);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tensor>& tensors,
@@ -209,8 +240,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tenso
   Communicator* comm = comm_.get();
   at::Tensor tensor = t;
   int root = static_cast<int>(opts.rootRank);
-  return enqueue(c10d::OpType::BROADCAST, "broadcast", {tensor}, opts.timeout,
-                 [comm, tensor, shape, root](const CollectiveOptions& o) {
+  const std::string algo = rootedAlgorithmFor(selection_.broadcast, static_cast<int64_t>(t.nbytes()));
+  return enqueue(c10d::OpType::BROADCAST, ("broadcast:" + algo).c_str(), {tensor}, opts.timeout,
+                 [comm, tensor, shape, root, algo](const CollectiveOptions& base) {
+                   CollectiveOptions o = base;
+                   o.algorithm = algo;
                    scalecomm::broadcast(*comm, tensor.data_ptr(), shape.count, shape.dtype, root, o);
                  });
 }

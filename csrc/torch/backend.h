@@ -28,6 +28,7 @@
 
 #include "algo/collectives.h"
 #include "algo/cost_model.h"
+#include "algo/selection.h"
 #include "comm/communicator.h"
 #include "comm/worker.h"
 #include "torch/group_state.h"
@@ -36,7 +37,9 @@
 namespace scalecomm {
 
 struct BackendConfig {
-  std::string algorithm = "ring";
+  std::string algorithm = "auto";  // selection spec, see algo/selection.h
+  int64_t psServers = 1;
+  std::string tuningFile;
   std::string transport = "auto";
   int64_t segmentBytes = 256 << 10;
   int64_t shmRingBytes = 4 << 20;
@@ -117,8 +120,11 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
 
   BackendConfig config_;
-  std::string allreduceAlgorithmFor(int64_t bytes);  // config or, for "auto", the cost model's pick
-  CostParams costs_;                                 // measured at creation when algorithm is "auto"
+  std::string allreduceAlgorithmFor(int64_t bytes);  // config or, for "auto", the tuning table's or model's pick
+  std::string rootedAlgorithmFor(const std::string& configured, int64_t bytes);  // broadcast, reduce
+  AlgorithmSelection selection_;
+  TuningTable tuning_;
+  CostParams costs_;  // measured at creation (or from the tuning file) when anything is "auto"
   std::mutex chooseMu_;
   std::unordered_map<int64_t, std::string> chosen_;  // auto's decisions by message size
   std::unique_ptr<Communicator> comm_;

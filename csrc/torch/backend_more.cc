@@ -65,8 +65,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
   Communicator* comm = comm_.get();
   at::Tensor tensor = t;
   const int root = static_cast<int>(opts.rootRank), rank = getRank();
-  return enqueue(c10d::OpType::REDUCE, "reduce", {tensor}, opts.timeout,
-                 [comm, tensor, r, root, rank](const CollectiveOptions& o) {
+  const std::string algo = rootedAlgorithmFor(selection_.reduce, static_cast<int64_t>(t.nbytes()));
+  return enqueue(c10d::OpType::REDUCE, ("reduce:" + algo).c_str(), {tensor}, opts.timeout,
+                 [comm, tensor, r, root, rank, algo](const CollectiveOptions& base) {
+                   CollectiveOptions o = base;
+                   o.algorithm = algo;
                    // Non-root ranks reduce in scratch, so their input stays intact.
                    at::Tensor work = rank == root ? tensor : tensor.clone();
                    scalecomm::reduce(*comm, work.data_ptr(), work.numel(), r.dtype, r.op.op, r.op.premulFactor, root,

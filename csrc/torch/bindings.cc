@@ -23,6 +23,8 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([] { return scalecomm::configFromEnvironment(); }),
            "Defaults, overridden by SCALECOMM_* environment variables.")
       .def_readwrite("algorithm", &scalecomm::BackendConfig::algorithm)
+      .def_readwrite("ps_servers", &scalecomm::BackendConfig::psServers)
+      .def_readwrite("tuning_file", &scalecomm::BackendConfig::tuningFile)
       .def_readwrite("transport", &scalecomm::BackendConfig::transport)
       .def_readwrite("segment_bytes", &scalecomm::BackendConfig::segmentBytes)
       .def_readwrite("shm_ring_bytes", &scalecomm::BackendConfig::shmRingBytes)
@@ -67,18 +69,26 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "predict_allreduce",
       [](const std::string& algorithm, int world, int64_t bytes, double alpha, double beta, double overhead,
-         double gamma) {
+         double gamma, int64_t segmentBytes, int ranksPerHost, double intraAlpha, double intraBeta, int psServers) {
         if (world < 1) throw py::value_error("world must be >= 1");
+        if (ranksPerHost < 0) throw py::value_error("ranks_per_host must be >= 0");
+        if (psServers < 1 || psServers > world) throw py::value_error("ps_servers must lie in [1, world]");
         const auto& algos = scalecomm::allreduceAlgorithms();
         if (std::find(algos.begin(), algos.end(), algorithm) == algos.end()) {
           throw py::value_error("unknown allreduce algorithm '" + algorithm + "'");
         }
-        scalecomm::CostParams c{alpha, beta, overhead, gamma};
+        scalecomm::CostParams c{alpha, beta, overhead, gamma, intraAlpha, intraBeta, segmentBytes};
+        scalecomm::AlgoParams a;
+        a.psServers = psServers;
+        if (ranksPerHost > 0) {
+          for (int r = 0; r < world; ++r) a.hostOf.push_back(r / ranksPerHost);
+        }
         py::gil_scoped_release noGil;
-        return scalecomm::predictAllreduceSeconds(algorithm, world, bytes, c);
+        return scalecomm::predictAllreduceSeconds(algorithm, world, bytes, c, a);
       },
       py::arg("algorithm"), py::arg("world"), py::arg("bytes"), py::arg("alpha"), py::arg("beta"),
-      py::arg("overhead") = 0.0, py::arg("gamma") = 0.0,
+      py::arg("overhead") = 0.0, py::arg("gamma") = 0.0, py::arg("segment_bytes") = 0, py::arg("ranks_per_host") = 0,
+      py::arg("intra_alpha") = -1.0, py::arg("intra_beta") = -1.0, py::arg("ps_servers") = 1,
       "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h).");
   m.def("allreduce_algorithms", [] { return scalecomm::allreduceAlgorithms(); });
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,

@@ -33,9 +33,57 @@ TEST(rhd_fold_costs_extra_steps_for_non_powers_of_two) {
   CHECK(near(predictAllreduceSeconds("rhd", 6, 4 * 6000, c), 6e-6));
 }
 
+TEST(pipelined_tree_prices_fill_plus_stream) {
+  CostParams c;
+  c.alpha = 1e-6;
+  c.beta = 1e-9;
+  c.overhead = 0;
+  c.segmentBytes = 4000;
+  // n = 7: a full binary tree of depth 2, so 4 steps; an inner node receives
+  // 2N and sends N going up, receives N and sends 2N going down. Fill: every
+  // step's busiest rank moves 2 segments; then the inner node streams the rest
+  // of its 3N each way.
+  const double bytes = 4.0 * 1e6, seg = 4000;
+  const double fill = 4 * (c.alpha + 2 * seg * c.beta);
+  const double rest = (3 * bytes - 3 * seg) * c.beta;
+  CHECK(near(predictAllreduceSeconds("tree", 7, static_cast<int64_t>(bytes), c), fill + rest));
+  // Without pipelining the tree pays every byte at every level.
+  c.segmentBytes = 0;
+  CHECK(near(predictAllreduceSeconds("tree", 7, static_cast<int64_t>(bytes), c), 4 * (c.alpha + 2 * bytes * c.beta)));
+}
+
+TEST(ps_servers_and_hier_hosts_follow_their_formulas) {
+  CostParams c;
+  c.alpha = 1e-6;
+  c.beta = 1e-9;
+  c.overhead = 0;
+  const int n = 8;
+  const double bytes = 4.0 * 8 * 1000;
+  // central server: receives and sends (n-1) N
+  CHECK(
+      near(predictAllreduceSeconds("ps", n, static_cast<int64_t>(bytes), c), 2 * (c.alpha + (n - 1) * bytes * c.beta)));
+  AlgoParams sharded;
+  sharded.psServers = n;  // equals direct
+  CHECK(near(predictAllreduceSeconds("ps", n, static_cast<int64_t>(bytes), c, sharded),
+             predictAllreduceSeconds("direct", n, static_cast<int64_t>(bytes), c)));
+  // hier, 2 hosts of 4 with free shared memory: only the leaders' ring of 2 costs.
+  AlgoParams hosts;
+  for (int r = 0; r < n; ++r) hosts.hostOf.push_back(r / 4);
+  c.intraAlpha = 0;
+  c.intraBeta = 0;
+  CHECK(near(predictAllreduceSeconds("hier", n, static_cast<int64_t>(bytes), c, hosts),
+             2 * (c.alpha + bytes / 2 * c.beta)));
+  CHECK_EQ(chooseAllreduce(n, static_cast<int64_t>(bytes), c, hosts, {"ring", "hier"}), std::string("hier"));
+  // rhd (halving from distance n/2) crosses hosts once with N/2: no worse than hier.
+  CHECK(predictAllreduceSeconds("rhd", n, static_cast<int64_t>(bytes), c, hosts) <=
+        predictAllreduceSeconds("hier", n, static_cast<int64_t>(bytes), c, hosts) * (1 + 1e-9));
+}
+
 TEST(scales_to_65536_ranks) {
   CostParams c;
-  for (const char* a : {"ring", "rhd", "direct"}) CHECK(predictAllreduceSeconds(a, 65536, 256 << 20, c) > 0);
+  c.segmentBytes = 256 << 10;
+  for (const char* a : {"ring", "rhd", "tree", "direct", "ps"})
+    CHECK(predictAllreduceSeconds(a, 65536, 256 << 20, c) > 0);
 }
 
 TEST_MAIN()

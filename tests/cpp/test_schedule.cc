@@ -8,6 +8,7 @@
 #include "algo/plan.h"
 #include "algo/ring.h"
 #include "algo/rooted.h"
+#include "algo/tree.h"
 #include "harness.h"
 
 using namespace scalecomm;
@@ -109,6 +110,31 @@ const int kWorlds[] = {1, 2, 3, 4, 5, 7, 8, 13};
 
 std::vector<int64_t> countsFor(int n) { return {0, 1, n - 1 > 0 ? n - 1 : 1, n, n + 1, 7 * n + 3, 1000}; }
 
+// The parameter variants worth covering per algorithm: host maps for hier
+// (blocked, interleaved, one rank per host), server counts for ps.
+std::vector<AlgoParams> paramsFor(const std::string& algo, int n) {
+  std::vector<AlgoParams> out;
+  if (algo == "hier") {
+    out.push_back({});
+    AlgoParams blocked, interleaved, spread;
+    for (int r = 0; r < n; ++r) {
+      blocked.hostOf.push_back(r / 2);
+      interleaved.hostOf.push_back(r % 3);
+      spread.hostOf.push_back(r);
+    }
+    out.insert(out.end(), {blocked, interleaved, spread});
+  } else if (algo == "ps") {
+    for (int s : {1, 2, n}) {
+      AlgoParams p;
+      p.psServers = std::min(s, n);
+      out.push_back(p);
+    }
+  } else {
+    out.push_back({});
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST(split_even_covers_the_buffer) {
@@ -131,16 +157,20 @@ TEST(every_allreduce_algorithm_reduces_every_chunk_exactly_once) {
       for (int64_t count : countsFor(n)) {
         for (int64_t seg : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{1} << 40}) {
           for (bool finalize : {false, true}) {
-            std::vector<Plan> plans;
-            for (int r = 0; r < n; ++r) {
-              plans.push_back(compilePlan(allreduceSchedule(algo, r, n, count, finalize), n, seg));
+            for (const AlgoParams& params : paramsFor(algo, n)) {
+              std::vector<Plan> plans;
+              for (int r = 0; r < n; ++r) {
+                plans.push_back(compilePlan(allreduceSchedule(algo, r, n, count, finalize, params), n, seg));
+              }
+              auto cells = initCells(plans, seg, [&](int r, int) { return unit(n, r); });
+              if (!simulate(plans, cells)) throw sctest::Failure{strCat(algo, " deadlocks at n=", n, " count=", count)};
+              Value all(n, 1);
+              for (int r = 0; r < n; ++r)
+                for (auto& block : cells[r])
+                  for (auto& v : block) {
+                    if (v != all) throw sctest::Failure{strCat(algo, " n=", n, " count=", count, " rank ", r)};
+                  }
             }
-            auto cells = initCells(plans, seg, [&](int r, int) { return unit(n, r); });
-            CHECK(simulate(plans, cells));
-            Value all(n, 1);
-            for (int r = 0; r < n; ++r)
-              for (auto& block : cells[r])
-                for (auto& v : block) CHECK(v == all);
           }
         }
       }
@@ -174,6 +204,27 @@ TEST(chain_broadcast_reaches_every_rank_from_any_root) {
         CHECK(simulate(plans, cells));
         for (int r = 0; r < n; ++r)
           for (auto& v : cells[r][0]) CHECK(v == unit(n, root));
+      }
+    }
+  }
+}
+
+TEST(tree_broadcast_and_reduce_from_any_root) {
+  for (int n : kWorlds) {
+    for (int root = 0; root < n; ++root) {
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{100}}) {
+        std::vector<Plan> b, red;
+        for (int r = 0; r < n; ++r) {
+          b.push_back(compilePlan(treeBroadcast(r, n, root, count), n, 7));
+          red.push_back(compilePlan(treeReduce(r, n, root, count, true), n, 7));
+        }
+        auto bc = initCells(b, 7, [&](int r, int) { return unit(n, r == root ? root : -1); });
+        CHECK(simulate(b, bc));
+        for (int r = 0; r < n; ++r)
+          for (auto& v : bc[r][0]) CHECK(v == unit(n, root));
+        auto rc = initCells(red, 7, [&](int r, int) { return unit(n, r); });
+        CHECK(simulate(red, rc));
+        for (auto& v : rc[root][0]) CHECK(v == Value(n, 1));
       }
     }
   }

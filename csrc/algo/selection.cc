@@ -1,0 +1,127 @@
+#include "algo/selection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "algo/collectives.h"
+#include "core/error.h"
+
+namespace scalecomm {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out = "auto";
+  for (const auto& n : names) out += ", " + n;
+  return out;
+}
+
+void checkKnown(const std::string& collective, const std::string& algo, const std::vector<std::string>& known) {
+  if (algo == "auto" || std::find(known.begin(), known.end(), algo) != known.end()) return;
+  fail(ErrorKind::InvalidArgument, "scalecomm: unknown ", collective, " algorithm '", algo, "'; choose one of ",
+       joined(known), " (SCALECOMM_ALGO or Options(algorithm=...), e.g. 'allreduce:rhd,broadcast:tree')");
+}
+
+}  // namespace
+
+AlgorithmSelection AlgorithmSelection::parse(const std::string& spec) {
+  AlgorithmSelection sel;
+  std::stringstream in(spec);
+  std::string entry;
+  while (std::getline(in, entry, ',')) {
+    entry = trim(entry);
+    if (entry.empty()) continue;
+    const auto colon = entry.find(':');
+    const std::string collective = colon == std::string::npos ? "allreduce" : trim(entry.substr(0, colon));
+    const std::string algo = colon == std::string::npos ? entry : trim(entry.substr(colon + 1));
+    if (collective == "allreduce") {
+      checkKnown(collective, algo, allreduceAlgorithms());
+      sel.allreduce = algo;
+    } else if (collective == "broadcast" || collective == "reduce") {
+      checkKnown(collective, algo, rootedAlgorithms());
+      (collective == "broadcast" ? sel.broadcast : sel.reduce) = algo;
+    } else {
+      fail(ErrorKind::InvalidArgument, "scalecomm: cannot choose an algorithm for '", collective, "' in '", spec,
+           "'; selectable collectives are allreduce, broadcast and reduce (the others have one algorithm)");
+    }
+  }
+  return sel;
+}
+
+std::string AlgorithmSelection::str() const {
+  return "allreduce:" + allreduce + ",broadcast:" + broadcast + ",reduce:" + reduce;
+}
+
+TuningTable TuningTable::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    fail(ErrorKind::InvalidArgument, "scalecomm: cannot read tuning file '", path,
+         "' (SCALECOMM_TUNING_FILE); write one with python -m pyscalecomm.tune or unset the variable");
+  }
+  TuningTable t;
+  std::string line;
+  int lineNo = 0;
+  bool haveAlpha = false, haveBeta = false;
+  while (std::getline(in, line)) {
+    ++lineNo;
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    std::stringstream words(line);
+    std::string key;
+    words >> key;
+    bool ok = true;
+    if (key == "world") {
+      ok = static_cast<bool>(words >> t.world);
+    } else if (key == "alpha") {
+      ok = static_cast<bool>(words >> t.costs.alpha);
+      t.costs.overhead = t.costs.alpha;
+      haveAlpha = ok;
+    } else if (key == "beta") {
+      ok = static_cast<bool>(words >> t.costs.beta);
+      haveBeta = ok;
+    } else if (key == "allreduce") {
+      int64_t bytes = 0;
+      std::string algo;
+      ok = static_cast<bool>(words >> bytes >> algo) && bytes >= 0;
+      if (ok) {
+        const auto& known = allreduceAlgorithms();
+        ok = std::find(known.begin(), known.end(), algo) != known.end();
+        t.allreduce[bytes] = algo;
+      }
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      fail(ErrorKind::InvalidArgument, "scalecomm: tuning file '", path, "' line ", lineNo, " is not understood: '",
+           line, "'; regenerate it with python -m pyscalecomm.tune");
+    }
+  }
+  t.hasCosts = haveAlpha && haveBeta;
+  return t;
+}
+
+std::string TuningTable::lookup(int64_t bytes) const {
+  if (allreduce.empty()) return "";
+  const double x = std::log2(static_cast<double>(std::max<int64_t>(bytes, 1)));
+  const std::string* best = nullptr;
+  double bestDist = 0;
+  for (const auto& [b, algo] : allreduce) {
+    const double d = std::fabs(std::log2(static_cast<double>(std::max<int64_t>(b, 1))) - x);
+    if (best == nullptr || d < bestDist) {
+      best = &algo;
+      bestDist = d;
+    }
+  }
+  return *best;
+}
+
+}  // namespace scalecomm

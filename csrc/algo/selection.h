@@ -1,0 +1,46 @@
+// scalecomm algo: which algorithm each collective runs.
+//
+// Contract: AlgorithmSelection::parse() reads a spec such as "rhd" or
+// "allreduce:rhd,broadcast:tree,reduce:chain" (what SCALECOMM_ALGO and
+// Options(algorithm=...) hold). A bare name sets allreduce. Every collective
+// not named keeps "auto": allreduce then picks per call from the cost model
+// (or the tuning table), broadcast and reduce between chain and tree. The
+// other collectives have one algorithm each (see docs/algorithms.md).
+// Unknown collectives or algorithms throw Error(InvalidArgument) naming the
+// entry and the choices. Value type.
+//
+// A TuningTable holds measured winners per message size (written by
+// `python -m pyscalecomm.tune`): lines "allreduce <bytes> <algorithm>" plus
+// "world <n>", "alpha <s>", "beta <s/B>"; '#' starts a comment. lookup()
+// returns the winner at the nearest measured size (by log2 of bytes), or ""
+// when the table is empty.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "algo/cost_model.h"
+
+namespace scalecomm {
+
+struct AlgorithmSelection {
+  std::string allreduce = "auto";
+  std::string broadcast = "auto";
+  std::string reduce = "auto";
+
+  static AlgorithmSelection parse(const std::string& spec);
+  std::string str() const;  // canonical "allreduce:x,broadcast:y,reduce:z"
+};
+
+struct TuningTable {
+  int world = 0;  // 0: any
+  bool hasCosts = false;
+  CostParams costs;
+  std::map<int64_t, std::string> allreduce;  // bytes -> measured winner
+
+  static TuningTable load(const std::string& path);  // throws InvalidArgument on a bad file
+  std::string lookup(int64_t bytes) const;
+};
+
+}  // namespace scalecomm
