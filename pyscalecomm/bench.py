@@ -76,7 +76,8 @@ def parse_args(argv=None):
     p.add_argument(
         "--algos",
         default="",
-        help="comma list of scalecomm allreduce algorithms, one column each (e.g. ring,rhd,direct)",
+        help="comma list of scalecomm allreduce algorithms, one column each (e.g. ring,rhd,tree,direct,auto);"
+        " with auto and others, an 'auto/best time' column compares auto with the fastest fixed one",
     )
     p.add_argument("--nproc", type=int, default=0, help="spawn this many local ranks (no launcher needed)")
     p.add_argument("--json", default="", help="append one JSON line per measurement to this file")
@@ -176,6 +177,8 @@ def run(args) -> None:
     if args.op == "avg" and "gloo" in labels:
         raise SystemExit("gloo has no AVG; pick another op or drop gloo from --backends")
     ours = [i for i, lab in enumerate(labels) if lab.startswith("scalecomm")]
+    auto_col = labels.index("scalecomm:auto") if "scalecomm:auto" in labels else None
+    fixed = [i for i in ours if i != auto_col and labels[i] != "scalecomm"]
     base = labels.index("gloo") if "gloo" in labels else None
     size_list = sizes(
         parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, parse_size(args.stepbytes)
@@ -195,6 +198,8 @@ def run(args) -> None:
             head += f" | {'best':>{width}}"
         if base is not None and ours:
             head += f" | {'busbw scalecomm/gloo':>21}"
+        if auto_col is not None and fixed:
+            head += f" | {'auto/best time':>14}"
         print(head)
         print(
             f"{'(B)':>12} {'(elements)':>11} {'':>8} {'':>6}"
@@ -206,9 +211,10 @@ def run(args) -> None:
         nbytes = count * esize
         t = torch.empty(count, dtype=dtype)
         row = f"{nbytes:>12} {count:>11} {args.datatype:>8} {args.op:>6}"
-        busbws = []
+        busbws, secs = [], []
         for label, group in cols:
             sec, wrong, iters = _measure(t, op, group, timing_group, args, n, dist, torch)
+            secs.append(sec)
             algbw = nbytes / sec / 1e9
             busbw = algbw * busbw_factor(n)
             busbws.append(busbw)
@@ -240,6 +246,8 @@ def run(args) -> None:
             row += f" | {labels[best]:>{width}}"
         if base is not None and best is not None:
             row += f" | {busbws[best] / busbws[base]:>20.2f}x"
+        if auto_col is not None and fixed:
+            row += f" | {secs[auto_col] / min(secs[i] for i in fixed):>13.2f}x"
         if rank == 0:
             print(row, flush=True)
         del t

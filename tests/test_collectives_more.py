@@ -197,3 +197,56 @@ def test_stats_count_operations_by_collective_and_algorithm():
         assert stats["allreduce:direct"]["calls"] == 3, stats
         assert stats["allreduce:direct"]["bytes"] == 3 * 256 * 4, stats
         assert stats["broadcast:tree"]["calls"] == 1 and stats["allreduce:direct"]["seconds"] > 0, stats
+
+
+def _tuned(rank, n, path):
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    dist.all_reduce(torch.ones(2))  # 8 bytes
+    dist.all_reduce(torch.ones(1024))  # 4 KiB
+    dist.all_reduce(torch.ones(1 << 20))  # 4 MiB: nearest measured size is 64 KiB
+    return sorted(k for k in be.stats() if k.startswith("allreduce:")), be.cost_params
+
+
+def test_tuning_file_decides_auto_and_skips_the_probe(tmp_path):
+    path = tmp_path / "tuning.txt"
+    path.write_text(
+        "# written by hand for the test\nworld 2\nalpha 3e-06\nbeta 2e-10\n"
+        "allreduce 8 tree\nallreduce 4096 direct\nallreduce 65536 rhd\n"
+    )
+    for names, costs in run_ranks(2, _tuned, str(path), env={"SCALECOMM_TUNING_FILE": str(path)}):
+        assert names == ["allreduce:direct", "allreduce:rhd", "allreduce:tree"], names
+        assert costs["alpha"] == 3e-06 and costs["beta"] == 2e-10, costs
+
+
+def _bad_tuning(rank, n, path):
+    import pyscalecomm
+
+    try:
+        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(tuning_file=path))
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def test_bad_tuning_file_is_a_value_error_with_the_line(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_text("world 2\nallreduce 8 warp-drive\n")
+    for msg in run_ranks(2, _bad_tuning, str(path)):
+        assert "line 2" in msg and "pyscalecomm.tune" in msg, msg
+
+
+def test_tune_command_writes_a_file_that_auto_accepts(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "t.txt"
+    cmd = [sys.executable, "-m", "pyscalecomm.tune", "--nproc", "2", "-b", "8", "-e", "4K", "-f", "64"]
+    cmd += ["-n", "2", "-w", "1", "--rounds", "1", "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "winner" in res.stdout, res.stdout
+    lines = [ln.split() for ln in out.read_text().splitlines() if ln.startswith("allreduce ")]
+    assert [int(x[1]) for x in lines] == [8, 512], lines
+    assert all(x[2] in ("ring", "rhd", "tree", "direct") for x in lines), lines
+    for names, _ in run_ranks(2, _tuned, str(out), env={"SCALECOMM_TUNING_FILE": str(out)}):
+        assert names and all(x.split(":")[1] in ("ring", "rhd", "tree", "direct") for x in names), names

@@ -58,6 +58,7 @@ class ScalecommBackend : public c10d::Backend {
 
   const std::string getBackendName() const override { return "scalecomm"; }
   const BackendConfig& config() const { return config_; }
+  const CostParams& costParams() const { return costs_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

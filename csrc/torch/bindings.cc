@@ -9,6 +9,7 @@
 
 #include "algo/collectives.h"
 #include "algo/cost_model.h"
+#include "comm/communicator.h"
 #include "core/params.h"
 #include "torch/backend.h"
 #include "transport/shm.h"
@@ -56,7 +57,18 @@ PYBIND11_MODULE(_C, m) {
           },
           "Completed operations of this group by name (e.g. 'allreduce:rhd'): calls, bytes (outputs), seconds "
           "(on the worker thread).")
-      .def_property_readonly("config", &scalecomm::ScalecommBackend::config);
+      .def_property_readonly("config", &scalecomm::ScalecommBackend::config)
+      .def_property_readonly(
+          "cost_params",
+          [](const scalecomm::ScalecommBackend& b) {
+            const scalecomm::CostParams& c = b.costParams();
+            py::dict d;
+            d["alpha"] = c.alpha;
+            d["beta"] = c.beta;
+            d["segment_bytes"] = c.segmentBytes;
+            return d;
+          },
+          "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
 
   m.def(
       "params",
@@ -91,6 +103,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("intra_alpha") = -1.0, py::arg("intra_beta") = -1.0, py::arg("ps_servers") = 1,
       "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h).");
   m.def("allreduce_algorithms", [] { return scalecomm::allreduceAlgorithms(); });
+  m.def("host_identity", &scalecomm::hostIdentity,
+        "This process's host identity (what decides shm vs tcp; SCALECOMM_HOSTNAME overrides it).");
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,
         "Removes /dev/shm/scalecomm-* segments left by dead processes; returns how many.");
 #ifdef SCALECOMM_WITH_CUDA
