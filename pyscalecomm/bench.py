@@ -184,6 +184,9 @@ def run(args) -> None:
         parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, parse_size(args.stepbytes)
     )
     cfg = pyscalecomm._C.BackendConfig()
+    probed = (
+        dist.group.WORLD._get_backend(torch.device("cpu")).cost_params if labels[0] == "scalecomm" else {}
+    )
     width = max(10, *(len(lab) for lab in labels))
     if rank == 0:
         print(
@@ -239,6 +242,8 @@ def run(args) -> None:
                         "wrong": wrong,
                         "iters": iters,
                         "inplace": True,
+                        "model_alpha": probed.get("alpha") if backend == "scalecomm" else None,
+                        "model_beta": probed.get("beta") if backend == "scalecomm" else None,
                     }
                     f.write(json.dumps(record) + "\n")
         best = max(ours, key=lambda i: busbws[i]) if ours else None

@@ -2,12 +2,18 @@
 
     python -m pyscalecomm.simulate --world 1024 --bytes 256M --alpha 5us --bandwidth 100Gbit
     python -m pyscalecomm.simulate --sweep --alpha 5us --bandwidth 100Gbit
+    python -m pyscalecomm.simulate --ranks-per-host 8 --intra-alpha 1us --intra-bandwidth 200GB ...
+    python -m pyscalecomm.simulate --measured bench.jsonl --alpha 20us --bandwidth 4GB
 
-The model (csrc/algo/cost_model.h) walks each algorithm's real schedule: per
-step, the slowest rank pays alpha, a per-extra-message overhead, bytes sent x
-1/bandwidth and bytes reduced x gamma. The first form prints every algorithm's
-predicted time, bus bandwidth and the winner; --sweep prints the winner for
-world sizes 8..65,536 and sizes 8 B..1 GiB (where the crossovers fall).
+The model (csrc/algo/cost_model.h) walks each algorithm's real schedule: the
+first segment crosses every step (per step, the slowest rank pays alpha, a
+per-extra-message overhead and one segment's bytes x 1/bandwidth), then the
+busiest rank streams the rest of its bytes (each link direction serialised).
+The first form prints every algorithm's predicted time, bus bandwidth and the
+winner; --sweep prints the winner for world sizes 8..65,536 and sizes 8 B..1
+GiB (where the crossovers fall); --measured reads JSON lines written by
+``python -m pyscalecomm.bench --json`` and prints predicted against measured
+time with the relative error, per algorithm and size.
 """
 
 from __future__ import annotations
@@ -57,7 +63,18 @@ def predict(algorithm, world, nbytes, args) -> float:
     from pyscalecomm import _C
 
     return _C.predict_allreduce(
-        algorithm, world, nbytes, args.alpha, 1.0 / args.bandwidth, args.overhead, args.gamma
+        algorithm,
+        world,
+        nbytes,
+        args.alpha,
+        1.0 / args.bandwidth,
+        args.overhead,
+        args.gamma,
+        segment_bytes=args.segment,
+        ranks_per_host=args.ranks_per_host,
+        intra_alpha=args.intra_alpha if args.intra_alpha is not None else -1.0,
+        intra_beta=1.0 / args.intra_bandwidth if args.intra_bandwidth else -1.0,
+        ps_servers=min(args.ps_servers, world),
     )
 
 
@@ -79,7 +96,18 @@ def parse_args(argv=None):
         "--overhead", type=parse_time, default=parse_time("0.5us"), help="per extra message in a step"
     )
     p.add_argument("--gamma", type=float, default=0.0, help="seconds per byte reduced")
-    p.add_argument("--algos", default="", help="comma list (default: all)")
+    p.add_argument("--segment", type=parse_size, default=256 << 10, help="pipelining unit (0: none)")
+    p.add_argument("--ranks-per-host", type=int, default=0, help="hosts of this many ranks (0: one per rank)")
+    p.add_argument("--intra-alpha", type=parse_time, default=None, help="latency inside a host")
+    p.add_argument("--intra-bandwidth", type=parse_rate, default=None, help="bandwidth inside a host")
+    p.add_argument("--ps-servers", type=int, default=1, help="server ranks of ps")
+    p.add_argument(
+        "--measured",
+        default="",
+        help="bench --json file: predicted vs measured (with the alpha and beta each run probed,"
+        " unless --alpha is given)",
+    )
+    p.add_argument("--algos", default="", help="comma list (default: all but ps, and hier without hosts)")
     p.add_argument("--sweep", action="store_true", help="winner table over world sizes and message sizes")
     return p.parse_args(argv)
 
@@ -88,11 +116,17 @@ def main(argv=None) -> int:
     import pyscalecomm
 
     args = parse_args(argv)
-    algos = [a for a in args.algos.split(",") if a] or pyscalecomm.allreduce_algorithms()
+    args.alpha_given = args.alpha if "--alpha" in " ".join(argv if argv is not None else sys.argv) else None
+    default = [
+        a for a in pyscalecomm.allreduce_algorithms() if a != "ps" and (a != "hier" or args.ranks_per_host)
+    ]
+    algos = [a for a in args.algos.split(",") if a] or default
     print(
         f"# alpha {args.alpha * 1e6:g} us, bandwidth {args.bandwidth * 8 / 1e9:g} Gbit/s, "
         f"overhead {args.overhead * 1e6:g} us/message, gamma {args.gamma:g} s/B"
     )
+    if args.measured:
+        return _compare(args)
     if not args.sweep:
         print(f"# allreduce of {fmt_bytes(args.bytes)} B on {args.world} ranks")
         print(f"{'algorithm':>10} {'time(us)':>14} {'busbw(GB/s)':>12}")
@@ -114,6 +148,38 @@ def main(argv=None) -> int:
             best = min(times, key=times.get)
             row += f" | {best:>7} {times[best] * 1e6:>10.0f}us"
         print(row, flush=True)
+    return 0
+
+
+def _compare(args) -> int:
+    """Predicted vs measured time for every scalecomm record of a bench --json file."""
+    import json
+
+    print(
+        f"{'algorithm':>10} {'world':>5} {'bytes':>10} {'measured(us)':>13} "
+        f"{'predicted(us)':>14} {'error':>7}"
+    )
+    errors = []
+    for line in open(args.measured):
+        r = json.loads(line)
+        if r.get("backend") != "scalecomm" or r.get("algorithm") in (None, "auto"):
+            continue
+        if args.alpha_given is None and r.get("model_alpha"):  # the group's own probe
+            args.alpha, args.bandwidth = r["model_alpha"], 1.0 / r["model_beta"]
+            args.overhead = args.alpha
+        pred = predict(r["algorithm"], r["world_size"], r["bytes"], args)
+        err = (pred - r["time_us"] * 1e-6) / (r["time_us"] * 1e-6)
+        errors.append(abs(err))
+        print(
+            f"{r['algorithm']:>10} {r['world_size']:>5} {r['bytes']:>10} {r['time_us']:>13.1f} "
+            f"{pred * 1e6:>14.1f} {err * 100:>6.0f}%"
+        )
+    if errors:
+        errors.sort()
+        print(
+            f"# {len(errors)} points: median |error| {errors[len(errors) // 2] * 100:.0f}%, "
+            f"max {errors[-1] * 100:.0f}%"
+        )
     return 0
 
 

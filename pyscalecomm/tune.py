@@ -75,7 +75,8 @@ def run(args) -> None:
     size_list = sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, 0)
     if rank == 0:
         print(
-            f"# scalecomm tune: world {n}, {len(set(hosts))} host(s), rounds {args.rounds}, iters {args.iters}"
+            f"# scalecomm tune: world {n}, {len(set(hosts))} host(s), "
+            f"rounds {args.rounds}, iters {args.iters}"
         )
         print(
             f"{'size (B)':>12} " + " ".join(f"{a + ' (us)':>12}" for a in algos) + f" {'winner':>8}",
@@ -107,7 +108,8 @@ def run(args) -> None:
             for nbytes, winner in winners:
                 f.write(f"allreduce {nbytes} {winner}\n")
         print(
-            f"# wrote {args.output}; use it with SCALECOMM_TUNING_FILE={args.output} (or Options(tuning_file=...))"
+            f"# wrote {args.output}; use it with SCALECOMM_TUNING_FILE={args.output} "
+            "(or Options(tuning_file=...))"
         )
     dist.destroy_process_group()
 

@@ -18,6 +18,12 @@ std::set<int> sampleRanks(int n, const AlgoParams& algo) {
   int p = 1;
   while (p * 2 <= n) p *= 2;
   std::set<int> sample = {0, std::min(1, n - 1), n / 2, n - 1, std::max(0, 2 * (n - p) - 1), std::max(0, n - p)};
+  // One rank per tree level (the first and second of each): trees are active
+  // at one level per step.
+  for (int64_t first = 1; first - 1 < n; first *= 2) {
+    sample.insert(static_cast<int>(first - 1));
+    if (first < n) sample.insert(static_cast<int>(first));
+  }
   for (int r = 0; r < static_cast<int>(algo.hostOf.size()); ++r) {
     if (algo.hostOf[r] != algo.hostOf[0]) {
       sample.insert(r);
@@ -43,7 +49,10 @@ RankStep priceStep(const Schedule& s, const ScheduleStep& step, int rank, size_t
   std::set<std::pair<int, bool>> seen;  // (peer, is send): a send and a receive with one peer overlap
   for (const ScheduleOp& op : step.ops) {
     const double bytes = static_cast<double>(s.blockCounts[op.block]) * static_cast<double>(elementBytes);
-    if (op.kind == OpKind::Finalize || bytes == 0) continue;
+    // An empty block moves no bytes, but a rank on the block's path still
+    // waits for its turn: price it as a zero-byte message (one alpha), so a
+    // ring of n ranks with fewer than n elements still costs 2 (n-1) alpha.
+    if (op.kind == OpKind::Finalize) continue;
     const bool intra = sameHost(op.peer);
     const double beta = intra && c.intraBeta >= 0 ? c.intraBeta : c.beta;
     alpha = std::max(alpha, intra ? c.intraAlpha : c.alpha);
@@ -90,10 +99,8 @@ double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, s
 
 double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params,
                                const AlgoParams& algo) {
-  // Priced as float32, with at least one element per rank: with fewer, most
-  // blocks are empty and the sampled ranks would miss the steps in which the
-  // few non-empty blocks hop from rank to rank (one alpha each).
-  const int64_t count = std::max<int64_t>(bytes / 4, n);
+  // Priced as float32 (empty blocks still cost their alpha; see priceStep).
+  const int64_t count = std::max<int64_t>(bytes / 4, 1);
   return predictSeconds([&](int r) { return allreduceSchedule(algorithm, r, n, count, false, algo); }, n, 4, params,
                         algo);
 }

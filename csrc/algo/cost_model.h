@@ -18,8 +18,9 @@
 // same host use intraAlpha / intraBeta when they are set (>= 0) and the
 // AlgoParams give a host map. The slowest rank is taken over a sample of
 // ranks (first, second, middle, last, the rhd fold boundary, the first rank
-// of the second host) that covers the asymmetric ranks of every schedule
-// here (fold ranks, roots, servers, leaders). Pure; safe from any thread.
+// of the second host, the first two ranks of every tree level) that covers
+// the asymmetric ranks of every schedule here (fold ranks, roots, servers,
+// leaders, tree levels). Pure; safe from any thread.
 #pragma once
 
 #include <cstdint>
