@@ -184,9 +184,8 @@ def run(args) -> None:
         parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, parse_size(args.stepbytes)
     )
     cfg = pyscalecomm._C.BackendConfig()
-    probed = (
-        dist.group.WORLD._get_backend(torch.device("cpu")).cost_params if labels[0] == "scalecomm" else {}
-    )
+    world_be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    probed = world_be.cost_params if hasattr(world_be, "cost_params") else {}
     width = max(10, *(len(lab) for lab in labels))
     if rank == 0:
         print(
