@@ -95,6 +95,19 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
 
+  // Rank 0 hears from every rank, then releases them; a rank that does not
+  // arrive within the timeout is named in the error on rank 0 (all of them
+  // with waitAllRanks), and the others then time out waiting for rank 0.
+  // Blocking, like gloo's. Uses the point-to-point channels.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+
+  // split_group: a new scalecomm group over `ranks` (ranks of this group),
+  // with this group's settings and a fresh rendezvous under `store`.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+
   // Point-to-point, in order per pair of ranks; tags must match in that order.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;

@@ -1,0 +1,92 @@
+// ScalecommBackend: group-level operations (monitored barrier, split_group).
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "algo/collectives.h"
+#include "core/error.h"
+#include "torch/backend.h"
+#include "torch/gil.h"
+
+namespace scalecomm {
+
+namespace {
+
+constexpr int kMonitoredBarrierTag = -0x4d42;  // "MB"; user tags are not negative in practice
+
+}  // namespace
+
+void ScalecommBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  checkUsable("monitored_barrier");
+  const int n = getSize(), rank = getRank();
+  // Per-pair message numbers, taken on the caller's thread like send/recv.
+  std::vector<uint64_t> inSeq(n, 0), outSeq(n, 0);
+  for (int r = 0; r < n; ++r) {
+    if (r == rank || (rank != 0 && r != 0)) continue;
+    inSeq[r] = ++receivedFrom_[r];
+    outSeq[r] = ++sentTo_[r];
+  }
+  Communicator* comm = comm_.get();
+  auto work = enqueue(c10d::OpType::BARRIER, "monitored_barrier", {}, opts.timeout,
+                      [comm, n, rank, waitAllRanks, inSeq, outSeq](const CollectiveOptions& base) {
+                        uint8_t token = 1;
+                        auto withSeq = [&](uint64_t seq) {
+                          CollectiveOptions o = base;
+                          o.seq = seq;
+                          // A rank heard after the deadline is still heard if its message is
+                          // already here: give each later receive a short grace period.
+                          if (o.deadline.remainingMs() <= 0)
+                            o.deadline = Deadline::after(std::chrono::milliseconds(100));
+                          return o;
+                        };
+                        if (rank != 0) {
+                          sendTo(*comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(outSeq[0]));
+                          recvFrom(*comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(inSeq[0]));
+                          return;
+                        }
+                        std::string missing;
+                        for (int r = 1; r < n; ++r) {
+                          try {
+                            recvFrom(*comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(inSeq[r]));
+                          } catch (const Error& e) {
+                            missing += strCat(missing.empty() ? "" : ", ", r);
+                            if (!waitAllRanks) break;
+                          }
+                        }
+                        if (!missing.empty()) {
+                          fail(ErrorKind::Timeout, "scalecomm monitored_barrier (rank 0): rank(s) ", missing,
+                               " did not reach the barrier within ", base.timeoutMs, " ms",
+                               waitAllRanks ? "" : " (the first one missing; wait_all_ranks=True lists all)",
+                               ". Check those ranks for a hang, a crash or a different code path.");
+                        }
+                        for (int r = 1; r < n; ++r) {
+                          sendTo(*comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(outSeq[r]));
+                        }
+                      });
+  ReleaseGilIfHeld noGil;
+  work->wait();
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> ScalecommBackend::getBackendOptions() {
+  auto o = c10::make_intrusive<c10d::Backend::Options>("scalecomm", std::chrono::milliseconds(config_.timeoutMs));
+  o->group_name = config_.groupName;
+  return o;
+}
+
+c10::intrusive_ptr<c10d::Backend> ScalecommBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                          const std::vector<int>& ranks,
+                                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  checkUsable("split_group");
+  const auto it = std::find(ranks.begin(), ranks.end(), getRank());
+  if (it == ranks.end()) return nullptr;
+  BackendConfig child = config_;
+  if (opts) {
+    if (!opts->group_name.empty()) child.groupName = opts->group_name;
+    if (opts->timeout.count() > 0) child.timeoutMs = opts->timeout.count();
+  }
+  ReleaseGilIfHeld noGil;
+  return c10::make_intrusive<ScalecommBackend>(store, static_cast<int>(it - ranks.begin()),
+                                               static_cast<int>(ranks.size()), child);
+}
+
+}  // namespace scalecomm
