@@ -148,6 +148,39 @@ def test_send_recv_isend_irecv_and_batch(n):
     run_ranks(n, _point_to_point, timeout_s=300)
 
 
+def _batch_receives_first(rank, n):
+    # Everyone posts its receives before its sends, with messages far larger than
+    # the transport's buffers: a batch progresses all of them together.
+    count = 3 << 20  # 12 MiB of float32 per message, 3x the shm ring
+    ops, gots = [], {}
+    for peer in range(n):
+        if peer != rank:
+            gots[peer] = torch.empty(count)
+            ops.append(dist.P2POp(dist.irecv, gots[peer], peer, tag=peer))
+    for peer in range(n):
+        if peer != rank:
+            ops.append(dist.P2POp(dist.isend, torch.full((count,), float(rank)), peer, tag=rank))
+    works = dist.batch_isend_irecv(ops)
+    for w in works:
+        w.wait()
+    ok = all(torch.equal(g, torch.full((count,), float(p))) for p, g in gots.items())
+    # a batch between two ranks only leaves the group's collective numbering intact
+    if rank < 2:
+        x = torch.full((5,), float(rank))
+        peer = 1 - rank
+        y = torch.empty(5)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, y, peer), dist.P2POp(dist.isend, x, peer)]):
+            w.wait()
+        ok = ok and torch.equal(y, torch.full((5,), float(peer)))
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    return ok and torch.equal(t, torch.full((3,), float(n))), len(works)
+
+
+def test_batch_isend_irecv_receives_first_with_large_messages():
+    assert run_ranks(3, _batch_receives_first, timeout_s=120) == [(True, 1)] * 3
+
+
 def _tag_mismatch(rank, n):
     try:
         if rank == 0:

@@ -193,31 +193,33 @@ void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const st
   execute(compilePlan(s, n, segmentElems(opts, dtype)), bytePointers(ptrs), comm, ctx);
 }
 
-namespace {
-
-void pointToPoint(Communicator& comm, OpKind kind, void* data, int64_t count, DataType dtype, int peer, int tag,
-                  const CollectiveOptions& opts) {
-  if (count == 0) return;
-  ExecContext ctx = context(CollectiveKind::SendRecv, dtype, count, opts);
-  ctx.root = tag;
+void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts) {
+  ExecContext ctx = context(CollectiveKind::SendRecv, DataType::Opaque, 0, opts);
   Schedule s;
   s.algorithm = "direct";
-  s.blockCounts = {count};
-  s.steps.push_back({{{kind, peer, 0}}});
-  execute(compilePlan(s, comm.size(), segmentElems(opts, dtype)), {static_cast<uint8_t*>(data)}, comm, ctx);
+  ScheduleStep step;
+  std::vector<uint8_t*> ptrs;
+  for (const PointToPointOp& op : ops) {
+    const int block = static_cast<int>(s.blockCounts.size());
+    s.blockCounts.push_back(op.count * static_cast<int64_t>(elementSize(op.dtype)));  // bytes
+    step.ops.push_back({op.send ? OpKind::Send : OpKind::Recv, op.peer, block, /*wire=*/0});
+    ptrs.push_back(static_cast<uint8_t*>(op.data));
+    ctx.messages.push_back({op.pairSeq, op.tag, op.count, op.dtype});
+  }
+  s.steps.push_back(step);
+  // Segments in bytes, as the executor counts them for dtype Opaque.
+  execute(compilePlan(s, comm.size(), std::max<int64_t>(1, opts.segmentBytes)), ptrs, comm, ctx);
 }
-
-}  // namespace
 
 void sendTo(Communicator& comm, const void* data, int64_t count, DataType dtype, int peer, int tag,
             const CollectiveOptions& opts) {
   // The executor only reads blocks that it sends.
-  pointToPoint(comm, OpKind::Send, const_cast<void*>(data), count, dtype, peer, tag, opts);
+  pointToPointBatch(comm, {{true, const_cast<void*>(data), count, dtype, peer, tag, opts.seq}}, opts);
 }
 
 void recvFrom(Communicator& comm, void* data, int64_t count, DataType dtype, int peer, int tag,
               const CollectiveOptions& opts) {
-  pointToPoint(comm, OpKind::Recv, data, count, dtype, peer, tag, opts);
+  pointToPointBatch(comm, {{false, data, count, dtype, peer, tag, opts.seq}}, opts);
 }
 
 }  // namespace scalecomm

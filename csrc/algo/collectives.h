@@ -75,6 +75,22 @@ void sendTo(Communicator& comm, const void* data, int64_t count, DataType dtype,
 void recvFrom(Communicator& comm, void* data, int64_t count, DataType dtype, int peer, int tag,
               const CollectiveOptions& opts);
 
+// A batch of sends and receives progressed together (batch_isend_irecv): all
+// make progress at once, so "everyone receives, then everyone sends" within
+// one batch cannot deadlock. Per peer, messages keep the batch's order. Each
+// message carries its own pair number and tag; a receive matches the sender's
+// message with the same number.
+struct PointToPointOp {
+  bool send;
+  void* data;
+  int64_t count;
+  DataType dtype;
+  int peer;
+  int tag;
+  uint64_t pairSeq;
+};
+void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts);
+
 // Sends sendBlocks[q] (sendCounts[q] elements) to rank q and receives rank q's
 // block for us into recvBlocks[q] (recvCounts[q]); the caller copies the
 // block to itself. Mismatched splits are detected on the wire.

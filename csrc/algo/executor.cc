@@ -33,6 +33,13 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   h.block = t.wireBlock;
   h.segment = t.segment;
   h.payloadBytes = t.count * static_cast<int64_t>(es);
+  if (!ctx.messages.empty()) {
+    const MessageId& m = ctx.messages[t.block];
+    h.seq = m.seq;
+    h.root = m.tag;
+    h.totalCount = m.count;
+    h.dtype = static_cast<uint8_t>(m.dtype);
+  }
   return h;
 }
 

@@ -28,6 +28,15 @@
 
 namespace scalecomm {
 
+// One point-to-point message's identity, carried in its header instead of the
+// collective's (see ExecContext::messages).
+struct MessageId {
+  uint64_t seq;  // per ordered pair of ranks
+  int tag;
+  int64_t count;  // elements of dtype
+  DataType dtype;
+};
+
 struct ExecContext {
   CollectiveKind collective;
   uint64_t seq;
@@ -38,6 +47,10 @@ struct ExecContext {
   int64_t finalizeDivisor = 1;  // Finalize tasks divide by this (AVG)
   Deadline deadline = Deadline::never();
   int64_t timeoutMs = 0;  // for messages
+  // Point-to-point batches: block b is one message whose header carries
+  // messages[b] (seq, tag, count, dtype) instead of the fields above; the
+  // plan then counts in bytes (dtype Opaque). Empty for collectives.
+  std::vector<MessageId> messages;
 };
 
 // Describes the collective for error messages: "scalecomm allreduce (rank 3, seq 41)".

@@ -105,6 +105,10 @@ void ScalecommBackend::abort() {
 }
 
 void ScalecommBackend::checkUsable(const char* collective) {
+  const std::string name = collective;
+  TORCH_CHECK(!coalescing_ || name == "send" || name == "recv", "scalecomm ", name, " (rank ", getRank(),
+              "): only send and recv can be coalesced (batch_isend_irecv); issue ", name,
+              " outside the coalescing block");
   if (shutDown_.load()) {
     C10_THROW_ERROR(DistBackendError,
                     strCat("scalecomm ", collective, " (rank ", getRank(), "): the group was shut down"));
@@ -119,7 +123,8 @@ void ScalecommBackend::checkUsable(const char* collective) {
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, const char* collective,
                                                          std::vector<at::Tensor> outputs,
                                                          std::chrono::milliseconds opTimeout, Body body,
-                                                         uint64_t p2pSeq) {
+                                                         uint64_t p2pSeq,
+                                                         std::vector<c10::intrusive_ptr<ScalecommWork>> alsoFinish) {
   const uint64_t seq = p2pSeq > 0 ? p2pSeq : ++seq_;
   uint64_t bytes = 0;  // for stats()
   for (const auto& t : outputs) bytes += t.nbytes();
@@ -133,12 +138,17 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   base.seq = seq;
   auto state = state_;
   std::string name = collective;
-  worker_->post([work, state, base, body = std::move(body), name, bytes]() mutable {
+  alsoFinish.push_back(work);
+  worker_->post([works = std::move(alsoFinish), state, base, body = std::move(body), name, bytes]() mutable {
+    auto finishError = [&](const std::string& msg) {
+      for (auto& w : works) {
+        w->finishError(
+            std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg)));
+      }
+    };
     if (state->poisoned()) {
-      work->finishError(std::make_exception_ptr(c10::DistBackendError(
-          {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-          strCat("scalecomm ", name, " (rank ", state->rank(), ", seq ", base.seq,
-                 "): not run because the group is unusable after an earlier failure: ", state->reason()))));
+      finishError(strCat("scalecomm ", name, " (rank ", state->rank(), ", seq ", base.seq,
+                         "): not run because the group is unusable after an earlier failure: ", state->reason()));
       return;
     }
     base.deadline = Deadline::after(std::chrono::milliseconds(base.timeoutMs));
@@ -146,13 +156,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
       const auto start = Clock::now();
       body(base);
       state->record(name, bytes, std::chrono::duration<double>(Clock::now() - start).count());
-      work->finish();
+      for (auto& w : works) w->finish();
     } catch (const std::exception& e) {
       std::string msg = e.what();
       SC_LOG(Warn, msg);
       state->poison(msg, /*abortComm=*/false);
-      work->finishError(
-          std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg)));
+      finishError(msg);
     }
   });
   return work;
@@ -343,6 +352,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::pointToPoint(bool sending, std:
   Communicator* comm = comm_.get();
   at::Tensor tensor = t;
   const uint64_t pairSeq = sending ? ++sentTo_[peer] : ++receivedFrom_[peer];
+  if (coalescing_) {
+    auto work = c10::make_intrusive<ScalecommWork>(getRank(), sending ? c10d::OpType::SEND : c10d::OpType::RECV, what,
+                                                   pairSeq, std::vector<at::Tensor>{tensor}, state_);
+    pending_.push_back({{sending, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, pairSeq}, tensor, work});
+    return work;
+  }
   return enqueue(
       sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, {tensor}, std::chrono::milliseconds(0),
       [comm, tensor, shape, peer, tag, sending](const CollectiveOptions& o) {

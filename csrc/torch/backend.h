@@ -108,6 +108,13 @@ class ScalecommBackend : public c10d::Backend {
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
 
+  // Coalescing (batch_isend_irecv): sends and receives issued between start
+  // and end run as one batch that progresses all of them together; other
+  // collectives inside raise. endCoalescing returns the batch's Work.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
   // Point-to-point, in order per pair of ranks; tags must match in that order.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
@@ -128,8 +135,10 @@ class ScalecommBackend : public c10d::Backend {
   // Queues `body` on the worker. Collectives take the group's next sequence
   // number; point-to-point ops pass their per-peer number as p2pSeq (> 0) and
   // leave the group's untouched (only two ranks take part).
+  // `alsoFinish` are Works completed together with this one (a batch's parts).
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* collective, std::vector<at::Tensor> outputs,
-                                         std::chrono::milliseconds opTimeout, Body body, uint64_t p2pSeq = 0);
+                                         std::chrono::milliseconds opTimeout, Body body, uint64_t p2pSeq = 0,
+                                         std::vector<c10::intrusive_ptr<ScalecommWork>> alsoFinish = {});
   void checkUsable(const char* collective);
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
 
@@ -146,6 +155,13 @@ class ScalecommBackend : public c10d::Backend {
   std::unique_ptr<Worker> worker_;
   std::atomic<uint64_t> seq_{0};
   std::vector<uint64_t> sentTo_, receivedFrom_;  // point-to-point messages per peer (caller thread)
+  struct PendingP2P {
+    PointToPointOp op;
+    at::Tensor tensor;
+    c10::intrusive_ptr<ScalecommWork> work;
+  };
+  bool coalescing_ = false;  // caller thread
+  std::vector<PendingP2P> pending_;
   std::atomic<bool> shutDown_{false};
 };
 

@@ -67,6 +67,41 @@ void ScalecommBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool w
   work->wait();
 }
 
+void ScalecommBackend::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "scalecomm (rank ", getRank(), "): startCoalescing called twice without endCoalescing");
+  coalescing_ = true;
+  pending_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::endCoalescing() {
+  TORCH_CHECK(coalescing_, "scalecomm (rank ", getRank(), "): endCoalescing without startCoalescing");
+  coalescing_ = false;
+  std::vector<PendingP2P> batch = std::move(pending_);
+  pending_.clear();
+  std::vector<PointToPointOp> ops;
+  std::vector<at::Tensor> tensors;
+  std::vector<c10::intrusive_ptr<ScalecommWork>> parts;
+  for (auto& p : batch) {
+    ops.push_back(p.op);
+    tensors.push_back(p.tensor);
+    parts.push_back(p.work);
+  }
+  if (ops.empty()) {
+    auto done = c10::make_intrusive<ScalecommWork>(getRank(), c10d::OpType::COALESCED, "batch_isend_irecv", seq_.load(),
+                                                   std::vector<at::Tensor>{}, state_);
+    done->finish();
+    return done;
+  }
+  Communicator* comm = comm_.get();
+  // A batch may involve only some ranks, so it must not take a group sequence
+  // number (that would desynchronise later collectives): its Work shows the
+  // first message's per-pair number, and every message carries its own.
+  return enqueue(
+      c10d::OpType::COALESCED, "batch_isend_irecv", tensors, std::chrono::milliseconds(0),
+      [comm, ops, tensors](const CollectiveOptions& o) { pointToPointBatch(*comm, ops, o); }, ops.front().pairSeq,
+      std::move(parts));
+}
+
 c10::intrusive_ptr<c10d::Backend::Options> ScalecommBackend::getBackendOptions() {
   auto o = c10::make_intrusive<c10d::Backend::Options>("scalecomm", std::chrono::milliseconds(config_.timeoutMs));
   o->group_name = config_.groupName;

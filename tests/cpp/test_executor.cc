@@ -150,8 +150,8 @@ TEST(allreduce_every_algorithm_dtype_and_op_matches_closed_form) {
 
 TEST(allreduce_grid_of_algorithms_world_sizes_counts_and_segments) {
   for (const std::string& algo : allreduceAlgorithms()) {
-    for (int n : {2, 3, 4, 5, 7, 8}) {
-      for (int64_t count : {int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{1001}, int64_t{100000}}) {
+    for (int n : {1, 2, 3, 4, 5, 7, 8}) {
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{1001}, int64_t{100000}}) {
         for (int64_t seg : {int64_t{4}, int64_t{100}, int64_t{65536}}) {
           if (seg == 4 && count > 1001) continue;  // 10^5 one-element messages: slow, adds nothing
           std::vector<std::vector<float>> bufs(n, std::vector<float>(count));
