@@ -27,7 +27,9 @@ def test_monitored_barrier_passes_when_everyone_arrives():
 def test_monitored_barrier_names_the_missing_ranks(wait_all):
     out = run_ranks(3, _monitored, (1, 2), wait_all, group_timeout_s=20)
     assert "monitored_barrier (rank 0)" in out[0], out[0]
-    named = "rank(s) 1, 2 did not reach" if wait_all else "rank(s) 1 did not reach"
+    named = (
+        "Ranks 1, 2 failed to pass monitoredBarrier" if wait_all else "Rank 1 failed to pass monitoredBarrier"
+    )
     assert named in out[0], out[0]
     assert all(x != "passed" for x in out), out  # nobody passes a failed barrier
 

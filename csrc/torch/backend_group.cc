@@ -14,11 +14,62 @@ namespace {
 
 constexpr int kMonitoredBarrierTag = -0x4d42;  // "MB"; user tags are not negative in practice
 
+// The body run on the worker. Messages follow gloo's wording ("Rank 1 failed
+// to pass monitoredBarrier"), which users and PyTorch's tests search for.
+void runMonitoredBarrier(Communicator& comm, bool waitAllRanks, const std::vector<uint64_t>& inSeq,
+                         const std::vector<uint64_t>& outSeq, const CollectiveOptions& base) {
+  const int n = comm.size(), rank = comm.rank();
+  uint8_t token = 1;
+  auto withSeq = [&](uint64_t seq) {
+    CollectiveOptions o = base;
+    o.seq = seq;
+    // A rank heard after the deadline is still heard if its message is
+    // already here: give each later receive a short grace period.
+    if (o.deadline.remainingMs() <= 0) o.deadline = Deadline::after(std::chrono::milliseconds(100));
+    return o;
+  };
+  if (rank != 0) {
+    try {
+      sendTo(comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(outSeq[0]));
+      recvFrom(comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(inSeq[0]));
+    } catch (const Error& e) {
+      fail(e.kind(), "scalecomm monitored_barrier: Rank ", rank,
+           " successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0 "
+           "(rank 0 reports which ranks did not arrive): ",
+           e.what());
+    }
+    return;
+  }
+  std::string missing;
+  int count = 0;
+  for (int r = 1; r < n; ++r) {
+    try {
+      recvFrom(comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(inSeq[r]));
+    } catch (const Error&) {
+      missing += strCat(missing.empty() ? "" : ", ", r);
+      ++count;
+      if (!waitAllRanks) break;
+    }
+  }
+  if (!missing.empty()) {
+    fail(ErrorKind::Timeout, "scalecomm monitored_barrier (rank 0): ", count == 1 ? "Rank " : "Ranks ", missing,
+         " failed to pass monitoredBarrier in ", base.timeoutMs, " ms",
+         waitAllRanks ? "" : " (the first one missing; wait_all_ranks=True lists all)",
+         ". Check those ranks for a hang, a crash or a different code path.");
+  }
+  for (int r = 1; r < n; ++r) sendTo(comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(outSeq[r]));
+}
+
 }  // namespace
 
 void ScalecommBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   checkUsable("monitored_barrier");
   const int n = getSize(), rank = getRank();
+  if (rank == 0 && opts.timeout.count() == 0 && n > 1) {
+    C10_THROW_ERROR(DistBackendError,
+                    "scalecomm monitored_barrier: Rank 0 timed out in monitoredBarrier after 0 ms "
+                    "(timeout=0 leaves no time to hear from the other ranks)");
+  }
   // Per-pair message numbers, taken on the caller's thread like send/recv.
   std::vector<uint64_t> inSeq(n, 0), outSeq(n, 0);
   for (int r = 0; r < n; ++r) {
@@ -28,40 +79,8 @@ void ScalecommBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool w
   }
   Communicator* comm = comm_.get();
   auto work = enqueue(c10d::OpType::BARRIER, "monitored_barrier", {}, opts.timeout,
-                      [comm, n, rank, waitAllRanks, inSeq, outSeq](const CollectiveOptions& base) {
-                        uint8_t token = 1;
-                        auto withSeq = [&](uint64_t seq) {
-                          CollectiveOptions o = base;
-                          o.seq = seq;
-                          // A rank heard after the deadline is still heard if its message is
-                          // already here: give each later receive a short grace period.
-                          if (o.deadline.remainingMs() <= 0)
-                            o.deadline = Deadline::after(std::chrono::milliseconds(100));
-                          return o;
-                        };
-                        if (rank != 0) {
-                          sendTo(*comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(outSeq[0]));
-                          recvFrom(*comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(inSeq[0]));
-                          return;
-                        }
-                        std::string missing;
-                        for (int r = 1; r < n; ++r) {
-                          try {
-                            recvFrom(*comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(inSeq[r]));
-                          } catch (const Error& e) {
-                            missing += strCat(missing.empty() ? "" : ", ", r);
-                            if (!waitAllRanks) break;
-                          }
-                        }
-                        if (!missing.empty()) {
-                          fail(ErrorKind::Timeout, "scalecomm monitored_barrier (rank 0): rank(s) ", missing,
-                               " did not reach the barrier within ", base.timeoutMs, " ms",
-                               waitAllRanks ? "" : " (the first one missing; wait_all_ranks=True lists all)",
-                               ". Check those ranks for a hang, a crash or a different code path.");
-                        }
-                        for (int r = 1; r < n; ++r) {
-                          sendTo(*comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(outSeq[r]));
-                        }
+                      [comm, waitAllRanks, inSeq, outSeq](const CollectiveOptions& base) {
+                        runMonitoredBarrier(*comm, waitAllRanks, inSeq, outSeq, base);
                       });
   ReleaseGilIfHeld noGil;
   work->wait();
