@@ -30,6 +30,7 @@ ExecContext context(CollectiveKind kind, DataType dtype, int64_t count, const Co
   ctx.totalCount = count;
   ctx.deadline = opts.deadline;
   ctx.timeoutMs = opts.timeoutMs;
+  ctx.trace = opts.trace;
   return ctx;
 }
 

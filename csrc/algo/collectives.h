@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "algo/trace.h"
 #include "comm/communicator.h"
 #include "core/deadline.h"
 #include "core/dtype.h"
@@ -29,7 +30,8 @@ struct CollectiveOptions {
   int64_t timeoutMs = 1800000;
   Deadline deadline = Deadline::never();
   uint64_t seq = 0;
-  int psServers = 1;  // see AlgoParams; the host map comes from the Communicator
+  int psServers = 1;           // see AlgoParams; the host map comes from the Communicator
+  ExecTrace* trace = nullptr;  // timeline: per-step spans of every execute() (see algo/trace.h)
 };
 
 // In place. For PremulSum, premulFactor multiplies each rank's input first.

@@ -236,6 +236,17 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
     --remaining;
   };
 
+  ExecTrace* trace = ctx.trace;
+  auto nowNs = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  };
+  auto traceStart = [&](const Task& t) {
+    if (trace) trace->taskStarted(t.kind, t.step, t.peer, nowNs());
+  };
+  auto traceEnd = [&](const Task& t) {
+    if (trace) trace->taskFinished(t.kind, t.step, t.peer, t.count * static_cast<int64_t>(es), nowNs());
+  };
+
   bool idle = false;
   Clock::time_point idleSince;
   while (remaining > 0) {
@@ -244,7 +255,10 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
       const auto& sq = plan.sendQueue[p];
       while (sendHead[p] < sq.size()) {
         const Task& t = plan.tasks[sq[sendHead[p]]];
-        if (!ready(t) || !progressSend(comm.link(p), t, addr(t), ctx, es, sendProg[p], moved)) break;
+        if (!ready(t)) break;
+        if (!sendProg[p].active) traceStart(t);
+        if (!progressSend(comm.link(p), t, addr(t), ctx, es, sendProg[p], moved)) break;
+        traceEnd(t);
         finish(sq[sendHead[p]++]);
       }
       const auto& rq = plan.recvQueue[p];
@@ -254,6 +268,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
         if (rp.stage() == RecvProgress::Idle) {
           if (!ready(t)) break;
           rp.start(t, addr(t), ctx, es, rank);
+          traceStart(t);
         }
         while (rp.stage() != RecvProgress::Done) {
           if (comm.link(p).tryRecv(rp) == 0) break;
@@ -261,17 +276,24 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
         }
         if (rp.stage() != RecvProgress::Done) break;
         rp.reset();
+        traceEnd(t);
         finish(rq[recvHead[p]++]);
       }
     }
     while (localHead < plan.localQueue.size()) {
       const Task& t = plan.tasks[plan.localQueue[localHead]];
       if (!ready(t)) break;
+      traceStart(t);
       if (ctx.finalizeDivisor != 1) divideInPlace(addr(t), t.count, ctx.dtype, ctx.finalizeDivisor);
+      traceEnd(t);
       finish(plan.localQueue[localHead++]);
       moved = true;
     }
     if (moved) {
+      if (idle && trace) {
+        trace->idle(std::chrono::duration_cast<std::chrono::nanoseconds>(idleSince.time_since_epoch()).count(),
+                    nowNs());
+      }
       idle = false;
       continue;
     }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "algo/plan.h"
+#include "algo/trace.h"
 #include "comm/communicator.h"
 #include "comm/wire.h"
 #include "core/deadline.h"
@@ -51,6 +52,7 @@ struct ExecContext {
   // messages[b] (seq, tag, count, dtype) instead of the fields above; the
   // plan then counts in bytes (dtype Opaque). Empty for collectives.
   std::vector<MessageId> messages;
+  ExecTrace* trace = nullptr;  // when set, filled with per-step spans (timeline)
 };
 
 // Describes the collective for error messages: "scalecomm allreduce (rank 3, seq 41)".

@@ -28,6 +28,9 @@ const std::vector<ParamSpec>& allParams() {
        "Network interface whose IPv4 address TCP peers connect to (default: the route to MASTER_ADDR)."},
       {"SCALECOMM_HOSTNAME", "",
        "Host identity used to decide which peers share memory (default: hostname and namespaces)."},
+      {"SCALECOMM_TIMELINE", "",
+       "Write a Chrome/Perfetto trace per rank to this path ('{rank}' is replaced, else '.rank<r>' is inserted "
+       "before the extension): one span per collective and, inside, per step: send, recv, recv+reduce, wait."},
       {"SCALECOMM_SPIN_US", "50", "Microseconds a waiting thread spins before it yields or sleeps."},
       {"SCALECOMM_CUDA", "auto", "Build time: 0 builds without CUDA sources even when CUDA is present."},
   };

@@ -7,6 +7,7 @@
 #include "core/params.h"
 #include "torch/gil.h"
 #include "torch/store_adapter.h"
+#include "torch/timeline_record.h"
 #include "torch/validate.h"
 
 namespace scalecomm {
@@ -85,6 +86,10 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   sentTo_.assign(size, 0);
   receivedFrom_.assign(size, 0);
   state_ = std::make_shared<GroupState>(rank, comm_.get());
+  static std::atomic<int> groupsCreated{0};
+  timelineTid_ = groupsCreated++;
+  const char* envRank = std::getenv("RANK");
+  timelinePid_ = envRank && envRank[0] ? std::atoi(envRank) : rank;
   worker_ = std::make_unique<Worker>(config_.spinMicros);
 }
 
@@ -139,7 +144,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   auto state = state_;
   std::string name = collective;
   alsoFinish.push_back(work);
-  worker_->post([works = std::move(alsoFinish), state, base, body = std::move(body), name, bytes]() mutable {
+  Timeline* timeline = Timeline::get(getRank());
+  const int pid = timelinePid_, tid = timelineTid_;
+  const std::string group = config_.groupName;
+  Communicator* comm = comm_.get();
+  worker_->post([works = std::move(alsoFinish), state, base, body = std::move(body), name, bytes, timeline, pid, tid,
+                 group, comm]() mutable {
     auto finishError = [&](const std::string& msg) {
       for (auto& w : works) {
         w->finishError(
@@ -153,9 +163,19 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
     }
     base.deadline = Deadline::after(std::chrono::milliseconds(base.timeoutMs));
     try {
+      ExecTrace trace;
+      if (timeline) base.trace = &trace;
       const auto start = Clock::now();
-      body(base);
-      state->record(name, bytes, std::chrono::duration<double>(Clock::now() - start).count());
+      try {
+        body(base);
+      } catch (...) {
+        if (timeline)
+          recordOperation(*timeline, pid, tid, name, group, base.seq, bytes, start, Clock::now(), trace, *comm, true);
+        throw;
+      }
+      const auto end = Clock::now();
+      if (timeline) recordOperation(*timeline, pid, tid, name, group, base.seq, bytes, start, end, trace, *comm, false);
+      state->record(name, bytes, std::chrono::duration<double>(end - start).count());
       for (auto& w : works) w->finish();
     } catch (const std::exception& e) {
       std::string msg = e.what();

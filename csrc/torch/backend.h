@@ -160,6 +160,8 @@ class ScalecommBackend : public c10d::Backend {
     at::Tensor tensor;
     c10::intrusive_ptr<ScalecommWork> work;
   };
+  int timelinePid_ = 0;  // timeline rows: global rank, and one row per group
+  int timelineTid_ = 0;
   bool coalescing_ = false;  // caller thread
   std::vector<PendingP2P> pending_;
   std::atomic<bool> shutDown_{false};

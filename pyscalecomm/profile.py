@@ -1,0 +1,114 @@
+"""Summarise scalecomm timelines: where the time went, per collective and algorithm phase.
+
+    SCALECOMM_TIMELINE=trace.json torchrun --nproc-per-node 2 train.py
+    python -m pyscalecomm.profile trace.rank0.json trace.rank1.json
+
+The timeline (SCALECOMM_TIMELINE, see docs/profiling.md) holds one span per
+collective ("allreduce:ring", category "collective") and, inside it, the
+executor's per-step spans (send, recv, recv+reduce, finalize, wait). This
+prints, per collective:algorithm, the number of calls, total and mean time,
+and per phase the busy time (summed span durations; phases overlap because
+sends and receives run concurrently, so shares can add up to more than 100%),
+its share of the collective's time, the bytes moved and the rate. ``wait`` is
+time in which nothing could move (the executor idled): waiting for a slower
+peer or for the network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+PHASES = ["send", "recv", "recv+reduce", "finalize", "wait"]
+
+
+def load_events(path: str) -> list[dict]:
+    """Reads a trace in the JSON array format, with or without the closing bracket."""
+    text = open(path).read().strip()
+    if text.startswith("{"):
+        return json.loads(text)["traceEvents"]
+    text = text.rstrip(",")
+    if not text.endswith("]"):
+        text += "]"
+    text = text.replace(",\n]", "\n]").replace(",]", "]")
+    return json.loads(text)
+
+
+def summarise(events: list[dict]) -> dict:
+    """{collective_name: {"calls", "us", "phases": {phase: {"us", "bytes"}}}}."""
+    out: dict = defaultdict(
+        lambda: {"calls": 0, "us": 0.0, "phases": defaultdict(lambda: {"us": 0.0, "bytes": 0})}
+    )
+    colls = sorted(
+        (e for e in events if e.get("cat") == "collective"), key=lambda e: (e["pid"], e["tid"], e["ts"])
+    )
+    for c in colls:
+        out[c["name"]]["calls"] += 1
+        out[c["name"]]["us"] += c["dur"]
+    # attribute each step span to the collective span that contains it (same pid/tid)
+    index = defaultdict(list)
+    for c in colls:
+        index[(c["pid"], c["tid"])].append(c)
+    for e in events:
+        if e.get("cat") != "step":
+            continue
+        for c in index[(e["pid"], e["tid"])]:
+            if c["ts"] <= e["ts"] + 1e-3 and e["ts"] <= c["ts"] + c["dur"] + 1e-3:
+                ph = out[c["name"]]["phases"][e["name"]]
+                ph["us"] += e["dur"]
+                ph["bytes"] += e.get("args", {}).get("bytes", 0)
+                break
+    return out
+
+
+def format_table(summary: dict, ranks: int) -> str:
+    lines = [
+        f"# {ranks} trace file(s); times summed over ranks",
+        f"{'collective':<24} {'calls':>7} {'total(ms)':>10} {'mean(us)':>9}  "
+        + " ".join(f"{p + ' %':>14}" for p in PHASES),
+    ]
+    for name, s in sorted(summary.items(), key=lambda kv: -kv[1]["us"]):
+        cells = []
+        for p in PHASES:
+            ph = s["phases"].get(p)
+            cells.append(f"{100 * ph['us'] / s['us']:>13.0f}%" if ph and s["us"] > 0 else f"{'-':>14}")
+        lines.append(
+            f"{name:<24} {s['calls']:>7} {s['us'] / 1e3:>10.2f} {s['us'] / max(1, s['calls']):>9.1f}  "
+            + " ".join(cells)
+        )
+    lines.append("")
+    lines.append(f"{'collective':<24} {'phase':<12} {'busy(ms)':>9} {'bytes':>14} {'GB/s while busy':>16}")
+    for name, s in sorted(summary.items(), key=lambda kv: -kv[1]["us"]):
+        for p in PHASES:
+            ph = s["phases"].get(p)
+            if not ph:
+                continue
+            rate = ph["bytes"] / (ph["us"] * 1e3) if ph["us"] > 0 and ph["bytes"] else 0.0
+            lines.append(f"{name:<24} {p:<12} {ph['us'] / 1e3:>9.2f} {ph['bytes']:>14} {rate:>16.2f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m pyscalecomm.profile",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("traces", nargs="+", help="timeline files written with SCALECOMM_TIMELINE")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = p.parse_args(argv)
+    events = []
+    for path in args.traces:
+        events.extend(load_events(path))
+    summary = summarise(events)
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(format_table(summary, len(args.traces)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The timeline (SCALECOMM_TIMELINE) and its summary (python -m pyscalecomm.profile)."""
+
+import torch
+import torch.distributed as dist
+from dist_helpers import run_ranks
+
+from pyscalecomm import profile
+
+
+def _work(rank, n):
+    for _ in range(3):
+        dist.all_reduce(torch.ones(100_000))
+    dist.broadcast(torch.ones(1000), src=0)
+    return True
+
+
+def test_timeline_has_collective_and_step_spans_per_rank(tmp_path, capsys):
+    pattern = str(tmp_path / "trace-{rank}.json")
+    run_ranks(2, _work, env={"SCALECOMM_TIMELINE": pattern, "SCALECOMM_ALGO": "ring"})
+    files = [tmp_path / f"trace-{r}.json" for r in range(2)]
+    for rank, f in enumerate(files):
+        events = profile.load_events(str(f))
+        colls = [e for e in events if e["cat"] == "collective"]
+        assert [e["name"] for e in colls].count("allreduce:ring") == 3, colls
+        assert any(e["name"].startswith("broadcast:") for e in colls), colls
+        assert all(e["pid"] == rank and e["ph"] == "X" for e in events)
+        steps = [e for e in events if e["cat"] == "step"]
+        phases = {e["name"] for e in steps}
+        assert {"send", "recv+reduce", "recv"} <= phases, phases
+        for e in steps:
+            if e["name"] != "wait":
+                assert e["args"]["peer"] == 1 - rank and e["args"]["transport"] == "shm", e
+                assert e["args"]["bytes"] > 0, e
+            # every step span lies inside a collective span of the same row
+            assert any(c["ts"] - 1 <= e["ts"] <= c["ts"] + c["dur"] + 1 for c in colls), e
+        # ring at 2 ranks: reduce-scatter sends half the buffer, allgather the other half
+        ring_send = sum(
+            e["args"]["bytes"] for e in steps if e["name"] == "send" and e["args"]["algorithm"] == "ring"
+        )
+        assert ring_send == 3 * 2 * 200_000, ring_send
+    assert profile.main([str(f) for f in files]) == 0
+    out = capsys.readouterr().out
+    assert "allreduce:ring" in out and "recv+reduce" in out, out
+
+
+def test_profile_reads_a_trace_cut_off_mid_write(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text(
+        '[\n{"name":"allreduce:rhd","cat":"collective","ph":"X","pid":0,"tid":0,"ts":10,"dur":100,"args":{}},\n'
+        '{"name":"send","cat":"step","ph":"X","pid":0,"tid":0,"ts":20,"dur":50,"args":{"bytes":4000}},\n'
+    )
+    s = profile.summarise(profile.load_events(str(f)))
+    assert s["allreduce:rhd"]["calls"] == 1 and s["allreduce:rhd"]["phases"]["send"]["bytes"] == 4000
