@@ -181,6 +181,31 @@ def test_batch_isend_irecv_receives_first_with_large_messages():
     assert run_ranks(3, _batch_receives_first, timeout_s=120) == [(True, 1)] * 3
 
 
+def _any_source(rank, n):
+    if rank == 0:
+        got, sources = [], []
+        for _ in range(2 * (n - 1)):
+            t = torch.empty(4)
+            sources.append(dist.recv(t, tag=7))  # src=None: any source
+            got.append((sources[-1], t[0].item()))
+        # a specific receive after the any-source ones keeps the pair numbering
+        t = torch.empty(2)
+        dist.recv(t, src=1, tag=9)
+        return sorted(got), t.tolist()
+    for k in range(2):
+        dist.send(torch.full((4,), float(10 * rank + k)), dst=0, tag=7)
+    if rank == 1:
+        dist.send(torch.tensor([5.0, 6.0]), dst=0, tag=9)
+    return None
+
+
+def test_recv_from_any_source_returns_each_sender_in_order():
+    got, last = run_ranks(3, _any_source)[0]
+    # per sender, its messages arrive in the order it sent them
+    assert got == [(1, 10.0), (1, 11.0), (2, 20.0), (2, 21.0)], got
+    assert last == [5.0, 6.0]
+
+
 def _tag_mismatch(rank, n):
     try:
         if rank == 0:

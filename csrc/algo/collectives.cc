@@ -212,6 +212,35 @@ void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& op
   execute(compilePlan(s, comm.size(), std::max<int64_t>(1, opts.segmentBytes)), ptrs, comm, ctx);
 }
 
+int recvFromAny(Communicator& comm, void* data, int64_t count, DataType dtype, int tag, std::vector<uint64_t>& recvSeq,
+                int startPeer, const CollectiveOptions& opts) {
+  const int n = comm.size(), rank = comm.rank();
+  std::vector<int> peers;
+  for (int k = 0; k < n; ++k) {
+    const int p = modRank(startPeer + k, n);
+    if (p != rank) peers.push_back(p);
+  }
+  Clock::time_point idleSince = Clock::now();
+  while (true) {
+    for (int p : peers) {
+      WireHeader h;
+      if (comm.link(p).peek(&h, sizeof(h)) < sizeof(h)) continue;
+      if (h.magic != kWireMagic || h.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) continue;
+      if (h.seq != recvSeq[p] + 1 || h.root != tag) continue;
+      CollectiveOptions o = opts;
+      o.seq = ++recvSeq[p];
+      recvFrom(comm, data, count, dtype, p, tag, o);
+      return p;
+    }
+    if (opts.deadline.expired()) {
+      fail(ErrorKind::Timeout, "scalecomm recv from any source (rank ", rank, "): Timed out after ", opts.timeoutMs,
+           " ms: no rank sent a message with tag ", tag,
+           " (only each peer's next message is considered, in the order that peer sent them)");
+    }
+    comm.idle(peers, idleSince);
+  }
+}
+
 void sendTo(Communicator& comm, const void* data, int64_t count, DataType dtype, int peer, int tag,
             const CollectiveOptions& opts) {
   // The executor only reads blocks that it sends.

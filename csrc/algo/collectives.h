@@ -93,6 +93,15 @@ struct PointToPointOp {
 };
 void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts);
 
+// Receive from any source: waits until some peer's next message is a
+// point-to-point message with the next number of that pair (recvSeq[peer] + 1)
+// and `tag`, then receives it (recvSeq[peer] advances) and returns the peer.
+// Peers are looked at round-robin from `startPeer`, so none starves. Throws
+// Error(Timeout) past opts.deadline. recvSeq is the worker's count of messages
+// received per peer, shared with every other receive.
+int recvFromAny(Communicator& comm, void* data, int64_t count, DataType dtype, int tag, std::vector<uint64_t>& recvSeq,
+                int startPeer, const CollectiveOptions& opts);
+
 // Sends sendBlocks[q] (sendCounts[q] elements) to rank q and receives rank q's
 // block for us into recvBlocks[q] (recvCounts[q]); the caller copies the
 // block to itself. Mismatched splits are detected on the wire.

@@ -85,6 +85,8 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   }
   sentTo_.assign(size, 0);
   receivedFrom_.assign(size, 0);
+  received_ = std::make_shared<WorkerReceives>();
+  received_->count.assign(size, 0);
   state_ = std::make_shared<GroupState>(rank, comm_.get());
   static std::atomic<int> groupsCreated{0};
   timelineTid_ = groupsCreated++;
@@ -378,13 +380,16 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::pointToPoint(bool sending, std:
     pending_.push_back({{sending, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, pairSeq}, tensor, work});
     return work;
   }
+  auto received = received_;
   return enqueue(
       sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, {tensor}, std::chrono::milliseconds(0),
-      [comm, tensor, shape, peer, tag, sending](const CollectiveOptions& o) {
+      [comm, tensor, shape, peer, tag, sending, received](const CollectiveOptions& o) {
         if (sending) {
           scalecomm::sendTo(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, o);
         } else {
-          scalecomm::recvFrom(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, o);
+          CollectiveOptions numbered = o;
+          numbered.seq = ++received->count[peer];
+          scalecomm::recvFrom(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, numbered);
         }
       },
       pairSeq);
@@ -398,9 +403,33 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::recv(std::vector<at::Tensor>& t
   return pointToPoint(false, tensors, srcRank, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> ScalecommBackend::recvAnysource(std::vector<at::Tensor>&, int) {
-  notImplemented("recv from any source", "use a gloo group for point-to-point (dist.new_group(backend='gloo'))");
-  return {};
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  const char* what = "recv from any source";
+  checkUsable("recv");
+  TORCH_CHECK_VALUE(!coalescing_, "scalecomm ", what, " (rank ", getRank(),
+                    "): not supported inside batch_isend_irecv");
+  const at::Tensor& t = singleTensor(what, getRank(), tensors);
+  checkCpuDense(what, getRank(), t);
+  TORCH_CHECK_VALUE(t.numel() > 0, "scalecomm ", what, " (rank ", getRank(),
+                    "): the tensor is empty; an empty message is never sent, so there is nothing to wait for");
+  WireShape shape = wireShape(t);
+  Communicator* comm = comm_.get();
+  at::Tensor tensor = t;
+  auto received = received_;
+  auto source = std::make_shared<std::atomic<int>>(-1);
+  auto work = enqueue(
+      c10d::OpType::RECVANYSOURCE, "recv_anysource", {tensor}, std::chrono::milliseconds(0),
+      [comm, tensor, shape, tag, received, source](const CollectiveOptions& o) {
+        const int from = recvFromAny(*comm, tensor.data_ptr(), shape.count, shape.dtype, tag, received->count,
+                                     received->nextAnySource, o);
+        received->nextAnySource = from + 1;  // round-robin: the next search starts after this peer
+        source->store(from);
+      },
+      /*p2pSeq=*/1);
+  // The worker sets the source before it completes the Work; copy it on completion.
+  auto scWork = c10::static_intrusive_pointer_cast<ScalecommWork>(work);
+  scWork->setSourceProvider(source);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_sparse(std::vector<at::Tensor>&,

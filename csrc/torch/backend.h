@@ -155,6 +155,14 @@ class ScalecommBackend : public c10d::Backend {
   std::unique_ptr<Worker> worker_;
   std::atomic<uint64_t> seq_{0};
   std::vector<uint64_t> sentTo_, receivedFrom_;  // point-to-point messages per peer (caller thread)
+  // Messages received per peer, counted on the worker as receives run: the
+  // authoritative numbering (a receive from any source learns its peer only
+  // then). receivedFrom_ above only labels Works.
+  struct WorkerReceives {
+    std::vector<uint64_t> count;
+    int nextAnySource = 0;
+  };
+  std::shared_ptr<WorkerReceives> received_;
   struct PendingP2P {
     PointToPointOp op;
     at::Tensor tensor;

@@ -16,7 +16,7 @@ constexpr int kMonitoredBarrierTag = -0x4d42;  // "MB"; user tags are not negati
 
 // The body run on the worker. Messages follow gloo's wording ("Rank 1 failed
 // to pass monitoredBarrier"), which users and PyTorch's tests search for.
-void runMonitoredBarrier(Communicator& comm, bool waitAllRanks, const std::vector<uint64_t>& inSeq,
+void runMonitoredBarrier(Communicator& comm, bool waitAllRanks, std::vector<uint64_t>& received,
                          const std::vector<uint64_t>& outSeq, const CollectiveOptions& base) {
   const int n = comm.size(), rank = comm.rank();
   uint8_t token = 1;
@@ -31,7 +31,7 @@ void runMonitoredBarrier(Communicator& comm, bool waitAllRanks, const std::vecto
   if (rank != 0) {
     try {
       sendTo(comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(outSeq[0]));
-      recvFrom(comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(inSeq[0]));
+      recvFrom(comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(++received[0]));
     } catch (const Error& e) {
       fail(e.kind(), "scalecomm monitored_barrier: Rank ", rank,
            " successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0 "
@@ -44,7 +44,7 @@ void runMonitoredBarrier(Communicator& comm, bool waitAllRanks, const std::vecto
   int count = 0;
   for (int r = 1; r < n; ++r) {
     try {
-      recvFrom(comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(inSeq[r]));
+      recvFrom(comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(++received[r]));
     } catch (const Error&) {
       missing += strCat(missing.empty() ? "" : ", ", r);
       ++count;
@@ -71,16 +71,17 @@ void ScalecommBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool w
                     "(timeout=0 leaves no time to hear from the other ranks)");
   }
   // Per-pair message numbers, taken on the caller's thread like send/recv.
-  std::vector<uint64_t> inSeq(n, 0), outSeq(n, 0);
+  // Sends are numbered here; receives on the worker (WorkerReceives).
+  std::vector<uint64_t> outSeq(n, 0);
   for (int r = 0; r < n; ++r) {
     if (r == rank || (rank != 0 && r != 0)) continue;
-    inSeq[r] = ++receivedFrom_[r];
     outSeq[r] = ++sentTo_[r];
   }
   Communicator* comm = comm_.get();
+  auto received = received_;
   auto work = enqueue(c10d::OpType::BARRIER, "monitored_barrier", {}, opts.timeout,
-                      [comm, waitAllRanks, inSeq, outSeq](const CollectiveOptions& base) {
-                        runMonitoredBarrier(*comm, waitAllRanks, inSeq, outSeq, base);
+                      [comm, waitAllRanks, received, outSeq](const CollectiveOptions& base) {
+                        runMonitoredBarrier(*comm, waitAllRanks, received->count, outSeq, base);
                       });
   ReleaseGilIfHeld noGil;
   work->wait();
@@ -117,8 +118,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::endCoalescing() {
   // first message's per-pair number, and every message carries its own.
   return enqueue(
       c10d::OpType::COALESCED, "batch_isend_irecv", tensors, std::chrono::milliseconds(0),
-      [comm, ops, tensors](const CollectiveOptions& o) { pointToPointBatch(*comm, ops, o); }, ops.front().pairSeq,
-      std::move(parts));
+      [comm, ops, tensors, received = received_](const CollectiveOptions& o) mutable {
+        for (PointToPointOp& op : ops) {
+          if (!op.send) op.pairSeq = ++received->count[op.peer];
+        }
+        pointToPointBatch(*comm, ops, o);
+      },
+      ops.front().pairSeq, std::move(parts));
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ScalecommBackend::getBackendOptions() {

@@ -85,4 +85,11 @@ void ScalecommWork::abort() {
       /*abortComm=*/true);
 }
 
+int ScalecommWork::sourceRank() const {
+  const int r = source_ ? source_->load() : -1;
+  TORCH_CHECK(r >= 0, "scalecomm ", collective_,
+              ": sourceRank() is only known for a completed receive from any source");
+  return r;
+}
+
 }  // namespace scalecomm

@@ -36,6 +36,10 @@ class ScalecommWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override { return seq_; }
+  // Receive from any source: the rank the message came from, which the
+  // worker stores in `source` before it completes the Work.
+  int sourceRank() const override;
+  void setSourceProvider(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
   void abort() override;
 
  private:
@@ -49,6 +53,7 @@ class ScalecommWork : public c10d::Work {
   std::condition_variable cv_;
   std::atomic<bool> done_{false};  // read without the lock by isCompleted()
   std::exception_ptr error_;
+  std::shared_ptr<std::atomic<int>> source_;
 };
 
 }  // namespace scalecomm

@@ -10,6 +10,7 @@
 // - One thread sends and one thread receives at a time (the group's worker
 //   thread does both); close() may be called from any thread and makes later
 //   calls on both ends fail promptly.
+// - peek() copies arrived bytes without consuming them.
 // - waitFd() is a pollable descriptor for readiness (tcp) or -1 (shm, loopback:
 //   the caller spins/yields instead).
 // Links own their resources (RAII); destroying a link closes it.
@@ -39,6 +40,11 @@ class Link {
   // Marks the link closed in both directions (idempotent, any thread).
   virtual void close() = 0;
   virtual int waitFd() const { return -1; }
+  // Copies up to n bytes that have arrived, without consuming them (receive
+  // from any source looks at each peer's next header). The default stages
+  // through tryRecv with a consumer that takes nothing (fine for tcp, whose
+  // staging buffer is contiguous); ring transports override it.
+  virtual size_t peek(void* out, size_t n);
   virtual const char* kind() const = 0;
   int peer() const { return peer_; }
 

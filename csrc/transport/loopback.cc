@@ -39,6 +39,7 @@ class LoopbackLink : public Link {
     in_->ring.consume(used);
     return used;
   }
+  size_t peek(void* out, size_t n) override { return in_->ring.peek(out, n); }
   void checkPeer() override {
     if (out_->ring.closed() || (in_->ring.closed() && in_->ring.empty())) {
       uint32_t by = out_->ring.closed() ? out_->ring.closedBy() : in_->ring.closedBy();

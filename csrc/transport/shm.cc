@@ -198,6 +198,8 @@ size_t ShmLink::tryRecv(RecvConsumer& consumer) {
   return used;
 }
 
+size_t ShmLink::peek(void* out, size_t n) { return in_.peek(out, n); }
+
 void ShmLink::checkPeer() {
   if (out_.closed()) throwClosed(out_);
   if (in_.closed() && in_.empty()) throwClosed(in_);

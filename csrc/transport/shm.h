@@ -57,6 +57,7 @@ class ShmLink : public Link {
   ~ShmLink() override;
   size_t trySend(const void* data, size_t bytes) override;
   size_t tryRecv(RecvConsumer& consumer) override;
+  size_t peek(void* out, size_t n) override;
   void checkPeer() override;
   void close() override;
   const char* kind() const override { return "shm"; }

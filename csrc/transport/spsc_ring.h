@@ -65,6 +65,19 @@ class SpscRing {
     return {data_ + pos, static_cast<size_t>(contiguous)};
   }
 
+  // Copies up to n readable bytes (across the wrap) without consuming them.
+  size_t peek(void* out, size_t n) const {
+    uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
+    uint64_t head = ctl_->head.load(std::memory_order_acquire);
+    uint64_t avail = head - tail;
+    size_t take = static_cast<size_t>(avail < n ? avail : n);
+    uint64_t pos = tail % cap_;
+    size_t first = static_cast<size_t>(cap_ - pos < take ? cap_ - pos : take);
+    std::memcpy(out, data_ + pos, first);
+    std::memcpy(static_cast<uint8_t*>(out) + first, data_, take - first);
+    return take;
+  }
+
   void consume(size_t n) {
     ctl_->tail.store(ctl_->tail.load(std::memory_order_relaxed) + n, std::memory_order_release);
   }

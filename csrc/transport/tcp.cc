@@ -251,6 +251,7 @@ size_t TcpLink::tryRecv(RecvConsumer& consumer) {
       wpos_ -= rpos_;
       rpos_ = 0;
     }
+    if (wpos_ == buf_.size()) return 0;  // staging full and the consumer took nothing (a peek)
     ssize_t n = ::recv(fd_, buf_.data() + wpos_, buf_.size() - wpos_, MSG_DONTWAIT);
     if (n > 0) {
       wpos_ += static_cast<size_t>(n);

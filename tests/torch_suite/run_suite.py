@@ -25,7 +25,7 @@ import pyscalecomm  # noqa: F401  (registers the backend in every spawned rank)
 
 for feature in ("plugin", "ddp", "subgroup"):
     DistTestCases.backend_feature[feature].add("scalecomm")
-for collective in ("sendrecv anysource", "allgather_coalesced"):
+for collective in ("allgather_coalesced",):
     DistTestCases.skip_collective.setdefault(collective, set()).add("scalecomm")
 
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
