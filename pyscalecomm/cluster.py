@@ -1,0 +1,239 @@
+"""An emulated cluster on one machine: hosts as network namespaces on rate-limited links.
+
+    sudo python -m pyscalecomm.cluster --hosts 4 --rate 1gbit -- \\
+        python -m pyscalecomm.bench -b 1M -e 64M --backends scalecomm,gloo
+
+Creates one network namespace per host (``sc<id>h<i>``), joins them with a
+bridge in a namespace of its own (``sc<id>br``: nothing touches the machine's
+real interfaces), gives host i the address 10.<net>.0.<i+1>, and caps each
+host's link with ``tc ... tbf`` in both directions (egress in the host's
+namespace, and egress of the bridge port towards it), so each host has
+``--rate`` each way, as a NIC would. Then it runs the command once per rank,
+inside its host's namespace, with the env:// rendezvous variables (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR = host 0, MASTER_PORT) and
+SCALECOMM_HOSTNAME set per host, so ranks on one host share memory and ranks on
+different hosts talk TCP through the capped links. Rank 0 prints to the
+terminal; the others write ``cluster-rank<r>.log`` in ``--logdir``.
+
+Everything is torn down on exit, on failure and on Ctrl-C (namespaces and the
+veth pairs in them); stale namespaces of an earlier killed run with the same
+``--id`` are removed first. Needs root (CAP_NET_ADMIN): without it, it says so
+and exits with status 2, touching nothing. All traffic stays inside the
+namespaces it created. The command is bounded by ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def parse_rate(text: str) -> str:
+    """Validates a tc rate such as 1gbit, 500mbit, 25gbit."""
+    t = text.strip().lower()
+    units = ("kbit", "mbit", "gbit")
+    if not any(t.endswith(u) and t[: -len(u)].replace(".", "", 1).isdigit() for u in units):
+        raise argparse.ArgumentTypeError(f"not a rate: {text!r} (e.g. 1gbit, 500mbit)")
+    return t
+
+
+def rate_bytes_per_s(rate: str) -> float:
+    for unit, mult in (("kbit", 1e3), ("mbit", 1e6), ("gbit", 1e9)):
+        if rate.endswith(unit):
+            return float(rate[: -len(unit)]) * mult / 8
+    raise ValueError(rate)
+
+
+class Cluster:
+    """The namespaces, bridge and links of one emulated cluster (a context manager)."""
+
+    def __init__(self, hosts: int, rate: str | None, cluster_id: int = 0, net: int = 77):
+        self.hosts = hosts
+        self.rate = rate
+        self.prefix = f"sc{cluster_id}"
+        self.bridge_ns = f"{self.prefix}br"
+        self.net = net
+        self.created: list[str] = []
+
+    def host_ns(self, i: int) -> str:
+        return f"{self.prefix}h{i}"
+
+    def address(self, i: int) -> str:
+        return f"10.{self.net}.0.{i + 1}"
+
+    def _ip(self, *args: str, ns: str | None = None) -> None:
+        cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=20)
+
+    def _tbf(self, dev: str, ns: str) -> None:
+        if not self.rate:
+            return
+        # burst: at least one 4 ms timer tick of traffic, so the rate is reachable
+        burst = max(64 * 1024, int(rate_bytes_per_s(self.rate) / 250))
+        self._ip("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate, "burst", str(burst),
+                 "latency", "100ms", ns=ns)  # fmt: skip
+
+    def remove_stale(self) -> None:
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
+        for line in out.splitlines():
+            name = line.split()[0] if line.strip() else ""
+            if name == self.bridge_ns or (
+                name.startswith(self.prefix + "h") and name[len(self.prefix) + 1 :].isdigit()
+            ):
+                subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+
+    def __enter__(self) -> Cluster:
+        self.remove_stale()
+        try:
+            self._ip("ip", "netns", "add", self.bridge_ns)
+            self.created.append(self.bridge_ns)
+            self._ip("ip", "link", "add", "br0", "type", "bridge", ns=self.bridge_ns)
+            self._ip("ip", "link", "set", "br0", "up", ns=self.bridge_ns)
+            for i in range(self.hosts):
+                ns = self.host_ns(i)
+                self._ip("ip", "netns", "add", ns)
+                self.created.append(ns)
+                self._ip("ip", "link", "set", "lo", "up", ns=ns)
+                # veth pair: "eth0" in the host, "p<i>" on the bridge
+                veth = ["ip", "link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}"]
+                self._ip(*veth, "netns", self.bridge_ns, ns=ns)
+                self._ip("ip", "addr", "add", f"{self.address(i)}/16", "dev", "eth0", ns=ns)
+                self._ip("ip", "link", "set", "eth0", "up", ns=ns)
+                self._ip("ip", "link", "set", f"p{i}", "master", "br0", ns=self.bridge_ns)
+                self._ip("ip", "link", "set", f"p{i}", "up", ns=self.bridge_ns)
+                self._tbf("eth0", ns)  # host -> network
+                self._tbf(f"p{i}", self.bridge_ns)  # network -> host
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for ns in reversed(self.created):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+        self.created.clear()
+
+    def run(
+        self, command: list[str], ranks_per_host: int, timeout: float, logdir: str, extra_env: dict
+    ) -> int:
+        """Runs `command` once per rank inside its host; returns the worst exit status."""
+        world = self.hosts * ranks_per_host
+        port = str(29500 + os.getpid() % 1000)
+        procs = []
+        logs = []
+        try:
+            for rank in range(world):
+                host = rank // ranks_per_host
+                env = dict(os.environ)
+                env.update(extra_env)
+                env.update(
+                    RANK=str(rank),
+                    WORLD_SIZE=str(world),
+                    LOCAL_RANK=str(rank % ranks_per_host),
+                    LOCAL_WORLD_SIZE=str(ranks_per_host),
+                    MASTER_ADDR=self.address(0),
+                    MASTER_PORT=port,
+                    SCALECOMM_HOSTNAME=f"{self.prefix}-host{host}",
+                    SCALECOMM_SOCKET_IFNAME="eth0",
+                    GLOO_SOCKET_IFNAME="eth0",
+                    OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+                )
+                out = None
+                if rank > 0:
+                    os.makedirs(logdir, exist_ok=True)
+                    out = open(os.path.join(logdir, f"cluster-rank{rank}.log"), "w")
+                    logs.append(out)
+                cmd = ["ip", "netns", "exec", self.host_ns(host), *command]
+                procs.append(
+                    subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
+                )
+            deadline = time.monotonic() + timeout
+            codes = [None] * world
+            while any(c is None for c in codes):
+                if time.monotonic() > deadline:
+                    print(
+                        f"cluster: the command ran past --timeout {timeout:g} s; stopping every rank",
+                        file=sys.stderr,
+                    )
+                    break
+                for i, p in enumerate(procs):
+                    if codes[i] is None:
+                        codes[i] = p.poll()
+                if any(c not in (None, 0) for c in codes):
+                    # one rank failed: give the others a moment to report, then stop them
+                    end = time.monotonic() + 10
+                    while any(c is None for c in codes) and time.monotonic() < end:
+                        codes = [p.poll() for p in procs]
+                        time.sleep(0.1)
+                    break
+                time.sleep(0.05)
+            return max((c if c is not None else 124 for c in codes), key=abs)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(timeout=10)
+            for f in logs:
+                f.close()
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m pyscalecomm.cluster",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--hosts", type=int, default=2, help="emulated hosts (network namespaces), 1-64")
+    p.add_argument("--ranks-per-host", type=int, default=1)
+    p.add_argument(
+        "--rate", type=parse_rate, default=None, help="link cap per host and direction (e.g. 1gbit)"
+    )
+    p.add_argument("--id", type=int, default=0, help="cluster id (names sc<id>...), 0-99")
+    p.add_argument("--timeout", type=float, default=600, help="seconds the command may run")
+    p.add_argument("--logdir", default=".", help="where ranks > 0 write their output")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command each rank runs")
+    args = p.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        p.error("give the command after --, e.g. -- python -m pyscalecomm.bench -b 1M -e 16M")
+    if not 1 <= args.hosts <= 64 or not 1 <= args.ranks_per_host <= 64 or not 0 <= args.id <= 99:
+        p.error("--hosts and --ranks-per-host must lie in 1..64, --id in 0..99")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print(
+            "pyscalecomm.cluster needs root (network namespaces and tc); run it with sudo. "
+            "Nothing was changed."
+        )
+        return 2
+
+    def interrupted(signum, frame):  # turn SIGTERM into the same clean teardown as Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        with Cluster(args.hosts, args.rate, args.id) as cluster:
+            print(
+                f"# cluster: {args.hosts} hosts x {args.ranks_per_host} ranks, "
+                f"links {args.rate or 'uncapped'} each way per host, namespaces {cluster.prefix}h0..",
+                flush=True,
+            )
+            return cluster.run(args.command, args.ranks_per_host, args.timeout, args.logdir, {})
+    except KeyboardInterrupt:
+        print("cluster: interrupted; torn down", file=sys.stderr)
+        return 130
+    except subprocess.CalledProcessError as e:
+        print(f"cluster: setup failed: {' '.join(e.cmd)}: {e.stderr.strip()}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The emulated cluster (python -m pyscalecomm.cluster): namespaces, links, teardown.
+
+Needs root and iproute2; skipped otherwise. Bandwidth is measured by the
+benchmark (docs/performance.md), not asserted here.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+    reason="needs root and iproute2 (ip, tc)",
+)
+
+RANK_SCRIPT = """
+import os, torch, torch.distributed as dist, pyscalecomm
+dist.init_process_group("scalecomm")
+t = torch.full((1 << 18,), float(dist.get_rank() + 1))
+dist.all_reduce(t)
+n = dist.get_world_size()
+assert torch.equal(t, torch.full_like(t, n * (n + 1) / 2)), t[:4]
+print("rank", dist.get_rank(), "host", os.environ["SCALECOMM_HOSTNAME"], "ok", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _namespaces():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [ln.split()[0] for ln in out.splitlines() if ln.strip()]
+
+
+def _cluster(tmp_path, *args):
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=ROOT, SCALECOMM_DEBUG="INFO")
+    cmd = [sys.executable, "-m", "pyscalecomm.cluster", "--id", "42", "--logdir", str(tmp_path), *args]
+    cmd += ["--", sys.executable, str(script)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+
+
+@needs_root
+def test_two_hosts_of_two_ranks_share_memory_inside_and_tcp_between(tmp_path):
+    res = _cluster(tmp_path, "--hosts", "2", "--ranks-per-host", "2", "--rate", "500mbit")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert "rank 0 host sc42-host0 ok" in res.stdout, res.stdout
+    log1 = (tmp_path / "cluster-rank1.log").read_text()
+    assert "rank 1 host sc42-host0 ok" in log1
+    assert (
+        "peer rank 0 via shm" in log1 and "peer rank 2 via tcp" in log1 and "peer rank 3 via tcp" in log1
+    ), log1
+    assert "rank 3 host sc42-host1 ok" in (tmp_path / "cluster-rank3.log").read_text()
+    assert not [ns for ns in _namespaces() if ns.startswith("sc42")], "namespaces left behind"
+
+
+@needs_root
+def test_failing_rank_fails_the_run_and_still_tears_down(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text("import os, sys; sys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pyscalecomm.cluster",
+        "--id",
+        "42",
+        "--hosts",
+        "2",
+        "--logdir",
+        str(tmp_path),
+    ]
+    res = subprocess.run(
+        cmd + ["--", sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 3, res.stderr
+    assert not [ns for ns in _namespaces() if ns.startswith("sc42")]
+
+
+def test_without_root_it_says_so_and_changes_nothing(tmp_path):
+    if shutil.which("setpriv") is None and os.geteuid() == 0:
+        pytest.skip("needs setpriv to drop root")
+    # run the file itself: as an unprivileged user torch (under /root) may be unreadable,
+    # and the harness needs only the standard library
+    cmd = [sys.executable, os.path.join(ROOT, "pyscalecomm", "cluster.py"), "--hosts", "2", "--", "true"]
+    if os.geteuid() == 0:
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)
+    )
+    assert res.returncode == 2 and "needs root" in res.stdout, res.stdout + res.stderr
