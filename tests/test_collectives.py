@@ -286,7 +286,8 @@ def test_transport_is_chosen_per_peer_and_logged(capfd):
     assert "rank 1: peer rank 0 via shm" in err, err
     assert "rank 2: peer rank 0 via tcp" in err, err
     assert "rank 0: peer rank 2 via tcp" in err, err
-    assert "algorithm=ring transport=auto" in err, err
+    assert "algorithm=allreduce:auto,broadcast:auto,reduce:auto transport=auto" in err, err
+    assert "auto picks ring for allreduce of 4000 bytes (cost model)" in err, err
 
 
 def _algorithm_results(rank, n):
