@@ -1,8 +1,10 @@
 #include "algo/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -37,15 +39,20 @@ std::set<int> sampleRanks(int n, const AlgoParams& algo) {
 struct RankStep {
   double fill = 0;
   double sentRest = 0, recvRest = 0;
+  // With shared host links: the inter-host part, charged to the host instead
+  // (seconds at the inter-host beta; fill = first segments).
+  double nicSentFill = 0, nicSent = 0, nicRecvFill = 0, nicRecv = 0;
+  bool talks = false;
 };
 
 RankStep priceStep(const Schedule& s, const ScheduleStep& step, int rank, size_t elementBytes, const CostParams& c,
-                   const AlgoParams& algo) {
+                   const AlgoParams& algo, bool sharedNic) {
   const double seg = c.segmentBytes > 0 ? static_cast<double>(c.segmentBytes) : std::numeric_limits<double>::infinity();
   auto sameHost = [&](int peer) {
     return !algo.hostOf.empty() && algo.hostOf[peer] == algo.hostOf[rank] && c.intraAlpha >= 0;
   };
   double alpha = 0, sent = 0, sentFill = 0, recv = 0, recvFill = 0, reduced = 0;
+  RankStep out;
   std::set<std::pair<int, bool>> seen;  // (peer, is send): a send and a receive with one peer overlap
   for (const ScheduleOp& op : step.ops) {
     const double bytes = static_cast<double>(s.blockCounts[op.block]) * static_cast<double>(elementBytes);
@@ -59,12 +66,18 @@ RankStep priceStep(const Schedule& s, const ScheduleStep& step, int rank, size_t
     seen.insert({op.peer, op.kind == OpKind::Send});
     // Sends and receives use the two directions of a full-duplex link; each
     // direction's bytes are serialised (one NIC or memory bus per rank).
-    (op.kind == OpKind::Send ? sent : recv) += beta * bytes;
-    (op.kind == OpKind::Send ? sentFill : recvFill) += beta * std::min(bytes, seg);
+    const bool toHostNic = sharedNic && algo.hostOf[op.peer] != algo.hostOf[rank];
+    if (toHostNic) {
+      (op.kind == OpKind::Send ? out.nicSent : out.nicRecv) += beta * bytes;
+      (op.kind == OpKind::Send ? out.nicSentFill : out.nicRecvFill) += beta * std::min(bytes, seg);
+    } else {
+      (op.kind == OpKind::Send ? sent : recv) += beta * bytes;
+      (op.kind == OpKind::Send ? sentFill : recvFill) += beta * std::min(bytes, seg);
+    }
     if (op.kind == OpKind::RecvReduce) reduced += bytes;
   }
-  RankStep out;
   if (seen.empty()) return out;
+  out.talks = true;
   const int sends = static_cast<int>(std::count_if(seen.begin(), seen.end(), [](auto& x) { return x.second; }));
   const int msgs = std::max(sends, static_cast<int>(seen.size()) - sends);
   const double reducedFill = std::min(reduced, seg);
@@ -78,20 +91,52 @@ RankStep priceStep(const Schedule& s, const ScheduleStep& step, int rank, size_t
 
 double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, size_t elementBytes,
                       const CostParams& params, const AlgoParams& algo) {
+  // Several hosts: the ranks of a host share its network link, so their
+  // inter-host bytes add up per host and step. That needs every rank (up to
+  // kAllRanks; beyond, the sample, and each rank is priced as if alone).
+  constexpr int kAllRanks = 4096;
+  bool severalHosts = false;
+  for (int h : algo.hostOf) severalHosts = severalHosts || h != algo.hostOf[0];
+  const bool sharedNic = severalHosts && n <= kAllRanks;
+  std::set<int> ranks = sampleRanks(n, algo);
+  if (sharedNic) {
+    for (int r = 0; r < n; ++r) ranks.insert(r);
+  }
   std::vector<double> stepFill;
+  // per step: host -> (sent fill, sent, recv fill, recv)
+  std::vector<std::map<int, std::array<double, 4>>> hostStep;
   double rest = 0;
-  for (int r : sampleRanks(n, algo)) {
+  for (int r : ranks) {
     Schedule s = makeSchedule(r);
-    if (stepFill.size() < s.steps.size()) stepFill.resize(s.steps.size(), 0.0);
+    if (stepFill.size() < s.steps.size()) {
+      stepFill.resize(s.steps.size(), 0.0);
+      hostStep.resize(s.steps.size());
+    }
     double sentRest = 0, recvRest = 0;
     for (size_t k = 0; k < s.steps.size(); ++k) {
-      RankStep c = priceStep(s, s.steps[k], r, elementBytes, params, algo);
+      RankStep c = priceStep(s, s.steps[k], r, elementBytes, params, algo, sharedNic);
       stepFill[k] = std::max(stepFill[k], c.fill);
       sentRest += c.sentRest;
       recvRest += c.recvRest;
+      if (sharedNic && (c.nicSent > 0 || c.nicRecv > 0)) {
+        auto& h = hostStep[k][algo.hostOf[r]];
+        h[0] += c.nicSentFill;
+        h[1] += c.nicSent;
+        h[2] += c.nicRecvFill;
+        h[3] += c.nicRecv;
+      }
     }
     rest = std::max({rest, sentRest, recvRest});
   }
+  std::map<int, std::array<double, 2>> hostRest;  // host -> (sent, recv) beyond the fill
+  for (size_t k = 0; k < hostStep.size(); ++k) {
+    for (const auto& [host, v] : hostStep[k]) {
+      stepFill[k] = std::max(stepFill[k], params.alpha + std::max(v[0], v[2]));
+      hostRest[host][0] += v[1] - v[0];
+      hostRest[host][1] += v[3] - v[2];
+    }
+  }
+  for (const auto& [host, v] : hostRest) rest = std::max({rest, v[0], v[1]});
   double total = rest;
   for (double c : stepFill) total += c;
   return total;

@@ -19,7 +19,48 @@ double timeAllreduce(Communicator& comm, std::vector<float>& buf, int iters, con
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
 }
 
+// One exchange around the ring of this host's ranks (send to the next, receive
+// from the previous, together); point-to-point numbered 0 like the probe's
+// collectives, so user messages (numbered from 1) are not disturbed.
+double timeHostRing(Communicator& comm, int next, int prev, std::vector<float>& out, std::vector<float>& in, int iters,
+                    const CollectiveOptions& opts) {
+  const int64_t count = static_cast<int64_t>(out.size());
+  std::vector<PointToPointOp> ops = {{true, out.data(), count, DataType::Float32, next, 0, 0},
+                                     {false, in.data(), count, DataType::Float32, prev, 0, 0}};
+  pointToPointBatch(comm, ops, opts);  // warm
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) pointToPointBatch(comm, ops, opts);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+}
+
 }  // namespace
+
+void probeIntraHost(Communicator& comm, const CollectiveOptions& opts, CostParams& params) {
+  const auto& hosts = comm.hostOf();
+  const int n = comm.size(), rank = comm.rank();
+  bool several = false;
+  for (int h : hosts) several = several || h != hosts[0];
+  if (!several) return;  // one host: the ring probe measured shared memory already
+  std::vector<int> mine;
+  for (int r = 0; r < n; ++r) {
+    if (hosts[r] == hosts[rank]) mine.push_back(r);
+  }
+  std::vector<double> measured = {0.0, 0.0};
+  if (mine.size() >= 2) {
+    size_t i = 0;
+    while (mine[i] != rank) ++i;
+    const int next = mine[(i + 1) % mine.size()], prev = mine[(i + mine.size() - 1) % mine.size()];
+    std::vector<float> tinyOut(2), tinyIn(2), bigOut((1 << 20) / sizeof(float)), bigIn(bigOut.size());
+    const double tTiny = timeHostRing(comm, next, prev, tinyOut, tinyIn, 20, opts);
+    const double tBig = timeHostRing(comm, next, prev, bigOut, bigIn, 3, opts);
+    measured = {tTiny, std::max(1e-13, (tBig - tTiny) / static_cast<double>(bigOut.size() * sizeof(float)))};
+  }
+  allreduce(comm, measured.data(), 2, DataType::Float64, ReduceOp::Max, 1, opts);
+  if (measured[0] > 0) {
+    params.intraAlpha = measured[0];
+    params.intraBeta = measured[1];
+  }
+}
 
 CostParams probeCostParams(Communicator& comm, const Deadline& deadline) {
   CostParams params;
@@ -41,6 +82,7 @@ CostParams probeCostParams(Communicator& comm, const Deadline& deadline) {
   params.alpha = measured[0];
   params.beta = measured[1];
   params.overhead = measured[0];
+  probeIntraHost(comm, opts, params);
   return params;
 }
 

@@ -10,6 +10,7 @@
 // Uses sequence number 0 in headers (real collectives start at 1).
 #pragma once
 
+#include "algo/collectives.h"
 #include "algo/cost_model.h"
 #include "comm/communicator.h"
 #include "core/deadline.h"
@@ -17,5 +18,11 @@
 namespace scalecomm {
 
 CostParams probeCostParams(Communicator& comm, const Deadline& deadline);
+
+// When the group spans several hosts, also times an exchange around each
+// host's ranks (1 x 8 B x 20, 1 MiB x 3, shared memory) and sets intraAlpha /
+// intraBeta to the slowest host's values (agreed by one more allreduce).
+// Collective over the whole group; a no-op on one host.
+void probeIntraHost(Communicator& comm, const CollectiveOptions& opts, CostParams& params);
 
 }  // namespace scalecomm

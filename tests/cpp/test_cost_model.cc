@@ -74,9 +74,12 @@ TEST(ps_servers_and_hier_hosts_follow_their_formulas) {
   CHECK(near(predictAllreduceSeconds("hier", n, static_cast<int64_t>(bytes), c, hosts),
              2 * (c.alpha + bytes / 2 * c.beta)));
   CHECK_EQ(chooseAllreduce(n, static_cast<int64_t>(bytes), c, hosts, {"ring", "hier"}), std::string("hier"));
-  // rhd (halving from distance n/2) crosses hosts once with N/2: no worse than hier.
-  CHECK(predictAllreduceSeconds("rhd", n, static_cast<int64_t>(bytes), c, hosts) <=
-        predictAllreduceSeconds("hier", n, static_cast<int64_t>(bytes), c, hosts) * (1 + 1e-9));
+  // The 4 ranks of a host share its link: rhd's first exchange (distance 4)
+  // puts all of them on it at once with N/2 each (2N per host), where hier's
+  // leader sends N/2: hier is cheaper, as measured on the emulated cluster.
+  CHECK(near(predictAllreduceSeconds("rhd", n, static_cast<int64_t>(bytes), c, hosts),
+             2 * (c.alpha + 4 * bytes / 2 * c.beta)));
+  CHECK_EQ(chooseAllreduce(n, static_cast<int64_t>(bytes), c, hosts), std::string("hier"));
 }
 
 TEST(scales_to_65536_ranks) {
