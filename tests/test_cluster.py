@@ -101,4 +101,6 @@ def test_without_root_it_says_so_and_changes_nothing(tmp_path):
     res = subprocess.run(
         cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)
     )
+    if os.geteuid() == 0 and "needs root" not in res.stdout and "Permission denied" in res.stderr:
+        pytest.skip("this Python is not usable by an unprivileged user")
     assert res.returncode == 2 and "needs root" in res.stdout, res.stdout + res.stderr
