@@ -88,10 +88,12 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   received_ = std::make_shared<WorkerReceives>();
   received_->count.assign(size, 0);
   state_ = std::make_shared<GroupState>(rank, comm_.get());
-  static std::atomic<int> groupsCreated{0};
-  timelineTid_ = groupsCreated++;
-  const char* envRank = std::getenv("RANK");
-  timelinePid_ = envRank && envRank[0] ? std::atoi(envRank) : rank;
+  if (Timeline* timeline = Timeline::get(rank)) {
+    static std::atomic<int> groupsWithRows{0};
+    const char* envRank = std::getenv("RANK");
+    timelineRow_ = std::make_shared<const TimelineRow>(
+        TimelineRow{timeline, envRank && envRank[0] ? std::atoi(envRank) : rank, groupsWithRows++, config_.groupName});
+  }
   worker_ = std::make_unique<Worker>(config_.spinMicros);
 }
 
@@ -112,10 +114,12 @@ void ScalecommBackend::abort() {
 }
 
 void ScalecommBackend::checkUsable(const char* collective) {
-  const std::string name = collective;
-  TORCH_CHECK(!coalescing_ || name == "send" || name == "recv", "scalecomm ", name, " (rank ", getRank(),
-              "): only send and recv can be coalesced (batch_isend_irecv); issue ", name,
-              " outside the coalescing block");
+  if (coalescing_) {
+    const std::string name = collective;
+    TORCH_CHECK(name == "send" || name == "recv", "scalecomm ", name, " (rank ", getRank(),
+                "): only send and recv can be coalesced (batch_isend_irecv); issue ", name,
+                " outside the coalescing block");
+  }
   if (shutDown_.load()) {
     C10_THROW_ERROR(DistBackendError,
                     strCat("scalecomm ", collective, " (rank ", getRank(), "): the group was shut down"));
@@ -146,12 +150,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   auto state = state_;
   std::string name = collective;
   alsoFinish.push_back(work);
-  Timeline* timeline = Timeline::get(getRank());
-  const int pid = timelinePid_, tid = timelineTid_;
-  const std::string group = config_.groupName;
   Communicator* comm = comm_.get();
-  worker_->post([works = std::move(alsoFinish), state, base, body = std::move(body), name, bytes, timeline, pid, tid,
-                 group, comm]() mutable {
+  worker_->post([works = std::move(alsoFinish), state, base, body = std::move(body), name, bytes, row = timelineRow_,
+                 comm]() mutable {
     auto finishError = [&](const std::string& msg) {
       for (auto& w : works) {
         w->finishError(
@@ -166,17 +167,16 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
     base.deadline = Deadline::after(std::chrono::milliseconds(base.timeoutMs));
     try {
       ExecTrace trace;
-      if (timeline) base.trace = &trace;
+      if (row) base.trace = &trace;
       const auto start = Clock::now();
       try {
         body(base);
       } catch (...) {
-        if (timeline)
-          recordOperation(*timeline, pid, tid, name, group, base.seq, bytes, start, Clock::now(), trace, *comm, true);
+        if (row) recordOperation(*row, name, base.seq, bytes, start, Clock::now(), trace, *comm, true);
         throw;
       }
       const auto end = Clock::now();
-      if (timeline) recordOperation(*timeline, pid, tid, name, group, base.seq, bytes, start, end, trace, *comm, false);
+      if (row) recordOperation(*row, name, base.seq, bytes, start, end, trace, *comm, false);
       state->record(name, bytes, std::chrono::duration<double>(end - start).count());
       for (auto& w : works) w->finish();
     } catch (const std::exception& e) {

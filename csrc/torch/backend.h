@@ -32,6 +32,7 @@
 #include "comm/communicator.h"
 #include "comm/worker.h"
 #include "torch/group_state.h"
+#include "torch/timeline_record.h"
 #include "torch/work.h"
 
 namespace scalecomm {
@@ -168,9 +169,8 @@ class ScalecommBackend : public c10d::Backend {
     at::Tensor tensor;
     c10::intrusive_ptr<ScalecommWork> work;
   };
-  int timelinePid_ = 0;  // timeline rows: global rank, and one row per group
-  int timelineTid_ = 0;
-  bool coalescing_ = false;  // caller thread
+  std::shared_ptr<const TimelineRow> timelineRow_;  // null unless SCALECOMM_TIMELINE is set
+  bool coalescing_ = false;                         // caller thread
   std::vector<PendingP2P> pending_;
   std::atomic<bool> shutDown_{false};
 };

@@ -12,9 +12,12 @@ int64_t ns(Clock::time_point t) {
 
 }  // namespace
 
-void recordOperation(Timeline& timeline, int pid, int tid, const std::string& name, const std::string& group,
-                     uint64_t seq, uint64_t bytes, Clock::time_point start, Clock::time_point end,
-                     const ExecTrace& trace, const Communicator& comm, bool failed) {
+void recordOperation(const TimelineRow& row, const std::string& name, uint64_t seq, uint64_t bytes,
+                     Clock::time_point start, Clock::time_point end, const ExecTrace& trace, const Communicator& comm,
+                     bool failed) {
+  Timeline& timeline = *row.timeline;
+  const int pid = row.pid, tid = row.tid;
+  const std::string& group = row.group;
   const auto colon = name.find(':');
   const std::string algorithm = colon == std::string::npos ? "" : name.substr(colon + 1);
   timeline.span(name, "collective", pid, tid, ns(start), ns(end),
