@@ -3,10 +3,17 @@
 CUDA: built with CUDA support when torch has CUDA and a CUDA toolkit is found
 (CUDA_HOME), unless SCALECOMM_CUDA=0. SCALECOMM_CUDA=1 makes a missing toolkit
 an error instead of a CPU-only build.
+
+MPI: built with MPI (the mpi transport and the `mpi` algorithm) when an MPI
+compiler wrapper (mpicc from Open MPI or MPICH; MPICC names another) reports
+its flags, unless SCALECOMM_MPI=0. SCALECOMM_MPI=1 makes a missing MPI an error.
 """
 
 import glob
 import os
+import shlex
+import shutil
+import subprocess
 
 from setuptools import find_packages, setup
 
@@ -34,12 +41,50 @@ def _cuda_wanted() -> bool:
     return available
 
 
+def _mpi_flags():
+    """Compile and link flags of the MPI found by its compiler wrapper, or None."""
+    mode = os.environ.get("SCALECOMM_MPI", "auto").lower()
+    if mode in ("0", "off", "false", "no"):
+        return None
+    wrapper = shutil.which(os.environ.get("MPICC", "mpicc"))
+    flags = None
+    if wrapper:
+        for compile_q, link_q in (("--showme:compile", "--showme:link"), ("-compile_info", "-link_info")):
+            try:
+                comp = subprocess.run([wrapper, compile_q], capture_output=True, text=True, check=True).stdout
+                link = subprocess.run([wrapper, link_q], capture_output=True, text=True, check=True).stdout
+            except (OSError, subprocess.CalledProcessError):
+                continue
+            words = shlex.split(comp) + shlex.split(link)
+            if compile_q == "-compile_info":  # MPICH prints the compiler first
+                words = [w for w in words if w.startswith("-")]
+            flags = {
+                "include_dirs": [w[2:] for w in words if w.startswith("-I")],
+                "library_dirs": [w[2:] for w in words if w.startswith("-L")],
+                "libraries": [w[2:] for w in words if w.startswith("-l")],
+            }
+            flags["extra_link_args"] = [f"-Wl,-rpath,{d}" for d in flags["library_dirs"]]
+            break
+    if flags is None and mode in ("1", "on", "true", "yes"):
+        raise RuntimeError("SCALECOMM_MPI=1 but no MPI compiler wrapper (mpicc) answered; install libopenmpi-dev")
+    return flags
+
+
 def _extensions():
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
     sources = _sources("*.cc")
     define_macros = []
     cxx_flags = ["-O3", "-fvisibility=hidden", "-Wall", "-Wno-unused-function", "-Wno-sign-compare"]
+    mpi = _mpi_flags() or {}
+    if mpi:
+        define_macros.append(("SCALECOMM_WITH_MPI", "1"))
+    extra = {
+        "include_dirs": [os.path.join(ROOT, "csrc")] + mpi.get("include_dirs", []),
+        "library_dirs": mpi.get("library_dirs", []),
+        "libraries": mpi.get("libraries", []),
+        "extra_link_args": mpi.get("extra_link_args", []),
+    }
     if _cuda_wanted():
         cuda_sources = sorted(glob.glob(os.path.join("csrc", "**", "cuda", "*.cu"), recursive=True))
         define_macros.append(("SCALECOMM_WITH_CUDA", "1"))
@@ -47,18 +92,18 @@ def _extensions():
             CUDAExtension(
                 "pyscalecomm._C",
                 sources + cuda_sources,
-                include_dirs=[os.path.join(ROOT, "csrc")],
                 define_macros=define_macros,
                 extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3"]},
+                **extra,
             )
         ]
     return [
         CppExtension(
             "pyscalecomm._C",
             sources,
-            include_dirs=[os.path.join(ROOT, "csrc")],
             define_macros=define_macros,
             extra_compile_args={"cxx": cxx_flags},
+            **extra,
         )
     ]
 

@@ -7,7 +7,15 @@ shared memory (same host) and TCP (across hosts).
 
 Per-group settings: pass ``pyscalecomm.Options(...)`` as ``pg_options``, or set
 the ``SCALECOMM_*`` environment variables listed by :func:`params`.
+
+Under mpirun/mpiexec or srun (and not torchrun), the import also fills RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT from the launcher (see
+``pyscalecomm.launch``), so ``init_process_group("scalecomm")`` needs no
+variables there; SCALECOMM_LAUNCHER_ENV=0 turns that off.
 """
+
+import os
+
 
 import torch  # noqa: F401  (loads libc10 and libtorch before our extension)
 import torch.distributed  # noqa: F401
@@ -20,6 +28,11 @@ __version__ = "0.1.0"
 
 register()
 
+if os.environ.get("SCALECOMM_LAUNCHER_ENV", "1") != "0":
+    from pyscalecomm.launch import env_from_launcher
+
+    env_from_launcher()
+
 
 def params() -> list[tuple[str, str, str]]:
     """Every ``SCALECOMM_*`` environment variable as ``(name, default, doc)``."""
@@ -27,8 +40,14 @@ def params() -> list[tuple[str, str, str]]:
 
 
 def allreduce_algorithms() -> list[str]:
-    """Allreduce algorithms this build implements."""
+    """Allreduce algorithms this build implements (schedules run by scalecomm; ``mpi``
+    passthrough not included)."""
     return list(_C.allreduce_algorithms())
 
 
-__all__ = ["BACKEND_NAME", "Options", "__version__", "allreduce_algorithms", "params"]
+def built_with_mpi() -> bool:
+    """Whether this build has the MPI transport and the ``mpi`` algorithm."""
+    return bool(_C.built_with_mpi)
+
+
+__all__ = ["BACKEND_NAME", "Options", "__version__", "allreduce_algorithms", "built_with_mpi", "params"]

@@ -17,9 +17,11 @@ class Options:
         algorithm: algorithm per collective: ``"rhd"`` (allreduce) or
             ``"allreduce:rhd,broadcast:tree"``; unnamed collectives use
             ``"auto"`` (picked per call by the cost model or a tuning file).
+            ``"mpi"`` runs MPI's own collectives (ranks started by mpirun).
         ps_servers: server ranks of the ``ps`` allreduce (1: central server).
         tuning_file: file written by ``python -m pyscalecomm.tune``.
-        transport: ``"auto"`` (shm on the same host, tcp otherwise), ``"shm"`` or ``"tcp"``.
+        transport: ``"auto"`` (shm on the same host; between hosts mpi when every
+            rank runs under one mpirun, else tcp), ``"shm"``, ``"tcp"`` or ``"mpi"``.
         segment_bytes: pipelining unit in bytes.
         shm_ring_bytes: bytes of each shared-memory ring.
         timeout: per-collective timeout; overrides ``init_process_group(timeout=...)``.

@@ -1,9 +1,14 @@
-"""Process launch helpers shared by the benchmark and the examples.
+"""Process launch helpers shared by the CLIs and by ``import pyscalecomm``.
 
-- :func:`env_from_launcher` fills RANK / WORLD_SIZE / LOCAL_RANK from what
-  torchrun, mpirun (Open MPI, MPICH/PMI) or Slurm's srun set, so the same
-  script runs under all of them (MASTER_ADDR defaults to 127.0.0.1 and
-  MASTER_PORT to 29500 when a launcher other than torchrun gives none).
+- :func:`env_from_launcher` fills RANK / WORLD_SIZE / LOCAL_RANK and
+  MASTER_ADDR / MASTER_PORT from what mpirun/mpiexec (Open MPI, MPICH/PMI,
+  PMIx) or Slurm's srun provide, so ``dist.init_process_group("scalecomm")``
+  needs no variables under them. torchrun's variables are never overridden.
+  Under MPI, rank 0's host and a free port reach every rank through mpi4py
+  (all ranks on one host: 127.0.0.1); without mpi4py, single-host jobs derive
+  the port from the job id and multi-host jobs must set MASTER_ADDR. Under
+  Slurm, MASTER_ADDR is the first host of the job's node list and the port is
+  derived from the job id.
 - :func:`spawn_self` re-runs ``python -m <module> <args>`` as N local ranks,
   for single-machine runs without any launcher; it returns the worst exit code.
 """
@@ -11,29 +16,95 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 
-_RANK_VARS = [
-    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+_MPI_VARS = [
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    ("PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE"),
 ]
+_SLURM_VARS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
 
 
-def env_from_launcher() -> bool:
-    """Sets RANK/WORLD_SIZE/LOCAL_RANK from the launcher's variables; False if none found."""
-    for rank_var, size_var, local_var in _RANK_VARS:
-        if rank_var in os.environ and size_var in os.environ:
-            os.environ.setdefault("RANK", os.environ[rank_var])
-            os.environ.setdefault("WORLD_SIZE", os.environ[size_var])
-            os.environ.setdefault("LOCAL_RANK", os.environ.get(local_var, "0"))
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", "29500")
-            return True
-    return False
+def detect_launcher() -> str | None:
+    """"torchrun" (RANK already set), "mpi", "slurm", or None."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return "torchrun"
+    if any(r in os.environ and n in os.environ for r, n, _, _ in _MPI_VARS):
+        return "mpi"
+    if _SLURM_VARS[0] in os.environ and _SLURM_VARS[1] in os.environ:
+        return "slurm"
+    return None
+
+
+def _job_port(job_id: str) -> int:
+    """A port in [20000, 40000) that every rank of one job derives alike."""
+    digits = re.sub(r"\D", "", job_id) or "0"
+    return 20000 + int(digits) % 20000
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a Slurm node list such as "gpu[07-09,12],cpu1" (-> "gpu07")."""
+    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not m:
+        raise ValueError(f"cannot read the Slurm node list {nodelist!r}")
+    prefix, ranges = m.group(1), m.group(2)
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def _mpi_rendezvous(size: int, local_size: int, job_id: str) -> tuple[str, int]:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        if local_size == size:
+            return "127.0.0.1", _job_port(job_id)
+        raise RuntimeError(
+            "scalecomm: ranks started by mpirun on several hosts need mpi4py (pip install mpi4py) to find rank 0, "
+            "or MASTER_ADDR and MASTER_PORT set for every rank"
+        ) from None
+    comm = MPI.COMM_WORLD
+    hosts = comm.allgather(socket.gethostname())
+    answer = None
+    if comm.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        answer = ("127.0.0.1" if len(set(hosts)) == 1 else hosts[0], port)
+    return comm.bcast(answer, root=0)
+
+
+def env_from_launcher() -> str | None:
+    """Fills the rendezvous variables from the launcher's; returns the launcher or None.
+
+    Variables already set are kept, so MASTER_ADDR/MASTER_PORT given by the
+    user win over what is derived here.
+    """
+    launcher = detect_launcher()
+    env = os.environ
+    if launcher == "mpi":
+        rank_var, size_var, local_var, local_size_var = next(v for v in _MPI_VARS if v[0] in env and v[1] in env)
+        env.setdefault("RANK", env[rank_var])
+        env.setdefault("WORLD_SIZE", env[size_var])
+        env.setdefault("LOCAL_RANK", env.get(local_var, "0"))
+        env.setdefault("LOCAL_WORLD_SIZE", env.get(local_size_var, env[size_var]))
+        if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
+            job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or env.get("PMI_KVSNAME", "0")
+            addr, port = _mpi_rendezvous(int(env["WORLD_SIZE"]), int(env["LOCAL_WORLD_SIZE"]), job)
+            env.setdefault("MASTER_ADDR", addr)
+            env.setdefault("MASTER_PORT", str(port))
+    elif launcher == "slurm":
+        env.setdefault("RANK", env["SLURM_PROCID"])
+        env.setdefault("WORLD_SIZE", env["SLURM_NTASKS"])
+        env.setdefault("LOCAL_RANK", env.get("SLURM_LOCALID", "0"))
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "127.0.0.1"
+        env.setdefault("MASTER_ADDR", first_slurm_host(nodelist))
+        env.setdefault("MASTER_PORT", str(_job_port(env.get("SLURM_JOB_ID", "0") + env.get("SLURM_STEP_ID", ""))))
+    return launcher
 
 
 def _free_port() -> int:
@@ -56,7 +127,7 @@ def main_with_launcher(module: str, args, argv, run) -> int:
                 del rest[i]
                 break
         return spawn_self(module, args.nproc, rest)
-    if not env_from_launcher():
+    if env_from_launcher() is None:
         raise SystemExit("no launcher found: use --nproc N, torchrun, mpirun or srun")
     run(args)
     return 0

@@ -5,6 +5,7 @@
 #include "algo/direct.h"
 #include "algo/executor.h"
 #include "algo/hier.h"
+#include "algo/mpi_native.h"
 #include "algo/plan.h"
 #include "algo/ps.h"
 #include "algo/rhd.h"
@@ -71,6 +72,9 @@ Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_
 void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
                const CollectiveOptions& opts) {
   const int n = comm.size();
+  if (isMpiPassthrough(opts.algorithm) && n > 1 && count > 0) {
+    return mpiAllreduce(comm, data, count, dtype, op, premulFactor, opts);
+  }
   if (op == ReduceOp::PremulSum) scaleInPlace(data, count, dtype, premulFactor);
   if (count == 0) return;
   if (n == 1) {
@@ -89,6 +93,7 @@ void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
 void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root, const CollectiveOptions& opts) {
   const int n = comm.size();
   if (n == 1 || count == 0) return;
+  if (isMpiPassthrough(opts.algorithm)) return mpiBroadcast(comm, data, count, dtype, root, opts);
   ExecContext ctx = context(CollectiveKind::Broadcast, dtype, count, opts);
   ctx.root = root;
   Schedule s = opts.algorithm == "tree" ? treeBroadcast(comm.rank(), n, root, count)
@@ -102,6 +107,7 @@ void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t co
   const int n = comm.size();
   SC_CHECK(static_cast<int>(outputs.size()) == n);
   if (n == 1 || count == 0) return;
+  if (isMpiPassthrough(opts.algorithm)) return mpiAllgather(comm, outputs, count, dtype, opts);
   ExecContext ctx = context(CollectiveKind::Allgather, dtype, count, opts);
   Schedule s = ringAllgather(comm.rank(), n, count);
   Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
@@ -113,6 +119,7 @@ void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t co
 void barrier(Communicator& comm, const CollectiveOptions& opts) {
   const int n = comm.size();
   if (n == 1) return;
+  if (isMpiPassthrough(opts.algorithm)) return mpiBarrier(comm, opts);
   uint8_t token = 0;
   ExecContext ctx = context(CollectiveKind::Barrier, DataType::Opaque, 1, opts);
   Schedule s = disseminationBarrier(comm.rank(), n);
@@ -133,6 +140,9 @@ std::vector<uint8_t*> bytePointers(const std::vector<void*>& ptrs) {
 void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor, int root,
             const CollectiveOptions& opts) {
   const int n = comm.size();
+  if (isMpiPassthrough(opts.algorithm) && n > 1 && count > 0) {
+    return mpiReduce(comm, data, count, dtype, op, premulFactor, root, opts);
+  }
   if (op == ReduceOp::PremulSum) scaleInPlace(data, count, dtype, premulFactor);
   if (count == 0 || n == 1) return;
   ExecContext ctx = context(CollectiveKind::Reduce, dtype, count, opts);
@@ -147,6 +157,9 @@ void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, Reduc
 void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
                    const CollectiveOptions& opts) {
   const int n = comm.size();
+  if (isMpiPassthrough(opts.algorithm) && n > 1 && perRank > 0) {
+    return mpiReduceScatter(comm, work, perRank, dtype, op, premulFactor, opts);
+  }
   if (op == ReduceOp::PremulSum) scaleInPlace(work, perRank * n, dtype, premulFactor);
   if (perRank == 0 || n == 1) return;
   ExecContext ctx = context(CollectiveKind::ReduceScatter, dtype, perRank, opts);

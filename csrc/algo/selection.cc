@@ -31,6 +31,11 @@ void checkKnown(const std::string& collective, const std::string& algo, const st
        joined(known), " (SCALECOMM_ALGO or Options(algorithm=...), e.g. 'allreduce:rhd,broadcast:tree')");
 }
 
+std::vector<std::string> withMpi(std::vector<std::string> names) {
+  names.push_back("mpi");
+  return names;
+}
+
 }  // namespace
 
 AlgorithmSelection AlgorithmSelection::parse(const std::string& spec) {
@@ -43,22 +48,38 @@ AlgorithmSelection AlgorithmSelection::parse(const std::string& spec) {
     const auto colon = entry.find(':');
     const std::string collective = colon == std::string::npos ? "allreduce" : trim(entry.substr(0, colon));
     const std::string algo = colon == std::string::npos ? entry : trim(entry.substr(colon + 1));
-    if (collective == "allreduce") {
-      checkKnown(collective, algo, allreduceAlgorithms());
+    if (colon == std::string::npos && algo == "mpi") {
+      sel.allreduce = sel.broadcast = sel.reduce = sel.allgather = sel.reduceScatter = sel.barrier = algo;
+    } else if (collective == "allreduce") {
+      checkKnown(collective, algo, withMpi(allreduceAlgorithms()));
       sel.allreduce = algo;
     } else if (collective == "broadcast" || collective == "reduce") {
-      checkKnown(collective, algo, rootedAlgorithms());
+      checkKnown(collective, algo, withMpi(rootedAlgorithms()));
       (collective == "broadcast" ? sel.broadcast : sel.reduce) = algo;
+    } else if (collective == "allgather" || collective == "reduce_scatter") {
+      checkKnown(collective, algo, {"ring", "mpi"});
+      (collective == "allgather" ? sel.allgather : sel.reduceScatter) = algo;
+    } else if (collective == "barrier") {
+      checkKnown(collective, algo, {"dissemination", "mpi"});
+      sel.barrier = algo;
     } else {
       fail(ErrorKind::InvalidArgument, "scalecomm: cannot choose an algorithm for '", collective, "' in '", spec,
-           "'; selectable collectives are allreduce, broadcast and reduce (the others have one algorithm)");
+           "'; selectable collectives are allreduce, broadcast, reduce, allgather, reduce_scatter and barrier");
     }
   }
   return sel;
 }
 
 std::string AlgorithmSelection::str() const {
-  return "allreduce:" + allreduce + ",broadcast:" + broadcast + ",reduce:" + reduce;
+  return "allreduce:" + allreduce + ",broadcast:" + broadcast + ",reduce:" + reduce + ",allgather:" + allgather +
+         ",reduce_scatter:" + reduceScatter + ",barrier:" + barrier;
+}
+
+bool AlgorithmSelection::usesMpi() const {
+  for (const std::string* a : {&allreduce, &broadcast, &reduce, &allgather, &reduceScatter, &barrier}) {
+    if (*a == "mpi") return true;
+  }
+  return false;
 }
 
 TuningTable TuningTable::load(const std::string& path) {

@@ -2,10 +2,12 @@
 //
 // Contract: AlgorithmSelection::parse() reads a spec such as "rhd" or
 // "allreduce:rhd,broadcast:tree,reduce:chain" (what SCALECOMM_ALGO and
-// Options(algorithm=...) hold). A bare name sets allreduce. Every collective
-// not named keeps "auto": allreduce then picks per call from the cost model
-// (or the tuning table), broadcast and reduce between chain and tree. The
-// other collectives have one algorithm each (see docs/algorithms.md).
+// Options(algorithm=...) hold). A bare name sets allreduce, except "mpi"
+// (MPI's own collectives, algo/mpi_native.h), which sets every collective
+// that has an mpi form. Every collective not named keeps "auto": allreduce
+// then picks per call from the cost model (or the tuning table), broadcast
+// and reduce between chain and tree; allgather and reduce_scatter run ring
+// and barrier dissemination (their only scalecomm algorithms).
 // Unknown collectives or algorithms throw Error(InvalidArgument) naming the
 // entry and the choices. Value type.
 //
@@ -28,9 +30,13 @@ struct AlgorithmSelection {
   std::string allreduce = "auto";
   std::string broadcast = "auto";
   std::string reduce = "auto";
+  std::string allgather = "auto";       // auto (= ring) | ring | mpi
+  std::string reduceScatter = "auto";   // auto (= ring) | ring | mpi
+  std::string barrier = "auto";         // auto (= dissemination) | dissemination | mpi
 
   static AlgorithmSelection parse(const std::string& spec);
-  std::string str() const;  // canonical "allreduce:x,broadcast:y,reduce:z"
+  std::string str() const;  // canonical "allreduce:x,broadcast:y,reduce:z,..."
+  bool usesMpi() const;      // some collective is set to "mpi"
 };
 
 struct TuningTable {

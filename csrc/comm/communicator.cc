@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "transport/mpi_link.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
 
@@ -131,9 +133,9 @@ std::string waitKey(Store& store, const std::string& prefix, int r, int self, in
 
 std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std::string& groupKey, int rank, int size,
                                                         const MeshOptions& opts, const Deadline& deadline) {
-  if (opts.transport != "auto" && opts.transport != "shm" && opts.transport != "tcp") {
+  if (opts.transport != "auto" && opts.transport != "shm" && opts.transport != "tcp" && opts.transport != "mpi") {
     fail(ErrorKind::InvalidArgument, "scalecomm: unknown transport '", opts.transport,
-         "'; choose auto, shm or tcp (SCALECOMM_TRANSPORT or Options.transport)");
+         "'; choose auto, shm, tcp or mpi (SCALECOMM_TRANSPORT or Options.transport)");
   }
   // Each creation of a group with this key is one generation; keys never collide
   // with an earlier, destroyed group that used the same store and name.
@@ -142,22 +144,54 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   const std::string p = base + "g" + std::to_string((joined - 1) / size) + "/";
 
   const std::string host = opts.hostIdentity.empty() ? hostIdentity() : opts.hostIdentity;
-  const bool offerShm = opts.transport != "tcp" && size > 1;
+  const bool offerShm = opts.transport != "tcp" && opts.transport != "mpi" && size > 1;
   std::shared_ptr<ShmSegment> inbox;
   if (offerShm) inbox = ShmSegment::create(rank, size, opts.shmRingBytes);
   std::unique_ptr<TcpListener> listener;
   std::string addr;
-  if (opts.transport != "shm" && size > 1) {
+  const bool withMpi = (opts.useMpi || opts.transport == "mpi") && size > 1 && mpiEnsureInitialized();
+  if (opts.transport == "mpi" && !withMpi) {
+    fail(ErrorKind::InvalidArgument, "scalecomm: transport mpi needs ",
+         mpiCompiledIn() ? "the ranks to be started by mpirun/mpiexec (or srun with MPI)"
+                         : "a build with MPI (install libopenmpi-dev and rebuild)",
+         "; rank ", rank, " has no MPI");
+  }
+  const std::string mpiInfo = withMpi ? strCat(mpiWorldRank(), "/", mpiWorldSize()) : "";
+  if (opts.transport != "shm" && opts.transport != "mpi" && size > 1) {
     addr = localAdvertiseAddress();
     listener = std::make_unique<TcpListener>(std::getenv("SCALECOMM_SOCKET_IFNAME") ? addr : "");
   }
   store.set(p + "info/" + std::to_string(rank),
             strCat("host=", host, ";transport=", opts.transport, ";shm=", inbox ? inbox->name() : "", ";addr=", addr,
-                   ";port=", listener ? listener->port() : 0, ";pid=", getpid()));
+                   ";port=", listener ? listener->port() : 0, ";pid=", getpid(), ";mpi=", mpiInfo));
 
   std::vector<std::map<std::string, std::string>> infos(size);
   for (int r = 0; r < size; ++r) {
     if (r != rank) infos[r] = parseInfo(waitKey(store, p + "info/", r, rank, size, deadline, "address exchange"));
+  }
+
+  // MPI: a communicator over the group when every rank is in the same MPI job.
+  std::shared_ptr<MpiGroup> mpiGroup;
+  {
+    // Same world size everywhere and distinct world ranks (separate singleton
+    // MPI worlds, e.g. mpi4py imported under torchrun, all say "0/1").
+    std::vector<int> worldRanks(size, -1);
+    std::set<int> seen;
+    bool all = withMpi;
+    for (int r = 0; r < size && all; ++r) {
+      const std::string& m = r == rank ? mpiInfo : infos[r]["mpi"];
+      const auto slash = m.find('/');
+      all = slash != std::string::npos && m.substr(slash) == mpiInfo.substr(mpiInfo.find('/'));
+      if (all) worldRanks[r] = std::stoi(m.substr(0, slash));
+      all = all && seen.insert(worldRanks[r]).second;
+    }
+    if (all) {
+      mpiGroup = MpiGroup::create(worldRanks, rank, static_cast<int>(std::hash<std::string>{}(p) % 32749));
+      SC_LOG(Info, "rank ", rank, ": MPI communicator over the group (MPI world ranks of the group's ranks known)");
+    } else if (opts.transport == "mpi") {
+      fail(ErrorKind::InvalidArgument, "scalecomm: transport mpi was forced but not every rank of the group runs in ",
+           "the same MPI job; start all ranks with one mpirun or use SCALECOMM_TRANSPORT=auto");
+    }
   }
 
   std::vector<std::unique_ptr<Link>> links(size);
@@ -165,24 +199,35 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
     auto& info = infos[r];
-    bool sameHost = info["host"] == host;
-    bool useShm = sameHost && inbox && !info["shm"].empty();
-    if ((opts.transport == "shm" || info["transport"] == "shm") && !useShm) {
-      fail(ErrorKind::InvalidArgument, "scalecomm: transport shm was forced but rank ", r,
-           " is not on the same host as rank ", rank, " ('", info["host"], "' vs '", host,
-           "'); use SCALECOMM_TRANSPORT=auto or tcp");
-    }
-    if (useShm) {
-      auto peerInbox = ShmSegment::open(info["shm"], r, size);
-      links[r] = std::make_unique<ShmLink>(rank, r, inbox, peerInbox);
-      SC_LOG(Info, "rank ", rank, ": peer rank ", r, " via shm (same host ", host, ")");
-    } else {
-      if (info["addr"].empty() || !listener) {
-        fail(ErrorKind::InvalidArgument, "scalecomm: ranks ", rank, " and ", r,
-             " are on different hosts but one of them forces transport shm; use SCALECOMM_TRANSPORT=auto or tcp");
+    // The same decision on both ends of the pair: forced choices first (either side's), then shm, mpi, tcp.
+    const auto forced = [&](const char* t) { return opts.transport == t || info["transport"] == t; };
+    const bool shmPossible = info["host"] == host && inbox && !info["shm"].empty();
+    if (forced("mpi")) {
+      if (!mpiGroup) {
+        fail(ErrorKind::InvalidArgument, "scalecomm: transport mpi is forced for ranks ", rank, " and ", r,
+             " but they are not in one MPI job; start every rank with one mpirun or use SCALECOMM_TRANSPORT=auto");
+      }
+      links[r] = std::make_unique<MpiLink>(mpiGroup, rank, r);
+    } else if (forced("tcp") || (!shmPossible && !mpiGroup)) {
+      if (forced("shm") || info["addr"].empty() || !listener) {
+        fail(ErrorKind::InvalidArgument, "scalecomm: transport shm was forced but rank ", r,
+             " is not on the same host as rank ", rank, " ('", info["host"], "' vs '", host,
+             "'); use SCALECOMM_TRANSPORT=auto or tcp");
       }
       tcpPeers.push_back(r);
+      continue;
+    } else if (shmPossible) {
+      auto peerInbox = ShmSegment::open(info["shm"], r, size);
+      links[r] = std::make_unique<ShmLink>(rank, r, inbox, peerInbox);
+    } else if (forced("shm")) {
+      fail(ErrorKind::InvalidArgument, "scalecomm: transport shm was forced but rank ", r,
+           " is not on the same host as rank ", rank, " ('", info["host"], "' vs '", host,
+           "'); use SCALECOMM_TRANSPORT=auto, tcp or mpi");
+    } else {
+      links[r] = std::make_unique<MpiLink>(mpiGroup, rank, r);
     }
+    SC_LOG(Info, "rank ", rank, ": peer rank ", r, " via ", links[r]->kind(),
+           links[r]->kind() == std::string("shm") ? " (same host " + host + ")" : std::string());
   }
   // TCP: the higher rank connects, the lower accepts; connects go to lower ranks
   // first, so every acceptor is eventually in its accept loop (no cycle).
@@ -220,6 +265,7 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   }
   auto comm = std::make_unique<Communicator>(rank, size, std::move(links), opts.spinMicros);
   comm->setHostOf(std::move(hostOf));
+  comm->setMpiGroup(std::move(mpiGroup));
   return comm;
 }
 

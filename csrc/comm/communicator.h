@@ -2,8 +2,12 @@
 //
 // Contract:
 // - Owns one Link per peer (nullptr for itself), built by connectMesh() through
-//   the store (shm for same-host peers, tcp otherwise, or what config forces),
-//   or handed in directly (tests, loopback).
+//   the store (shm for same-host peers; mpi between hosts when every rank runs
+//   in one MPI job, tcp otherwise; or what config forces), or handed in
+//   directly (tests, loopback).
+// - When every rank runs in one MPI job (and SCALECOMM_MPI is not 0), it also
+//   holds an MPI communicator over the group (mpiGroup()), which the mpi link
+//   and the `mpi` passthrough algorithm use; otherwise mpiGroup() is null.
 // - waitForActivity() is how an executor idles: it polls tcp sockets, spins and
 //   yields for shm, and throws when the deadline passes or abort() was called.
 // - abort() (any thread, idempotent) sets the abort flag and closes every link,
@@ -20,11 +24,13 @@
 #include "core/deadline.h"
 #include "core/store.h"
 #include "transport/link.h"
+#include "transport/mpi_runtime.h"
 
 namespace scalecomm {
 
 struct MeshOptions {
-  std::string transport = "auto";  // auto | shm | tcp
+  std::string transport = "auto";  // auto | shm | tcp | mpi
+  bool useMpi = true;              // build an MPI communicator when all ranks run under MPI
   uint64_t shmRingBytes = 4 << 20;
   std::string hostIdentity;  // empty: computed
   int64_t spinMicros = 50;
@@ -43,6 +49,8 @@ class Communicator {
   // all zeros unless set by connectMesh() or a test.
   const std::vector<int>& hostOf() const { return hostOf_; }
   void setHostOf(std::vector<int> hostOf);
+  const std::shared_ptr<MpiGroup>& mpiGroup() const { return mpi_; }
+  void setMpiGroup(std::shared_ptr<MpiGroup> g) { mpi_ = std::move(g); }
 
   // Idles briefly until something may have changed on the given peers' links:
   // spins for spinMicros after idleSince, then yields until 2 ms, then blocks
@@ -64,6 +72,7 @@ class Communicator {
   std::vector<std::unique_ptr<Link>> links_;
   int64_t spinMicros_;
   std::vector<int> hostOf_;
+  std::shared_ptr<MpiGroup> mpi_;  // null without MPI; mpi links hold their own reference
   std::atomic<bool> aborted_{false};
 };
 

@@ -12,12 +12,18 @@ const std::vector<ParamSpec>& allParams() {
       {"SCALECOMM_DEBUG", "WARN", "Log level: ERROR, WARN, INFO (effective settings and each choice made), DEBUG."},
       {"SCALECOMM_ALGO", "auto",
        "Algorithm per collective, e.g. 'rhd' (allreduce) or 'allreduce:rhd,broadcast:tree'. allreduce: auto, ring, "
-       "rhd, tree, direct, ps, hier; broadcast and reduce: auto, chain, tree. auto picks per call (cost model)."},
+       "rhd, tree, direct, ps, hier, mpi; broadcast and reduce: auto, chain, tree, mpi; allgather and reduce_scatter: "
+       "ring, mpi; barrier: dissemination, mpi. 'mpi' alone: MPI's own collectives for all. auto picks per call."},
       {"SCALECOMM_PS_SERVERS", "1",
        "Parameter-server allreduce (ps): number of server ranks (ranks 0..S-1); 1 is a central server."},
       {"SCALECOMM_TUNING_FILE", "",
        "File written by 'python -m pyscalecomm.tune': measured winners per size (and alpha, beta) for auto."},
-      {"SCALECOMM_TRANSPORT", "auto", "Transport per peer: auto (shm on the same host, tcp otherwise), shm, tcp."},
+      {"SCALECOMM_TRANSPORT", "auto",
+       "Transport per peer: auto (shm on the same host; between hosts mpi when all ranks run under one mpirun, else "
+       "tcp), shm, tcp, mpi."},
+      {"SCALECOMM_MPI", "auto",
+       "0 turns MPI off: at build time builds without it, at run time never uses it (no MPI communicator, transport "
+       "or mpi algorithm). auto: used when the ranks were started by an MPI launcher."},
       {"SCALECOMM_SEGMENT_BYTES", "262144",
        "Pipelining unit: each chunk moves in segments of at most this many bytes."},
       {"SCALECOMM_SHM_RING_BYTES", "4194304",
@@ -31,6 +37,9 @@ const std::vector<ParamSpec>& allParams() {
       {"SCALECOMM_TIMELINE", "",
        "Write a Chrome/Perfetto trace per rank to this path ('{rank}' is replaced, else '.rank<r>' is inserted "
        "before the extension): one span per collective and, inside, per step: send, recv, recv+reduce, wait."},
+      {"SCALECOMM_LAUNCHER_ENV", "1",
+       "Python: 1 lets 'import pyscalecomm' fill RANK, WORLD_SIZE, MASTER_ADDR, ... from mpirun or srun (not "
+       "torchrun); 0 leaves the environment alone."},
       {"SCALECOMM_SPIN_US", "50", "Microseconds a waiting thread spins before it yields or sleeps."},
       {"SCALECOMM_CUDA", "auto", "Build time: 0 builds without CUDA sources even when CUDA is present."},
   };

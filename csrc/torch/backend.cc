@@ -18,6 +18,7 @@ BackendConfig configFromEnvironment() {
   c.psServers = paramInt("SCALECOMM_PS_SERVERS");
   c.tuningFile = paramString("SCALECOMM_TUNING_FILE");
   c.transport = paramString("SCALECOMM_TRANSPORT");
+  c.useMpi = paramString("SCALECOMM_MPI") != "0";
   c.segmentBytes = paramInt("SCALECOMM_SEGMENT_BYTES");
   c.shmRingBytes = paramInt("SCALECOMM_SHM_RING_BYTES");
   c.spinMicros = paramInt("SCALECOMM_SPIN_US");
@@ -30,8 +31,8 @@ static void checkConfig(const BackendConfig& c, int size) {
   TORCH_CHECK_VALUE(c.psServers >= 1 && c.psServers <= size,
                     "scalecomm: ps_servers (SCALECOMM_PS_SERVERS) must lie in [1, ", size, "] for this group of ", size,
                     " ranks, got ", c.psServers);
-  TORCH_CHECK_VALUE(c.transport == "auto" || c.transport == "shm" || c.transport == "tcp",
-                    "scalecomm: unknown transport '", c.transport, "'; choose auto, shm or tcp");
+  TORCH_CHECK_VALUE(c.transport == "auto" || c.transport == "shm" || c.transport == "tcp" || c.transport == "mpi",
+                    "scalecomm: unknown transport '", c.transport, "'; choose auto, shm, tcp or mpi");
   TORCH_CHECK_VALUE(c.segmentBytes > 0, "scalecomm: segment_bytes must be positive, got ", c.segmentBytes);
   TORCH_CHECK_VALUE(c.shmRingBytes >= 4096 && c.shmRingBytes % 64 == 0,
                     "scalecomm: shm ring bytes must be a multiple of 64 and at least 4096, got ", c.shmRingBytes);
@@ -59,6 +60,7 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   C10dStoreAdapter adapter(store);
   MeshOptions mesh;
   mesh.transport = config_.transport;
+  mesh.useMpi = config_.useMpi || selection_.usesMpi();
   mesh.shmRingBytes = static_cast<uint64_t>(config_.shmRingBytes);
   mesh.spinMicros = config_.spinMicros;
   try {
@@ -67,6 +69,12 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::InvalidArgument) TORCH_CHECK_VALUE(false, e.what());
     C10_THROW_ERROR(DistBackendError, e.what());
+  }
+  if (selection_.usesMpi() && !comm_->mpiGroup()) {
+    TORCH_CHECK_VALUE(false, "scalecomm (rank ", rank, "): algorithm mpi (", selection_.str(),
+                      ") needs every rank started by one mpirun/mpiexec (or srun with MPI) and a build with MPI (",
+                      mpiCompiledIn() ? "this build has it" : "this build has none: install libopenmpi-dev, rebuild",
+                      ")");
   }
   const bool anyAuto = selection_.allreduce == "auto" || selection_.broadcast == "auto" || selection_.reduce == "auto";
   if (tuning_.hasCosts) {
@@ -298,8 +306,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
   at::Tensor input = in;
   std::vector<at::Tensor> outList = outs;
   const int rank = getRank();
-  return enqueue(c10d::OpType::ALLGATHER, "allgather", outList, opts.timeout,
-                 [comm, input, outList, shape, rank](const CollectiveOptions& o) {
+  const std::string algo = fixedAlgorithm(selection_.allgather, "ring");
+  return enqueue(c10d::OpType::ALLGATHER, titled("allgather", algo).c_str(), outList, opts.timeout,
+                 [comm, input, outList, shape, rank, algo](const CollectiveOptions& base) {
+                   CollectiveOptions o = base;
+                   o.algorithm = algo;
                    outList[rank].copy_(input);
                    std::vector<void*> ptrs;
                    for (const auto& t : outList) ptrs.push_back(t.data_ptr());
@@ -321,13 +332,16 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
   Communicator* comm = comm_.get();
   at::Tensor in = input, out = output;
   const int rank = getRank(), size = getSize();
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out}, opts.timeout,
-                 [comm, in, out, shape, rank, size](const CollectiveOptions& o) {
+  const std::string algo = fixedAlgorithm(selection_.allgather, "ring");
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, titled("all_gather_into_tensor", algo).c_str(), {out}, opts.timeout,
+                 [comm, in, out, shape, rank, size, algo](const CollectiveOptions& base) {
+                   CollectiveOptions o = base;
+                   o.algorithm = algo;
                    auto flatOut = out.view({-1});
                    flatOut.narrow(0, rank * in.numel(), in.numel()).copy_(in.reshape({-1}));
                    std::vector<void*> ptrs;
-                   auto* base = static_cast<uint8_t*>(out.data_ptr());
-                   for (int r = 0; r < size; ++r) ptrs.push_back(base + r * in.nbytes());
+                   auto* first = static_cast<uint8_t*>(out.data_ptr());
+                   for (int r = 0; r < size; ++r) ptrs.push_back(first + r * in.nbytes());
                    scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
                  });
 }
@@ -350,8 +364,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::barrier(const c10d::BarrierOptions& opts) {
   checkUsable("barrier");
   Communicator* comm = comm_.get();
-  return enqueue(c10d::OpType::BARRIER, "barrier", {}, opts.timeout,
-                 [comm](const CollectiveOptions& o) { scalecomm::barrier(*comm, o); });
+  const std::string algo = fixedAlgorithm(selection_.barrier, "dissemination");
+  return enqueue(c10d::OpType::BARRIER, titled("barrier", algo).c_str(), {}, opts.timeout,
+                 [comm, algo](const CollectiveOptions& base) {
+                   CollectiveOptions o = base;
+                   o.algorithm = algo;
+                   scalecomm::barrier(*comm, o);
+                 });
 }
 
 static void notImplemented(const char* what, const char* instead) {

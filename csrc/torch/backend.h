@@ -41,7 +41,8 @@ struct BackendConfig {
   std::string algorithm = "auto";  // selection spec, see algo/selection.h
   int64_t psServers = 1;
   std::string tuningFile;
-  std::string transport = "auto";
+  std::string transport = "auto";  // auto | shm | tcp | mpi
+  bool useMpi = true;              // SCALECOMM_MPI != 0: an MPI communicator when all ranks run under MPI
   int64_t segmentBytes = 256 << 10;
   int64_t shmRingBytes = 4 << 20;
   int64_t spinMicros = 50;
@@ -144,6 +145,14 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
 
   BackendConfig config_;
+  // The selected algorithm of a collective with one scalecomm algorithm ("auto" -> dflt),
+  // and its profiler title ("allgather", or "allgather:mpi" for the passthrough).
+  static std::string fixedAlgorithm(const std::string& selected, const char* dflt) {
+    return selected == "auto" ? dflt : selected;
+  }
+  static std::string titled(const char* collective, const std::string& algo) {
+    return algo == "mpi" ? std::string(collective) + ":mpi" : std::string(collective);
+  }
   std::string allreduceAlgorithmFor(int64_t bytes);  // config or, for "auto", the tuning table's or model's pick
   std::string rootedAlgorithmFor(const std::string& configured, int64_t bytes);  // broadcast, reduce
   AlgorithmSelection selection_;

@@ -89,8 +89,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_reduce_scatter_base(at::Tensor
   Communicator* comm = comm_.get();
   at::Tensor in = input, out = output;
   const int rank = getRank();
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out}, opts.timeout,
-                 [comm, in, out, r, rank](const CollectiveOptions& o) {
+  const std::string algo = fixedAlgorithm(selection_.reduceScatter, "ring");
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, titled("reduce_scatter_tensor", algo).c_str(), {out}, opts.timeout,
+                 [comm, in, out, r, rank, algo](const CollectiveOptions& base) {
+                   CollectiveOptions o = base;
+                   o.algorithm = algo;
                    at::Tensor work = in.reshape({-1}).clone();
                    const int64_t per = out.numel();
                    scalecomm::reduceScatter(*comm, work.data_ptr(), per, r.dtype, r.op.op, r.op.premulFactor, o);
@@ -112,8 +115,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::
   std::vector<at::Tensor> ins = inputs[0];
   at::Tensor output = out;
   const int rank = getRank();
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {output}, opts.timeout,
-                 [comm, ins, output, r, rank](const CollectiveOptions& o) {
+  const std::string algo = fixedAlgorithm(selection_.reduceScatter, "ring");
+  return enqueue(c10d::OpType::REDUCE_SCATTER, titled("reduce_scatter", algo).c_str(), {output}, opts.timeout,
+                 [comm, ins, output, r, rank, algo](const CollectiveOptions& base) {
+                   CollectiveOptions o = base;
+                   o.algorithm = algo;
                    at::Tensor work = at::cat(flattenAll(ins));
                    const int64_t per = output.numel();
                    scalecomm::reduceScatter(*comm, work.data_ptr(), per, r.dtype, r.op.op, r.op.premulFactor, o);

@@ -107,6 +107,9 @@ PYBIND11_MODULE(_C, m) {
         "This process's host identity (what decides shm vs tcp; SCALECOMM_HOSTNAME overrides it).");
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,
         "Removes /dev/shm/scalecomm-* segments left by dead processes; returns how many.");
+  m.attr("built_with_mpi") = scalecomm::mpiCompiledIn();
+  m.def("mpi_library_version", [] { return scalecomm::mpiActive() ? scalecomm::mpiLibraryVersion() : std::string(); },
+        "The MPI library's version string while MPI is initialised, else ''.");
 #ifdef SCALECOMM_WITH_CUDA
   m.attr("built_with_cuda") = true;
 #else

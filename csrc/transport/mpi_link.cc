@@ -1,0 +1,222 @@
+#include "transport/mpi_link.h"
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/deadline.h"
+#include "core/error.h"
+
+#ifdef SCALECOMM_WITH_MPI
+#include "transport/mpi_detail.h"
+#endif
+
+namespace scalecomm {
+
+#ifdef SCALECOMM_WITH_MPI
+
+namespace {
+constexpr int kStreamTag = 0x5c;
+constexpr size_t kCarryCap = 1 << 16;  // far above any header or element
+}  // namespace
+
+struct MpiLink::State {
+  struct SendSlot {
+    std::vector<uint8_t> buf;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  struct RecvSlot {
+    std::vector<uint8_t> buf;
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool ready = false;  // arrived; [off, count) not consumed yet
+    size_t count = 0, off = 0;
+  };
+  MPI_Comm comm;
+  int peer;
+  size_t chunk;
+  std::vector<SendSlot> sends;  // used round-robin, in order
+  size_t sendHead = 0, sendsBusy = 0;
+  std::vector<RecvSlot> recvs;  // posted in order, consumed in order
+  size_t recvHead = 0;
+  std::vector<uint8_t> carry;
+
+  void post(RecvSlot& s) {
+    s.ready = false;
+    s.count = s.off = 0;
+    mpiCheck(MPI_Irecv(s.buf.data(), static_cast<int>(chunk), MPI_BYTE, peer, kStreamTag, comm, &s.req), "MPI_Irecv");
+  }
+  // The oldest unconsumed message, or null if it has not arrived.
+  RecvSlot* head() {
+    RecvSlot& s = recvs[recvHead];
+    if (!s.ready) {
+      int done = 0;
+      MPI_Status st;
+      mpiCheck(MPI_Test(&s.req, &done, &st), "MPI_Test (receive)");
+      if (!done) return nullptr;
+      int n = 0;
+      MPI_Get_count(&st, MPI_BYTE, &n);
+      s.ready = true;
+      s.count = static_cast<size_t>(n);
+    }
+    return &s;
+  }
+  void advanceIfDone(RecvSlot& s) {
+    if (s.off < s.count) return;
+    post(s);
+    recvHead = (recvHead + 1) % recvs.size();
+  }
+  // Moves up to n bytes of arrived messages into the carry; returns how many.
+  size_t pullIntoCarry(size_t n) {
+    size_t moved = 0;
+    while (moved < n) {
+      RecvSlot* s = head();
+      if (s == nullptr) break;
+      const size_t take = std::min(n - moved, s->count - s->off);
+      carry.insert(carry.end(), s->buf.data() + s->off, s->buf.data() + s->off + take);
+      s->off += take;
+      moved += take;
+      advanceIfDone(*s);
+    }
+    return moved;
+  }
+  void reapSends() {
+    while (sendsBusy > 0) {
+      SendSlot& s = sends[(sendHead + sends.size() - sendsBusy) % sends.size()];
+      int done = 0;
+      mpiCheck(MPI_Test(&s.req, &done, MPI_STATUS_IGNORE), "MPI_Test (send)");
+      if (!done) return;
+      --sendsBusy;
+    }
+  }
+};
+
+MpiLink::MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, size_t chunkBytes, int depth)
+    : Link(peer), group_(std::move(group)), self_(self), s_(std::make_unique<State>()) {
+  SC_CHECK(depth >= 1 && chunkBytes >= 64 && chunkBytes <= (1u << 30));
+  s_->comm = mpiComm(*group_);
+  s_->peer = peer;
+  s_->chunk = chunkBytes;
+  s_->sends.resize(static_cast<size_t>(depth));
+  s_->recvs.resize(static_cast<size_t>(depth));
+  MpiCallGuard guard;
+  for (auto& r : s_->recvs) {
+    r.buf.resize(chunkBytes);
+    s_->post(r);
+  }
+  for (auto& sl : s_->sends) sl.buf.resize(chunkBytes);
+}
+
+MpiLink::~MpiLink() {
+  close();
+  if (!mpiActive()) {  // MPI is gone (process exit): nothing to cancel, keep the buffers
+    for (auto& r : s_->recvs) new std::vector<uint8_t>(std::move(r.buf));
+    for (auto& sl : s_->sends) new std::vector<uint8_t>(std::move(sl.buf));
+    return;
+  }
+  MpiCallGuard guard;
+  for (auto& r : s_->recvs) {
+    if (r.req == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r.req);
+    MPI_Wait(&r.req, MPI_STATUS_IGNORE);
+  }
+  // Give unfinished sends a moment (the peer may still be draining), then
+  // abandon them; MPI may still read their buffers, so those are leaked.
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  for (auto& sl : s_->sends) {
+    int done = sl.req == MPI_REQUEST_NULL;
+    while (!done && Clock::now() < until) MPI_Test(&sl.req, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      MPI_Request_free(&sl.req);
+      new std::vector<uint8_t>(std::move(sl.buf));
+    }
+  }
+}
+
+void MpiLink::checkOpen() const {
+  if (closed_.load(std::memory_order_acquire)) {
+    fail(ErrorKind::Io, "the mpi link from rank ", self_, " to rank ", peer_, " was closed locally");
+  }
+}
+
+size_t MpiLink::trySend(const void* data, size_t bytes) {
+  checkOpen();
+  if (bytes == 0) return 0;
+  MpiCallGuard guard;
+  State& s = *s_;
+  s.reapSends();
+  size_t sent = 0;
+  while (sent < bytes && s.sendsBusy < s.sends.size()) {
+    auto& slot = s.sends[s.sendHead];
+    const size_t n = std::min(bytes - sent, s.chunk);
+    std::memcpy(slot.buf.data(), static_cast<const uint8_t*>(data) + sent, n);
+    mpiCheck(MPI_Isend(slot.buf.data(), static_cast<int>(n), MPI_BYTE, s.peer, kStreamTag, s.comm, &slot.req),
+             "MPI_Isend");
+    s.sendHead = (s.sendHead + 1) % s.sends.size();
+    ++s.sendsBusy;
+    sent += n;
+  }
+  return sent;
+}
+
+size_t MpiLink::tryRecv(RecvConsumer& consumer) {
+  checkOpen();
+  MpiCallGuard guard;
+  State& s = *s_;
+  for (;;) {
+    if (!s.carry.empty()) {
+      const size_t used = consumer.consume(s.carry.data(), s.carry.size());
+      if (used > 0) {
+        s.carry.erase(s.carry.begin(), s.carry.begin() + static_cast<std::ptrdiff_t>(used));
+        return used;
+      }
+      // The consumer needs more contiguous bytes: extend the carry by one byte,
+      // so it ends exactly where the consumer's unit (header, element) ends.
+      if (s.carry.size() >= kCarryCap || s.pullIntoCarry(1) == 0) return 0;
+      continue;
+    }
+    State::RecvSlot* head = s.head();
+    if (head == nullptr) return 0;
+    const size_t used = consumer.consume(head->buf.data() + head->off, head->count - head->off);
+    if (used > 0) {
+      head->off += used;
+      s.advanceIfDone(*head);
+      return used;
+    }
+    // A unit straddles the end of this message: continue in the carry.
+    if (s.pullIntoCarry(head->count - head->off) == 0) return 0;
+  }
+}
+
+size_t MpiLink::peek(void* out, size_t n) {
+  checkOpen();
+  MpiCallGuard guard;
+  State& s = *s_;
+  if (s.carry.size() < n) s.pullIntoCarry(std::min(n, kCarryCap) - s.carry.size());
+  const size_t copied = std::min(n, s.carry.size());
+  std::memcpy(out, s.carry.data(), copied);
+  return copied;
+}
+
+void MpiLink::checkPeer() { checkOpen(); }
+
+void MpiLink::close() { closed_.store(true, std::memory_order_release); }
+
+#else  // !SCALECOMM_WITH_MPI
+
+struct MpiLink::State {};
+
+MpiLink::MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, size_t, int)
+    : Link(peer), group_(std::move(group)), self_(self) {
+  fail(ErrorKind::InvalidArgument, "scalecomm was built without MPI; rebuild with an MPI installed");
+}
+MpiLink::~MpiLink() = default;
+size_t MpiLink::trySend(const void*, size_t) { return 0; }
+size_t MpiLink::tryRecv(RecvConsumer&) { return 0; }
+size_t MpiLink::peek(void*, size_t) { return 0; }
+void MpiLink::checkPeer() {}
+void MpiLink::close() {}
+void MpiLink::checkOpen() const {}
+
+#endif
+
+}  // namespace scalecomm
