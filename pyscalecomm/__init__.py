@@ -16,7 +16,6 @@ variables there; SCALECOMM_LAUNCHER_ENV=0 turns that off.
 
 import os
 
-
 import torch  # noqa: F401  (loads libc10 and libtorch before our extension)
 import torch.distributed  # noqa: F401
 

@@ -22,7 +22,12 @@ import subprocess
 import sys
 
 _MPI_VARS = [
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
     ("PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE"),
 ]
@@ -30,7 +35,7 @@ _SLURM_VARS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PE
 
 
 def detect_launcher() -> str | None:
-    """"torchrun" (RANK already set), "mpi", "slurm", or None."""
+    """ "torchrun" (RANK already set), "mpi", "slurm", or None."""
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return "torchrun"
     if any(r in os.environ and n in os.environ for r, n, _, _ in _MPI_VARS):
@@ -64,8 +69,8 @@ def _mpi_rendezvous(size: int, local_size: int, job_id: str) -> tuple[str, int]:
         if local_size == size:
             return "127.0.0.1", _job_port(job_id)
         raise RuntimeError(
-            "scalecomm: ranks started by mpirun on several hosts need mpi4py (pip install mpi4py) to find rank 0, "
-            "or MASTER_ADDR and MASTER_PORT set for every rank"
+            "scalecomm: ranks started by mpirun on several hosts need mpi4py (pip install mpi4py) "
+            "to find rank 0, or MASTER_ADDR and MASTER_PORT set for every rank"
         ) from None
     comm = MPI.COMM_WORLD
     hosts = comm.allgather(socket.gethostname())
@@ -87,13 +92,17 @@ def env_from_launcher() -> str | None:
     launcher = detect_launcher()
     env = os.environ
     if launcher == "mpi":
-        rank_var, size_var, local_var, local_size_var = next(v for v in _MPI_VARS if v[0] in env and v[1] in env)
+        rank_var, size_var, local_var, local_size_var = next(
+            v for v in _MPI_VARS if v[0] in env and v[1] in env
+        )
         env.setdefault("RANK", env[rank_var])
         env.setdefault("WORLD_SIZE", env[size_var])
         env.setdefault("LOCAL_RANK", env.get(local_var, "0"))
         env.setdefault("LOCAL_WORLD_SIZE", env.get(local_size_var, env[size_var]))
         if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
-            job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or env.get("PMI_KVSNAME", "0")
+            job = (
+                env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or env.get("PMI_KVSNAME", "0")
+            )
             addr, port = _mpi_rendezvous(int(env["WORLD_SIZE"]), int(env["LOCAL_WORLD_SIZE"]), job)
             env.setdefault("MASTER_ADDR", addr)
             env.setdefault("MASTER_PORT", str(port))
@@ -103,7 +112,9 @@ def env_from_launcher() -> str | None:
         env.setdefault("LOCAL_RANK", env.get("SLURM_LOCALID", "0"))
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "127.0.0.1"
         env.setdefault("MASTER_ADDR", first_slurm_host(nodelist))
-        env.setdefault("MASTER_PORT", str(_job_port(env.get("SLURM_JOB_ID", "0") + env.get("SLURM_STEP_ID", ""))))
+        env.setdefault(
+            "MASTER_PORT", str(_job_port(env.get("SLURM_JOB_ID", "0") + env.get("SLURM_STEP_ID", "")))
+        )
     return launcher
 
 

@@ -11,7 +11,9 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.14.1}
 if ! "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -m pip install --quiet "$TORCH_SPEC"
 fi
-"$PY" -m pip install --quiet numpy pytest scikit-learn ninja expecttest ruff clang-format setuptools wheel
+"$PY" -m pip install --quiet numpy pytest scikit-learn ninja expecttest ruff clang-format setuptools wheel matplotlib hypothesis
+# mpi4py: rendezvous under mpirun (needs an MPI, e.g. apt-get install libopenmpi-dev; skipped without one)
+if command -v mpicc >/dev/null 2>&1; then "$PY" -m pip install --quiet mpi4py; fi
 
 # The nvcc on PATH may be a wrapper: point torch at the toolkit root explicitly.
 if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then

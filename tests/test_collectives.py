@@ -288,7 +288,10 @@ def test_transport_is_chosen_per_peer_and_logged(capfd):
     assert "rank 1: peer rank 0 via shm" in err, err
     assert "rank 2: peer rank 0 via tcp" in err, err
     assert "rank 0: peer rank 2 via tcp" in err, err
-    assert "algorithm=allreduce:auto,broadcast:auto,reduce:auto transport=auto" in err, err
+    want = (
+        "algorithm=allreduce:auto,broadcast:auto,reduce:auto,allgather:auto,reduce_scatter:auto,barrier:auto"
+    )
+    assert want + " transport=auto" in err, err
     assert re.search(
         r"auto picks (ring|rhd|tree|direct|hier) for allreduce of 4000 bytes \(cost model\)", err
     ), err

@@ -58,10 +58,26 @@ MPI_Datatype halfType() {
 template <DataType D>
 MPI_Op halfOp(ReduceOp op) {
   static const MPI_Op ops[4] = {
-      [] { MPI_Op o; MPI_Op_create(&userReduce<D, ReduceOp::Sum>, 1, &o); return o; }(),
-      [] { MPI_Op o; MPI_Op_create(&userReduce<D, ReduceOp::Min>, 1, &o); return o; }(),
-      [] { MPI_Op o; MPI_Op_create(&userReduce<D, ReduceOp::Max>, 1, &o); return o; }(),
-      [] { MPI_Op o; MPI_Op_create(&userReduce<D, ReduceOp::Product>, 1, &o); return o; }(),
+      [] {
+        MPI_Op o;
+        MPI_Op_create(&userReduce<D, ReduceOp::Sum>, 1, &o);
+        return o;
+      }(),
+      [] {
+        MPI_Op o;
+        MPI_Op_create(&userReduce<D, ReduceOp::Min>, 1, &o);
+        return o;
+      }(),
+      [] {
+        MPI_Op o;
+        MPI_Op_create(&userReduce<D, ReduceOp::Max>, 1, &o);
+        return o;
+      }(),
+      [] {
+        MPI_Op o;
+        MPI_Op_create(&userReduce<D, ReduceOp::Product>, 1, &o);
+        return o;
+      }(),
   };
   switch (op) {
     case ReduceOp::Min: return ops[1];
@@ -140,9 +156,8 @@ void mpiAllreduce(Communicator& comm, void* data, int64_t count, DataType dtype,
   for (int64_t off = 0; off < count; off += kPieceElems) {
     const int n = static_cast<int>(std::min(kPieceElems, count - off));
     void* p = static_cast<uint8_t*>(data) + off * es;
-    run(comm, "allreduce", opts, [&](MPI_Request* r) {
-      return MPI_Iallreduce(MPI_IN_PLACE, p, n, mpiType(dtype), mpiOp(op, dtype), c, r);
-    });
+    run(comm, "allreduce", opts,
+        [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, p, n, mpiType(dtype), mpiOp(op, dtype), c, r); });
   }
   if (op == ReduceOp::Avg) divideInPlace(data, count, dtype, comm.size());
 }
@@ -168,8 +183,8 @@ void mpiReduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
     const int n = static_cast<int>(std::min(kPieceElems, count - off));
     void* p = static_cast<uint8_t*>(data) + off * es;
     run(comm, "reduce", opts, [&](MPI_Request* r) {
-      return MPI_Ireduce(atRoot ? MPI_IN_PLACE : p, atRoot ? p : nullptr, n, mpiType(dtype), mpiOp(op, dtype), root,
-                         c, r);
+      return MPI_Ireduce(atRoot ? MPI_IN_PLACE : p, atRoot ? p : nullptr, n, mpiType(dtype), mpiOp(op, dtype), root, c,
+                         r);
     });
   }
   if (atRoot && op == ReduceOp::Avg) divideInPlace(data, count, dtype, comm.size());
@@ -198,8 +213,8 @@ void mpiAllgather(Communicator& comm, const std::vector<void*>& outputs, int64_t
   }
 }
 
-void mpiReduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op,
-                      double premulFactor, const CollectiveOptions& opts) {
+void mpiReduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
+                      const CollectiveOptions& opts) {
   MPI_Comm c = mpiComm(groupOf(comm, "reduce_scatter", opts));
   const int n = checkedInt(perRank, "reduce_scatter", comm.rank());
   const int64_t total = perRank * comm.size();
@@ -230,7 +245,8 @@ void mpiBroadcast(Communicator& comm, void*, int64_t, DataType, int, const Colle
 void mpiReduce(Communicator& comm, void*, int64_t, DataType, ReduceOp, double, int, const CollectiveOptions& opts) {
   groupOf(comm, "reduce", opts);
 }
-void mpiAllgather(Communicator& comm, const std::vector<void*>&, int64_t count, DataType, const CollectiveOptions& opts) {
+void mpiAllgather(Communicator& comm, const std::vector<void*>&, int64_t count, DataType,
+                  const CollectiveOptions& opts) {
   checkedInt(count, "allgather", comm.rank());
   groupOf(comm, "allgather", opts);
 }

@@ -35,8 +35,8 @@ void mpiReduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
 void mpiAllgather(Communicator& comm, const std::vector<void*>& outputs, int64_t count, DataType dtype,
                   const CollectiveOptions& opts);
 // As reduceScatter(): `work` holds n blocks of perRank; block `rank` ends reduced.
-void mpiReduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op,
-                      double premulFactor, const CollectiveOptions& opts);
+void mpiReduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
+                      const CollectiveOptions& opts);
 void mpiBarrier(Communicator& comm, const CollectiveOptions& opts);
 
 }  // namespace scalecomm

@@ -30,13 +30,13 @@ struct AlgorithmSelection {
   std::string allreduce = "auto";
   std::string broadcast = "auto";
   std::string reduce = "auto";
-  std::string allgather = "auto";       // auto (= ring) | ring | mpi
-  std::string reduceScatter = "auto";   // auto (= ring) | ring | mpi
-  std::string barrier = "auto";         // auto (= dissemination) | dissemination | mpi
+  std::string allgather = "auto";      // auto (= ring) | ring | mpi
+  std::string reduceScatter = "auto";  // auto (= ring) | ring | mpi
+  std::string barrier = "auto";        // auto (= dissemination) | dissemination | mpi
 
   static AlgorithmSelection parse(const std::string& spec);
   std::string str() const;  // canonical "allreduce:x,broadcast:y,reduce:z,..."
-  bool usesMpi() const;      // some collective is set to "mpi"
+  bool usesMpi() const;     // some collective is set to "mpi"
 };
 
 struct TuningTable {

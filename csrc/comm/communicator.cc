@@ -207,7 +207,7 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
         fail(ErrorKind::InvalidArgument, "scalecomm: transport mpi is forced for ranks ", rank, " and ", r,
              " but they are not in one MPI job; start every rank with one mpirun or use SCALECOMM_TRANSPORT=auto");
       }
-      links[r] = std::make_unique<MpiLink>(mpiGroup, rank, r);
+      links[r] = std::make_unique<MpiLink>(mpiGroup, rank, r, opts.mpiChunkBytes);
     } else if (forced("tcp") || (!shmPossible && !mpiGroup)) {
       if (forced("shm") || info["addr"].empty() || !listener) {
         fail(ErrorKind::InvalidArgument, "scalecomm: transport shm was forced but rank ", r,
@@ -224,7 +224,7 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
            " is not on the same host as rank ", rank, " ('", info["host"], "' vs '", host,
            "'); use SCALECOMM_TRANSPORT=auto, tcp or mpi");
     } else {
-      links[r] = std::make_unique<MpiLink>(mpiGroup, rank, r);
+      links[r] = std::make_unique<MpiLink>(mpiGroup, rank, r, opts.mpiChunkBytes);
     }
     SC_LOG(Info, "rank ", rank, ": peer rank ", r, " via ", links[r]->kind(),
            links[r]->kind() == std::string("shm") ? " (same host " + host + ")" : std::string());

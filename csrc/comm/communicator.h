@@ -29,8 +29,9 @@
 namespace scalecomm {
 
 struct MeshOptions {
-  std::string transport = "auto";  // auto | shm | tcp | mpi
-  bool useMpi = true;              // build an MPI communicator when all ranks run under MPI
+  std::string transport = "auto";    // auto | shm | tcp | mpi
+  bool useMpi = true;                // build an MPI communicator when all ranks run under MPI
+  uint64_t mpiChunkBytes = 1 << 20;  // largest message of an mpi link
   uint64_t shmRingBytes = 4 << 20;
   std::string hostIdentity;  // empty: computed
   int64_t spinMicros = 50;

@@ -37,6 +37,8 @@ const std::vector<ParamSpec>& allParams() {
       {"SCALECOMM_TIMELINE", "",
        "Write a Chrome/Perfetto trace per rank to this path ('{rank}' is replaced, else '.rank<r>' is inserted "
        "before the extension): one span per collective and, inside, per step: send, recv, recv+reduce, wait."},
+      {"SCALECOMM_MPI_CHUNK_BYTES", "1048576",
+       "mpi transport: largest MPI message; each link keeps 4 such buffers in flight per direction (at least 64)."},
       {"SCALECOMM_LAUNCHER_ENV", "1",
        "Python: 1 lets 'import pyscalecomm' fill RANK, WORLD_SIZE, MASTER_ADDR, ... from mpirun or srun (not "
        "torchrun); 0 leaves the environment alone."},

@@ -21,6 +21,7 @@ BackendConfig configFromEnvironment() {
   c.useMpi = paramString("SCALECOMM_MPI") != "0";
   c.segmentBytes = paramInt("SCALECOMM_SEGMENT_BYTES");
   c.shmRingBytes = paramInt("SCALECOMM_SHM_RING_BYTES");
+  c.mpiChunkBytes = paramInt("SCALECOMM_MPI_CHUNK_BYTES");
   c.spinMicros = paramInt("SCALECOMM_SPIN_US");
   int64_t t = paramInt("SCALECOMM_TIMEOUT_MS");
   if (t > 0) c.timeoutMs = t;
@@ -36,6 +37,8 @@ static void checkConfig(const BackendConfig& c, int size) {
   TORCH_CHECK_VALUE(c.segmentBytes > 0, "scalecomm: segment_bytes must be positive, got ", c.segmentBytes);
   TORCH_CHECK_VALUE(c.shmRingBytes >= 4096 && c.shmRingBytes % 64 == 0,
                     "scalecomm: shm ring bytes must be a multiple of 64 and at least 4096, got ", c.shmRingBytes);
+  TORCH_CHECK_VALUE(c.mpiChunkBytes >= 64 && c.mpiChunkBytes <= (1 << 30),
+                    "scalecomm: SCALECOMM_MPI_CHUNK_BYTES must lie in [64, 2^30], got ", c.mpiChunkBytes);
   TORCH_CHECK_VALUE(c.timeoutMs > 0, "scalecomm: timeout must be positive, got ", c.timeoutMs, " ms");
 }
 
@@ -62,6 +65,7 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   mesh.transport = config_.transport;
   mesh.useMpi = config_.useMpi || selection_.usesMpi();
   mesh.shmRingBytes = static_cast<uint64_t>(config_.shmRingBytes);
+  mesh.mpiChunkBytes = static_cast<uint64_t>(config_.mpiChunkBytes);
   mesh.spinMicros = config_.spinMicros;
   try {
     comm_ = Communicator::connectMesh(adapter, config_.groupName, rank, size, mesh,

@@ -45,6 +45,7 @@ struct BackendConfig {
   bool useMpi = true;              // SCALECOMM_MPI != 0: an MPI communicator when all ranks run under MPI
   int64_t segmentBytes = 256 << 10;
   int64_t shmRingBytes = 4 << 20;
+  int64_t mpiChunkBytes = 1 << 20;
   int64_t spinMicros = 50;
   int64_t timeoutMs = 1800000;
   std::string groupName;

@@ -108,8 +108,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,
         "Removes /dev/shm/scalecomm-* segments left by dead processes; returns how many.");
   m.attr("built_with_mpi") = scalecomm::mpiCompiledIn();
-  m.def("mpi_library_version", [] { return scalecomm::mpiActive() ? scalecomm::mpiLibraryVersion() : std::string(); },
-        "The MPI library's version string while MPI is initialised, else ''.");
+  m.def(
+      "mpi_library_version", [] { return scalecomm::mpiActive() ? scalecomm::mpiLibraryVersion() : std::string(); },
+      "The MPI library's version string while MPI is initialised, else ''.");
 #ifdef SCALECOMM_WITH_CUDA
   m.attr("built_with_cuda") = true;
 #else

@@ -105,8 +105,9 @@ MpiCallGuard::~MpiCallGuard() {
 
 std::shared_ptr<MpiGroup> MpiGroup::create(const std::vector<int>& worldRanks, int selfRank, int tag) {
   if (!mpiActive()) {
-    fail(ErrorKind::InvalidArgument, "scalecomm: MPI is not initialised; start the ranks with mpirun (or srun with "
-                                     "MPI) to use the mpi transport or algorithm");
+    fail(ErrorKind::InvalidArgument,
+         "scalecomm: MPI is not initialised; start the ranks with mpirun (or srun with "
+         "MPI) to use the mpi transport or algorithm");
   }
   MpiCallGuard guard;
   MPI_Group world = MPI_GROUP_NULL, members = MPI_GROUP_NULL;

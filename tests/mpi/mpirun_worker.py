@@ -1,0 +1,121 @@
+"""Runs under ``mpirun -n N python tests/mpi/mpirun_worker.py CASE``; exits non-zero on failure.
+
+The environment has no RANK / MASTER_ADDR: ``import pyscalecomm`` must find the
+rendezvous from MPI. Every result is checked against a value computed here.
+CASE:
+  transport  scalecomm's schedules over the mpi transport (SCALECOMM_TRANSPORT=mpi,
+             tiny MPI messages so headers and elements straddle them)
+  passthrough  algorithm mpi: MPI's own collectives through the backend
+  timeout    rank 1 skips an mpi allreduce; the others must fail within the timeout
+"""
+
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    assert var not in os.environ, f"{var} is set: this test must rendezvous through MPI"
+
+import pyscalecomm  # noqa: E402, F401  (registers the backend and fills the rendezvous variables from MPI)
+
+case = sys.argv[1]
+dist.init_process_group("scalecomm", timeout=timedelta(seconds=30 if case != "timeout" else 3))
+r, n = dist.get_rank(), dist.get_world_size()
+assert r == int(os.environ["OMPI_COMM_WORLD_RANK"]) and n == int(os.environ["OMPI_COMM_WORLD_SIZE"])
+
+DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+]
+
+
+def inputs(rank, count, dtype):
+    g = torch.Generator().manual_seed(1000 + rank)
+    if dtype.is_floating_point:
+        return torch.randint(-8, 8, (count,), generator=g).to(dtype)
+    return torch.randint(0, 4, (count,), generator=g).to(dtype)
+
+
+def check_allreduce(count, dtype, op=dist.ReduceOp.SUM):
+    x = inputs(r, count, dtype)
+    dist.all_reduce(x, op=op)
+    parts = torch.stack([inputs(q, count, dtype).double() for q in range(n)])
+    want = {dist.ReduceOp.SUM: parts.sum(0), dist.ReduceOp.MAX: parts.max(0).values}[op]
+    assert torch.equal(x.double(), want.to(dtype).double()), (
+        f"allreduce {dtype} x{count}: {x[:5]} vs {want[:5]}"
+    )
+
+
+def check_others():
+    b = inputs(r, 1001, torch.float64)
+    dist.broadcast(b, src=n - 1)
+    assert torch.equal(b, inputs(n - 1, 1001, torch.float64))
+    red = inputs(r, 777, torch.int64)
+    dist.reduce(red, dst=0)
+    if r == 0:
+        assert torch.equal(red, sum(inputs(q, 777, torch.int64) for q in range(n)))
+    outs = [torch.empty(333) for _ in range(n)]
+    dist.all_gather(outs, inputs(r, 333, torch.float32))
+    assert all(torch.equal(o, inputs(q, 333, torch.float32)) for q, o in enumerate(outs))
+    flat = torch.empty(333 * n)
+    dist.all_gather_into_tensor(flat, inputs(r, 333, torch.float32))
+    assert torch.equal(flat, torch.cat([inputs(q, 333, torch.float32) for q in range(n)]))
+    rs = torch.empty(100)
+    dist.reduce_scatter_tensor(rs, inputs(r, 100 * n, torch.float32))
+    total = sum(inputs(q, 100 * n, torch.float32) for q in range(n))
+    assert torch.equal(rs, total[100 * r : 100 * (r + 1)]), (rs[:4], total[100 * r : 100 * r + 4])
+    avg = torch.full((10,), float(r))
+    dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+    assert torch.allclose(avg, torch.full((10,), (n - 1) / 2))
+    dist.barrier()
+
+
+if case == "transport":
+    for count in (0, 1, 7, 1000, 65537):
+        for dtype in DTYPES:
+            check_allreduce(count, dtype)
+    check_allreduce(5000, torch.float32, dist.ReduceOp.MAX)
+    check_others()
+elif case == "passthrough":
+    with torch.profiler.profile() as prof:
+        for dtype in DTYPES:
+            check_allreduce(4099, dtype)
+        check_allreduce(4099, torch.float16, dist.ReduceOp.MAX)
+        check_others()
+    names = {e.name for e in prof.events() if e.name.startswith("scalecomm:")}
+    for want in (
+        "scalecomm:allreduce:mpi",
+        "scalecomm:broadcast:mpi",
+        "scalecomm:allgather:mpi",
+        "scalecomm:barrier:mpi",
+    ):
+        assert want in names, (want, sorted(names))
+elif case == "timeout":
+    x = torch.ones(10)
+    if r != 1:
+        try:
+            dist.all_reduce(x)
+        except Exception as e:  # noqa: BLE001 - the error is the point
+            msg = str(e)
+            assert "allreduce:mpi" in msg and f"rank {r}" in msg and "timeout" in msg, msg
+        else:
+            raise AssertionError("an allreduce that rank 1 never joined returned")
+    else:
+        import time
+
+        time.sleep(5)
+else:
+    raise SystemExit(f"unknown case {case}")
+
+print(f"OK rank {r}", flush=True)
+if case != "timeout":
+    dist.destroy_process_group()

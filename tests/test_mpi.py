@@ -1,0 +1,152 @@
+"""MPI: launch under mpirun with no rendezvous variables, the mpi transport, the
+mpi passthrough algorithm, their errors, and Slurm-style launch variables."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from dist_helpers import free_port, run_ranks
+
+import pyscalecomm
+from pyscalecomm import launch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+needs_mpi = pytest.mark.skipif(
+    shutil.which("mpirun") is None or not pyscalecomm.built_with_mpi(),
+    reason="needs mpirun and a build with MPI (apt-get install openmpi-bin libopenmpi-dev)",
+)
+
+
+def _mpirun(n, case, env=None, timeout=180):
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
+    clean.update(env or {})
+    clean.setdefault("OMP_NUM_THREADS", "1")
+    cmd = ["mpirun", "-n", str(n), "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += [sys.executable, os.path.join(HERE, "mpi", "mpirun_worker.py"), case]
+    p = subprocess.run(cmd, env=clean, capture_output=True, text=True, timeout=timeout)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert out.count("OK rank") == n, out[-4000:]
+    return out
+
+
+@needs_mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_mpirun_schedules_over_mpi_transport(n):
+    # 100-byte MPI messages: wire headers and elements straddle message boundaries.
+    out = _mpirun(
+        n,
+        "transport",
+        {
+            "SCALECOMM_TRANSPORT": "mpi",
+            "SCALECOMM_MPI_CHUNK_BYTES": "100",
+            "SCALECOMM_DEBUG": "INFO",
+            "SCALECOMM_ALGO": "ring",
+        },
+    )
+    assert "via mpi" in out and "via shm" not in out
+
+
+@needs_mpi
+def test_mpirun_default_transport_is_shm_on_one_host_with_rhd():
+    out = _mpirun(2, "transport", {"SCALECOMM_DEBUG": "INFO", "SCALECOMM_ALGO": "rhd"})
+    assert "via shm" in out and "MPI communicator over the group" in out
+
+
+@needs_mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_mpirun_mpi_passthrough_algorithm(n):
+    _mpirun(n, "passthrough", {"SCALECOMM_ALGO": "mpi"})
+
+
+@needs_mpi
+def test_mpirun_passthrough_times_out_when_a_rank_is_missing():
+    _mpirun(2, "timeout", {"SCALECOMM_ALGO": "mpi"}, timeout=120)
+
+
+def _try_mpi_algorithm(rank, n):
+    return "unreachable"
+
+
+def test_mpi_algorithm_without_mpirun_says_what_to_do():
+    results = run_ranks(2, _try_mpi_algorithm, env={"SCALECOMM_ALGO": "mpi"}, expect_errors=True)
+    for res in results:
+        assert "mpirun" in res.text and "algorithm mpi" in res.text, res
+
+
+def test_mpi_transport_without_mpirun_says_what_to_do():
+    results = run_ranks(2, _try_mpi_algorithm, env={"SCALECOMM_TRANSPORT": "mpi"}, expect_errors=True)
+    for res in results:
+        assert "transport mpi" in res.text and "mpirun" in res.text, res
+
+
+def test_first_slurm_host():
+    assert launch.first_slurm_host("gpu[07-09,12],cpu1") == "gpu07"
+    assert launch.first_slurm_host("node1,node2") == "node1"
+    assert launch.first_slurm_host("a-b[001-004]") == "a-b001"
+
+
+def test_env_from_launcher_keeps_torchrun_and_user_values(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(k, "")  # records the original state, so what the launcher code sets is undone
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[4-5]")
+    monkeypatch.setenv("SLURM_JOB_ID", "123456")
+    monkeypatch.setenv("MASTER_PORT", "31000")
+    assert launch.env_from_launcher() == "slurm"
+    assert (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]) == ("3", "8", "1")
+    assert os.environ["MASTER_ADDR"] == "n4" and os.environ["MASTER_PORT"] == "31000"
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    assert launch.env_from_launcher() == "torchrun" and os.environ["RANK"] == "3"
+
+
+_SLURM_SCRIPT = """
+import torch, torch.distributed as dist
+import pyscalecomm  # fills RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from SLURM_*
+dist.init_process_group("scalecomm")
+x = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(x)
+print("RESULT", dist.get_rank(), float(x))
+dist.destroy_process_group()
+"""
+
+
+def test_slurm_variables_alone_rendezvous():
+    port = free_port()
+    while not 20000 <= port < 40000:
+        port = free_port()
+    procs = []
+    for rank in range(2):
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+        }
+        env.update(
+            SLURM_PROCID=str(rank),
+            SLURM_NTASKS="2",
+            SLURM_LOCALID=str(rank),
+            SLURM_JOB_NODELIST="localhost",
+            SLURM_JOB_ID=str(port - 20000),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _SLURM_SCRIPT],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for rank, out in enumerate(outs):
+        assert f"RESULT {rank} 3.0" in out, out[-3000:]
