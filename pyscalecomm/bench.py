@@ -1,15 +1,29 @@
-"""nccl-tests-style allreduce benchmark for scalecomm, with gloo in the same run.
+"""nccl-tests-style collective benchmark: scalecomm's algorithms and baselines in one run.
 
 Run on one machine:    python -m pyscalecomm.bench --nproc 2 -b 8 -e 256M
 Under a launcher:      torchrun --nproc-per-node 4 -m pyscalecomm.bench -b 1M -e 64M
-                       mpirun -np 4 python -m pyscalecomm.bench ...
+                       mpirun -n 4 python -m pyscalecomm.bench -b 1M -e 64M --baselines gloo,mpi
+Every collective:      ... --collectives all   (allreduce broadcast reduce allgather reduce_scatter alltoall)
 
-Columns follow nccl-tests: size (bytes), count (elements), type, redop, then
-per backend: time (us, mean of -n back-to-back iterations, max over ranks),
-algbw = size / time, busbw = algbw * 2 (n-1) / n (GB/s), #wrong (elements that
-differ from the closed-form result after a checked iteration). torch's
-all_reduce is in place, so there is one (in-place) column set. ``--json`` adds
-one JSON line per measurement with the full configuration.
+One row per size and implementation (a scalecomm algorithm from --algos, or a
+baseline from --baselines), with nccl-tests' columns for out-of-place and
+in-place: time (us per call; -a picks the statistic across ranks, default the
+average), algbw = size / time, busbw = algbw x the collective's factor
+(allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall (n-1)/n; broadcast,
+reduce 1), #wrong (elements differing from the closed-form result; -c 0 skips
+the check). Sizes are of the whole buffer, as in nccl-tests (allgather: the
+gathered output). Then: busbw relative to the first baseline, and which
+implementation won each size (auto's time relative to the best fixed
+algorithm on its row). Each collective ends with nccl-tests' "Avg bus
+bandwidth" per implementation, and the run with the count of wrong values
+(exit status 1 if any). ``--json`` appends one JSON line per measurement with
+the full configuration and min/avg/max time across ranks; ``--plot`` draws
+busbw against size per implementation (matplotlib).
+
+Baselines: gloo (torch's CPU backend) and mpi (MPI's own collectives through
+mpi4py on the same buffers; needs mpirun). The timing runs back-to-back calls
+between barriers on a separate gloo group; --rounds R times every
+implementation R times round-robin per size and keeps its fastest round.
 """
 
 from __future__ import annotations
@@ -18,6 +32,16 @@ import argparse
 import json
 import sys
 import time
+
+from pyscalecomm.bench_ops import (
+    COLLECTIVES,
+    algorithm_applies,
+    busbw_factor,
+    element_count,
+    make_case,
+    mpi_runner,
+    torch_runner,
+)
 
 _DTYPES = {
     "float": "float32",
@@ -33,6 +57,8 @@ _DTYPES = {
     "uint8": "uint8",
 }
 _OPS = ["sum", "prod", "min", "max", "avg"]
+_STATS = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
+_REDUCING = ("allreduce", "reduce", "reduce_scatter")
 
 
 def parse_size(text: str) -> int:
@@ -52,11 +78,6 @@ def sizes(begin: int, end: int, factor: int, step: int) -> list[int]:
     return out
 
 
-def busbw_factor(n: int) -> float:
-    """nccl-tests' allreduce bus bandwidth factor 2(n-1)/n."""
-    return 2.0 * (n - 1) / n if n > 1 else 1.0
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m pyscalecomm.bench",
@@ -72,107 +93,112 @@ def parse_args(argv=None):
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1) or not (0)")
     p.add_argument("-d", "--datatype", default="float", choices=sorted(_DTYPES))
     p.add_argument("-o", "--op", default="sum", choices=_OPS)
-    p.add_argument("--backends", default="scalecomm,gloo", help="comma list; the first is the default group")
+    p.add_argument("-r", "--root", type=int, default=0, help="root of broadcast and reduce")
+    p.add_argument(
+        "-a",
+        "--average",
+        type=int,
+        default=1,
+        choices=sorted(_STATS),
+        help="time across ranks: 0 rank 0, 1 avg, 2 min, 3 max",
+    )
+    p.add_argument(
+        "--collectives", default="allreduce", help=f"comma list or 'all': {', '.join(COLLECTIVES)}"
+    )
     p.add_argument(
         "--algos",
         default="",
-        help="comma list of scalecomm allreduce algorithms, one column each (e.g. ring,rhd,tree,direct,auto);"
-        " with auto and others, an 'auto/best time' column compares auto with the fastest fixed one",
+        help="comma list of scalecomm algorithms, one row each where the collective has it "
+        "(e.g. ring,rhd,tree,direct,ps,hier,auto,mpi); empty: the default selection",
     )
+    p.add_argument("--baselines", default="gloo", help="comma list of gloo, mpi (mpi needs mpirun); 'none'")
+    p.add_argument("--backends", default="", help=argparse.SUPPRESS)  # old spelling: scalecomm,gloo
     p.add_argument(
         "--rounds",
         type=int,
         default=1,
-        help="time every column this many times, round-robin; keep the fastest (robust on noisy machines)",
+        help="time every implementation this many times, round-robin; keep the fastest (for noisy machines)",
     )
     p.add_argument("--nproc", type=int, default=0, help="spawn this many local ranks (no launcher needed)")
     p.add_argument("--json", default="", help="append one JSON line per measurement to this file")
+    p.add_argument("--plot", default="", help="write busbw against size per implementation to this PNG")
+    p.add_argument(
+        "--progress", action="store_true", help="report progress on stderr (default: when a terminal)"
+    )
     p.add_argument(
         "--min-time",
         type=float,
         default=0.0,
         help="raise iterations per size until a size's timed loop lasts this many seconds",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.backends:
+        args.baselines = ",".join(b for b in args.backends.split(",") if b != "scalecomm") or "none"
+    args.collectives = (
+        COLLECTIVES if args.collectives == "all" else [c for c in args.collectives.split(",") if c]
+    )
+    for c in args.collectives:
+        if c not in COLLECTIVES:
+            p.error(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)} or 'all'")
+    args.baselines = [b for b in args.baselines.split(",") if b and b != "none"]
+    for b in args.baselines:
+        if b not in ("gloo", "mpi"):
+            p.error(f"unknown baseline {b!r}; choose gloo, mpi or none")
+    return args
 
 
-def _fill(t, rank):
-    t.fill_(rank + 1)
+class Impl:
+    """One row label: a scalecomm algorithm (group) or a baseline (gloo group, MPI communicator)."""
+
+    def __init__(self, label, kind, handle, algo=""):
+        self.label, self.kind, self.handle, self.algo = label, kind, handle, algo
 
 
-def _expected(op: str, n: int) -> float:
-    vals = [r + 1 for r in range(n)]
-    if op == "sum":
-        return float(sum(vals))
-    if op == "prod":
-        out = 1.0
-        for v in vals:
-            out *= v
-        return out
-    if op == "min":
-        return 1.0
-    if op == "max":
-        return float(n)
-    return sum(vals) / n  # avg
-
-
-def _columns(args, dist, pyscalecomm):
-    """[(label, group)]: scalecomm once per --algos entry (or once), then the other backends."""
-    backends = [b for b in args.backends.split(",") if b]
+def _implementations(args, dist, pyscalecomm):
+    """{collective: [Impl]}, creating every group up front in the same order on every rank."""
+    dist.init_process_group("scalecomm")
+    n = dist.get_world_size()
+    timing = dist.new_group(backend="gloo")
+    groups = {"": dist.group.WORLD}
     algos = [a for a in args.algos.split(",") if a]
-    dist.init_process_group(backends[0])
-    cols = []
-    for b in backends:
-        if b == "scalecomm" and algos:
-            for a in algos:
-                opts = pyscalecomm.Options(algorithm=a)
-                cols.append((f"scalecomm:{a}", dist.new_group(backend="scalecomm", pg_options=opts)))
-        elif b == backends[0]:
-            cols.append((b, dist.group.WORLD))
-        else:
-            cols.append((b, dist.new_group(backend=b)))
-    return cols
+    mpi_comm = None
+    if "mpi" in args.baselines:
+        try:
+            from mpi4py import MPI
+        except ImportError:
+            raise SystemExit("--baselines mpi needs mpi4py (pip install mpi4py) and mpirun") from None
+        mpi_comm = MPI.COMM_WORLD
+        if mpi_comm.Get_size() != n or mpi_comm.Get_rank() != dist.get_rank():
+            raise SystemExit(
+                "--baselines mpi needs the ranks started by mpirun (MPI's world is not this group)"
+            )
+    gloo = timing if "gloo" in args.baselines else None
+    table = {}
+    for c in args.collectives:
+        impls = []
+        wanted = [a for a in algos if algorithm_applies(c, a)]
+        if not any(a != "mpi" for a in wanted):
+            wanted = ["", *wanted]  # always one row of scalecomm's own algorithm
+        for a in wanted:
+            spec = f"{c}:{a}" if a else ""  # "" = the default group (every collective on its default)
+            if spec not in groups:
+                groups[spec] = dist.new_group(
+                    backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=spec)
+                )
+            impls.append(Impl(f"scalecomm:{a}" if a else "scalecomm", "scalecomm", groups[spec], a))
+        if gloo is not None:
+            impls.append(Impl("gloo", "gloo", gloo))
+        if mpi_comm is not None:
+            impls.append(Impl("mpi", "mpi", mpi_comm))
+        table[c] = impls
+    return table, timing
 
 
-def _measure(t, op, group, timing_group, args, n, dist, torch):
-    """Mean seconds per allreduce (max over ranks) and the #wrong count."""
-    _fill(t, dist.get_rank())
-    for _ in range(args.warmup_iters):
-        dist.all_reduce(t, op=op, group=group)
-    iters = args.iters
-    while True:
-        dist.barrier(group=timing_group)
-        start = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(t, op=op, group=group)
-        tt = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-        dist.all_reduce(tt, op=dist.ReduceOp.MAX, group=timing_group)
-        if tt.item() >= args.min_time or iters >= 1 << 20:
-            break
-        iters *= 2
-    wrong = -1
-    if args.check:
-        _fill(t, dist.get_rank())
-        dist.all_reduce(t, op=op, group=group)
-        want = torch.full_like(t, _expected(args.op, n))
-        wrong_t = torch.tensor([int((t != want).sum())], dtype=torch.int64)
-        dist.all_reduce(wrong_t, group=timing_group)
-        wrong = int(wrong_t.item())
-    return tt.item() / iters, wrong, iters
-
-
-def run(args) -> None:
-    import torch
-    import torch.distributed as dist
-
-    import pyscalecomm
-
-    cols = _columns(args, dist, pyscalecomm)
-    rank, n = dist.get_rank(), dist.get_world_size()
-    labels = [c[0] for c in cols]
-    timing_group = dict(cols).get("gloo") or dist.group.WORLD
-    dtype = getattr(torch, _DTYPES[args.datatype])
-    esize = torch.empty((), dtype=dtype).element_size()
+def _runner(impl, case, args, dist):
+    if impl.kind == "mpi":
+        return mpi_runner(case, impl.handle, args.op)
+    if impl.kind == "gloo" and args.op == "avg" and case.collective in _REDUCING:
+        return None  # gloo has no AVG
     op = {
         "sum": dist.ReduceOp.SUM,
         "prod": dist.ReduceOp.PRODUCT,
@@ -180,97 +206,234 @@ def run(args) -> None:
         "max": dist.ReduceOp.MAX,
         "avg": dist.ReduceOp.AVG,
     }[args.op]
-    if args.op == "avg" and "gloo" in labels:
-        raise SystemExit("gloo has no AVG; pick another op or drop gloo from --backends")
-    ours = [i for i, lab in enumerate(labels) if lab.startswith("scalecomm")]
-    auto_col = labels.index("scalecomm:auto") if "scalecomm:auto" in labels else None
-    fixed = [i for i in ours if i != auto_col and labels[i] != "scalecomm"]
-    base = labels.index("gloo") if "gloo" in labels else None
+    return torch_runner(case, impl.handle, op)
+
+
+def _measure(run_once, case, timing, args, dist, torch):
+    """Per-call seconds as (min, avg, max across ranks, rank 0's), #wrong (-1 unchecked), iterations."""
+    case.fill()
+    for _ in range(args.warmup_iters):
+        run_once()
+    iters = args.iters
+    while True:
+        dist.barrier(group=timing)
+        start = time.perf_counter()
+        for _ in range(iters):
+            run_once()
+        mine = (time.perf_counter() - start) / iters
+        t = torch.tensor([mine, -mine, mine], dtype=torch.float64)
+        dist.all_reduce(t[:2], op=dist.ReduceOp.MAX, group=timing)
+        dist.all_reduce(t[2:], op=dist.ReduceOp.SUM, group=timing)
+        r0 = torch.tensor([mine if dist.get_rank() == 0 else 0.0], dtype=torch.float64)
+        dist.all_reduce(r0, group=timing)
+        stats = {
+            "max": t[0].item(),
+            "min": -t[1].item(),
+            "avg": t[2].item() / dist.get_world_size(),
+            "rank0": r0.item(),
+        }
+        if stats["max"] * iters >= args.min_time or iters >= 1 << 20:
+            break
+        iters *= 2
+    wrong = -1
+    if args.check:
+        case.fill()
+        run_once()
+        w = torch.tensor([case.wrong()], dtype=torch.int64)
+        dist.all_reduce(w, group=timing)
+        wrong = int(w.item())
+    return stats, wrong, iters
+
+
+def _progress(args, rank):
+    enabled = rank == 0 and (args.progress or sys.stderr.isatty())
+
+    def report(text: str, done: bool = False) -> None:
+        if enabled:
+            sys.stderr.write(("\r" + text.ljust(70)) if not done else "\r" + " " * 72 + "\r")
+            sys.stderr.flush()
+
+    return report
+
+
+def run(args) -> int:
+    import torch
+    import torch.distributed as dist
+
+    import pyscalecomm
+
+    table, timing = _implementations(args, dist, pyscalecomm)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    dtype = getattr(torch, _DTYPES[args.datatype])
+    esize = torch.empty((), dtype=dtype).element_size()
+    stat = _STATS[args.average]
     size_list = sizes(
         parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, parse_size(args.stepbytes)
     )
     cfg = pyscalecomm._C.BackendConfig()
     world_be = dist.group.WORLD._get_backend(torch.device("cpu"))
     probed = world_be.cost_params if hasattr(world_be, "cost_params") else {}
-    width = max(10, *(len(lab) for lab in labels))
-    if rank == 0:
-        print(
-            f"# scalecomm bench: allreduce, world {n}, type {args.datatype}, op {args.op}, "
-            f"iters {args.iters}, warmup {args.warmup_iters}, algorithm {cfg.algorithm}, "
-            f"transport {cfg.transport}, segment {cfg.segment_bytes} B"
+    progress = _progress(args, rank)
+    total_steps = sum(len(impls) for impls in table.values()) * len(size_list)
+    step = 0
+    records, total_wrong = [], 0
+    out = print if rank == 0 else (lambda *a, **k: None)
+    out(
+        f"# scalecomm bench: world {n}, type {args.datatype}, op {args.op}, root {args.root}, "
+        f"iters {args.iters}, "
+        f"warmup {args.warmup_iters}, rounds {args.rounds}, time = {stat} across ranks; scalecomm: algorithm "
+        f"{cfg.algorithm}, transport {cfg.transport}, segment {cfg.segment_bytes} B"
+    )
+    for coll in args.collectives:
+        impls = table[coll]
+        width = max(12, *(len(i.label) for i in impls))
+        base_label = impls[-1].label if impls[-1].kind != "scalecomm" else None
+        if args.baselines:
+            base_label = args.baselines[0]
+        out(f"#\n# {coll}: busbw = algbw x {busbw_factor(coll, n):.3f}")
+        out(
+            f"# {'size':>10} {'count':>11} {'type':>8} {'redop':>6} {'root':>4} {'implementation':>{width}}"
+            f" | {'out-of-place':^33} | {'in-place':^33} | {'busbw/' + (base_label or '-'):>12} {'':<16}"
         )
-        head = f"{'size':>12} {'count':>11} {'type':>8} {'redop':>6}"
-        for lab in labels:
-            head += f" | {lab:>{width}} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
-        if len(ours) > 1:
-            head += f" | {'best':>{width}}"
-        if base is not None and ours:
-            head += f" | {'busbw scalecomm/gloo':>21}"
-        if auto_col is not None and fixed:
-            head += f" | {'auto/best time':>14}"
-        print(head)
-        print(
-            f"{'(B)':>12} {'(elements)':>11} {'':>8} {'':>6}"
-            + "".join(f" | {'':>{width}} {'':>10} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}" for _ in labels),
-            flush=True,
+        out(
+            f"# {'(B)':>10} {'(elements)':>11} {'':>8} {'':>6} {'':>4} {'':>{width}}"
+            + f" | {'time(us)':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}" * 2
+            + f" | {'':>12} {'winner':<16}"
         )
-    for size in size_list:
-        count = max(1, size // esize)
-        nbytes = count * esize
-        t = torch.empty(count, dtype=dtype)
-        row = f"{nbytes:>12} {count:>11} {args.datatype:>8} {args.op:>6}"
-        busbws, secs = [], []
-        # --rounds R: every column is timed once per round, round-robin, and
-        # keeps its fastest round, so a hiccup of the machine hits one sample
-        # of one column rather than a column's whole result.
-        measured = [_measure(t, op, group, timing_group, args, n, dist, torch) for _, group in cols]
-        for _ in range(args.rounds - 1):
-            for i, (_, group) in enumerate(cols):
-                again = _measure(t, op, group, timing_group, args, n, dist, torch)
-                if again[0] < measured[i][0]:
-                    measured[i] = (again[0], measured[i][1] + max(0, again[1]), again[2])
-        for (label, _group), (sec, wrong, iters) in zip(cols, measured, strict=True):
-            secs.append(sec)
-            algbw = nbytes / sec / 1e9
-            busbw = algbw * busbw_factor(n)
-            busbws.append(busbw)
-            row += f" | {'':>{width}} {sec * 1e6:>10.1f} {algbw:>7.3f} {busbw:>7.3f} {wrong:>6}"
-            if rank == 0 and args.json:
-                backend, _, algo = label.partition(":")
-                with open(args.json, "a") as f:
-                    record = {
-                        "collective": "allreduce",
-                        "backend": backend,
-                        "algorithm": algo or (cfg.algorithm if backend == "scalecomm" else backend),
-                        "transport": cfg.transport if backend == "scalecomm" else backend,
-                        "segment_bytes": cfg.segment_bytes if backend == "scalecomm" else None,
-                        "world_size": n,
-                        "bytes": nbytes,
-                        "count": count,
-                        "dtype": args.datatype,
-                        "op": args.op,
-                        "time_us": sec * 1e6,
-                        "algbw_gbps": algbw,
-                        "busbw_gbps": busbw,
-                        "wrong": wrong,
-                        "iters": iters,
-                        "rounds": args.rounds,
-                        "inplace": True,
-                        "model_alpha": probed.get("alpha") if backend == "scalecomm" else None,
-                        "model_beta": probed.get("beta") if backend == "scalecomm" else None,
-                    }
-                    f.write(json.dumps(record) + "\n")
-        best = max(ours, key=lambda i: busbws[i]) if ours else None
-        if len(ours) > 1:
-            row += f" | {labels[best]:>{width}}"
-        if base is not None and best is not None:
-            row += f" | {busbws[best] / busbws[base]:>20.2f}x"
-        if auto_col is not None and fixed:
-            row += f" | {secs[auto_col] / min(secs[i] for i in fixed):>13.2f}x"
-        if rank == 0:
-            print(row, flush=True)
-        del t
+        busbw_sums = {i.label: [0.0, 0] for i in impls}
+        for size in size_list:
+            count = element_count(coll, size, esize, n)
+            nbytes = count * esize
+            cases = {
+                ip: make_case(coll, count, dtype, rank, n, ip, args.root, args.op) for ip in (False, True)
+            }
+            runners = {
+                (i.label, ip): _runner(i, c, args, dist) if c else None
+                for i in impls
+                for ip, c in cases.items()
+            }
+            best = {}
+            for _round in range(max(1, args.rounds)):
+                for impl in impls:
+                    step += 0 if _round else 1
+                    progress(f"[{step}/{total_steps}] {coll} {nbytes} B {impl.label} (round {_round + 1})")
+                    for ip in (False, True):
+                        fn = runners[(impl.label, ip)]
+                        if fn is None:
+                            continue
+                        stats, wrong, iters = _measure(fn, cases[ip], timing, args, dist, torch)
+                        key = (impl.label, ip)
+                        if key not in best or stats[stat] < best[key][0][stat]:
+                            best[key] = (stats, max(wrong, best.get(key, (None, 0))[1]), iters)
+            progress("", done=True)
+            # One busbw per implementation for ranking: in place where it exists.
+            rank_bw = {}
+            for impl in impls:
+                for ip in (True, False):
+                    if (impl.label, ip) in best:
+                        rank_bw.setdefault(impl.label, nbytes / best[(impl.label, ip)][0][stat] / 1e9)
+            ours = [i.label for i in impls if i.kind == "scalecomm" and i.label in rank_bw]
+            winner = max(rank_bw, key=rank_bw.get) if rank_bw else ""
+            fixed = [lab for lab in ours if lab != "scalecomm:auto"]
+            for impl in impls:
+                redop = args.op if coll in _REDUCING else "none"
+                row = f"  {nbytes:>10} {count:>11} {args.datatype:>8} {redop:>6}"
+                root = args.root if coll in ("broadcast", "reduce") else -1
+                row += f" {root:>4} {impl.label:>{width}}"
+                for ip in (False, True):
+                    if (impl.label, ip) not in best:
+                        row += f" | {'n/a':>9} {'':>7} {'':>7} {'':>6}"
+                        continue
+                    stats, wrong, iters = best[(impl.label, ip)]
+                    sec = stats[stat]
+                    algbw = nbytes / sec / 1e9
+                    busbw = algbw * busbw_factor(coll, n)
+                    busbw_sums[impl.label][0] += busbw
+                    busbw_sums[impl.label][1] += 1
+                    total_wrong += max(0, wrong)
+                    row += f" | {sec * 1e6:>9.1f} {algbw:>7.3f} {busbw:>7.3f} {wrong:>6}"
+                    records.append(
+                        {
+                            "collective": coll,
+                            "implementation": impl.label,
+                            "backend": impl.kind,
+                            "algorithm": impl.algo
+                            or (cfg.algorithm if impl.kind == "scalecomm" else impl.kind),
+                            "transport": cfg.transport if impl.kind == "scalecomm" else impl.kind,
+                            "segment_bytes": cfg.segment_bytes if impl.kind == "scalecomm" else None,
+                            "world_size": n,
+                            "bytes": nbytes,
+                            "count": count,
+                            "dtype": args.datatype,
+                            "op": args.op,
+                            "root": args.root,
+                            "inplace": ip,
+                            "time_us": sec * 1e6,
+                            "time_us_min": stats["min"] * 1e6,
+                            "time_us_avg": stats["avg"] * 1e6,
+                            "time_us_max": stats["max"] * 1e6,
+                            "time_stat": stat,
+                            "algbw_gbps": algbw,
+                            "busbw_gbps": busbw,
+                            "busbw_factor": busbw_factor(coll, n),
+                            "wrong": wrong,
+                            "iters": iters,
+                            "warmup_iters": args.warmup_iters,
+                            "rounds": args.rounds,
+                            "model_alpha": probed.get("alpha") if impl.kind == "scalecomm" else None,
+                            "model_beta": probed.get("beta") if impl.kind == "scalecomm" else None,
+                        }
+                    )
+                ratio = ""
+                if base_label in rank_bw and impl.label in rank_bw and impl.label != base_label:
+                    ratio = f"{rank_bw[impl.label] / rank_bw[base_label]:.2f}x"
+                note = "<- winner" if impl.label == winner and len(impls) > 1 else ""
+                if impl.label == "scalecomm:auto" and fixed and "scalecomm:auto" in rank_bw:
+                    note = (
+                        note + " " if note else ""
+                    ) + f"auto/best {max(rank_bw[f] for f in fixed) / rank_bw['scalecomm:auto']:.2f}x"
+                out(row + f" | {ratio:>12} {note:<16}", flush=True)
+        for impl in impls:
+            total, k = busbw_sums[impl.label]
+            if k:
+                out(f"# Avg bus bandwidth    : {total / k:.3f} GB/s  ({coll}, {impl.label})")
+    out("#\n# Out of bounds values : " + (f"{total_wrong} FAILED" if total_wrong else "0 OK"))
+    if rank == 0 and args.json:
+        with open(args.json, "a") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+    if rank == 0 and args.plot:
+        plot_busbw(records, args.plot, n)
+        out(f"# plot: {args.plot}")
     dist.destroy_process_group()
+    return 1 if total_wrong else 0
+
+
+def plot_busbw(records: list[dict], path: str, n: int) -> None:
+    """busbw against size, one line per implementation (in place where measured), one panel per collective."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colls = list(dict.fromkeys(r["collective"] for r in records))
+    fig, axes = plt.subplots(len(colls), 1, figsize=(8, 3.6 * len(colls)), squeeze=False)
+    for ax, coll in zip(axes[:, 0], colls, strict=True):
+        rows = [r for r in records if r["collective"] == coll]
+        for label in dict.fromkeys(r["implementation"] for r in rows):
+            mine = [r for r in rows if r["implementation"] == label]
+            ip = [r for r in mine if r["inplace"]] or mine
+            ip.sort(key=lambda r: r["bytes"])
+            ax.plot([r["bytes"] for r in ip], [r["busbw_gbps"] for r in ip], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(f"{coll}, {n} ranks")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv=None) -> int:

@@ -140,8 +140,7 @@ def main_with_launcher(module: str, args, argv, run) -> int:
         return spawn_self(module, args.nproc, rest)
     if env_from_launcher() is None:
         raise SystemExit("no launcher found: use --nproc N, torchrun, mpirun or srun")
-    run(args)
-    return 0
+    return run(args) or 0
 
 
 def spawn_self(module: str, nproc: int, args: list[str], extra_env: dict | None = None) -> int:

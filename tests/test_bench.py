@@ -5,16 +5,27 @@ import os
 import subprocess
 import sys
 
-from pyscalecomm.bench import busbw_factor, parse_size, sizes
+import pytest
+
+from pyscalecomm.bench import parse_size, sizes
+from pyscalecomm.bench_ops import COLLECTIVES, busbw_factor, element_count
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_size_parsing_and_busbw_factor():
+def test_size_parsing_and_busbw_factors():
     assert parse_size("8") == 8 and parse_size("64K") == 65536 and parse_size("1M") == 1 << 20
     assert sizes(8, 128, 4, 0) == [8, 32, 128]
     assert sizes(8, 24, 2, 8) == [8, 16, 24]
-    assert busbw_factor(2) == 1.0 and busbw_factor(4) == 1.5 and busbw_factor(1) == 1.0
+    # nccl-tests: allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall (n-1)/n; broadcast, reduce 1
+    assert busbw_factor("allreduce", 4) == 1.5 and busbw_factor("allreduce", 2) == 1.0
+    for c in ("reduce_scatter", "allgather", "alltoall"):
+        assert busbw_factor(c, 4) == 0.75
+    assert busbw_factor("broadcast", 4) == 1.0 and busbw_factor("reduce", 8) == 1.0
+    assert all(busbw_factor(c, 1) == 1.0 for c in COLLECTIVES)
+    # sizes are of the whole buffer; split collectives round to a multiple of the world size
+    assert element_count("allgather", 40, 4, 4) == 8 and element_count("allreduce", 40, 4, 4) == 10
+    assert element_count("alltoall", 4, 4, 3) == 3
 
 
 def _run(args, tmp_path):
@@ -24,42 +35,124 @@ def _run(args, tmp_path):
     )
 
 
-def test_bench_prints_nccl_tests_columns_and_json(tmp_path):
-    out = _run(
-        [
-            "pyscalecomm.bench",
-            "--nproc",
-            "2",
-            "-b",
-            "8",
-            "-e",
-            "4K",
-            "-f",
-            "8",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--algos",
-            "ring,rhd",
-            "--json",
-            "r.jsonl",
-        ],
-        tmp_path,
-    )
-    assert out.returncode == 0, out.stderr
-    lines = [ln for ln in out.stdout.splitlines() if not ln.startswith("#")]
-    assert (
-        "scalecomm:ring" in lines[0] and "gloo" in lines[0] and "busbw" in lines[0] and "#wrong" in lines[0]
-    )
-    rows = lines[2:]
-    assert [int(r.split()[0]) for r in rows] == [8, 64, 512, 4096]
+def _table_rows(stdout):
+    return [ln.split() for ln in stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_bench_every_collective_in_and_out_of_place_with_json_and_plot(tmp_path):
+    args = ["pyscalecomm.bench", "--nproc", "2", "-b", "8", "-e", "4K", "-f", "8", "-n", "3", "-w", "1"]
+    args += ["--collectives", "all", "--algos", "ring,rhd,chain,auto", "--json", "r.jsonl", "--plot", "p.png"]
+    out = _run(args, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    for c in COLLECTIVES:
+        assert f"# {c}: busbw = algbw x" in text, text
+        assert "Avg bus bandwidth" in text and f"({c}, gloo)" in text
+    assert "out-of-place" in text and "in-place" in text and "#wrong" in text
+    assert text.rstrip().endswith("# plot: p.png") and "# Out of bounds values : 0 OK" in text
+    rows = _table_rows(text)
+    assert {r[5] for r in rows} >= {
+        "scalecomm:ring",
+        "scalecomm:rhd",
+        "scalecomm:chain",
+        "scalecomm:auto",
+        "gloo",
+    }
+    assert (tmp_path / "p.png").stat().st_size > 10_000
     records = [json.loads(ln) for ln in open(tmp_path / "r.jsonl")]
-    assert len(records) == 4 * 3
-    assert {r["algorithm"] for r in records} == {"ring", "rhd", "gloo"}
-    assert all(r["wrong"] == 0 for r in records)
+    keys = {
+        "collective",
+        "implementation",
+        "backend",
+        "algorithm",
+        "world_size",
+        "bytes",
+        "count",
+        "dtype",
+        "op",
+    }
+    keys |= {
+        "inplace",
+        "time_us",
+        "time_us_min",
+        "time_us_avg",
+        "time_us_max",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong",
+    }
     for r in records:
-        assert abs(r["busbw_gbps"] - r["algbw_gbps"] * busbw_factor(2)) < 1e-9
+        assert keys <= set(r), set(r) ^ keys
+        assert r["wrong"] == 0, r
+        assert r["time_us_min"] <= r["time_us_avg"] <= r["time_us_max"]
+        assert abs(r["busbw_gbps"] - r["algbw_gbps"] * busbw_factor(r["collective"], 2)) < 1e-9
+        assert abs(r["algbw_gbps"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) < 1e-9 * max(
+            1, r["algbw_gbps"]
+        )
+    # ring/rhd apply to allreduce, chain to broadcast and reduce; alltoall has no in-place form
+    by = {(r["collective"], r["implementation"], r["inplace"]) for r in records}
+    assert ("allreduce", "scalecomm:rhd", True) in by and ("broadcast", "scalecomm:chain", False) in by
+    assert ("broadcast", "scalecomm:rhd", True) not in by and ("alltoall", "scalecomm", True) not in by
+    assert ("allgather", "scalecomm:ring", True) in by and ("alltoall", "gloo", False) in by
+    assert len({r["bytes"] for r in records if r["collective"] == "allreduce"}) == 4
+
+
+def test_result_check_counts_wrong_elements():
+    import torch
+
+    from pyscalecomm.bench_ops import make_case
+
+    case = make_case("allgather", 8, torch.float32, rank=1, n=2, inplace=True)
+    case.fill()
+    assert case.inp.tolist() == [2.0] * 4 and case.wrong() == 4  # rank 0's block still poisoned
+    case.out.copy_(torch.tensor([1, 1, 1, 1, 2, 2, 2, 9.0]))
+    assert case.wrong() == 1
+    case = make_case("alltoall", 4, torch.int32, rank=0, n=2, inplace=False)
+    case.fill()
+    assert case.inp.tolist() == [1, 1, 2, 2] and case.wrong() == 4
+    case.out.copy_(torch.tensor([1, 1, 3, 3]))  # block q of rank 0's output is rank q's block 0
+    assert case.wrong() == 0
+    case = make_case("reduce", 3, torch.float64, rank=1, n=3, inplace=True, root=0, op="max")
+    case.fill()
+    assert case.wrong() == 0  # nothing to check off the root
+    case = make_case("reduce_scatter", 6, torch.float32, rank=2, n=3, inplace=True, op="prod")
+    case.fill()
+    case.out.fill_(6.0)  # 1 * 2 * 3
+    assert case.wrong() == 0 and case.out.data_ptr() == case.inp[4:].data_ptr()
+
+
+@pytest.mark.skipif(
+    __import__("shutil").which("mpirun") is None or not __import__("pyscalecomm").built_with_mpi(),
+    reason="needs mpirun and a build with MPI",
+)
+def test_bench_under_mpirun_with_mpi_baseline(tmp_path):
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = ["mpirun", "-n", "2", "--bind-to", "none"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    cmd += [
+        sys.executable,
+        "-m",
+        "pyscalecomm.bench",
+        "-b",
+        "1K",
+        "-e",
+        "4K",
+        "-f",
+        "4",
+        "-n",
+        "3",
+        "-w",
+        "1",
+    ]
+    cmd += ["--collectives", "allreduce,allgather", "--algos", "ring,mpi", "--baselines", "gloo,mpi"]
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    rows = _table_rows(out.stdout)
+    labels = {r[5] for r in rows}
+    assert labels == {"scalecomm:ring", "scalecomm:mpi", "gloo", "mpi"}, labels
+    assert "(allreduce, mpi)" in out.stdout and "# Out of bounds values : 0 OK" in out.stdout
 
 
 def test_train_compare_runs_and_reports_parity(tmp_path):

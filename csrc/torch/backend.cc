@@ -1,6 +1,7 @@
 #include "torch/backend.h"
 
 #include <c10/util/Exception.h>
+#include <sched.h>
 
 #include "algo/probe.h"
 #include "core/logging.h"
@@ -42,10 +43,25 @@ static void checkConfig(const BackendConfig& c, int size) {
   TORCH_CHECK_VALUE(c.timeoutMs > 0, "scalecomm: timeout must be positive, got ", c.timeoutMs, " ms");
 }
 
+// The group's worker thread needs a core besides the caller's; a launcher that
+// binds each rank to one core (mpirun's default for 2 ranks) halves speed.
+static void warnIfBoundToOneCore(int rank) {
+  static std::once_flag once;
+  std::call_once(once, [rank] {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1) {
+      SC_LOG(Warn, "rank ", rank, ": this process may run on one CPU core only, which its scalecomm worker thread ",
+             "shares with the training loop; give each rank two or more cores (mpirun --bind-to none, or ",
+             "--map-by slot:PE=2; srun --cpus-per-task=2)");
+    }
+  });
+}
+
 ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    BackendConfig config)
     : c10d::Backend(rank, size), config_(std::move(config)) {
   checkConfig(config_, size);
+  warnIfBoundToOneCore(rank);
   try {
     selection_ = AlgorithmSelection::parse(config_.algorithm);
     if (!config_.tuningFile.empty()) tuning_ = TuningTable::load(config_.tuningFile);

@@ -1,0 +1,245 @@
+"""The collectives the benchmark measures: buffers, result checks and runners.
+
+Sizes follow nccl-tests: ``count`` is the element count of the whole buffer a
+collective moves (allgather: the gathered output; reduce_scatter: the input;
+alltoall: one rank's send buffer), so algbw = bytes / time is comparable with
+nccl-tests' tables, and busbw = algbw x :func:`busbw_factor`.
+
+In place means what nccl-tests means: allreduce, broadcast and reduce work on
+one tensor; allgather's input is this rank's block of the output;
+reduce_scatter's output is this rank's block of the input; alltoall has no
+in-place form. torch's allreduce, broadcast and reduce are in place only, so
+their out-of-place form copies the input into the output first and runs in
+place (what a user who needs both buffers pays).
+
+Inputs are small integers chosen so every result has a closed form, exact in
+every dtype; ``wrong()`` counts the elements that differ from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COLLECTIVES = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"]
+
+# Which scalecomm algorithms each collective can be given (others run its default).
+ALGORITHMS = {
+    "allreduce": None,  # the build's allreduce algorithms, auto, mpi
+    "broadcast": {"auto", "chain", "tree", "mpi"},
+    "reduce": {"auto", "chain", "tree", "mpi"},
+    "allgather": {"ring", "mpi"},
+    "reduce_scatter": {"ring", "mpi"},
+    "alltoall": set(),
+}
+
+
+def busbw_factor(collective: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factors: allreduce 2(n-1)/n; reduce_scatter,
+    allgather, alltoall (n-1)/n; broadcast, reduce 1."""
+    if n <= 1:
+        return 1.0
+    if collective == "allreduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("reduce_scatter", "allgather", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+def algorithm_applies(collective: str, algo: str) -> bool:
+    allowed = ALGORITHMS[collective]
+    if allowed is None:
+        from pyscalecomm import allreduce_algorithms
+
+        allowed = {*allreduce_algorithms(), "auto", "mpi"}
+    return algo in allowed
+
+
+def element_count(collective: str, nbytes: int, esize: int, n: int) -> int:
+    """Elements of the whole buffer for a requested size (a multiple of n where split per rank)."""
+    count = max(1, nbytes // esize)
+    if collective in ("allgather", "reduce_scatter", "alltoall"):
+        count = max(n, count - count % n)
+    return count
+
+
+def _combine(op: str, values: list[int]) -> float:
+    if op in ("sum", "avg"):
+        total = float(sum(values))
+        return total / len(values) if op == "avg" else total
+    if op == "prod":
+        out = 1.0
+        for v in values:
+            out *= v
+        return out
+    return float(min(values) if op == "min" else max(values))
+
+
+@dataclass
+class Case:
+    """Buffers of one measurement: one collective, size, dtype, in place or not."""
+
+    collective: str
+    count: int  # elements of the whole buffer (see module doc)
+    inplace: bool
+    rank: int
+    n: int
+    root: int
+    op: str
+    inp: object = None  # torch tensors; out aliases inp where in place
+    out: object = None
+
+    @property
+    def per(self) -> int:
+        return (
+            self.count // self.n
+            if self.collective in ("allgather", "reduce_scatter", "alltoall")
+            else self.count
+        )
+
+    def fill(self) -> None:
+        """Writes this rank's inputs (and poisons the output where it is separate)."""
+        import torch
+
+        r, n, per = self.rank, self.n, self.per
+        c = self.collective
+        if self.out is not self.inp:  # separate or a view holding this rank's block: poison the rest
+            self.out.fill_(-1 if self.out.dtype.is_signed else 0)
+        if c == "broadcast":
+            self.inp.fill_(self.root + 1 if r == self.root else 0)
+        elif c == "allgather":
+            self.inp.fill_(r + 1)
+        elif c == "alltoall":
+            blocks = torch.arange(n, dtype=torch.int64) + r * n + 1
+            self.inp.view(n, per).copy_(blocks.view(n, 1).expand(n, per) % 100)
+        else:  # allreduce, reduce, reduce_scatter
+            self.inp.fill_(r + 1)
+
+    def expected(self):
+        """The tensor (or None: nothing to check on this rank) the result must equal."""
+        import torch
+
+        r, n, per = self.rank, self.n, self.per
+        c = self.collective
+        ranks = list(range(1, n + 1))
+        if c == "allreduce":
+            return torch.full_like(self.out, _combine(self.op, ranks))
+        if c == "reduce":
+            return torch.full_like(self.out, _combine(self.op, ranks)) if r == self.root else None
+        if c == "broadcast":
+            return torch.full_like(self.out, self.root + 1)
+        if c == "reduce_scatter":
+            return torch.full_like(self.out, _combine(self.op, ranks))
+        if c == "allgather":
+            return (torch.arange(n).repeat_interleave(per) + 1).to(self.out.dtype)
+        # alltoall: block q of rank r's output is rank q's block r
+        return ((torch.arange(n) * n + r + 1) % 100).repeat_interleave(per).to(self.out.dtype)
+
+    def wrong(self) -> int:
+        want = self.expected()
+        if want is None:
+            return 0
+        return int((self.out.reshape(-1) != want.reshape(-1)).sum())
+
+
+def make_case(collective, count, dtype, rank, n, inplace, root=0, op="sum"):
+    """Allocates the buffers, or returns None where the collective has no in-place form."""
+    import torch
+
+    case = Case(collective, count, inplace, rank, n, root, op)
+    per = case.per
+    if collective == "alltoall":
+        if inplace:
+            return None
+        case.inp, case.out = torch.empty(count, dtype=dtype), torch.empty(count, dtype=dtype)
+    elif collective == "allgather":
+        case.out = torch.empty(count, dtype=dtype)
+        case.inp = case.out.narrow(0, rank * per, per) if inplace else torch.empty(per, dtype=dtype)
+    elif collective == "reduce_scatter":
+        case.inp = torch.empty(count, dtype=dtype)
+        case.out = case.inp.narrow(0, rank * per, per) if inplace else torch.empty(per, dtype=dtype)
+    else:
+        case.inp = torch.empty(count, dtype=dtype)
+        case.out = case.inp if inplace else torch.empty(count, dtype=dtype)
+    return case
+
+
+def torch_runner(case: Case, group, reduce_op):
+    """A no-argument callable running the collective once through torch.distributed."""
+    import torch.distributed as dist
+
+    c, inp, out, root = case.collective, case.inp, case.out, case.root
+    if c in ("allreduce", "broadcast", "reduce"):
+        call = {
+            "allreduce": lambda t: dist.all_reduce(t, op=reduce_op, group=group),
+            "broadcast": lambda t: dist.broadcast(t, src=root, group=group),
+            "reduce": lambda t: dist.reduce(t, dst=root, op=reduce_op, group=group),
+        }[c]
+        if case.inplace:
+            return lambda: call(inp)
+
+        def copy_then_run():
+            out.copy_(inp)
+            call(out)
+
+        return copy_then_run
+    # torch 2.14 renamed all_gather_into_tensor / reduce_scatter_tensor (the old names warn).
+    gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+    scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+    if c == "allgather":
+        return lambda: gather(out, inp, group=group)
+    if c == "reduce_scatter":
+        return lambda: scatter(out, inp, op=reduce_op, group=group)
+    return lambda: dist.all_to_all_single(out, inp, group=group)
+
+
+_MPI_OPS = {"sum": "SUM", "prod": "PROD", "min": "MIN", "max": "MAX"}
+
+
+def mpi_runner(case: Case, comm, op: str):
+    """A callable running the collective with MPI's own implementation (mpi4py on
+    the same buffers), or None where MPI has no such type or op."""
+    import torch
+    from mpi4py import MPI
+
+    if case.inp.dtype in (torch.float16, torch.bfloat16) or op not in _MPI_OPS:
+        return None
+    mop = getattr(MPI, _MPI_OPS[op])
+    c, root = case.collective, case.root
+    inp, out = case.inp.numpy(), case.out.numpy()
+    ip = case.inplace
+    if c == "allreduce":
+        return (
+            (lambda: comm.Allreduce(MPI.IN_PLACE, out, mop))
+            if ip
+            else (lambda: comm.Allreduce(inp, out, mop))
+        )
+    if c == "broadcast":
+        if ip:
+            return lambda: comm.Bcast(out, root)
+
+        def copy_bcast():
+            out[...] = inp
+            comm.Bcast(out, root)
+
+        return copy_bcast
+    if c == "reduce":
+        if ip:
+            at_root = comm.Get_rank() == root
+            return lambda: comm.Reduce(MPI.IN_PLACE if at_root else out, out if at_root else None, mop, root)
+        return lambda: comm.Reduce(inp, out, mop, root)
+    if c == "allgather":
+        return (lambda: comm.Allgather(MPI.IN_PLACE, out)) if ip else (lambda: comm.Allgather(inp, out))
+    if c == "reduce_scatter":
+        if ip:
+            full = case.inp.numpy()
+            per = case.per
+            rank = case.rank
+
+            def in_place_rs():
+                comm.Reduce_scatter_block(MPI.IN_PLACE, full, mop)
+                if rank:  # MPI leaves the result at the front; nccl-tests' layout wants block `rank`
+                    full[rank * per : (rank + 1) * per] = full[:per]
+
+            return in_place_rs
+        return lambda: comm.Reduce_scatter_block(inp, out, mop)
+    return lambda: comm.Alltoall(inp, out)
