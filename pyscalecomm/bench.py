@@ -417,6 +417,9 @@ def plot_busbw(records: list[dict], path: str, n: int) -> None:
     import matplotlib.pyplot as plt
 
     colls = list(dict.fromkeys(r["collective"] for r in records))
+    labels = list(dict.fromkeys(r["implementation"] for r in records))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color = {lab: palette[i % len(palette)] for i, lab in enumerate(labels)}  # one colour per implementation
     fig, axes = plt.subplots(len(colls), 1, figsize=(8, 3.6 * len(colls)), squeeze=False)
     for ax, coll in zip(axes[:, 0], colls, strict=True):
         rows = [r for r in records if r["collective"] == coll]
@@ -424,7 +427,8 @@ def plot_busbw(records: list[dict], path: str, n: int) -> None:
             mine = [r for r in rows if r["implementation"] == label]
             ip = [r for r in mine if r["inplace"]] or mine
             ip.sort(key=lambda r: r["bytes"])
-            ax.plot([r["bytes"] for r in ip], [r["busbw_gbps"] for r in ip], marker="o", label=label)
+            xs, ys = [r["bytes"] for r in ip], [r["busbw_gbps"] for r in ip]
+            ax.plot(xs, ys, marker="o", label=label, color=color[label])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("size (bytes)")
         ax.set_ylabel("busbw (GB/s)")

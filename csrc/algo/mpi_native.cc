@@ -1,5 +1,7 @@
 #include "algo/mpi_native.h"
 
+#include <sched.h>
+
 #include <climits>
 #include <cstring>
 
@@ -117,9 +119,11 @@ MPI_Op mpiOp(ReduceOp op, DataType t) {
   }
 }
 
-// Waits for a nonblocking MPI collective within opts.deadline, idling like the executor.
+// Waits for a nonblocking MPI collective within opts.deadline. MPI progresses
+// its nonblocking collectives (Open MPI's libnbc) only inside MPI calls, so
+// this polls MPI_Test without sleeping (yielding the core between polls), as
+// MPI's own blocking calls do.
 void finish(Communicator& comm, MPI_Request& req, const char* collective, const CollectiveOptions& opts) {
-  const auto since = Clock::now();
   for (;;) {
     int done = 0;
     {
@@ -132,7 +136,8 @@ void finish(Communicator& comm, MPI_Request& req, const char* collective, const 
            "): MPI's collective did not complete within the timeout (", opts.timeoutMs,
            " ms); a rank did not call it or is stuck. The MPI operation is abandoned.");
     }
-    comm.idle({}, since);
+    if (comm.aborted()) fail(ErrorKind::Aborted, "scalecomm ", collective, ":mpi (rank ", comm.rank(), "): aborted");
+    sched_yield();
   }
 }
 
