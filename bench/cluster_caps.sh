@@ -10,9 +10,9 @@ mkdir -p "$LOG"
 for rate in 500mbit 1gbit 2gbit; do
   echo "## cap $rate per host and direction, 2 hosts x 1 rank"
   python -m pyscalecomm.cluster --hosts 2 --rate "$rate" --logdir "$LOG" --timeout 300 -- \
-    python -m pyscalecomm.bench -b 16M -e 64M -f 4 -n 5 -w 1 --backends scalecomm,gloo --json "$LOG/caps.jsonl"
+    python -m pyscalecomm.bench -b 16M -e 64M -f 4 -n 5 -w 1 --baselines gloo --json "$LOG/caps.jsonl"
 done
 echo "## 2 hosts x 2 ranks, 1gbit"
 python -m pyscalecomm.cluster --hosts 2 --ranks-per-host 2 --rate 1gbit --logdir "$LOG" --timeout 600 -- \
   python -m pyscalecomm.bench -b 64K -e 64M -f 8 -n 5 -w 1 --algos ring,rhd,tree,direct,hier,auto \
-  --backends scalecomm,gloo --rounds 2 --json "$LOG/algos.jsonl"
+  --baselines gloo --rounds 2 --json "$LOG/algos.jsonl"
