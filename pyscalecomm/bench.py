@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 from pyscalecomm.bench_ops import (
     COLLECTIVES,
@@ -39,6 +38,7 @@ from pyscalecomm.bench_ops import (
     busbw_factor,
     element_count,
     make_case,
+    measure,
     mpi_runner,
     torch_runner,
 )
@@ -209,42 +209,6 @@ def _runner(impl, case, args, dist):
     return torch_runner(case, impl.handle, op)
 
 
-def _measure(run_once, case, timing, args, dist, torch):
-    """Per-call seconds as (min, avg, max across ranks, rank 0's), #wrong (-1 unchecked), iterations."""
-    case.fill()
-    for _ in range(args.warmup_iters):
-        run_once()
-    iters = args.iters
-    while True:
-        dist.barrier(group=timing)
-        start = time.perf_counter()
-        for _ in range(iters):
-            run_once()
-        mine = (time.perf_counter() - start) / iters
-        t = torch.tensor([mine, -mine, mine], dtype=torch.float64)
-        dist.all_reduce(t[:2], op=dist.ReduceOp.MAX, group=timing)
-        dist.all_reduce(t[2:], op=dist.ReduceOp.SUM, group=timing)
-        r0 = torch.tensor([mine if dist.get_rank() == 0 else 0.0], dtype=torch.float64)
-        dist.all_reduce(r0, group=timing)
-        stats = {
-            "max": t[0].item(),
-            "min": -t[1].item(),
-            "avg": t[2].item() / dist.get_world_size(),
-            "rank0": r0.item(),
-        }
-        if stats["max"] * iters >= args.min_time or iters >= 1 << 20:
-            break
-        iters *= 2
-    wrong = -1
-    if args.check:
-        case.fill()
-        run_once()
-        w = torch.tensor([case.wrong()], dtype=torch.int64)
-        dist.all_reduce(w, group=timing)
-        wrong = int(w.item())
-    return stats, wrong, iters
-
-
 def _progress(args, rank):
     enabled = rank == 0 and (args.progress or sys.stderr.isatty())
 
@@ -321,7 +285,9 @@ def run(args) -> int:
                         fn = runners[(impl.label, ip)]
                         if fn is None:
                             continue
-                        stats, wrong, iters = _measure(fn, cases[ip], timing, args, dist, torch)
+                        stats, wrong, iters = measure(
+                            fn, cases[ip], timing, args.iters, args.warmup_iters, args.min_time, args.check
+                        )
                         key = (impl.label, ip)
                         if key not in best or stats[stat] < best[key][0][stat]:
                             best[key] = (stats, max(wrong, best.get(key, (None, 0))[1]), iters)

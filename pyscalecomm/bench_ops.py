@@ -18,6 +18,7 @@ every dtype; ``wrong()`` counts the elements that differ from it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 COLLECTIVES = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"]
@@ -243,3 +244,40 @@ def mpi_runner(case: Case, comm, op: str):
             return in_place_rs
         return lambda: comm.Reduce_scatter_block(inp, out, mop)
     return lambda: comm.Alltoall(inp, out)
+
+
+def measure(run_once, case: Case, timing, iters: int, warmup: int, min_time: float = 0.0, check: bool = True):
+    """Times back-to-back calls of ``run_once`` between barriers on the ``timing`` group.
+
+    Returns per-call seconds {"min", "avg", "max" across ranks, "rank0"}, the
+    number of wrong elements summed over ranks (-1 when not checked) and the
+    iterations timed (doubled until the loop lasts ``min_time`` seconds).
+    """
+    import torch
+    import torch.distributed as dist
+
+    case.fill()
+    for _ in range(warmup):
+        run_once()
+    while True:
+        dist.barrier(group=timing)
+        start = time.perf_counter()
+        for _ in range(iters):
+            run_once()
+        mine = (time.perf_counter() - start) / iters
+        t = torch.tensor([mine, -mine, mine, mine if dist.get_rank() == 0 else 0.0], dtype=torch.float64)
+        dist.all_reduce(t[:2], op=dist.ReduceOp.MAX, group=timing)
+        dist.all_reduce(t[2:], op=dist.ReduceOp.SUM, group=timing)
+        stats = {"max": t[0].item(), "min": -t[1].item(), "avg": t[2].item() / dist.get_world_size()}
+        stats["rank0"] = t[3].item()
+        if stats["max"] * iters >= min_time or iters >= 1 << 20:
+            break
+        iters *= 2
+    wrong = -1
+    if check:
+        case.fill()
+        run_once()
+        w = torch.tensor([case.wrong()], dtype=torch.int64)
+        dist.all_reduce(w, group=timing)
+        wrong = int(w.item())
+    return stats, wrong, iters

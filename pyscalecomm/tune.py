@@ -20,6 +20,7 @@ import argparse
 import sys
 
 from pyscalecomm.bench import parse_size, sizes
+from pyscalecomm.bench_ops import make_case, measure, torch_runner
 
 
 def parse_args(argv=None):
@@ -40,18 +41,6 @@ def parse_args(argv=None):
     p.add_argument("-o", "--output", default="scalecomm-tuning.txt")
     p.add_argument("--nproc", type=int, default=0, help="spawn this many local ranks (no launcher needed)")
     return p.parse_args(argv)
-
-
-def _time(t, group, iters, warmup, timing_group, dist, torch, time):
-    for _ in range(warmup):
-        dist.all_reduce(t, group=group)
-    dist.barrier(group=timing_group)
-    start = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(t, group=group)
-    tt = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-    dist.all_reduce(tt, op=dist.ReduceOp.MAX, group=timing_group)
-    return tt.item() / iters
 
 
 def run(args) -> None:
@@ -85,12 +74,13 @@ def run(args) -> None:
     winners = []
     for size in size_list:
         count = max(1, size // 4)
-        t = torch.ones(count)
+        case = make_case("allreduce", count, torch.float32, rank, n, inplace=True)
         best = {a: float("inf") for a in algos}
         for _ in range(args.rounds):
             for a in algos:
-                sec = _time(t, groups[a], args.iters, args.warmup_iters, timing, dist, torch, time)
-                best[a] = min(best[a], sec)
+                run_once = torch_runner(case, groups[a], dist.ReduceOp.SUM)
+                stats, _, _ = measure(run_once, case, timing, args.iters, args.warmup_iters, check=False)
+                best[a] = min(best[a], stats["max"])
         winner = min(algos, key=lambda a: best[a])
         winners.append((count * 4, winner))
         if rank == 0:
