@@ -86,6 +86,9 @@ def _extensions():
         "extra_link_args": mpi.get("extra_link_args", []),
     }
     if _cuda_wanted():
+        # sm_80 (A100) and sm_90 (H100) machine code plus sm_90 PTX for newer GPUs,
+        # unless the builder names its own list.
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
         cuda_sources = sorted(glob.glob(os.path.join("csrc", "**", "cuda", "*.cu"), recursive=True))
         define_macros.append(("SCALECOMM_WITH_CUDA", "1"))
         return [
@@ -93,7 +96,7 @@ def _extensions():
                 "pyscalecomm._C",
                 sources + cuda_sources,
                 define_macros=define_macros,
-                extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3"]},
+                extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]},
                 **extra,
             )
         ]

@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 
 "$PY" -m ruff check pyscalecomm tests bench
 "$PY" -m ruff format --check pyscalecomm tests bench
-find csrc tests/cpp -name '*.h' -o -name '*.cc' | xargs clang-format --dry-run --Werror
+find csrc tests/cpp -name '*.h' -o -name '*.cc' -o -name '*.cu' | xargs clang-format --dry-run --Werror
 
 cmake -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/cpp

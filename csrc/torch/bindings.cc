@@ -16,6 +16,10 @@
 
 namespace py = pybind11;
 
+namespace scalecomm {
+void bindKernels(py::module& m);  // torch/kernel_bindings.cc
+}
+
 PYBIND11_MODULE(_C, m) {
   py::module::import("torch.distributed");
   m.doc() = "scalecomm: collective communication for PyTorch (compiled core)";
@@ -103,6 +107,7 @@ PYBIND11_MODULE(_C, m) {
       py::arg("intra_alpha") = -1.0, py::arg("intra_beta") = -1.0, py::arg("ps_servers") = 1,
       "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h).");
   m.def("allreduce_algorithms", [] { return scalecomm::allreduceAlgorithms(); });
+  scalecomm::bindKernels(m);
   m.def("host_identity", &scalecomm::hostIdentity,
         "This process's host identity (what decides shm vs tcp; SCALECOMM_HOSTNAME overrides it).");
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,

@@ -1,0 +1,105 @@
+// scalecomm torch adapter: the reduction kernels as Python functions, for tests.
+//
+// Contract: pyscalecomm._C.reduce_into(dst, src, op), scale_(t, factor) and
+// divide_(t, divisor) run scalecomm's own element-wise reductions (the ones
+// collectives use) on contiguous tensors of one dtype and size: CPU tensors
+// through comm/reducer.h, CUDA tensors (CUDA builds) through
+// cuda/reduce_kernels.h on the current stream. They let tests compare every
+// dtype and op with torch, on CPU and, where a GPU exists, on the GPU.
+#include <torch/python.h>
+
+#include <string>
+
+#include "comm/reducer.h"
+#include "core/error.h"
+#include "torch/tensor_types.h"
+
+#ifdef SCALECOMM_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "cuda/reduce_kernels.h"
+#endif
+
+namespace py = pybind11;
+
+namespace scalecomm {
+
+namespace {
+
+ReduceOp opFromName(const std::string& name) {
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product,
+                      ReduceOp::PremulSum, ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor}) {
+    if (name == reduceOpName(op)) return op;
+  }
+  throw py::value_error("unknown reduction '" + name + "'; use sum, avg, min, max, prod, premul_sum, band, bor, bxor");
+}
+
+DataType dtypeOf(const at::Tensor& t) {
+  auto d = arithmeticType(t.scalar_type());
+  if (!d) throw py::type_error(std::string("no scalecomm arithmetic for ") + c10::toString(t.scalar_type()));
+  if (!t.is_contiguous()) throw py::value_error("tensors must be contiguous");
+  return *d;
+}
+
+#ifdef SCALECOMM_WITH_CUDA
+void* currentStream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+#endif
+
+[[noreturn]] void noCuda() { throw py::value_error("this scalecomm build has no CUDA kernels (SCALECOMM_CUDA=0?)"); }
+
+}  // namespace
+
+void bindKernels(py::module& m) {
+  m.def(
+      "reduce_into",
+      [](at::Tensor& dst, const at::Tensor& src, const std::string& opName) {
+        const DataType d = dtypeOf(dst);
+        const ReduceOp op = opFromName(opName);
+        if (src.scalar_type() != dst.scalar_type() || src.numel() != dst.numel() || src.device() != dst.device()) {
+          throw py::value_error("dst and src must have one dtype, size and device");
+        }
+        dtypeOf(src);
+        if (!reduceOpSupports(op, d)) throw py::value_error(opName + " is not defined for this dtype");
+        if (dst.is_cuda()) {
+#ifdef SCALECOMM_WITH_CUDA
+          cuda::reduceInto(dst.data_ptr(), src.data_ptr(), dst.numel(), d, op, currentStream(dst));
+          return;
+#else
+          noCuda();
+#endif
+        }
+        reduceInto(dst.data_ptr(), src.data_ptr(), dst.numel(), d, op);
+      },
+      py::arg("dst"), py::arg("src"), py::arg("op"), "dst = op(dst, src) element-wise, with scalecomm's reducer.");
+  m.def(
+      "scale_",
+      [](at::Tensor& t, double factor) {
+        const DataType d = dtypeOf(t);
+        if (!isFloating(d)) throw py::value_error("scale_ is for floating tensors");
+        if (t.is_cuda()) {
+#ifdef SCALECOMM_WITH_CUDA
+          return cuda::scaleInPlace(t.data_ptr(), t.numel(), d, factor, currentStream(t));
+#else
+          noCuda();
+#endif
+        }
+        scaleInPlace(t.data_ptr(), t.numel(), d, factor);
+      },
+      "t *= factor (PREMUL_SUM's pre-multiplication).");
+  m.def(
+      "divide_",
+      [](at::Tensor& t, int64_t divisor) {
+        const DataType d = dtypeOf(t);
+        if (t.is_cuda()) {
+#ifdef SCALECOMM_WITH_CUDA
+          return cuda::divideInPlace(t.data_ptr(), t.numel(), d, divisor, currentStream(t));
+#else
+          noCuda();
+#endif
+        }
+        divideInPlace(t.data_ptr(), t.numel(), d, divisor);
+      },
+      "t /= divisor (AVG's last step; integers truncate toward zero).");
+}
+
+}  // namespace scalecomm
