@@ -8,17 +8,13 @@ namespace scalecomm {
 
 void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
-  dispatchType(dtype, [&](auto tag) {
+  dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
     using E = typename Storage<Tag>::Elem;
-    dispatchOp(op, [&](auto opc) {
-      constexpr ReduceOp Op = decltype(opc)::value;
-      if constexpr (kCombines<Tag, Op>) {
-        auto* d = static_cast<E*>(dst);
-        const auto* s = static_cast<const E*>(src);
-        for (int64_t i = 0; i < count; ++i) d[i] = reduceElement<Tag, Op>(d[i], s[i]);
-      }
-    });
+    constexpr ReduceOp Op = decltype(opc)::value;
+    auto* d = static_cast<E*>(dst);
+    const auto* s = static_cast<const E*>(src);
+    for (int64_t i = 0; i < count; ++i) d[i] = reduceElement<Tag, Op>(d[i], s[i]);
   });
 }
 

@@ -2,7 +2,9 @@
 //
 // Contract: dispatchType(dtype, fn) calls fn(Tag{}) with the storage tag of
 // the dtype (float, double, Fp16Tag, Bf16Tag, int8_t, ..., uint8_t);
-// dispatchOp(op, fn) calls fn(std::integral_constant<ReduceOp, op>{}).
+// dispatchOp(op, fn) calls fn(std::integral_constant<ReduceOp, op>{});
+// dispatchReduction(dtype, op, fn) calls fn(Tag{}, opConstant) for the pairs
+// that have arithmetic (kCombines), so callers instantiate nothing invalid.
 // Opaque and ReduceOp::None have no arithmetic: internal error. Host code
 // only (the CPU reducer and the CUDA kernels' launchers). Header only.
 #pragma once
@@ -45,6 +47,17 @@ void dispatchOp(ReduceOp op, Fn&& fn) {
     case ReduceOp::BXor: return fn(std::integral_constant<ReduceOp, ReduceOp::BXor>{});
     default: SC_CHECK(false, "no arithmetic for reduction ", reduceOpName(op));
   }
+}
+
+template <typename Fn>
+void dispatchReduction(DataType dtype, ReduceOp op, Fn&& fn) {
+  dispatchType(dtype, [&](auto tag) {
+    using Tag = decltype(tag);
+    dispatchOp(op, [&](auto opc) {
+      constexpr ReduceOp Op = decltype(opc)::value;
+      if constexpr (kCombines<Tag, Op>) fn(tag, opc);
+    });
+  });
 }
 
 }  // namespace scalecomm

@@ -80,18 +80,14 @@ void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, Reduc
   if (count == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   const bool aligned = (reinterpret_cast<uintptr_t>(dst) % 16 == 0) && (reinterpret_cast<uintptr_t>(src) % 16 == 0);
-  dispatchType(dtype, [&](auto tag) {
+  dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
     using E = typename Storage<Tag>::Elem;
-    dispatchOp(op, [&](auto opc) {
-      constexpr ReduceOp Op = decltype(opc)::value;
-      if constexpr (kCombines<Tag, Op>) {
-        const int64_t items = aligned ? count / Vec16<E>::kN + 1 : count;
-        reduceKernel<Tag, Op>
-            <<<blocksFor(items), kThreads, 0, s>>>(static_cast<E*>(dst), static_cast<const E*>(src), count, aligned);
-        checkLaunch("reduceKernel");
-      }
-    });
+    constexpr ReduceOp Op = decltype(opc)::value;
+    const int64_t items = aligned ? count / Vec16<E>::kN + 1 : count;
+    reduceKernel<Tag, Op>
+        <<<blocksFor(items), kThreads, 0, s>>>(static_cast<E*>(dst), static_cast<const E*>(src), count, aligned);
+    checkLaunch("reduceKernel");
   });
 }
 
