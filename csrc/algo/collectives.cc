@@ -32,6 +32,7 @@ ExecContext context(CollectiveKind kind, DataType dtype, int64_t count, const Co
   ctx.deadline = opts.deadline;
   ctx.timeoutMs = opts.timeoutMs;
   ctx.trace = opts.trace;
+  ctx.reducer = opts.reducer;
   return ctx;
 }
 

@@ -18,6 +18,7 @@
 #include "algo/schedule.h"
 #include "algo/trace.h"
 #include "comm/communicator.h"
+#include "comm/reducer.h"
 #include "core/deadline.h"
 #include "core/dtype.h"
 #include "core/reduce_op.h"
@@ -32,6 +33,7 @@ struct CollectiveOptions {
   uint64_t seq = 0;
   int psServers = 1;           // see AlgoParams; the host map comes from the Communicator
   ExecTrace* trace = nullptr;  // timeline: per-step spans of every execute() (see algo/trace.h)
+  Reducer* reducer = nullptr;  // null: the host reducer (comm/reducer.h)
 };
 
 // In place. For PremulSum, premulFactor multiplies each rank's input first.

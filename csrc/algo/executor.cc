@@ -133,8 +133,9 @@ class RecvProgress : public RecvConsumer {
  public:
   enum Stage { Idle, Header, Payload, Pad, Done };
 
-  void start(const Task& t, uint8_t* dst, const ExecContext& ctx, size_t es, int rank) {
+  void start(const Task& t, uint8_t* dst, const ExecContext& ctx, Reducer& reducer, size_t es, int rank) {
     task_ = &t;
+    reducer_ = &reducer;
     dst_ = dst;
     ctx_ = &ctx;
     es_ = es;
@@ -164,7 +165,7 @@ class RecvProgress : public RecvConsumer {
       take -= take % es_;
       if (take > 0) {
         if (task_->kind == OpKind::RecvReduce) {
-          reduceInto(dst_ + pos_, data + used, static_cast<int64_t>(take / es_), ctx_->dtype, ctx_->op);
+          reducer_->reduce(dst_ + pos_, data + used, static_cast<int64_t>(take / es_), ctx_->dtype, ctx_->op);
         } else {
           std::memcpy(dst_ + pos_, data + used, take);
         }
@@ -189,6 +190,7 @@ class RecvProgress : public RecvConsumer {
   const Task* task_ = nullptr;
   uint8_t* dst_ = nullptr;
   const ExecContext* ctx_ = nullptr;
+  Reducer* reducer_ = nullptr;
   size_t es_ = 1;
   int rank_ = 0;
   WireHeader want_{};
@@ -219,6 +221,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
   const size_t es = elementSize(ctx.dtype);
   const int n = comm.size();
   const int rank = comm.rank();
+  Reducer& reducer = ctx.reducer ? *ctx.reducer : hostReducer();
   std::vector<uint8_t> done(plan.tasks.size(), 0);
   std::vector<size_t> sendHead(n, 0), recvHead(n, 0);
   size_t localHead = 0;
@@ -267,7 +270,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
         RecvProgress& rp = recvProg[p];
         if (rp.stage() == RecvProgress::Idle) {
           if (!ready(t)) break;
-          rp.start(t, addr(t), ctx, es, rank);
+          rp.start(t, addr(t), ctx, reducer, es, rank);
           traceStart(t);
         }
         while (rp.stage() != RecvProgress::Done) {
@@ -275,6 +278,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
           moved = true;
         }
         if (rp.stage() != RecvProgress::Done) break;
+        if (t.kind == OpKind::RecvReduce) reducer.fence();  // later tasks may send this memory
         rp.reset();
         traceEnd(t);
         finish(rq[recvHead[p]++]);
@@ -284,7 +288,10 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
       const Task& t = plan.tasks[plan.localQueue[localHead]];
       if (!ready(t)) break;
       traceStart(t);
-      if (ctx.finalizeDivisor != 1) divideInPlace(addr(t), t.count, ctx.dtype, ctx.finalizeDivisor);
+      if (ctx.finalizeDivisor != 1) {
+        reducer.divide(addr(t), t.count, ctx.dtype, ctx.finalizeDivisor);
+        reducer.fence();
+      }
       traceEnd(t);
       finish(plan.localQueue[localHead++]);
       moved = true;

@@ -11,7 +11,8 @@
 // the peers it was waiting for. On any error the caller must poison the group
 // (links may hold a partial message).
 // The executor never sees a device or a transport type: memory comes in as
-// block pointers, arithmetic through the reducer.
+// block pointers, arithmetic through ctx.reducer, which may queue its work:
+// a receive-reduce or finalize task counts as done only after reducer.fence().
 // Thread safety: one call at a time per Communicator.
 #pragma once
 
@@ -22,6 +23,7 @@
 #include "algo/plan.h"
 #include "algo/trace.h"
 #include "comm/communicator.h"
+#include "comm/reducer.h"
 #include "comm/wire.h"
 #include "core/deadline.h"
 #include "core/dtype.h"
@@ -53,6 +55,7 @@ struct ExecContext {
   // plan then counts in bytes (dtype Opaque). Empty for collectives.
   std::vector<MessageId> messages;
   ExecTrace* trace = nullptr;  // when set, filled with per-step spans (timeline)
+  Reducer* reducer = nullptr;  // arithmetic (comm/reducer.h); null: hostReducer()
 };
 
 // Describes the collective for error messages: "scalecomm allreduce (rank 3, seq 41)".

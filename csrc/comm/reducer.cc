@@ -35,4 +35,24 @@ void divideInPlace(void* data, int64_t count, DataType dtype, int64_t divisor) {
   });
 }
 
+namespace {
+
+class HostReducer final : public Reducer {
+ public:
+  void reduce(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) override {
+    reduceInto(dst, src, count, dtype, op);
+  }
+  void divide(void* data, int64_t count, DataType dtype, int64_t divisor) override {
+    divideInPlace(data, count, dtype, divisor);
+  }
+  void fence() override {}
+};
+
+}  // namespace
+
+Reducer& hostReducer() {
+  static HostReducer reducer;
+  return reducer;
+}
+
 }  // namespace scalecomm
