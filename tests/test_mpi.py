@@ -60,7 +60,7 @@ def test_mpirun_default_transport_is_shm_on_one_host_with_rhd():
 
 
 @needs_mpi
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [1, 2, 3])
 def test_mpirun_mpi_passthrough_algorithm(n):
     _mpirun(n, "passthrough", {"SCALECOMM_ALGO": "mpi"})
 

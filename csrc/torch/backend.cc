@@ -90,7 +90,7 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
     if (e.kind() == ErrorKind::InvalidArgument) TORCH_CHECK_VALUE(false, e.what());
     C10_THROW_ERROR(DistBackendError, e.what());
   }
-  if (selection_.usesMpi() && !comm_->mpiGroup()) {
+  if (selection_.usesMpi() && size > 1 && !comm_->mpiGroup()) {
     TORCH_CHECK_VALUE(false, "scalecomm (rank ", rank, "): algorithm mpi (", selection_.str(),
                       ") needs every rank started by one mpirun/mpiexec (or srun with MPI) and a build with MPI (",
                       mpiCompiledIn() ? "this build has it" : "this build has none: install libopenmpi-dev, rebuild",

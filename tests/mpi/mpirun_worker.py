@@ -77,6 +77,12 @@ def check_others():
     dist.all_reduce(avg, op=dist.ReduceOp.AVG)
     assert torch.allclose(avg, torch.full((10,), (n - 1) / 2))
     dist.barrier()
+    if n >= 3:  # a subgroup: its own MPI communicator, made by its members only
+        g = dist.new_group([0, n - 1])
+        if r in (0, n - 1):
+            x = torch.full((9,), float(r))
+            dist.all_reduce(x, group=g)
+            assert torch.all(x == n - 1), x
 
 
 if case == "transport":
