@@ -251,9 +251,7 @@ def run(args) -> int:
     for coll in args.collectives:
         impls = table[coll]
         width = max(12, *(len(i.label) for i in impls))
-        base_label = impls[-1].label if impls[-1].kind != "scalecomm" else None
-        if args.baselines:
-            base_label = args.baselines[0]
+        base_label = args.baselines[0] if args.baselines else None
         out(f"#\n# {coll}: busbw = algbw x {busbw_factor(coll, n):.3f}")
         out(
             f"# {'size':>10} {'count':>11} {'type':>8} {'redop':>6} {'root':>4} {'implementation':>{width}}"

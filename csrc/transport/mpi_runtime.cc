@@ -12,6 +12,9 @@
 namespace scalecomm {
 
 bool mpiLaunched() {
+  // A torchrun worker inside an MPI allocation inherits one MPI process's
+  // variables; it is not a rank of that MPI job.
+  if (std::getenv("TORCHELASTIC_RUN_ID") != nullptr) return false;
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
     const char* s = std::getenv(v);
     if (s != nullptr && s[0] != '\0') return true;

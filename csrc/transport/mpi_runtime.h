@@ -26,7 +26,8 @@
 namespace scalecomm {
 
 bool mpiCompiledIn();
-// True when an MPI launcher started this process (its environment says so).
+// True when an MPI launcher started this process (its environment says so;
+// not for torchrun workers, which may inherit an MPI process's variables).
 bool mpiLaunched();
 // True when MPI is initialised (by scalecomm or by someone else) and not finalised.
 bool mpiActive();
