@@ -42,6 +42,9 @@ const std::vector<ParamSpec>& allParams() {
       {"SCALECOMM_LAUNCHER_ENV", "1",
        "Python: 1 lets 'import pyscalecomm' fill RANK, WORLD_SIZE, MASTER_ADDR, ... from mpirun or srun (not "
        "torchrun); 0 leaves the environment alone."},
+      {"SCALECOMM_NVTX", "0",
+       "1: an NVTX range per collective ('scalecomm:allreduce:ring seq 12 4194304 B') for Nsight Systems (CUDA "
+       "builds)."},
       {"SCALECOMM_SPIN_US", "50", "Microseconds a waiting thread spins before it yields or sleeps."},
       {"SCALECOMM_CUDA", "auto", "Build time: 0 builds without CUDA sources even when CUDA is present."},
   };

@@ -6,6 +6,7 @@
 #include "algo/probe.h"
 #include "core/logging.h"
 #include "core/params.h"
+#include "cuda/nvtx_ranges.h"
 #include "torch/gil.h"
 #include "torch/store_adapter.h"
 #include "torch/timeline_record.h"
@@ -193,6 +194,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
       return;
     }
     base.deadline = Deadline::after(std::chrono::milliseconds(base.timeoutMs));
+    const uint64_t range =
+        nvtxEnabled() ? nvtxBegin(strCat("scalecomm:", name, " seq ", base.seq, " ", bytes, " B")) : 0;
+    struct EndRange {
+      uint64_t id;
+      ~EndRange() { nvtxEnd(id); }
+    } endRange{range};
     try {
       ExecTrace trace;
       if (row) base.trace = &trace;
