@@ -60,6 +60,13 @@ def test_mpirun_default_transport_is_shm_on_one_host_with_rhd():
 
 
 @needs_mpi
+def test_mpirun_two_emulated_hosts_use_shm_inside_and_mpi_between():
+    out = _mpirun(4, "hosts", {"SCALECOMM_DEBUG": "INFO"})
+    assert "rank 0: peer rank 1 via shm" in out and "rank 0: peer rank 2 via mpi" in out, out[-3000:]
+    assert "rank 3: peer rank 2 via shm" in out and "rank 3: peer rank 1 via mpi" in out
+
+
+@needs_mpi
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_mpirun_mpi_passthrough_algorithm(n):
     _mpirun(n, "passthrough", {"SCALECOMM_ALGO": "mpi"})

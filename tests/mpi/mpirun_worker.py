@@ -7,6 +7,8 @@ CASE:
              tiny MPI messages so headers and elements straddle them)
   passthrough  algorithm mpi: MPI's own collectives through the backend
   timeout    rank 1 skips an mpi allreduce; the others must fail within the timeout
+  hosts      ranks 2k and 2k+1 pretend to share a host (SCALECOMM_HOSTNAME): auto picks
+             shm inside a host and the mpi transport between hosts; every algorithm, hier too
 """
 
 import os
@@ -22,6 +24,8 @@ for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
 import pyscalecomm  # noqa: E402, F401  (registers the backend and fills the rendezvous variables from MPI)
 
 case = sys.argv[1]
+if case == "hosts":
+    os.environ["SCALECOMM_HOSTNAME"] = f"host{int(os.environ['OMPI_COMM_WORLD_RANK']) // 2}"
 dist.init_process_group("scalecomm", timeout=timedelta(seconds=30 if case != "timeout" else 3))
 r, n = dist.get_rank(), dist.get_world_size()
 assert r == int(os.environ["OMPI_COMM_WORLD_RANK"]) and n == int(os.environ["OMPI_COMM_WORLD_SIZE"])
@@ -90,6 +94,15 @@ if case == "transport":
         for dtype in DTYPES:
             check_allreduce(count, dtype)
     check_allreduce(5000, torch.float32, dist.ReduceOp.MAX)
+    check_others()
+elif case == "hosts":
+    import pyscalecomm as psc
+
+    for algo in psc.allreduce_algorithms():
+        g = dist.new_group(backend="scalecomm", pg_options=psc.Options(algorithm=algo))
+        x = inputs(r, 10007, torch.float64)
+        dist.all_reduce(x, group=g)
+        assert torch.equal(x, sum(inputs(q, 10007, torch.float64) for q in range(n))), algo
     check_others()
 elif case == "passthrough":
     with torch.profiler.profile() as prof:
