@@ -31,7 +31,6 @@ _MPI_VARS = [
     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
     ("PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE"),
 ]
-_SLURM_VARS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
 
 
 def detect_launcher() -> str | None:
@@ -40,7 +39,7 @@ def detect_launcher() -> str | None:
         return "torchrun"
     if any(r in os.environ and n in os.environ for r, n, _, _ in _MPI_VARS):
         return "mpi"
-    if _SLURM_VARS[0] in os.environ and _SLURM_VARS[1] in os.environ:
+    if "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ:
         return "slurm"
     return None
 

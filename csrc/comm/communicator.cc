@@ -178,10 +178,11 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
     std::vector<int> worldRanks(size, -1);
     std::set<int> seen;
     bool all = withMpi;
+    const std::string worldSize = withMpi ? mpiInfo.substr(mpiInfo.find('/')) : "";  // "/<n>"
     for (int r = 0; r < size && all; ++r) {
       const std::string& m = r == rank ? mpiInfo : infos[r]["mpi"];
       const auto slash = m.find('/');
-      all = slash != std::string::npos && m.substr(slash) == mpiInfo.substr(mpiInfo.find('/'));
+      all = slash != std::string::npos && m.substr(slash) == worldSize;
       if (all) worldRanks[r] = std::stoi(m.substr(0, slash));
       all = all && seen.insert(worldRanks[r]).second;
     }

@@ -12,12 +12,11 @@
 
 #include "comm/reducer.h"
 #include "core/error.h"
+#include "cuda/reduce_kernels.h"
 #include "torch/tensor_types.h"
 
 #ifdef SCALECOMM_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
-
-#include "cuda/reduce_kernels.h"
 #endif
 
 namespace py = pybind11;
@@ -41,11 +40,18 @@ DataType dtypeOf(const at::Tensor& t) {
   return *d;
 }
 
+// Runs host() for a CPU tensor, device(stream) on the current CUDA stream for
+// a CUDA tensor (CUDA builds; others refuse CUDA tensors).
+template <typename Host, typename Device>
+void onTensorsDevice(const at::Tensor& t, Host host, Device device) {
+  if (!t.is_cuda()) return host();
 #ifdef SCALECOMM_WITH_CUDA
-void* currentStream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+  device(static_cast<void*>(c10::cuda::getCurrentCUDAStream(t.device().index()).stream()));
+#else
+  (void)device;
+  throw py::value_error("this scalecomm build has no CUDA kernels (SCALECOMM_CUDA=0?)");
 #endif
-
-[[noreturn]] void noCuda() { throw py::value_error("this scalecomm build has no CUDA kernels (SCALECOMM_CUDA=0?)"); }
+}
 
 }  // namespace
 
@@ -60,15 +66,9 @@ void bindKernels(py::module& m) {
         }
         dtypeOf(src);
         if (!reduceOpSupports(op, d)) throw py::value_error(opName + " is not defined for this dtype");
-        if (dst.is_cuda()) {
-#ifdef SCALECOMM_WITH_CUDA
-          cuda::reduceInto(dst.data_ptr(), src.data_ptr(), dst.numel(), d, op, currentStream(dst));
-          return;
-#else
-          noCuda();
-#endif
-        }
-        reduceInto(dst.data_ptr(), src.data_ptr(), dst.numel(), d, op);
+        onTensorsDevice(
+            dst, [&] { reduceInto(dst.data_ptr(), src.data_ptr(), dst.numel(), d, op); },
+            [&](void* stream) { cuda::reduceInto(dst.data_ptr(), src.data_ptr(), dst.numel(), d, op, stream); });
       },
       py::arg("dst"), py::arg("src"), py::arg("op"), "dst = op(dst, src) element-wise, with scalecomm's reducer.");
   m.def(
@@ -76,28 +76,18 @@ void bindKernels(py::module& m) {
       [](at::Tensor& t, double factor) {
         const DataType d = dtypeOf(t);
         if (!isFloating(d)) throw py::value_error("scale_ is for floating tensors");
-        if (t.is_cuda()) {
-#ifdef SCALECOMM_WITH_CUDA
-          return cuda::scaleInPlace(t.data_ptr(), t.numel(), d, factor, currentStream(t));
-#else
-          noCuda();
-#endif
-        }
-        scaleInPlace(t.data_ptr(), t.numel(), d, factor);
+        onTensorsDevice(
+            t, [&] { scaleInPlace(t.data_ptr(), t.numel(), d, factor); },
+            [&](void* stream) { cuda::scaleInPlace(t.data_ptr(), t.numel(), d, factor, stream); });
       },
       "t *= factor (PREMUL_SUM's pre-multiplication).");
   m.def(
       "divide_",
       [](at::Tensor& t, int64_t divisor) {
         const DataType d = dtypeOf(t);
-        if (t.is_cuda()) {
-#ifdef SCALECOMM_WITH_CUDA
-          return cuda::divideInPlace(t.data_ptr(), t.numel(), d, divisor, currentStream(t));
-#else
-          noCuda();
-#endif
-        }
-        divideInPlace(t.data_ptr(), t.numel(), d, divisor);
+        onTensorsDevice(
+            t, [&] { divideInPlace(t.data_ptr(), t.numel(), d, divisor); },
+            [&](void* stream) { cuda::divideInPlace(t.data_ptr(), t.numel(), d, divisor, stream); });
       },
       "t /= divisor (AVG's last step; integers truncate toward zero).");
 }
