@@ -7,6 +7,11 @@ an error instead of a CPU-only build.
 MPI: built with MPI (the mpi transport and the `mpi` algorithm) when an MPI
 compiler wrapper (mpicc from Open MPI or MPICH; MPICC names another) reports
 its flags, unless SCALECOMM_MPI=0. SCALECOMM_MPI=1 makes a missing MPI an error.
+
+NCCL (CUDA builds): the nvidia-nccl wheel that CUDA builds of torch depend on
+(or SCALECOMM_NCCL_HOME with include/nccl.h and lib/libnccl.so*) gives the
+NCCL transport and the `nccl` algorithm; without it CUDA tensors are staged
+through host memory only.
 """
 
 import glob
@@ -70,6 +75,26 @@ def _mpi_flags():
     return flags
 
 
+def _nccl_flags():
+    """Include and link flags of NCCL, or None."""
+    roots = [os.environ["SCALECOMM_NCCL_HOME"]] if os.environ.get("SCALECOMM_NCCL_HOME") else []
+    try:
+        import nvidia.nccl
+
+        roots += list(nvidia.nccl.__path__)
+    except ImportError:
+        pass
+    for root in roots:
+        libs = sorted(glob.glob(os.path.join(root, "lib", "libnccl.so*")))
+        if os.path.exists(os.path.join(root, "include", "nccl.h")) and libs:
+            lib_dir = os.path.join(root, "lib")
+            return {
+                "include_dirs": [os.path.join(root, "include")],
+                "extra_link_args": [f"-L{lib_dir}", f"-l:{os.path.basename(libs[0])}", f"-Wl,-rpath,{lib_dir}"],
+            }
+    return None
+
+
 def _extensions():
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
@@ -89,8 +114,16 @@ def _extensions():
         # sm_80 (A100) and sm_90 (H100) machine code plus sm_90 PTX for newer GPUs,
         # unless the builder names its own list.
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
-        cuda_sources = sorted(glob.glob(os.path.join("csrc", "**", "cuda", "*.cu"), recursive=True))
+        cuda_sources = sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
+        cuda_sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cc")))
         define_macros.append(("SCALECOMM_WITH_CUDA", "1"))
+        nccl = _nccl_flags()
+        if nccl:
+            define_macros.append(("SCALECOMM_WITH_NCCL", "1"))
+            extra["include_dirs"] += nccl["include_dirs"]
+            extra["extra_link_args"] += nccl["extra_link_args"]
+        else:
+            cuda_sources = [f for f in cuda_sources if not os.path.basename(f).startswith("nccl_")]
         return [
             CUDAExtension(
                 "pyscalecomm._C",

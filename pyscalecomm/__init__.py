@@ -49,4 +49,23 @@ def built_with_mpi() -> bool:
     return bool(_C.built_with_mpi)
 
 
-__all__ = ["BACKEND_NAME", "Options", "__version__", "allreduce_algorithms", "built_with_mpi", "params"]
+def built_with_cuda() -> bool:
+    """Whether this build takes CUDA tensors (kernels, host staging)."""
+    return bool(_C.built_with_cuda)
+
+
+def built_with_nccl() -> bool:
+    """Whether this build has the NCCL transport and the ``nccl`` algorithm."""
+    return bool(_C.built_with_nccl)
+
+
+__all__ = [
+    "BACKEND_NAME",
+    "Options",
+    "__version__",
+    "allreduce_algorithms",
+    "built_with_cuda",
+    "built_with_mpi",
+    "built_with_nccl",
+    "params",
+]

@@ -25,6 +25,9 @@ class Options:
         segment_bytes: pipelining unit in bytes.
         shm_ring_bytes: bytes of each shared-memory ring.
         timeout: per-collective timeout; overrides ``init_process_group(timeout=...)``.
+        cuda_transport: CUDA tensors: ``"auto"`` (allreduce with scalecomm's
+            schedules over NCCL send/recv when built with NCCL, the rest staged
+            through pinned host memory) or ``"host"`` (stage everything).
     """
 
     algorithm: str | None = None
@@ -34,6 +37,7 @@ class Options:
     segment_bytes: int | None = None
     shm_ring_bytes: int | None = None
     timeout: timedelta | None = None
+    cuda_transport: str | None = None
 
     def apply_to(self, config) -> None:
         """Copies the fields that are set onto a ``_C.BackendConfig``."""
@@ -51,6 +55,8 @@ class Options:
             config.shm_ring_bytes = int(self.shm_ring_bytes)
         if self.timeout is not None:
             config.timeout_ms = _to_ms(self.timeout)
+        if self.cuda_transport is not None:
+            config.cuda_transport = self.cuda_transport
 
 
 def _to_ms(t) -> int:

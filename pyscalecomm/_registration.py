@@ -33,4 +33,6 @@ def register() -> None:
     """Registers "scalecomm" once per process (idempotent)."""
     if BACKEND_NAME.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu"])
+    # Builds without CUDA refuse CUDA tensors with a clear error; registering
+    # "cuda" there too keeps init_process_group("scalecomm") identical everywhere.
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from pyscalecomm.bench_ops import (
@@ -111,7 +112,19 @@ def parse_args(argv=None):
         help="comma list of scalecomm algorithms, one row each where the collective has it "
         "(e.g. ring,rhd,tree,direct,ps,hier,auto,mpi); empty: the default selection",
     )
-    p.add_argument("--baselines", default="gloo", help="comma list of gloo, mpi (mpi needs mpirun); 'none'")
+    p.add_argument(
+        "--baselines",
+        default="",
+        help="comma list of gloo, mpi (mpi needs mpirun), nccl (CUDA); 'none'. "
+        "Default: gloo on cpu, nccl on cuda",
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where the buffers live; cuda puts each rank on GPU LOCAL_RANK "
+        "(scalecomm over NCCL; --algos ring,nccl compares ours with NCCL's)",
+    )
     p.add_argument("--backends", default="", help=argparse.SUPPRESS)  # old spelling: scalecomm,gloo
     p.add_argument(
         "--rounds",
@@ -140,10 +153,14 @@ def parse_args(argv=None):
     for c in args.collectives:
         if c not in COLLECTIVES:
             p.error(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)} or 'all'")
+    if not args.baselines:
+        args.baselines = "nccl" if args.device == "cuda" else "gloo"
     args.baselines = [b for b in args.baselines.split(",") if b and b != "none"]
     for b in args.baselines:
-        if b not in ("gloo", "mpi"):
-            p.error(f"unknown baseline {b!r}; choose gloo, mpi or none")
+        if b not in ("gloo", "mpi", "nccl"):
+            p.error(f"unknown baseline {b!r}; choose gloo, mpi, nccl or none")
+    if "nccl" in args.baselines and args.device != "cuda":
+        p.error("--baselines nccl needs --device cuda")
     return args
 
 
@@ -173,6 +190,7 @@ def _implementations(args, dist, pyscalecomm):
                 "--baselines mpi needs the ranks started by mpirun (MPI's world is not this group)"
             )
     gloo = timing if "gloo" in args.baselines else None
+    nccl = dist.new_group(backend="nccl") if "nccl" in args.baselines else None
     table = {}
     for c in args.collectives:
         impls = []
@@ -188,6 +206,8 @@ def _implementations(args, dist, pyscalecomm):
             impls.append(Impl(f"scalecomm:{a}" if a else "scalecomm", "scalecomm", groups[spec], a))
         if gloo is not None:
             impls.append(Impl("gloo", "gloo", gloo))
+        if nccl is not None:
+            impls.append(Impl("nccl", "nccl", nccl))
         if mpi_comm is not None:
             impls.append(Impl("mpi", "mpi", mpi_comm))
         table[c] = impls
@@ -226,6 +246,10 @@ def run(args) -> int:
 
     import pyscalecomm
 
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     table, timing = _implementations(args, dist, pyscalecomm)
     rank, n = dist.get_rank(), dist.get_world_size()
     dtype = getattr(torch, _DTYPES[args.datatype])
@@ -267,7 +291,8 @@ def run(args) -> int:
             count = element_count(coll, size, esize, n)
             nbytes = count * esize
             cases = {
-                ip: make_case(coll, count, dtype, rank, n, ip, args.root, args.op) for ip in (False, True)
+                ip: make_case(coll, count, dtype, rank, n, ip, args.root, args.op, device=device)
+                for ip in (False, True)
             }
             runners = {
                 (i.label, ip): _runner(i, c, args, dist) if c else None

@@ -51,7 +51,7 @@ def algorithm_applies(collective: str, algo: str) -> bool:
     if allowed is None:
         from pyscalecomm import allreduce_algorithms
 
-        allowed = {*allreduce_algorithms(), "auto", "mpi"}
+        allowed = {*allreduce_algorithms(), "auto", "mpi", "nccl"}
     return algo in allowed
 
 
@@ -110,7 +110,7 @@ class Case:
         elif c == "allgather":
             self.inp.fill_(r + 1)
         elif c == "alltoall":
-            blocks = torch.arange(n, dtype=torch.int64) + r * n + 1
+            blocks = (torch.arange(n, dtype=torch.int64) + r * n + 1).to(self.inp.device)
             self.inp.view(n, per).copy_(blocks.view(n, 1).expand(n, per) % 100)
         else:  # allreduce, reduce, reduce_scatter
             self.inp.fill_(r + 1)
@@ -131,9 +131,11 @@ class Case:
         if c == "reduce_scatter":
             return torch.full_like(self.out, _combine(self.op, ranks))
         if c == "allgather":
-            return (torch.arange(n).repeat_interleave(per) + 1).to(self.out.dtype)
+            want = torch.arange(n).repeat_interleave(per) + 1
+            return want.to(self.out.dtype).to(self.out.device)
         # alltoall: block q of rank r's output is rank q's block r
-        return ((torch.arange(n) * n + r + 1) % 100).repeat_interleave(per).to(self.out.dtype)
+        want = ((torch.arange(n) * n + r + 1) % 100).repeat_interleave(per)
+        return want.to(self.out.dtype).to(self.out.device)
 
     def wrong(self) -> int:
         want = self.expected()
@@ -142,25 +144,29 @@ class Case:
         return int((self.out.reshape(-1) != want.reshape(-1)).sum())
 
 
-def make_case(collective, count, dtype, rank, n, inplace, root=0, op="sum"):
+def make_case(collective, count, dtype, rank, n, inplace, root=0, op="sum", device="cpu"):
     """Allocates the buffers, or returns None where the collective has no in-place form."""
+    import functools
+
     import torch
+
+    empty = functools.partial(torch.empty, dtype=dtype, device=device)
 
     case = Case(collective, count, inplace, rank, n, root, op)
     per = case.per
     if collective == "alltoall":
         if inplace:
             return None
-        case.inp, case.out = torch.empty(count, dtype=dtype), torch.empty(count, dtype=dtype)
+        case.inp, case.out = empty(count), empty(count)
     elif collective == "allgather":
-        case.out = torch.empty(count, dtype=dtype)
-        case.inp = case.out.narrow(0, rank * per, per) if inplace else torch.empty(per, dtype=dtype)
+        case.out = empty(count)
+        case.inp = case.out.narrow(0, rank * per, per) if inplace else empty(per)
     elif collective == "reduce_scatter":
-        case.inp = torch.empty(count, dtype=dtype)
-        case.out = case.inp.narrow(0, rank * per, per) if inplace else torch.empty(per, dtype=dtype)
+        case.inp = empty(count)
+        case.out = case.inp.narrow(0, rank * per, per) if inplace else empty(per)
     else:
-        case.inp = torch.empty(count, dtype=dtype)
-        case.out = case.inp if inplace else torch.empty(count, dtype=dtype)
+        case.inp = empty(count)
+        case.out = case.inp if inplace else empty(count)
     return case
 
 
@@ -264,6 +270,8 @@ def measure(run_once, case: Case, timing, iters: int, warmup: int, min_time: flo
         start = time.perf_counter()
         for _ in range(iters):
             run_once()
+        if case.out.is_cuda:
+            torch.cuda.synchronize(case.out.device)  # async GPU work counts until it is done
         mine = (time.perf_counter() - start) / iters
         t = torch.tensor([mine, -mine, mine, mine if dist.get_rank() == 0 else 0.0], dtype=torch.float64)
         dist.all_reduce(t[:2], op=dist.ReduceOp.MAX, group=timing)

@@ -349,3 +349,49 @@ def _bad_algorithm(rank, n):
 def test_unknown_algorithm_is_a_value_error_listing_the_known_ones():
     for msg in run_ranks(2, _bad_algorithm):
         assert "unknown allreduce algorithm 'nope'" in msg and "ring, rhd, tree, direct, ps, hier" in msg, msg
+
+
+def _routing_cuda_to_scalecomm(rank, n):
+    dist.init_process_group("cpu:gloo,cuda:scalecomm", init_method="env://", rank=rank, world_size=n)
+    t = torch.ones(5)
+    dist.all_reduce(t)  # CPU tensors go to gloo
+    assert torch.equal(t, torch.full((5,), float(n)))
+    return [type(dist.group.WORLD._get_backend(torch.device(d))).__name__ for d in ("cpu", "cuda")]
+
+
+def test_registered_for_cpu_and_cuda_and_routable():
+    from dist_helpers import free_port
+
+    import pyscalecomm  # noqa: F401
+
+    assert dist.Backend.backend_capability["scalecomm"] == ["cpu", "cuda"]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port()}
+    names = run_ranks(2, _routing_cuda_to_scalecomm, env=env, init=None)
+    assert names == [["ProcessGroupGloo", "ScalecommBackend"]] * 2
+
+
+def _nccl_algorithm_on_cpu_tensor(rank, n):
+    import pyscalecomm
+
+    pg = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm="nccl"))
+    t = torch.ones(4)
+    with pytest.raises(ValueError, match="algorithm nccl takes CUDA tensors"):
+        dist.all_reduce(t, group=pg)
+    dist.all_reduce(t)  # nothing lost: the default group and the tensor are intact
+    return t.tolist()
+
+
+def test_nccl_algorithm_refuses_cpu_tensors_clearly():
+    assert run_ranks(2, _nccl_algorithm_on_cpu_tensor) == [[2.0] * 4] * 2
+
+
+def _bad_cuda_transport(rank, n):
+    import pyscalecomm
+
+    with pytest.raises(ValueError, match="SCALECOMM_CUDA_TRANSPORT 'nvlink'"):
+        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(cuda_transport="nvlink"))
+    return True
+
+
+def test_unknown_cuda_transport_is_named():
+    assert all(run_ranks(2, _bad_cuda_transport))

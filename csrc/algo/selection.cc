@@ -51,7 +51,9 @@ AlgorithmSelection AlgorithmSelection::parse(const std::string& spec) {
     if (colon == std::string::npos && algo == "mpi") {
       sel.allreduce = sel.broadcast = sel.reduce = sel.allgather = sel.reduceScatter = sel.barrier = algo;
     } else if (collective == "allreduce") {
-      checkKnown(collective, algo, withMpi(allreduceAlgorithms()));
+      std::vector<std::string> known = withMpi(allreduceAlgorithms());
+      known.push_back("nccl");  // NCCL's own allreduce, CUDA tensors only
+      checkKnown(collective, algo, known);
       sel.allreduce = algo;
     } else if (collective == "broadcast" || collective == "reduce") {
       checkKnown(collective, algo, withMpi(rootedAlgorithms()));

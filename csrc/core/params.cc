@@ -13,7 +13,8 @@ const std::vector<ParamSpec>& allParams() {
       {"SCALECOMM_ALGO", "auto",
        "Algorithm per collective, e.g. 'rhd' (allreduce) or 'allreduce:rhd,broadcast:tree'. allreduce: auto, ring, "
        "rhd, tree, direct, ps, hier, mpi; broadcast and reduce: auto, chain, tree, mpi; allgather and reduce_scatter: "
-       "ring, mpi; barrier: dissemination, mpi. 'mpi' alone: MPI's own collectives for all. auto picks per call."},
+       "ring, mpi; barrier: dissemination, mpi. 'mpi' alone: MPI's own collectives for all. nccl (allreduce, CUDA "
+       "tensors): NCCL's own allreduce. auto picks per call."},
       {"SCALECOMM_PS_SERVERS", "1",
        "Parameter-server allreduce (ps): number of server ranks (ranks 0..S-1); 1 is a central server."},
       {"SCALECOMM_TUNING_FILE", "",
@@ -21,6 +22,9 @@ const std::vector<ParamSpec>& allParams() {
       {"SCALECOMM_TRANSPORT", "auto",
        "Transport per peer: auto (shm on the same host; between hosts mpi when all ranks run under one mpirun, else "
        "tcp), shm, tcp, mpi."},
+      {"SCALECOMM_CUDA_TRANSPORT", "auto",
+       "CUDA tensors: auto (allreduce over NCCL send/recv with scalecomm's schedules when the build has NCCL, every "
+       "other collective staged through pinned host memory over the CPU transports), host (stage everything)."},
       {"SCALECOMM_MPI", "auto",
        "0 turns MPI off: at build time builds without it, at run time never uses it (no MPI communicator, transport "
        "or mpi algorithm). auto: used when the ranks were started by an MPI launcher."},

@@ -25,6 +25,7 @@ BackendConfig configFromEnvironment() {
   c.shmRingBytes = paramInt("SCALECOMM_SHM_RING_BYTES");
   c.mpiChunkBytes = paramInt("SCALECOMM_MPI_CHUNK_BYTES");
   c.spinMicros = paramInt("SCALECOMM_SPIN_US");
+  c.cudaTransport = paramString("SCALECOMM_CUDA_TRANSPORT");
   int64_t t = paramInt("SCALECOMM_TIMEOUT_MS");
   if (t > 0) c.timeoutMs = t;
   return c;
@@ -36,6 +37,8 @@ static void checkConfig(const BackendConfig& c, int size) {
                     " ranks, got ", c.psServers);
   TORCH_CHECK_VALUE(c.transport == "auto" || c.transport == "shm" || c.transport == "tcp" || c.transport == "mpi",
                     "scalecomm: unknown transport '", c.transport, "'; choose auto, shm, tcp or mpi");
+  TORCH_CHECK_VALUE(c.cudaTransport == "auto" || c.cudaTransport == "host",
+                    "scalecomm: unknown SCALECOMM_CUDA_TRANSPORT '", c.cudaTransport, "'; choose auto or host");
   TORCH_CHECK_VALUE(c.segmentBytes > 0, "scalecomm: segment_bytes must be positive, got ", c.segmentBytes);
   TORCH_CHECK_VALUE(c.shmRingBytes >= 4096 && c.shmRingBytes % 64 == 0,
                     "scalecomm: shm ring bytes must be a multiple of 64 and at least 4096, got ", c.shmRingBytes);
@@ -117,6 +120,8 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   received_ = std::make_shared<WorkerReceives>();
   received_->count.assign(size, 0);
   state_ = std::make_shared<GroupState>(rank, comm_.get());
+  nccl_ = std::make_shared<NcclGroups>(store, "scalecomm/" + config_.groupName, rank, size);
+  state_->onAbort([nccl = nccl_] { nccl->abort(); });
   if (Timeline* timeline = Timeline::get(rank)) {
     static std::atomic<int> groupsWithRows{0};
     const char* envRank = std::getenv("RANK");
@@ -164,7 +169,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
                                                          std::vector<at::Tensor> outputs,
                                                          std::chrono::milliseconds opTimeout, Body body,
                                                          uint64_t p2pSeq,
-                                                         std::vector<c10::intrusive_ptr<ScalecommWork>> alsoFinish) {
+                                                         std::vector<c10::intrusive_ptr<ScalecommWork>> alsoFinish,
+                                                         std::shared_ptr<HostStage> stage) {
   const uint64_t seq = p2pSeq > 0 ? p2pSeq : ++seq_;
   uint64_t bytes = 0;  // for stats()
   for (const auto& t : outputs) bytes += t.nbytes();
@@ -181,7 +187,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   alsoFinish.push_back(work);
   Communicator* comm = comm_.get();
   worker_->post([works = std::move(alsoFinish), state, base, body = std::move(body), name, bytes, row = timelineRow_,
-                 comm]() mutable {
+                 comm, stage]() mutable {
     auto finishError = [&](const std::string& msg) {
       for (auto& w : works) {
         w->finishError(
@@ -205,7 +211,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
       if (row) base.trace = &trace;
       const auto start = Clock::now();
       try {
+        if (stage) stage->toHost();
         body(base);
+        if (stage) stage->toDevice();
       } catch (...) {
         if (row) recordOperation(*row, name, base.seq, bytes, start, Clock::now(), trace, *comm, true);
         throw;
@@ -255,15 +263,39 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   const at::Tensor& t = singleTensor("allreduce", getRank(), tensors);
   ReductionArgs r = reductionArgs("allreduce", getRank(), t, opts.reduceOp);
   Communicator* comm = comm_.get();
-  at::Tensor tensor = t;
+  auto call = DeviceCall::begin({t}, "allreduce", getRank());
+  if (ncclAllreduce(call)) return allreduceOnNccl(t, r, call, opts);
+  TORCH_CHECK_VALUE(selection_.allreduce != "nccl", "scalecomm allreduce (rank ", getRank(),
+                    "): algorithm nccl takes CUDA tensors (and a build with NCCL, SCALECOMM_CUDA_TRANSPORT=auto); ",
+                    "this tensor is on ", t.device(), ": choose a scalecomm algorithm such as ring");
+  auto stage = std::make_shared<HostStage>(call);
+  at::Tensor tensor = stage->inout(t);
   const std::string algo = allreduceAlgorithmFor(static_cast<int64_t>(t.nbytes()));
-  return enqueue(c10d::OpType::ALLREDUCE, ("allreduce:" + algo).c_str(), {tensor}, opts.timeout,
-                 [comm, tensor, r, algo](const CollectiveOptions& base) {
-                   CollectiveOptions o = base;
-                   o.algorithm = algo;
-                   scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor,
-                                        o);
-                 });
+  return enqueue(
+      c10d::OpType::ALLREDUCE, ("allreduce:" + algo).c_str(), {t}, opts.timeout,
+      [comm, tensor, r, algo](const CollectiveOptions& base) {
+        CollectiveOptions o = base;
+        o.algorithm = algo;
+        scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
+      },
+      0, {}, stage);
+}
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceOnNccl(const at::Tensor& t, const ReductionArgs& r,
+                                                                 const std::shared_ptr<DeviceCall>& call,
+                                                                 const c10d::AllreduceOptions& opts) {
+  // auto: our ring (bandwidth-optimal; the CPU cost model does not describe GPUs).
+  const std::string algo = selection_.allreduce == "auto" || selection_.allreduce == "mpi" ? "ring" : selection_.allreduce;
+  AlgoParams params{comm_->hostOf(), static_cast<int>(config_.psServers)};
+  auto nccl = nccl_;
+  at::Tensor tensor = t;
+  auto work = enqueue(c10d::OpType::ALLREDUCE, ("allreduce:" + algo + ":cuda").c_str(), {t}, opts.timeout,
+                      [nccl, call, tensor, r, algo, params](const CollectiveOptions& o) {
+                        nccl->allreduce(*call, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor,
+                                        algo, params, o.deadline);
+                      });
+  c10::static_intrusive_pointer_cast<ScalecommWork>(work)->setDeviceCall(call);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -272,47 +304,53 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   TORCH_CHECK_VALUE(!tensors.empty(), "scalecomm allreduce_coalesced (rank ", getRank(), "): no tensors given");
   ReductionArgs r = reductionArgs("allreduce_coalesced", getRank(), tensors[0], opts.reduceOp);
   for (const auto& t : tensors) {
-    checkCpuDense("allreduce_coalesced", getRank(), t);
+    checkDense("allreduce_coalesced", getRank(), t);
     TORCH_CHECK_VALUE(t.scalar_type() == tensors[0].scalar_type(), "scalecomm allreduce_coalesced (rank ", getRank(),
                       "): all tensors must have the same dtype; got ", t.scalar_type(), " and ",
                       tensors[0].scalar_type());
   }
   Communicator* comm = comm_.get();
-  std::vector<at::Tensor> ts = tensors;
+  auto stage = stageFor("allreduce_coalesced", tensors);
+  std::vector<at::Tensor> ts = stage->inouts(tensors);
   int64_t total = 0;
   for (const auto& t : tensors) total += static_cast<int64_t>(t.nbytes());
   const std::string algo = allreduceAlgorithmFor(total);
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", ts, opts.timeout,
-                 [comm, ts, r, algo](const CollectiveOptions& base) {
-                   CollectiveOptions o = base;
-                   o.algorithm = algo;
-                   at::Tensor flat = at::cat(flattenAll(ts));
-                   scalecomm::allreduce(*comm, flat.data_ptr(), flat.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
-                   int64_t off = 0;
-                   for (const auto& t : ts) {
-                     t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
-                     off += t.numel();
-                   }
-                 });
+  return enqueue(
+      c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts.timeout,
+      [comm, ts, r, algo](const CollectiveOptions& base) {
+        CollectiveOptions o = base;
+        o.algorithm = algo;
+        at::Tensor flat = at::cat(flattenAll(ts));
+        scalecomm::allreduce(*comm, flat.data_ptr(), flat.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
+        int64_t off = 0;
+        for (const auto& t : ts) {
+          t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
+          off += t.numel();
+        }
+      },
+      0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
   checkUsable("broadcast");
   const at::Tensor& t = singleTensor("broadcast", getRank(), tensors);
-  checkCpuDense("broadcast", getRank(), t);
+  checkDense("broadcast", getRank(), t);
   checkRoot("broadcast", getRank(), getSize(), opts.rootRank);
   WireShape shape = wireShape(t);
   Communicator* comm = comm_.get();
-  at::Tensor tensor = t;
+  auto stage = stageFor("broadcast", {t});
+  at::Tensor tensor = stage->inout(t);
   int root = static_cast<int>(opts.rootRank);
   const std::string algo = rootedAlgorithmFor(selection_.broadcast, static_cast<int64_t>(t.nbytes()));
-  return enqueue(c10d::OpType::BROADCAST, ("broadcast:" + algo).c_str(), {tensor}, opts.timeout,
-                 [comm, tensor, shape, root, algo](const CollectiveOptions& base) {
-                   CollectiveOptions o = base;
-                   o.algorithm = algo;
-                   scalecomm::broadcast(*comm, tensor.data_ptr(), shape.count, shape.dtype, root, o);
-                 });
+  return enqueue(
+      c10d::OpType::BROADCAST, ("broadcast:" + algo).c_str(), {t}, opts.timeout,
+      [comm, tensor, shape, root, algo](const CollectiveOptions& base) {
+        CollectiveOptions o = base;
+        o.algorithm = algo;
+        scalecomm::broadcast(*comm, tensor.data_ptr(), shape.count, shape.dtype, root, o);
+      },
+      0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -320,7 +358,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
                                                            const c10d::AllgatherOptions& opts) {
   checkUsable("allgather");
   const at::Tensor& in = singleTensor("allgather", getRank(), inputs);
-  checkCpuDense("allgather", getRank(), in);
+  checkDense("allgather", getRank(), in);
   TORCH_CHECK_VALUE(outputs.size() == 1, "scalecomm allgather (rank ", getRank(), "): expected one output list, got ",
                     outputs.size());
   const auto& outs = outputs[0];
@@ -330,11 +368,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
   for (const auto& o : outs) checkSameAs("allgather", getRank(), o, in, "output tensor");
   WireShape shape = wireShape(in);
   Communicator* comm = comm_.get();
-  at::Tensor input = in;
-  std::vector<at::Tensor> outList = outs;
+  std::vector<at::Tensor> all = outs;
+  all.push_back(in);
+  auto stage = stageFor("allgather", all);
+  at::Tensor input = stage->input(in);
+  std::vector<at::Tensor> outList = stage->outputs(outs);
   const int rank = getRank();
   const std::string algo = fixedAlgorithm(selection_.allgather, "ring");
-  return enqueue(c10d::OpType::ALLGATHER, titled("allgather", algo).c_str(), outList, opts.timeout,
+  return enqueue(c10d::OpType::ALLGATHER, titled("allgather", algo).c_str(), outs, opts.timeout,
                  [comm, input, outList, shape, rank, algo](const CollectiveOptions& base) {
                    CollectiveOptions o = base;
                    o.algorithm = algo;
@@ -342,14 +383,15 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
                    std::vector<void*> ptrs;
                    for (const auto& t : outList) ptrs.push_back(t.data_ptr());
                    scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
-                 });
+                 },
+                 0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions& opts) {
   checkUsable("all_gather_into_tensor");
-  checkCpuDense("all_gather_into_tensor", getRank(), input);
-  checkCpuDense("all_gather_into_tensor", getRank(), output);
+  checkDense("all_gather_into_tensor", getRank(), input);
+  checkDense("all_gather_into_tensor", getRank(), output);
   TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type(), "scalecomm all_gather_into_tensor (rank ", getRank(),
                     "): output dtype ", output.scalar_type(), " differs from input dtype ", input.scalar_type());
   TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "scalecomm all_gather_into_tensor (rank ", getRank(),
@@ -357,10 +399,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
                     input.numel(), ") = ", input.numel() * getSize());
   WireShape shape = wireShape(input);
   Communicator* comm = comm_.get();
-  at::Tensor in = input, out = output;
+  auto stage = stageFor("all_gather_into_tensor", {input, output});
+  at::Tensor in = stage->input(input), out = stage->output(output);
   const int rank = getRank(), size = getSize();
   const std::string algo = fixedAlgorithm(selection_.allgather, "ring");
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, titled("all_gather_into_tensor", algo).c_str(), {out}, opts.timeout,
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, titled("all_gather_into_tensor", algo).c_str(), {output}, opts.timeout,
                  [comm, in, out, shape, rank, size, algo](const CollectiveOptions& base) {
                    CollectiveOptions o = base;
                    o.algorithm = algo;
@@ -370,7 +413,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
                    auto* first = static_cast<uint8_t*>(out.data_ptr());
                    for (int r = 0; r < size; ++r) ptrs.push_back(first + r * in.nbytes());
                    scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
-                 });
+                 },
+                 0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -414,11 +458,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::pointToPoint(bool sending, std:
   const char* what = sending ? "send" : "recv";
   checkUsable(what);
   const at::Tensor& t = singleTensor(what, getRank(), tensors);
-  checkCpuDense(what, getRank(), t);
+  checkDense(what, getRank(), t);
   checkPeerRank(what, getRank(), getSize(), peer);
   WireShape shape = wireShape(t);
   Communicator* comm = comm_.get();
-  at::Tensor tensor = t;
+  auto stage = stageFor(what, {t});
+  TORCH_CHECK_VALUE(!(coalescing_ && stage->active()), "scalecomm ", what, " (rank ", getRank(),
+                    "): CUDA tensors cannot be batched (batch_isend_irecv) yet; issue isend/irecv one by one");
+  at::Tensor tensor = sending ? stage->input(t) : stage->output(t);
   const uint64_t pairSeq = sending ? ++sentTo_[peer] : ++receivedFrom_[peer];
   if (coalescing_) {
     auto work = c10::make_intrusive<ScalecommWork>(getRank(), sending ? c10d::OpType::SEND : c10d::OpType::RECV, what,
@@ -428,7 +475,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::pointToPoint(bool sending, std:
   }
   auto received = received_;
   return enqueue(
-      sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, {tensor}, std::chrono::milliseconds(0),
+      sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, {t}, std::chrono::milliseconds(0),
       [comm, tensor, shape, peer, tag, sending, received](const CollectiveOptions& o) {
         if (sending) {
           scalecomm::sendTo(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, o);
@@ -438,7 +485,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::pointToPoint(bool sending, std:
           scalecomm::recvFrom(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, numbered);
         }
       },
-      pairSeq);
+      pairSeq, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
@@ -455,23 +502,24 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::recvAnysource(std::vector<at::T
   TORCH_CHECK_VALUE(!coalescing_, "scalecomm ", what, " (rank ", getRank(),
                     "): not supported inside batch_isend_irecv");
   const at::Tensor& t = singleTensor(what, getRank(), tensors);
-  checkCpuDense(what, getRank(), t);
+  checkDense(what, getRank(), t);
   TORCH_CHECK_VALUE(t.numel() > 0, "scalecomm ", what, " (rank ", getRank(),
                     "): the tensor is empty; an empty message is never sent, so there is nothing to wait for");
   WireShape shape = wireShape(t);
   Communicator* comm = comm_.get();
-  at::Tensor tensor = t;
+  auto stage = stageFor(what, {t});
+  at::Tensor tensor = stage->output(t);
   auto received = received_;
   auto source = std::make_shared<std::atomic<int>>(-1);
   auto work = enqueue(
-      c10d::OpType::RECVANYSOURCE, "recv_anysource", {tensor}, std::chrono::milliseconds(0),
+      c10d::OpType::RECVANYSOURCE, "recv_anysource", {t}, std::chrono::milliseconds(0),
       [comm, tensor, shape, tag, received, source](const CollectiveOptions& o) {
         const int from = recvFromAny(*comm, tensor.data_ptr(), shape.count, shape.dtype, tag, received->count,
                                      received->nextAnySource, o);
         received->nextAnySource = from + 1;  // round-robin: the next search starts after this peer
         source->store(from);
       },
-      /*p2pSeq=*/1);
+      /*p2pSeq=*/1, {}, stage);
   // The worker sets the source before it completes the Work; copy it on completion.
   auto scWork = c10::static_intrusive_pointer_cast<ScalecommWork>(work);
   scWork->setSourceProvider(source);

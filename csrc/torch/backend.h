@@ -11,8 +11,14 @@
 //   group: that Work fails with DistBackendError naming collective, rank and
 //   seq, and every later call raises until the group is destroyed. abort()
 //   from any thread poisons, closes every link and wakes every waiter.
-// - Only CPU tensors for now; they must stay alive and untouched until the Work
-//   completes (as with gloo).
+// - CPU and CUDA tensors (torch/device_call.h). CPU tensors must stay alive
+//   and untouched until the Work completes (as with gloo). CUDA tensors follow
+//   PyTorch's stream semantics: the collective runs after the work queued on
+//   the caller's current stream, and Work.wait() orders the current stream
+//   after it. Allreduce of CUDA tensors runs scalecomm's schedules over NCCL
+//   send/recv (or NCCL's own allreduce, algorithm "nccl") when the build has
+//   NCCL; everything else is staged through pinned host memory over the CPU
+//   transports (SCALECOMM_CUDA_TRANSPORT=host stages allreduce too).
 // Thread safety: collectives may be called from any one thread at a time (as
 // c10d does); abort()/Work methods from any thread.
 #pragma once
@@ -31,7 +37,9 @@
 #include "algo/selection.h"
 #include "comm/communicator.h"
 #include "comm/worker.h"
+#include "torch/device_call.h"
 #include "torch/group_state.h"
+#include "torch/nccl_groups.h"
 #include "torch/timeline_record.h"
 #include "torch/work.h"
 
@@ -48,8 +56,11 @@ struct BackendConfig {
   int64_t mpiChunkBytes = 1 << 20;
   int64_t spinMicros = 50;
   int64_t timeoutMs = 1800000;
+  std::string cudaTransport = "auto";  // auto (NCCL for allreduce when built with it) | host
   std::string groupName;
 };
+
+struct ReductionArgs;  // torch/validate.h
 
 // Defaults overridden by SCALECOMM_* environment variables.
 BackendConfig configFromEnvironment();
@@ -139,10 +150,23 @@ class ScalecommBackend : public c10d::Backend {
   // number; point-to-point ops pass their per-peer number as p2pSeq (> 0) and
   // leave the group's untouched (only two ranks take part).
   // `alsoFinish` are Works completed together with this one (a batch's parts).
+  // `stage` (CUDA tensors through host memory) copies down before the body
+  // and up after it; `outputs` are the caller's tensors (the Future's value).
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* collective, std::vector<at::Tensor> outputs,
                                          std::chrono::milliseconds opTimeout, Body body, uint64_t p2pSeq = 0,
-                                         std::vector<c10::intrusive_ptr<ScalecommWork>> alsoFinish = {});
+                                         std::vector<c10::intrusive_ptr<ScalecommWork>> alsoFinish = {},
+                                         std::shared_ptr<HostStage> stage = nullptr);
+  // The host stage for a collective's tensors (inactive when all are on the CPU).
+  std::shared_ptr<HostStage> stageFor(const char* collective, const std::vector<at::Tensor>& tensors) {
+    return std::make_shared<HostStage>(DeviceCall::begin(tensors, collective, getRank()));
+  }
+  bool ncclAllreduce(const std::shared_ptr<DeviceCall>& call) const {
+    return call && config_.cudaTransport != "host" && NcclGroups::available();
+  }
   void checkUsable(const char* collective);
+  c10::intrusive_ptr<c10d::Work> allreduceOnNccl(const at::Tensor& t, const ReductionArgs& r,
+                                                 const std::shared_ptr<DeviceCall>& call,
+                                                 const c10d::AllreduceOptions& opts);
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
 
   BackendConfig config_;
@@ -162,6 +186,7 @@ class ScalecommBackend : public c10d::Backend {
   std::mutex chooseMu_;
   std::unordered_map<int64_t, std::string> chosen_;  // auto's decisions by message size
   std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<NcclGroups> nccl_;  // CUDA allreduce; communicators made on first use
   std::shared_ptr<GroupState> state_;
   std::unique_ptr<Worker> worker_;
   std::atomic<uint64_t> seq_{0};

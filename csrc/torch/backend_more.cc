@@ -63,10 +63,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
   ReductionArgs r = reductionArgs("reduce", getRank(), t, opts.reduceOp);
   checkRoot("reduce", getRank(), getSize(), opts.rootRank);
   Communicator* comm = comm_.get();
-  at::Tensor tensor = t;
   const int root = static_cast<int>(opts.rootRank), rank = getRank();
+  auto stage = stageFor("reduce", {t});
+  at::Tensor tensor = rank == root ? stage->inout(t) : stage->input(t);
   const std::string algo = rootedAlgorithmFor(selection_.reduce, static_cast<int64_t>(t.nbytes()));
-  return enqueue(c10d::OpType::REDUCE, ("reduce:" + algo).c_str(), {tensor}, opts.timeout,
+  return enqueue(c10d::OpType::REDUCE, ("reduce:" + algo).c_str(), {t}, opts.timeout,
                  [comm, tensor, r, root, rank, algo](const CollectiveOptions& base) {
                    CollectiveOptions o = base;
                    o.algorithm = algo;
@@ -74,23 +75,26 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
                    at::Tensor work = rank == root ? tensor : tensor.clone();
                    scalecomm::reduce(*comm, work.data_ptr(), work.numel(), r.dtype, r.op.op, r.op.premulFactor, root,
                                      o);
-                 });
+                 },
+                 0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
   checkUsable("reduce_scatter_tensor");
   ReductionArgs r = reductionArgs("reduce_scatter_tensor", getRank(), input, opts.reduceOp);
-  checkCpuDense("reduce_scatter_tensor", getRank(), output);
+  checkDense("reduce_scatter_tensor", getRank(), output);
   TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * getSize(),
                     "scalecomm reduce_scatter_tensor (rank ", getRank(), "): input has ", input.numel(),
                     " elements of ", input.scalar_type(), " but must have world size (", getSize(), ") x output (",
                     output.numel(), " elements of ", output.scalar_type(), ")");
   Communicator* comm = comm_.get();
-  at::Tensor in = input, out = output;
+  auto stage = stageFor("reduce_scatter_tensor", {input, output});
+  at::Tensor in = stage->input(input), out = stage->output(output);
   const int rank = getRank();
   const std::string algo = fixedAlgorithm(selection_.reduceScatter, "ring");
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, titled("reduce_scatter_tensor", algo).c_str(), {out}, opts.timeout,
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, titled("reduce_scatter_tensor", algo).c_str(), {output},
+                 opts.timeout,
                  [comm, in, out, r, rank, algo](const CollectiveOptions& base) {
                    CollectiveOptions o = base;
                    o.algorithm = algo;
@@ -98,7 +102,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_reduce_scatter_base(at::Tensor
                    const int64_t per = out.numel();
                    scalecomm::reduceScatter(*comm, work.data_ptr(), per, r.dtype, r.op.op, r.op.premulFactor, o);
                    out.view({-1}).copy_(work.narrow(0, rank * per, per));
-                 });
+                 },
+                 0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -112,11 +117,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::
   ReductionArgs r = reductionArgs("reduce_scatter", getRank(), out, opts.reduceOp);
   for (const auto& t : inputs[0]) checkSameAs("reduce_scatter", getRank(), t, out, "an input tensor");
   Communicator* comm = comm_.get();
-  std::vector<at::Tensor> ins = inputs[0];
-  at::Tensor output = out;
+  std::vector<at::Tensor> all = inputs[0];
+  all.push_back(out);
+  auto stage = stageFor("reduce_scatter", all);
+  std::vector<at::Tensor> ins = stage->inputs(inputs[0]);
+  at::Tensor output = stage->output(out);
   const int rank = getRank();
   const std::string algo = fixedAlgorithm(selection_.reduceScatter, "ring");
-  return enqueue(c10d::OpType::REDUCE_SCATTER, titled("reduce_scatter", algo).c_str(), {output}, opts.timeout,
+  return enqueue(c10d::OpType::REDUCE_SCATTER, titled("reduce_scatter", algo).c_str(), {out}, opts.timeout,
                  [comm, ins, output, r, rank, algo](const CollectiveOptions& base) {
                    CollectiveOptions o = base;
                    o.algorithm = algo;
@@ -124,7 +132,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::
                    const int64_t per = output.numel();
                    scalecomm::reduceScatter(*comm, work.data_ptr(), per, r.dtype, r.op.op, r.op.premulFactor, o);
                    output.view({-1}).copy_(work.narrow(0, rank * per, per));
-                 });
+                 },
+                 0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter_tensor_coalesced(
@@ -143,19 +152,25 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::gather(std::vector<std::vector<
                                                         const c10d::GatherOptions& opts) {
   checkUsable("gather");
   const at::Tensor& in = singleTensor("gather", getRank(), inputs);
-  checkCpuDense("gather", getRank(), in);
+  checkDense("gather", getRank(), in);
   checkRoot("gather", getRank(), getSize(), opts.rootRank);
   const int root = static_cast<int>(opts.rootRank), rank = getRank(), size = getSize();
   std::vector<at::Tensor> outs = rootList("gather", rank, root, size, outputs, in, "output");
   WireShape shape = wireShape(in);
   Communicator* comm = comm_.get();
-  at::Tensor input = in;
-  return enqueue(c10d::OpType::GATHER, "gather", outs, opts.timeout,
+  std::vector<at::Tensor> all = outs;
+  all.push_back(in);
+  auto stage = stageFor("gather", all);
+  at::Tensor input = stage->input(in);
+  std::vector<at::Tensor> userOuts = outs;
+  outs = stage->outputs(outs);
+  return enqueue(c10d::OpType::GATHER, "gather", userOuts, opts.timeout,
                  [comm, input, outs, shape, root, rank, size](const CollectiveOptions& o) {
                    if (rank == root) outs[root].copy_(input);
                    scalecomm::gather(*comm, rootedBlocks(outs, input, rank, root, size), shape.count, shape.dtype, root,
                                      o);
-                 });
+                 },
+                 0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -163,19 +178,24 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::scatter(std::vector<at::Tensor>
                                                          const c10d::ScatterOptions& opts) {
   checkUsable("scatter");
   const at::Tensor& out = singleTensor("scatter", getRank(), outputs);
-  checkCpuDense("scatter", getRank(), out);
+  checkDense("scatter", getRank(), out);
   checkRoot("scatter", getRank(), getSize(), opts.rootRank);
   const int root = static_cast<int>(opts.rootRank), rank = getRank(), size = getSize();
   std::vector<at::Tensor> ins = rootList("scatter", rank, root, size, inputs, out, "input");
   WireShape shape = wireShape(out);
   Communicator* comm = comm_.get();
-  at::Tensor output = out;
-  return enqueue(c10d::OpType::SCATTER, "scatter", {output}, opts.timeout,
+  std::vector<at::Tensor> all = ins;
+  all.push_back(out);
+  auto stage = stageFor("scatter", all);
+  ins = stage->inputs(ins);
+  at::Tensor output = stage->output(out);
+  return enqueue(c10d::OpType::SCATTER, "scatter", {out}, opts.timeout,
                  [comm, ins, output, shape, root, rank, size](const CollectiveOptions& o) {
                    if (rank == root) output.copy_(ins[root]);
                    scalecomm::scatter(*comm, rootedBlocks(ins, output, rank, root, size), shape.count, shape.dtype,
                                       root, o);
-                 });
+                 },
+                 0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -183,8 +203,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
                                                                std::vector<int64_t>& inputSplitSizes,
                                                                const c10d::AllToAllOptions& opts) {
   checkUsable("all_to_all_single");
-  checkCpuDense("all_to_all_single", getRank(), input);
-  checkCpuDense("all_to_all_single", getRank(), output);
+  checkDense("all_to_all_single", getRank(), input);
+  checkDense("all_to_all_single", getRank(), output);
   const int rank = getRank(), n = getSize();
   TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "scalecomm all_to_all_single (rank ", rank,
                     "): input dtype ", input.scalar_type(), " differs from output dtype ", output.scalar_type());
@@ -208,8 +228,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
   const int64_t rowElems = std::max(rowIn, rowOut);
   const int64_t rowUnits = dtype == DataType::Opaque ? rowElems * input.element_size() : rowElems;
   Communicator* comm = comm_.get();
-  at::Tensor in = input, out = output;
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, opts.timeout,
+  auto stage = stageFor("all_to_all_single", {input, output});
+  at::Tensor in = stage->input(input), out = stage->output(output);
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, opts.timeout,
                  [comm, in, out, inSplits, outSplits, rowUnits, dtype, rank, n](const CollectiveOptions& o) {
                    const size_t unitBytes = elementSize(dtype);
                    std::vector<void*> send(n), recv(n);
@@ -228,7 +249,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
                    std::memcpy(recv[rank], send[rank], sendCounts[rank] * unitBytes);
                    sendCounts[rank] = recvCounts[rank] = 0;  // the self block is copied, not sent
                    scalecomm::alltoall(*comm, send, sendCounts, recv, recvCounts, dtype, o);
-                 });
+                 },
+                 0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -239,8 +261,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor
   TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
                     "scalecomm all_to_all (rank ", rank, "): pass ", n, " input and ", n, " output tensors");
   for (int q = 0; q < n; ++q) {
-    checkCpuDense("all_to_all", rank, inputs[q]);
-    checkCpuDense("all_to_all", rank, outputs[q]);
+    checkDense("all_to_all", rank, inputs[q]);
+    checkDense("all_to_all", rank, outputs[q]);
     TORCH_CHECK_VALUE(
         inputs[q].scalar_type() == inputs[0].scalar_type() && outputs[q].scalar_type() == inputs[0].scalar_type(),
         "scalecomm all_to_all (rank ", rank, "): all tensors must have one dtype");
@@ -249,8 +271,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor
                     rank, " and output ", rank, " (this rank's own block) differ in size");
   const DataType dtype = arithmeticType(inputs[0].scalar_type()).value_or(DataType::Opaque);
   Communicator* comm = comm_.get();
-  std::vector<at::Tensor> ins = inputs, outs = outputs;
-  return enqueue(c10d::OpType::ALLTOALL, "all_to_all", outs, opts.timeout,
+  std::vector<at::Tensor> all = inputs;
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  auto stage = stageFor("all_to_all", all);
+  std::vector<at::Tensor> ins = stage->inputs(inputs), outs = stage->outputs(outputs);
+  return enqueue(c10d::OpType::ALLTOALL, "all_to_all", outputs, opts.timeout,
                  [comm, ins, outs, dtype, rank, n](const CollectiveOptions& o) {
                    std::vector<void*> send(n), recv(n);
                    std::vector<int64_t> sendCounts(n), recvCounts(n);
@@ -263,7 +288,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor
                    outs[rank].copy_(ins[rank]);
                    sendCounts[rank] = recvCounts[rank] = 0;
                    scalecomm::alltoall(*comm, send, sendCounts, recv, recvCounts, dtype, o);
-                 });
+                 },
+                 0, {}, stage);
 }
 
 }  // namespace scalecomm

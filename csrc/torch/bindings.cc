@@ -12,6 +12,7 @@
 #include "comm/communicator.h"
 #include "core/params.h"
 #include "torch/backend.h"
+#include "torch/nccl_groups.h"
 #include "transport/shm.h"
 
 namespace py = pybind11;
@@ -35,6 +36,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("shm_ring_bytes", &scalecomm::BackendConfig::shmRingBytes)
       .def_readwrite("spin_us", &scalecomm::BackendConfig::spinMicros)
       .def_readwrite("timeout_ms", &scalecomm::BackendConfig::timeoutMs)
+      .def_readwrite("cuda_transport", &scalecomm::BackendConfig::cudaTransport)
       .def_readwrite("group_name", &scalecomm::BackendConfig::groupName);
 
   py::class_<scalecomm::ScalecommBackend, c10d::Backend, c10::intrusive_ptr<scalecomm::ScalecommBackend>>(
@@ -121,4 +123,5 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("built_with_cuda") = false;
 #endif
+  m.attr("built_with_nccl") = scalecomm::NcclGroups::available();
 }

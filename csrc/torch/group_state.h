@@ -5,13 +5,16 @@
 // notice at once, and may be called from any thread (worker, a waiter whose
 // wait() expired, abort()). A Work may outlive its backend: detach() (called by
 // the backend before the communicator dies) makes later poison() calls only
-// record the reason. Also keeps per-operation counters for stats(). Thread safe.
+// record the reason. Hooks added with onAbort() run on every aborting
+// poison(). Also keeps per-operation counters for stats(). Thread safe.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -26,6 +29,9 @@ class GroupState {
     if (!poisoned_.load()) {
       reason_ = why;
       poisoned_.store(true, std::memory_order_release);
+    }
+    if (abortComm) {
+      for (auto& hook : abortHooks_) hook();
     }
     if (comm_ != nullptr) {
       if (abortComm) {
@@ -45,6 +51,11 @@ class GroupState {
     comm_ = nullptr;
   }
   int rank() const { return rank_; }
+  // Also run when poison() aborts (e.g. abort the group's NCCL communicators).
+  void onAbort(std::function<void()> hook) {
+    std::lock_guard<std::mutex> g(mu_);
+    abortHooks_.push_back(std::move(hook));
+  }
 
   // Per-name counters of completed operations ("allreduce:rhd", "broadcast", ...).
   struct OpStats {
@@ -71,6 +82,7 @@ class GroupState {
   std::atomic<bool> poisoned_{false};
   std::string reason_;
   std::map<std::string, OpStats> stats_;
+  std::vector<std::function<void()>> abortHooks_;
 };
 
 }  // namespace scalecomm

@@ -14,13 +14,14 @@
 
 namespace scalecomm {
 
-inline void checkCpuDense(const char* coll, int rank, const at::Tensor& t) {
+// CPU or CUDA tensors (whether this build can take CUDA ones is
+// DeviceCall::begin's check, torch/device_call.h).
+inline void checkDense(const char* coll, int rank, const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.defined(), "scalecomm ", coll, " (rank ", rank, "): tensor is undefined");
   TORCH_CHECK_VALUE(t.layout() == at::kStrided, "scalecomm ", coll, " (rank ", rank, "): ", t.layout(),
                     " tensors are not supported; pass a dense tensor");
-  TORCH_CHECK_VALUE(t.device().is_cpu(), "scalecomm ", coll, " (rank ", rank, "): tensor is on ", t.device(),
-                    " but scalecomm handles CPU tensors in this build; move it to the CPU or route CUDA "
-                    "tensors to NCCL with init_process_group('cpu:scalecomm,cuda:nccl')");
+  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), "scalecomm ", coll, " (rank ", rank,
+                    "): tensor is on ", t.device(), "; scalecomm takes CPU and CUDA tensors");
   TORCH_CHECK_VALUE(t.is_contiguous(), "scalecomm ", coll, " (rank ", rank, "): tensor is not contiguous (sizes ",
                     t.sizes(), ", strides ", t.strides(), "); pass tensor.contiguous() and copy the result back");
 }
@@ -37,7 +38,7 @@ inline void checkRoot(const char* coll, int rank, int size, int64_t root) {
 }
 
 inline void checkSameAs(const char* coll, int rank, const at::Tensor& t, const at::Tensor& ref, const char* what) {
-  checkCpuDense(coll, rank, t);
+  checkDense(coll, rank, t);
   TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type() && t.numel() == ref.numel(), "scalecomm ", coll, " (rank ",
                     rank, "): ", what, " has ", t.numel(), " elements of ", t.scalar_type(), " but the input has ",
                     ref.numel(), " elements of ", ref.scalar_type(), "; they must match");
@@ -49,7 +50,7 @@ struct ReductionArgs {
 };
 
 inline ReductionArgs reductionArgs(const char* coll, int rank, const at::Tensor& t, const c10d::ReduceOp& rop) {
-  checkCpuDense(coll, rank, t);
+  checkDense(coll, rank, t);
   auto dt = arithmeticType(t.scalar_type());
   TORCH_CHECK_VALUE(dt.has_value(), "scalecomm ", coll, " (rank ", rank, "): dtype ", t.scalar_type(),
                     " cannot be reduced; supported: float32, float64, float16, bfloat16, int8, int16, int32, "

@@ -62,9 +62,22 @@ bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
   // No spinning here: with as many ranks as cores, a spinning caller steals
   // the core its own worker needs (measured: 8-byte latency 28 us -> 120 us).
   std::unique_lock<std::mutex> g(mu_);
-  if (timeout == kNoTimeout) {
-    cv_.wait(g, [&] { return done_.load(); });
-  } else if (!cv_.wait_for(g, timeout, [&] { return done_.load(); })) {
+  // GPU work: the CPU waits until it is queued (or failed), the stream for the
+  // rest. Nobody signals "queued", so that wait looks every 50 us.
+  auto ready = [&] { return done_.load() || (call_ && call_->issued()); };
+  const auto until = std::chrono::steady_clock::now() +
+                     (timeout == kNoTimeout ? std::chrono::milliseconds(std::chrono::hours(24 * 365)) : timeout);
+  bool ok = true;
+  if (!call_ && timeout == kNoTimeout) cv_.wait(g, ready);
+  while (!ready()) {
+    const auto slice = call_ ? std::chrono::steady_clock::now() + std::chrono::microseconds(50) : until;
+    cv_.wait_until(g, std::min(slice, until), ready);
+    if (!ready() && std::chrono::steady_clock::now() >= until) {
+      ok = false;
+      break;
+    }
+  }
+  if (!ok) {
     g.unlock();
     std::string msg = strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_,
                              "): wait() Timed out after ", timeout.count(),
@@ -74,6 +87,7 @@ bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
     C10_THROW_ERROR(DistBackendError, msg);
   }
   if (error_) std::rethrow_exception(error_);
+  if (call_) call_->waitOnCurrentStream();
   return true;
 }
 

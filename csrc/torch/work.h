@@ -5,7 +5,11 @@
 // in torch.profiler traces); completed
 // exactly once by the worker thread (finish or finishError), which also
 // completes the Future (List[Tensor] of the outputs) that DDP comm hooks chain
-// on. wait() blocks until completion; with a timeout, expiry poisons the group
+// on. wait() blocks until completion; for a collective on the GPU (one with a
+// DeviceCall) it blocks only until the worker has queued the work, then makes
+// the caller's current stream wait for it (PyTorch's NCCL semantics; a
+// failure after that poisons the group and shows on the next call). With a
+// timeout, expiry poisons the group
 // (aborting the running collective on this rank, which its peers then see) and
 // raises "Timed out". All methods are thread safe.
 #pragma once
@@ -17,6 +21,7 @@
 #include <memory>
 #include <mutex>
 
+#include "torch/device_call.h"
 #include "torch/group_state.h"
 
 namespace scalecomm {
@@ -40,6 +45,7 @@ class ScalecommWork : public c10d::Work {
   // worker stores in `source` before it completes the Work.
   int sourceRank() const override;
   void setSourceProvider(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
+  void setDeviceCall(std::shared_ptr<DeviceCall> call) { call_ = std::move(call); }
   void abort() override;
 
  private:
@@ -54,6 +60,7 @@ class ScalecommWork : public c10d::Work {
   std::atomic<bool> done_{false};  // read without the lock by isCompleted()
   std::exception_ptr error_;
   std::shared_ptr<std::atomic<int>> source_;
+  std::shared_ptr<DeviceCall> call_;
 };
 
 }  // namespace scalecomm

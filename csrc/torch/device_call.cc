@@ -1,0 +1,134 @@
+#include "torch/device_call.h"
+
+#include <c10/util/Exception.h>
+
+#ifdef SCALECOMM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include "core/error.h"
+
+namespace scalecomm {
+
+#ifdef SCALECOMM_WITH_CUDA
+
+static void cudaCheck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail(ErrorKind::Io, "scalecomm: ", what, " failed: ", cudaGetErrorString(e));
+}
+
+std::shared_ptr<DeviceCall> DeviceCall::begin(const std::vector<at::Tensor>& tensors, const char* collective,
+                                              int rank) {
+  int device = -1;
+  for (const auto& t : tensors) {
+    if (!t.defined() || !t.is_cuda()) continue;
+    TORCH_CHECK_VALUE(device < 0 || device == t.device().index(), "scalecomm ", collective, " (rank ", rank,
+                      "): tensors are on cuda:", device, " and cuda:", t.device().index(),
+                      "; one collective takes tensors on one device");
+    device = t.device().index();
+  }
+  if (device < 0) return nullptr;
+  for (const auto& t : tensors) {
+    TORCH_CHECK_VALUE(!t.defined() || t.is_cuda(), "scalecomm ", collective, " (rank ", rank,
+                      "): mixes CPU and CUDA tensors; pass all on cuda:", device, " or all on the CPU");
+  }
+  std::shared_ptr<DeviceCall> call(new DeviceCall());
+  call->device_ = device;
+  call->tensors_ = tensors;
+  c10::cuda::CUDAGuard guard(device);
+  cudaEvent_t ready, done;
+  cudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+  cudaCheck(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+  call->ready_ = ready;
+  call->done_ = done;
+  cudaCheck(cudaEventRecord(ready, c10::cuda::getCurrentCUDAStream(device).stream()), "cudaEventRecord");
+  return call;
+}
+
+DeviceCall::~DeviceCall() {
+  if (ready_) cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
+  if (done_) cudaEventDestroy(static_cast<cudaEvent_t>(done_));
+}
+
+void DeviceCall::orderAfterInputs(void* stream) {
+  c10::cuda::CUDAGuard guard(device_);
+  auto s = static_cast<cudaStream_t>(stream);
+  cudaCheck(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(ready_), 0), "cudaStreamWaitEvent");
+  const auto ext = c10::cuda::getStreamFromExternal(s, device_);
+  for (const auto& t : tensors_) {
+    if (t.defined() && t.storage().data_ptr()) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), ext);
+  }
+}
+
+void DeviceCall::markIssued(void* stream) {
+  c10::cuda::CUDAGuard guard(device_);
+  cudaCheck(cudaEventRecord(static_cast<cudaEvent_t>(done_), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+  issued_.store(true, std::memory_order_release);
+}
+
+void DeviceCall::waitOnCurrentStream() {
+  c10::cuda::CUDAGuard guard(device_);
+  cudaCheck(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), static_cast<cudaEvent_t>(done_), 0),
+            "cudaStreamWaitEvent");
+}
+
+at::Tensor HostStage::stage(const at::Tensor& t, bool down, bool up) {
+  if (!call_ || !t.is_cuda()) return t;
+  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  pairs_.push_back({t, host, down, up});
+  return host;
+}
+
+void HostStage::toHost() {
+  if (!call_) return;
+  c10::cuda::CUDAGuard guard(call_->device());
+  c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, call_->device());
+  call_->orderAfterInputs(stream.stream());
+  {
+    c10::cuda::CUDAStreamGuard sg(stream);
+    for (auto& p : pairs_) {
+      if (p.down) p.host.copy_(p.device, /*non_blocking=*/true);
+    }
+  }
+  cudaCheck(cudaStreamSynchronize(stream.stream()), "cudaStreamSynchronize (staging to host)");
+}
+
+void HostStage::toDevice() {
+  if (!call_) return;
+  c10::cuda::CUDAGuard guard(call_->device());
+  c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, call_->device());
+  {
+    c10::cuda::CUDAStreamGuard sg(stream);
+    for (auto& p : pairs_) {
+      if (p.up) p.device.copy_(p.host, /*non_blocking=*/true);
+    }
+  }
+  call_->markIssued(stream.stream());
+  cudaCheck(cudaStreamSynchronize(stream.stream()), "cudaStreamSynchronize (staging to device)");
+}
+
+#else  // no CUDA in this build
+
+std::shared_ptr<DeviceCall> DeviceCall::begin(const std::vector<at::Tensor>& tensors, const char* collective,
+                                              int rank) {
+  for (const auto& t : tensors) {
+    TORCH_CHECK_VALUE(!t.defined() || t.device().is_cpu(), "scalecomm ", collective, " (rank ", rank,
+                      "): tensor is on ", t.device(),
+                      " but this scalecomm build has no CUDA (built with SCALECOMM_CUDA=0 or without a toolkit); "
+                      "move it to the CPU or rebuild with CUDA_HOME set");
+  }
+  return nullptr;
+}
+DeviceCall::~DeviceCall() = default;
+void DeviceCall::orderAfterInputs(void*) {}
+void DeviceCall::markIssued(void*) { issued_.store(true); }
+void DeviceCall::waitOnCurrentStream() {}
+at::Tensor HostStage::stage(const at::Tensor& t, bool, bool) { return t; }
+void HostStage::toHost() {}
+void HostStage::toDevice() {}
+
+#endif
+
+}  // namespace scalecomm

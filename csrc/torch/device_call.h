@@ -1,0 +1,84 @@
+// scalecomm torch adapter: one collective's CUDA tensors, ordered with the
+// caller's stream as PyTorch defines it.
+//
+// Contract:
+// - DeviceCall::begin() runs on the caller's thread when a collective gets
+//   CUDA tensors (null for CPU-only calls): it checks they share one device and
+//   records a "ready" event on that device's current stream, so the
+//   collective's work runs after everything the caller queued before the call.
+// - The worker orders its stream after `ready` (orderAfterInputs), queues the
+//   collective, records `done` on that stream (markIssued) and waits for it;
+//   tensors used on that stream are recorded with the caching allocator so an
+//   early free cannot recycle them.
+// - Work::wait() calls waitOnCurrentStream(): the caller's current stream waits
+//   for `done` without blocking the CPU (after the worker issued the work).
+// - HostStage carries CUDA tensors through pinned host memory for the CPU
+//   transports (shm, tcp, mpi): input()/output()/inout() hand the body a
+//   pinned host tensor; toHost() before the body copies inputs down (after
+//   `ready`), toDevice() after it copies outputs up and waits for the copies.
+//   For CPU tensors every method is the identity and nothing is copied.
+// Builds without CUDA compile all of this to "no CUDA tensors here": begin()
+// refuses CUDA tensors with a ValueError naming the collective and rank.
+// Thread safety: begin/input/output on the caller; the rest on the worker,
+// except waitOnCurrentStream (caller) and issued() (any thread).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+namespace scalecomm {
+
+class DeviceCall {
+ public:
+  static std::shared_ptr<DeviceCall> begin(const std::vector<at::Tensor>& tensors, const char* collective, int rank);
+  ~DeviceCall();
+  int device() const { return device_; }
+  // Worker side. `stream` is a cudaStream_t.
+  void orderAfterInputs(void* stream);
+  void markIssued(void* stream);
+  void* doneEvent() const { return done_; }
+  bool issued() const { return issued_.load(std::memory_order_acquire); }
+  // Caller side (Work::wait): the current stream waits for the collective.
+  void waitOnCurrentStream();
+
+ private:
+  DeviceCall() = default;
+  int device_ = -1;
+  void* ready_ = nullptr;  // cudaEvent_t
+  void* done_ = nullptr;
+  std::vector<at::Tensor> tensors_;
+  std::atomic<bool> issued_{false};
+};
+
+class HostStage {
+ public:
+  HostStage(std::shared_ptr<DeviceCall> call) : call_(std::move(call)) {}
+  bool active() const { return call_ != nullptr; }
+  at::Tensor input(const at::Tensor& t) { return stage(t, true, false); }
+  at::Tensor output(const at::Tensor& t) { return stage(t, false, true); }
+  at::Tensor inout(const at::Tensor& t) { return stage(t, true, true); }
+  std::vector<at::Tensor> inputs(const std::vector<at::Tensor>& ts) { return stageAll(ts, true, false); }
+  std::vector<at::Tensor> outputs(const std::vector<at::Tensor>& ts) { return stageAll(ts, false, true); }
+  std::vector<at::Tensor> inouts(const std::vector<at::Tensor>& ts) { return stageAll(ts, true, true); }
+  void toHost();
+  void toDevice();
+
+ private:
+  struct Pair {
+    at::Tensor device, host;
+    bool down, up;
+  };
+  at::Tensor stage(const at::Tensor& t, bool down, bool up);
+  std::vector<at::Tensor> stageAll(const std::vector<at::Tensor>& ts, bool down, bool up) {
+    std::vector<at::Tensor> out;
+    for (const auto& t : ts) out.push_back(stage(t, down, up));
+    return out;
+  }
+  std::shared_ptr<DeviceCall> call_;
+  std::vector<Pair> pairs_;
+};
+
+}  // namespace scalecomm
