@@ -33,6 +33,9 @@ if os.environ.get("SCALECOMM_LAUNCHER_ENV", "1") != "0":
     env_from_launcher()
 
 
+from pyscalecomm import compress, hooks  # noqa: E402  (pyscalecomm.hooks.compressed, ...)
+
+
 def params() -> list[tuple[str, str, str]]:
     """Every ``SCALECOMM_*`` environment variable as ``(name, default, doc)``."""
     return list(_C.params())
@@ -49,6 +52,13 @@ def built_with_mpi() -> bool:
     return bool(_C.built_with_mpi)
 
 
+def allreduce(tensor, compression: str, **kwargs):
+    """Compressed allreduce (see pyscalecomm.compress.allreduce)."""
+    from pyscalecomm.compress import allreduce as _allreduce
+
+    return _allreduce(tensor, compression, **kwargs)
+
+
 def built_with_cuda() -> bool:
     """Whether this build takes CUDA tensors (kernels, host staging)."""
     return bool(_C.built_with_cuda)
@@ -63,9 +73,12 @@ __all__ = [
     "BACKEND_NAME",
     "Options",
     "__version__",
+    "allreduce",
     "allreduce_algorithms",
     "built_with_cuda",
     "built_with_mpi",
     "built_with_nccl",
+    "compress",
+    "hooks",
     "params",
 ]

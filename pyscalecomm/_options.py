@@ -28,6 +28,8 @@ class Options:
         cuda_transport: CUDA tensors: ``"auto"`` (allreduce with scalecomm's
             schedules over NCCL send/recv when built with NCCL, the rest staged
             through pinned host memory) or ``"host"`` (stage everything).
+        compression: group default codec for allreduce (SUM/AVG) of floating
+            tensors, e.g. ``"topk:0.01"`` (see pyscalecomm.compress); ``"none"`` off.
     """
 
     algorithm: str | None = None
@@ -38,6 +40,7 @@ class Options:
     shm_ring_bytes: int | None = None
     timeout: timedelta | None = None
     cuda_transport: str | None = None
+    compression: str | None = None
 
     def apply_to(self, config) -> None:
         """Copies the fields that are set onto a ``_C.BackendConfig``."""
@@ -57,6 +60,8 @@ class Options:
             config.timeout_ms = _to_ms(self.timeout)
         if self.cuda_transport is not None:
             config.cuda_transport = self.cuda_transport
+        if self.compression is not None:
+            config.compression = self.compression
 
 
 def _to_ms(t) -> int:

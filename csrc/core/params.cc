@@ -25,6 +25,10 @@ const std::vector<ParamSpec>& allParams() {
       {"SCALECOMM_CUDA_TRANSPORT", "auto",
        "CUDA tensors: auto (allreduce over NCCL send/recv with scalecomm's schedules when the build has NCCL, every "
        "other collective staged through pinned host memory over the CPU transports), host (stage everything)."},
+      {"SCALECOMM_COMPRESSION", "",
+       "Group default codec for allreduce (SUM/AVG) of floating tensors: fp16, bf16, topk:<ratio>, "
+       "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; empty or none: off. Error "
+       "feedback is on for the biased ones (topk, randomk, sign, powersgd)."},
       {"SCALECOMM_MPI", "auto",
        "0 turns MPI off: at build time builds without it, at run time never uses it (no MPI communicator, transport "
        "or mpi algorithm). auto: used when the ranks were started by an MPI launcher."},

@@ -26,6 +26,7 @@ BackendConfig configFromEnvironment() {
   c.mpiChunkBytes = paramInt("SCALECOMM_MPI_CHUNK_BYTES");
   c.spinMicros = paramInt("SCALECOMM_SPIN_US");
   c.cudaTransport = paramString("SCALECOMM_CUDA_TRANSPORT");
+  c.compression = paramString("SCALECOMM_COMPRESSION");
   int64_t t = paramInt("SCALECOMM_TIMEOUT_MS");
   if (t > 0) c.timeoutMs = t;
   return c;
@@ -67,6 +68,8 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   checkConfig(config_, size);
   warnIfBoundToOneCore(rank);
   try {
+    if (!config_.compression.empty() && config_.compression != "none") CodecSpec::parse(config_.compression);
+    if (config_.compression == "none") config_.compression.clear();
     selection_ = AlgorithmSelection::parse(config_.algorithm);
     if (!config_.tuningFile.empty()) tuning_ = TuningTable::load(config_.tuningFile);
   } catch (const Error& e) {
@@ -262,6 +265,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   checkUsable("allreduce");
   const at::Tensor& t = singleTensor("allreduce", getRank(), tensors);
   ReductionArgs r = reductionArgs("allreduce", getRank(), t, opts.reduceOp);
+  if (!config_.compression.empty() && isFloating(r.dtype) && (r.op.op == ReduceOp::Sum || r.op.op == ReduceOp::Avg) &&
+      t.is_contiguous()) {
+    // The group's default codec; state per tensor memory (a DDP bucket keeps its buffer).
+    const std::string key = strCat("ptr:", reinterpret_cast<uintptr_t>(t.data_ptr()), ":", t.numel());
+    return allreduceCompressed(t, config_.compression, key, -1, r.op.op == ReduceOp::Avg, opts.timeout);
+  }
   Communicator* comm = comm_.get();
   auto call = DeviceCall::begin({t}, "allreduce", getRank());
   if (ncclAllreduce(call)) return allreduceOnNccl(t, r, call, opts);
@@ -285,7 +294,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceOnNccl(const at::Tenso
                                                                  const std::shared_ptr<DeviceCall>& call,
                                                                  const c10d::AllreduceOptions& opts) {
   // auto: our ring (bandwidth-optimal; the CPU cost model does not describe GPUs).
-  const std::string algo = selection_.allreduce == "auto" || selection_.allreduce == "mpi" ? "ring" : selection_.allreduce;
+  const std::string algo =
+      selection_.allreduce == "auto" || selection_.allreduce == "mpi" ? "ring" : selection_.allreduce;
   AlgoParams params{comm_->hostOf(), static_cast<int>(config_.psServers)};
   auto nccl = nccl_;
   at::Tensor tensor = t;
@@ -375,16 +385,17 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
   std::vector<at::Tensor> outList = stage->outputs(outs);
   const int rank = getRank();
   const std::string algo = fixedAlgorithm(selection_.allgather, "ring");
-  return enqueue(c10d::OpType::ALLGATHER, titled("allgather", algo).c_str(), outs, opts.timeout,
-                 [comm, input, outList, shape, rank, algo](const CollectiveOptions& base) {
-                   CollectiveOptions o = base;
-                   o.algorithm = algo;
-                   outList[rank].copy_(input);
-                   std::vector<void*> ptrs;
-                   for (const auto& t : outList) ptrs.push_back(t.data_ptr());
-                   scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
-                 },
-                 0, {}, stage);
+  return enqueue(
+      c10d::OpType::ALLGATHER, titled("allgather", algo).c_str(), outs, opts.timeout,
+      [comm, input, outList, shape, rank, algo](const CollectiveOptions& base) {
+        CollectiveOptions o = base;
+        o.algorithm = algo;
+        outList[rank].copy_(input);
+        std::vector<void*> ptrs;
+        for (const auto& t : outList) ptrs.push_back(t.data_ptr());
+        scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
+      },
+      0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -403,18 +414,19 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
   at::Tensor in = stage->input(input), out = stage->output(output);
   const int rank = getRank(), size = getSize();
   const std::string algo = fixedAlgorithm(selection_.allgather, "ring");
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, titled("all_gather_into_tensor", algo).c_str(), {output}, opts.timeout,
-                 [comm, in, out, shape, rank, size, algo](const CollectiveOptions& base) {
-                   CollectiveOptions o = base;
-                   o.algorithm = algo;
-                   auto flatOut = out.view({-1});
-                   flatOut.narrow(0, rank * in.numel(), in.numel()).copy_(in.reshape({-1}));
-                   std::vector<void*> ptrs;
-                   auto* first = static_cast<uint8_t*>(out.data_ptr());
-                   for (int r = 0; r < size; ++r) ptrs.push_back(first + r * in.nbytes());
-                   scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
-                 },
-                 0, {}, stage);
+  return enqueue(
+      c10d::OpType::_ALLGATHER_BASE, titled("all_gather_into_tensor", algo).c_str(), {output}, opts.timeout,
+      [comm, in, out, shape, rank, size, algo](const CollectiveOptions& base) {
+        CollectiveOptions o = base;
+        o.algorithm = algo;
+        auto flatOut = out.view({-1});
+        flatOut.narrow(0, rank * in.numel(), in.numel()).copy_(in.reshape({-1}));
+        std::vector<void*> ptrs;
+        auto* first = static_cast<uint8_t*>(out.data_ptr());
+        for (int r = 0; r < size; ++r) ptrs.push_back(first + r * in.nbytes());
+        scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
+      },
+      0, {}, stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,

@@ -37,6 +37,7 @@
 #include "algo/selection.h"
 #include "comm/communicator.h"
 #include "comm/worker.h"
+#include "torch/compression_store.h"
 #include "torch/device_call.h"
 #include "torch/group_state.h"
 #include "torch/nccl_groups.h"
@@ -57,6 +58,7 @@ struct BackendConfig {
   int64_t spinMicros = 50;
   int64_t timeoutMs = 1800000;
   std::string cudaTransport = "auto";  // auto (NCCL for allreduce when built with it) | host
+  std::string compression;             // group default for allreduce of floating tensors ("" none)
   std::string groupName;
 };
 
@@ -137,6 +139,14 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override;
 
+  // Allreduce (sum, or mean with `average`) of a floating tensor through a
+  // codec (compress/codec.h), with error feedback per `key` (errorFeedback:
+  // -1 the codec's default, 0 off, 1 on). Validates like allreduce.
+  c10::intrusive_ptr<c10d::Work> allreduceCompressed(const at::Tensor& t, const std::string& spec,
+                                                     const std::string& key, int errorFeedback, bool average,
+                                                     std::chrono::milliseconds timeout);
+  CompressionStore& compressionState() { return *compression_; }
+
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
   void abort() override;
@@ -187,6 +197,7 @@ class ScalecommBackend : public c10d::Backend {
   std::unordered_map<int64_t, std::string> chosen_;  // auto's decisions by message size
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<NcclGroups> nccl_;  // CUDA allreduce; communicators made on first use
+  std::shared_ptr<CompressionStore> compression_ = std::make_shared<CompressionStore>();
   std::shared_ptr<GroupState> state_;
   std::unique_ptr<Worker> worker_;
   std::atomic<uint64_t> seq_{0};

@@ -4,6 +4,7 @@
 // torch.distributed can hold it), its configuration, the parameter table and
 // small diagnostics. Registration with torch.distributed happens in Python
 // (pyscalecomm/_registration.py).
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/python.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -37,6 +38,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("spin_us", &scalecomm::BackendConfig::spinMicros)
       .def_readwrite("timeout_ms", &scalecomm::BackendConfig::timeoutMs)
       .def_readwrite("cuda_transport", &scalecomm::BackendConfig::cudaTransport)
+      .def_readwrite("compression", &scalecomm::BackendConfig::compression)
       .def_readwrite("group_name", &scalecomm::BackendConfig::groupName);
 
   py::class_<scalecomm::ScalecommBackend, c10d::Backend, c10::intrusive_ptr<scalecomm::ScalecommBackend>>(
@@ -63,6 +65,52 @@ PYBIND11_MODULE(_C, m) {
           },
           "Completed operations of this group by name (e.g. 'allreduce:rhd'): calls, bytes (outputs), seconds "
           "(on the worker thread).")
+      .def(
+          "allreduce_compressed",
+          [](scalecomm::ScalecommBackend& b, const at::Tensor& t, const std::string& spec, const std::string& key,
+             int errorFeedback, bool average, int64_t timeoutMs) {
+            c10::intrusive_ptr<c10d::Work> work;
+            {
+              py::gil_scoped_release noGil;
+              work = b.allreduceCompressed(t, spec, key, errorFeedback, average, std::chrono::milliseconds(timeoutMs));
+            }
+            return torch::jit::toPyObject(c10::IValue(work->getFuture()));
+          },
+          py::arg("tensor"), py::arg("compression"), py::arg("key"), py::arg("error_feedback") = -1,
+          py::arg("average") = false, py::arg("timeout_ms") = 0,
+          "Queues a compressed allreduce; returns a torch.futures.Future of [tensor] (see pyscalecomm.allreduce).")
+      .def(
+          "compression_state",
+          [](scalecomm::ScalecommBackend& b) {
+            py::dict out;
+            for (auto& [key, s] : b.compressionState().snapshot()) {
+              py::dict d;
+              d["residual"] = s.residual.defined() ? py::cast(s.residual) : py::none();
+              d["q"] = s.q.defined() ? py::cast(s.q) : py::none();
+              d["steps"] = s.steps;
+              out[py::str(key)] = d;
+            }
+            return out;
+          },
+          "Copies of the error-feedback residuals and PowerSGD state per tensor key.")
+      .def(
+          "load_compression_state",
+          [](scalecomm::ScalecommBackend& b, const py::dict& states) {
+            std::map<std::string, scalecomm::CompressState> m;
+            for (auto item : states) {
+              auto d = item.second.cast<py::dict>();
+              scalecomm::CompressState s;
+              if (!d["residual"].is_none()) s.residual = d["residual"].cast<at::Tensor>().clone();
+              if (!d["q"].is_none()) s.q = d["q"].cast<at::Tensor>().clone();
+              s.steps = d["steps"].cast<uint64_t>();
+              m.emplace(item.first.cast<std::string>(), s);
+            }
+            b.compressionState().restore(std::move(m));
+          },
+          "Replaces the compression state (from compression_state()).")
+      .def(
+          "reset_compression_state", [](scalecomm::ScalecommBackend& b) { b.compressionState().reset(); },
+          "Forgets every residual (they restart at zero).")
       .def_property_readonly("config", &scalecomm::ScalecommBackend::config)
       .def_property_readonly(
           "cost_params",

@@ -58,7 +58,8 @@ void DeviceCall::orderAfterInputs(void* stream) {
   cudaCheck(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(ready_), 0), "cudaStreamWaitEvent");
   const auto ext = c10::cuda::getStreamFromExternal(s, device_);
   for (const auto& t : tensors_) {
-    if (t.defined() && t.storage().data_ptr()) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), ext);
+    if (t.defined() && t.storage().data_ptr())
+      c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), ext);
   }
 }
 

@@ -23,7 +23,8 @@ cuda::NcclComm& NcclGroups::forDevice(int device, const Deadline& deadline) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = comms_.find(device);
     if (it != comms_.end()) {
-      if (it->second->aborted()) fail(ErrorKind::Aborted, "scalecomm (rank ", rank_, "): the NCCL communicator was aborted");
+      if (it->second->aborted())
+        fail(ErrorKind::Aborted, "scalecomm (rank ", rank_, "): the NCCL communicator was aborted");
       return *it->second;
     }
   }
@@ -55,6 +56,10 @@ void NcclGroups::abort() {
 }
 
 #else
+
+namespace cuda {
+class NcclComm {};  // never made without NCCL; complete so the map can be destroyed
+}  // namespace cuda
 
 NcclGroups::~NcclGroups() = default;
 bool NcclGroups::available() { return false; }

@@ -193,7 +193,17 @@ def test_bench_prints_our_ring_over_nccl_and_nccls_own_in_one_table(tmp_path):
     import subprocess
 
     out = subprocess.run(
-        [sys.executable, "-m", "pyscalecomm.bench", "--nproc", "2", "--device", "cuda", "--algos", "ring,nccl"]
+        [
+            sys.executable,
+            "-m",
+            "pyscalecomm.bench",
+            "--nproc",
+            "2",
+            "--device",
+            "cuda",
+            "--algos",
+            "ring,nccl",
+        ]
         + ["-b", "1M", "-e", "64M", "-f", "8", "-n", "5", "--json", str(tmp_path / "b.jsonl")],
         capture_output=True,
         text=True,

@@ -1,0 +1,231 @@
+#include "compress/codec.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace scalecomm {
+
+namespace {
+
+constexpr int64_t kSignBlock = 256;   // elements per scale of the sign codec
+constexpr int64_t kQsgdBucket = 512;  // elements per norm of QSGD
+
+// Random numbers come from a CPU generator seeded per call (the same stream
+// on CPU and CUDA builds) and move to the tensor's device.
+at::Generator generator(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
+
+at::Tensor bytesOf(const at::Tensor& t) { return t.contiguous().view(at::kByte); }
+
+class CastCodec : public Codec {
+ public:
+  explicit CastCodec(at::ScalarType t) : type_(t) {}
+  bool summable() const override { return true; }
+  at::Tensor encode(const at::Tensor& x, uint64_t, int) const override { return x.to(type_); }
+  void decodeAdd(at::Tensor& out, const at::Tensor& payload, uint64_t) const override {
+    out.add_(payload.to(at::kFloat));
+  }
+  int64_t wireBytes(int64_t numel) const override { return numel * 2; }
+
+ private:
+  at::ScalarType type_;
+};
+
+class TopkCodec : public Codec {
+ public:
+  TopkCodec(double ratio, bool sampled) : ratio_(ratio), sampled_(sampled) {}
+  bool summable() const override { return false; }
+  at::Tensor encode(const at::Tensor& x, uint64_t seed, int) const override {
+    const int64_t n = x.numel(), k = keptElements(n, ratio_);
+    at::Tensor idx = sampled_ && n > 65536 ? sampledIndices(x, k, seed) : std::get<1>(at::topk(x.abs(), k));
+    at::Tensor vals = x.index_select(0, idx);
+    return at::cat({bytesOf(idx.to(at::kInt)), bytesOf(vals)});
+  }
+  void decodeAdd(at::Tensor& out, const at::Tensor& payload, uint64_t) const override {
+    const int64_t k = keptElements(out.numel(), ratio_);
+    at::Tensor idx = payload.narrow(0, 0, 4 * k).view(at::kInt).to(at::kLong);
+    at::Tensor vals = payload.narrow(0, 4 * k, 4 * k).view(at::kFloat);
+    out.index_add_(0, idx, vals);  // padding entries are (0, 0.0)
+  }
+  int64_t wireBytes(int64_t numel) const override { return 8 * keptElements(numel, ratio_); }
+
+ private:
+  // Threshold estimated from a random sample, then the exact top-k among the
+  // (few) elements above it; padded with (index 0, value 0) if too few pass.
+  at::Tensor sampledIndices(const at::Tensor& x, int64_t k, uint64_t seed) const {
+    const int64_t n = x.numel();
+    const int64_t s = std::min<int64_t>(n, std::max<int64_t>(8192, n / 100));
+    auto gen = generator(seed);
+    at::Tensor pick = at::randint(0, n, {s}, gen, at::TensorOptions().dtype(at::kLong)).to(x.device());
+    at::Tensor sample = x.index_select(0, pick).abs();
+    const int64_t ks = std::max<int64_t>(1, std::min<int64_t>(s, static_cast<int64_t>(std::ceil(s * ratio_ * 1.5))));
+    at::Tensor thr = std::get<0>(at::topk(sample, ks)).min();
+    at::Tensor cand = at::nonzero(x.abs() >= thr).view({-1});
+    if (cand.numel() >= k) {
+      at::Tensor best = std::get<1>(at::topk(x.index_select(0, cand).abs(), k));
+      return cand.index_select(0, best);
+    }
+    return at::cat({cand, at::zeros({k - cand.numel()}, cand.options())});
+  }
+  double ratio_;
+  bool sampled_;
+};
+
+class RandomkCodec : public Codec {
+ public:
+  explicit RandomkCodec(double ratio) : ratio_(ratio) {}
+  bool summable() const override { return true; }
+  at::Tensor encode(const at::Tensor& x, uint64_t seed, int) const override {
+    return x.index_select(0, indices(x.numel(), seed, x.device()));
+  }
+  void decodeAdd(at::Tensor& out, const at::Tensor& payload, uint64_t seed) const override {
+    // Repeated indices carry equal values (same element, same ranks): write, not add.
+    at::Tensor idx = indices(out.numel(), seed, out.device());
+    out.index_put_({idx}, out.index_select(0, idx) + payload, /*accumulate=*/false);
+  }
+  int64_t wireBytes(int64_t numel) const override { return 4 * keptElements(numel, ratio_); }
+
+ private:
+  at::Tensor indices(int64_t n, uint64_t seed, const at::Device& device) const {
+    auto gen = generator(seed);
+    return at::randint(0, n, {keptElements(n, ratio_)}, gen, at::TensorOptions().dtype(at::kLong)).to(device);
+  }
+  double ratio_;
+};
+
+// Norms per bucket of kQsgdBucket elements (QSGD's bucketing: the variance
+// bound scales with the bucket, not the tensor).
+class QsgdCodec : public Codec {
+ public:
+  explicit QsgdCodec(int levels) : levels_(levels) {}
+  bool summable() const override { return false; }
+  at::Tensor encode(const at::Tensor& x, uint64_t seed, int rank) const override {
+    const int64_t n = x.numel(), buckets = (n + kQsgdBucket - 1) / kQsgdBucket;
+    at::Tensor padded = at::constant_pad_nd(x, {0, buckets * kQsgdBucket - n}).view({buckets, kQsgdBucket});
+    at::Tensor norms = padded.norm(2, {1}, /*keepdim=*/true).to(at::kFloat);
+    auto gen = generator(seed * 1000003ULL + static_cast<uint64_t>(rank) + 1);
+    at::Tensor noise = at::rand({buckets, kQsgdBucket}, gen, at::TensorOptions().dtype(at::kFloat)).to(x.device());
+    at::Tensor scaled = padded.abs() / norms.clamp_min(1e-30f) * levels_;
+    at::Tensor level = (at::floor(scaled + noise).clamp_max(levels_) * padded.sign()).view({-1}).narrow(0, 0, n);
+    return at::cat({bytesOf(norms.view({-1})), bytesOf(level.to(at::kChar))});
+  }
+  void decodeAdd(at::Tensor& out, const at::Tensor& payload, uint64_t) const override {
+    const int64_t n = out.numel(), buckets = (n + kQsgdBucket - 1) / kQsgdBucket;
+    at::Tensor norms = payload.narrow(0, 0, 4 * buckets).view(at::kFloat);
+    at::Tensor level = payload.narrow(0, 4 * buckets, n).view(at::kChar);
+    at::Tensor scale = (norms / static_cast<float>(levels_)).repeat_interleave(kQsgdBucket).narrow(0, 0, n);
+    out.add_(level.to(at::kFloat) * scale);
+  }
+  int64_t wireBytes(int64_t numel) const override { return 4 * ((numel + kQsgdBucket - 1) / kQsgdBucket) + numel; }
+
+ private:
+  int levels_;
+};
+
+class SignCodec : public Codec {
+ public:
+  bool summable() const override { return false; }
+  at::Tensor encode(const at::Tensor& x, uint64_t, int) const override {
+    const int64_t n = x.numel(), blocks = (n + kSignBlock - 1) / kSignBlock;
+    at::Tensor padded = at::constant_pad_nd(x, {0, blocks * kSignBlock - n});
+    at::Tensor scales = padded.view({blocks, kSignBlock}).abs().sum(1) / countsPerBlock(n, blocks, x.device());
+    const int64_t bytes = (n + 7) / 8;
+    at::Tensor bits = at::constant_pad_nd((x >= 0).to(at::kByte), {0, bytes * 8 - n}).view({bytes, 8});
+    at::Tensor packed = (bits * weights(x.device())).sum(1).to(at::kByte);
+    return at::cat({bytesOf(scales.to(at::kFloat)), packed});
+  }
+  void decodeAdd(at::Tensor& out, const at::Tensor& payload, uint64_t) const override {
+    const int64_t n = out.numel(), blocks = (n + kSignBlock - 1) / kSignBlock, bytes = (n + 7) / 8;
+    at::Tensor scales = payload.narrow(0, 0, 4 * blocks).view(at::kFloat);
+    at::Tensor packed = payload.narrow(0, 4 * blocks, bytes);
+    at::Tensor bits = packed.unsqueeze(1).bitwise_and(weights(out.device())).ne(0).view({-1}).narrow(0, 0, n);
+    at::Tensor signs = bits.to(at::kFloat) * 2 - 1;
+    out.add_(signs * scales.repeat_interleave(kSignBlock).narrow(0, 0, n));
+  }
+  int64_t wireBytes(int64_t numel) const override {
+    return 4 * ((numel + kSignBlock - 1) / kSignBlock) + (numel + 7) / 8;
+  }
+
+ private:
+  static at::Tensor weights(const at::Device& d) {
+    return at::tensor({1, 2, 4, 8, 16, 32, 64, 128}, at::TensorOptions().dtype(at::kByte)).to(d);
+  }
+  // The last block may be partial: divide its |x| sum by its real length.
+  static at::Tensor countsPerBlock(int64_t n, int64_t blocks, const at::Device& d) {
+    at::Tensor c = at::full({blocks}, static_cast<float>(kSignBlock), at::TensorOptions().dtype(at::kFloat));
+    c[blocks - 1] = static_cast<float>(n - (blocks - 1) * kSignBlock);
+    return c.to(d);
+  }
+};
+
+double parseNumber(const std::string& spec, const std::string& text) {
+  try {
+    size_t used = 0;
+    double v = std::stod(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  fail(ErrorKind::InvalidArgument, "scalecomm compression '", spec, "': '", text, "' is not a number");
+}
+
+}  // namespace
+
+int64_t keptElements(int64_t numel, double ratio) {
+  return std::max<int64_t>(1, std::min<int64_t>(numel, static_cast<int64_t>(std::llround(numel * ratio))));
+}
+
+CodecSpec CodecSpec::parse(const std::string& spec) {
+  CodecSpec c;
+  const auto colon = spec.find(':');
+  c.name = spec.substr(0, colon);
+  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  auto need = [&](bool ok, const char* what) {
+    if (!ok) fail(ErrorKind::InvalidArgument, "scalecomm compression '", spec, "': ", what);
+  };
+  if (c.name == "topk" || c.name == "topk_sampled" || c.name == "randomk") {
+    if (!arg.empty()) c.ratio = parseNumber(spec, arg);
+    need(c.ratio > 0 && c.ratio <= 1, "the ratio must lie in (0, 1], e.g. topk:0.01");
+  } else if (c.name == "qsgd") {
+    if (!arg.empty()) c.levels = static_cast<int>(parseNumber(spec, arg));
+    need(c.levels >= 1 && c.levels <= 127, "QSGD levels must lie in [1, 127], e.g. qsgd:8");
+  } else if (c.name == "powersgd") {
+    if (!arg.empty()) c.rank = static_cast<int>(parseNumber(spec, arg));
+    need(c.rank >= 1 && c.rank <= 64, "the PowerSGD rank must lie in [1, 64], e.g. powersgd:4");
+  } else if (c.name == "fp16" || c.name == "bf16" || c.name == "sign") {
+    need(arg.empty(), "takes no argument");
+  } else {
+    fail(ErrorKind::InvalidArgument, "scalecomm: unknown compression '", spec,
+         "'; choose fp16, bf16, topk:<ratio>, topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign or "
+         "powersgd:<rank>");
+  }
+  return c;
+}
+
+std::string CodecSpec::str() const {
+  std::ostringstream os;
+  os << name;
+  if (name == "topk" || name == "topk_sampled" || name == "randomk") os << ":" << ratio;
+  if (name == "qsgd") os << ":" << levels;
+  if (name == "powersgd") os << ":" << rank;
+  return os.str();
+}
+
+bool CodecSpec::biased() const {
+  return name == "topk" || name == "topk_sampled" || name == "randomk" || name == "sign" || name == "powersgd";
+}
+
+std::unique_ptr<Codec> makeCodec(const CodecSpec& spec) {
+  if (spec.name == "fp16") return std::make_unique<CastCodec>(at::kHalf);
+  if (spec.name == "bf16") return std::make_unique<CastCodec>(at::kBFloat16);
+  if (spec.name == "topk") return std::make_unique<TopkCodec>(spec.ratio, false);
+  if (spec.name == "topk_sampled") return std::make_unique<TopkCodec>(spec.ratio, true);
+  if (spec.name == "randomk") return std::make_unique<RandomkCodec>(spec.ratio);
+  if (spec.name == "qsgd") return std::make_unique<QsgdCodec>(spec.levels);
+  if (spec.name == "sign") return std::make_unique<SignCodec>();
+  fail(ErrorKind::InvalidArgument, "scalecomm: compression '", spec.str(), "' has no single-round codec");
+}
+
+}  // namespace scalecomm

@@ -1,0 +1,64 @@
+// scalecomm compress: gradient codecs (what a compressed allreduce sends).
+//
+// Contract: CodecSpec::parse reads "fp16", "bf16", "topk:0.01",
+// "topk_sampled:0.01", "randomk:0.01", "qsgd:8", "sign", "powersgd:4"
+// (Error(InvalidArgument) naming the choices otherwise). A Codec turns a
+// float32 1-D tensor into a payload and back, with ATen operations only, so
+// the same code runs on CPU and CUDA tensors (the CPU tests exercise it).
+// - summable(): payloads of all ranks add up to the payload of the sum
+//   (fp16, bf16, random-k with indices from the shared seed), so the
+//   collective allreduces payloads; otherwise (top-k, QSGD, sign) it
+//   allgathers them and decodes each into the sum.
+// - encode(x, seed, rank) -> payload; `seed` is the same on every rank for a
+//   step (random-k's indices), `rank` decorrelates stochastic rounding.
+// - decodeAdd(out, payload): out += decode(payload) (payload of one rank, or
+//   the summed payload of a summable codec).
+// - wireBytes(numel): bytes a rank sends per call, as on the wire.
+// Wire formats (little-endian, per rank):
+//   fp16 / bf16: numel x 2 B.
+//   topk(k): k x int32 index, then k x float32 value (ratio 8k/4n).
+//   randomk(k): k x float32 value (indices from the seed; ratio k/n).
+//   qsgd(s <= 127): ceil(n/512) x float32 norm (one per bucket of 512), then
+//     numel x int8 signed level (value = norm * level / s; stochastic
+//     rounding keeps it unbiased).
+//   sign: ceil(n/B) x float32 scale (mean |x| of each block of B = 256),
+//     then ceil(n/8) bytes of sign bits (bit i of byte j: element 8j+i >= 0).
+// PowerSGD is not a Codec (two rounds of communication): compress/powersgd.h.
+// Biased codecs (topk, randomk, sign, powersgd) use error feedback by default.
+// Thread safety: codecs are stateless.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace scalecomm {
+
+struct CodecSpec {
+  std::string name;     // fp16 | bf16 | topk | topk_sampled | randomk | qsgd | sign | powersgd
+  double ratio = 0.01;  // topk, randomk: share of elements sent
+  int levels = 8;       // qsgd
+  int rank = 4;         // powersgd
+  static CodecSpec parse(const std::string& spec);
+  std::string str() const;  // canonical, e.g. "topk:0.01"
+  bool biased() const;      // error feedback on by default
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual bool summable() const = 0;
+  virtual at::Tensor encode(const at::Tensor& x, uint64_t seed, int rank) const = 0;
+  virtual void decodeAdd(at::Tensor& out, const at::Tensor& payload, uint64_t seed) const = 0;
+  virtual int64_t wireBytes(int64_t numel) const = 0;
+};
+
+// A codec for spec (not powersgd).
+std::unique_ptr<Codec> makeCodec(const CodecSpec& spec);
+
+// Elements top-k / random-k keep out of numel (at least 1).
+int64_t keptElements(int64_t numel, double ratio);
+
+}  // namespace scalecomm

@@ -1,0 +1,49 @@
+// scalecomm compress: allreduce of a compressed gradient, with error feedback.
+//
+// Contract: compressedAllreduce() replaces `x` (any floating dtype, 1-D view
+// of contiguous memory) by the sum over ranks of each rank's decoded
+// (compressed) contribution, computed in float32:
+//   c_r = x_r + e_r (e_r: this rank's residual, when error feedback is on)
+//   x   = sum_r decode(encode(c_r));   e_r <- c_r - decode(encode(c_r))
+// Routing by algebra: summable codecs allreduce their payloads (comms.
+// allreduceSum); the others allgather them (comms.allgatherBytes) and decode
+// each into the sum. PowerSGD (rank r) reshapes x to a near-square matrix M,
+// allreduces P = M Q, orthonormalises P, allreduces Q = M^T P (Q is kept,
+// warm-starting the next call), x = P Q^T; tensors too small to gain are
+// allreduced uncompressed. `state` holds the residual and PowerSGD's Q for one
+// tensor (a DDP bucket); an undefined residual starts at zero. `step` must be
+// equal on every rank (the random-k seed) and advance per call.
+// Errors from comms propagate; `x` and `state` are then unspecified.
+// Thread safety: one call per state at a time.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+
+#include "compress/codec.h"
+
+namespace scalecomm {
+
+struct CompressComms {
+  std::function<void(at::Tensor&)> allreduceSum;                // in place
+  std::function<at::Tensor(const at::Tensor&)> allgatherBytes;  // uint8 [b] -> uint8 [size x b]
+  int rank = 0;
+  int size = 1;
+};
+
+struct CompressState {
+  at::Tensor residual;  // float32, numel of the tensor; undefined: zero
+  at::Tensor q;         // PowerSGD's warm start
+  uint64_t steps = 0;
+};
+
+struct CompressResult {
+  int64_t wireBytes = 0;   // bytes this rank sent into the collective(s) (payload size)
+  bool compressed = true;  // false where PowerSGD fell back to a dense allreduce
+};
+
+CompressResult compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
+                                   const CompressComms& comms, uint64_t step);
+
+}  // namespace scalecomm

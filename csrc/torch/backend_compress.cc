@@ -1,0 +1,64 @@
+// scalecomm torch adapter: compressed allreduce (compress/compressed_allreduce.h)
+// as a collective of the group: validated on the caller, run on the worker
+// over the group's own allreduce and allgather, titled
+// "scalecomm:allreduce:<algorithm>:<codec>" in profiles.
+#include <c10/util/Exception.h>
+
+#include "torch/backend.h"
+#include "torch/validate.h"
+
+namespace scalecomm {
+
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::Tensor& t, const std::string& spec,
+                                                                     const std::string& key, int errorFeedback,
+                                                                     bool average, std::chrono::milliseconds timeout) {
+  const char* what = "compressed allreduce";
+  checkUsable(what);
+  checkDense(what, getRank(), t);
+  TORCH_CHECK_VALUE(at::isFloatingType(t.scalar_type()), "scalecomm ", what, " (rank ", getRank(), "): dtype ",
+                    t.scalar_type(),
+                    " is not floating point; compression applies to gradients (float32/64, fp16, bf16)");
+  CodecSpec codec;
+  try {
+    codec = CodecSpec::parse(spec);
+  } catch (const Error& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+  const bool ef = errorFeedback < 0 ? codec.biased() : errorFeedback != 0;
+  auto stage = stageFor(what, {t});
+  at::Tensor tensor = stage->inout(t);
+  const std::string algo = allreduceAlgorithmFor(static_cast<int64_t>(t.nbytes()));
+  Communicator* comm = comm_.get();
+  auto store = compression_;
+  const int rank = getRank(), size = getSize();
+  const std::string title = "allreduce:" + algo + ":" + codec.str();
+  return enqueue(
+      c10d::OpType::ALLREDUCE, title.c_str(), {t}, timeout,
+      [comm, tensor, codec, key, ef, average, algo, store, rank, size](const CollectiveOptions& base) {
+        CollectiveOptions o = base;
+        o.algorithm = algo;
+        CompressComms cc;
+        cc.rank = rank;
+        cc.size = size;
+        cc.allreduceSum = [&](at::Tensor& x) {
+          scalecomm::allreduce(*comm, x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()), ReduceOp::Sum, 1.0, o);
+        };
+        cc.allgatherBytes = [&](const at::Tensor& mine) {
+          const int64_t b = mine.numel();
+          at::Tensor all = at::empty({size * b}, mine.options());
+          all.narrow(0, rank * b, b).copy_(mine);
+          std::vector<void*> ptrs;
+          for (int q = 0; q < size; ++q) ptrs.push_back(static_cast<uint8_t*>(all.data_ptr()) + q * b);
+          CollectiveOptions g = o;
+          g.algorithm = o.algorithm == "mpi" ? "mpi" : "ring";
+          scalecomm::allgather(*comm, ptrs, b, DataType::Opaque, g);
+          return all;
+        };
+        at::Tensor x = tensor.view({-1});
+        store->with(key, [&](CompressState& s) { return compressedAllreduce(x, codec, ef, s, cc, s.steps); });
+        if (average) tensor.div_(size);
+      },
+      0, {}, stage);
+}
+
+}  // namespace scalecomm
