@@ -7,8 +7,8 @@ with error feedback kept by the backend per bucket (see pyscalecomm.compress).
 ``state`` may be a process group (a scalecomm group) or None (the default group).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: DDP checks the hook's annotations
+# (bucket: dist.GradBucket, return: Future[Tensor]) as objects.
 import torch
 import torch.distributed as dist
 

@@ -11,6 +11,7 @@
 #include "algo/collectives.h"
 #include "algo/cost_model.h"
 #include "comm/communicator.h"
+#include "compress/codec.h"
 #include "core/params.h"
 #include "torch/backend.h"
 #include "torch/nccl_groups.h"
@@ -124,6 +125,23 @@ PYBIND11_MODULE(_C, m) {
           },
           "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
 
+  m.def(
+      "codec_roundtrip",
+      [](const at::Tensor& x, const std::string& spec, uint64_t seed, int rank) {
+        std::unique_ptr<scalecomm::Codec> codec;
+        try {
+          codec = scalecomm::makeCodec(scalecomm::CodecSpec::parse(spec));
+        } catch (const scalecomm::Error& e) {
+          throw py::value_error(e.what());
+        }
+        at::Tensor flat = x.reshape({-1}).to(at::kFloat).contiguous();
+        at::Tensor payload = codec->encode(flat, seed, rank);
+        at::Tensor out = at::zeros_like(flat);
+        codec->decodeAdd(out, payload, seed);
+        return py::make_tuple(out, payload, codec->wireBytes(flat.numel()), codec->summable());
+      },
+      py::arg("x"), py::arg("compression"), py::arg("seed") = 0, py::arg("rank") = 0,
+      "One rank's codec round trip, for tests: (decoded, payload, wire bytes, summable).");
   m.def(
       "params",
       [] {
