@@ -41,7 +41,9 @@ from pyscalecomm.bench_ops import (
     make_case,
     measure,
     mpi_runner,
+    relative_error,
     torch_runner,
+    wire_bytes,
 )
 
 _DTYPES = {
@@ -117,6 +119,12 @@ def parse_args(argv=None):
         default="",
         help="comma list of gloo, mpi (mpi needs mpirun), nccl (CUDA); 'none'. "
         "Default: gloo on cpu, nccl on cuda",
+    )
+    p.add_argument(
+        "--compress",
+        default="",
+        help="comma list of codecs for extra allreduce rows, e.g. topk:0.01,qsgd:8,sign,powersgd:4 "
+        "(in place; #wrong shows the relative error of the lossy sum; wire bytes in the JSON)",
     )
     p.add_argument(
         "--device",
@@ -206,6 +214,9 @@ def _implementations(args, dist, pyscalecomm):
             impls.append(Impl(f"scalecomm:{a}" if a else "scalecomm", "scalecomm", groups[spec], a))
         if gloo is not None:
             impls.append(Impl("gloo", "gloo", gloo))
+        if c == "allreduce":
+            for spec in [x for x in args.compress.split(",") if x]:
+                impls.append(Impl(f"scalecomm:{spec}", "compress", dist.group.WORLD, spec))
         if nccl is not None:
             impls.append(Impl("nccl", "nccl", nccl))
         if mpi_comm is not None:
@@ -215,6 +226,15 @@ def _implementations(args, dist, pyscalecomm):
 
 
 def _runner(impl, case, args, dist):
+    if impl.kind == "compress":
+        if not case.inplace or args.op not in ("sum", "avg"):
+            return None
+        import pyscalecomm
+
+        key = f"bench:{impl.algo}:{case.count}"
+        return lambda: pyscalecomm.allreduce(
+            case.inp, impl.algo, key=key, error_feedback=False, average=args.op == "avg"
+        )
     if impl.kind == "mpi":
         return mpi_runner(case, impl.handle, args.op)
     if impl.kind == "gloo" and args.op == "avg" and case.collective in _REDUCING:
@@ -308,9 +328,18 @@ def run(args) -> int:
                         fn = runners[(impl.label, ip)]
                         if fn is None:
                             continue
+                        lossy = impl.kind == "compress"
                         stats, wrong, iters = measure(
-                            fn, cases[ip], timing, args.iters, args.warmup_iters, args.min_time, args.check
+                            fn,
+                            cases[ip],
+                            timing,
+                            args.iters,
+                            args.warmup_iters,
+                            args.min_time,
+                            args.check and not lossy,
                         )
+                        if lossy:
+                            wrong = relative_error(fn, cases[ip], timing)
                         key = (impl.label, ip)
                         if key not in best or stats[stat] < best[key][0][stat]:
                             best[key] = (stats, max(wrong, best.get(key, (None, 0))[1]), iters)
@@ -339,8 +368,10 @@ def run(args) -> int:
                     busbw = algbw * busbw_factor(coll, n)
                     busbw_sums[impl.label][0] += busbw
                     busbw_sums[impl.label][1] += 1
-                    total_wrong += max(0, wrong)
-                    row += f" | {sec * 1e6:>9.1f} {algbw:>7.3f} {busbw:>7.3f} {wrong:>6}"
+                    lossy = impl.kind == "compress"
+                    total_wrong += 0 if lossy else max(0, wrong)
+                    shown = f"~{wrong:.3f}" if lossy else wrong
+                    row += f" | {sec * 1e6:>9.1f} {algbw:>7.3f} {busbw:>7.3f} {shown:>6}"
                     records.append(
                         {
                             "collective": coll,
@@ -365,7 +396,10 @@ def run(args) -> int:
                             "algbw_gbps": algbw,
                             "busbw_gbps": busbw,
                             "busbw_factor": busbw_factor(coll, n),
-                            "wrong": wrong,
+                            "wrong": None if lossy else wrong,
+                            "codec": impl.algo if lossy else None,
+                            "relerr": wrong if lossy else None,
+                            "wire_bytes": wire_bytes(impl.algo, count) if lossy else nbytes,
                             "iters": iters,
                             "warmup_iters": args.warmup_iters,
                             "rounds": args.rounds,

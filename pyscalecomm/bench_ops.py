@@ -289,3 +289,32 @@ def measure(run_once, case: Case, timing, iters: int, warmup: int, min_time: flo
         dist.all_reduce(w, group=timing)
         wrong = int(w.item())
     return stats, wrong, iters
+
+
+def relative_error(run_once, case: Case, timing) -> float:
+    """||result - exact|| / ||exact||, the largest over ranks (lossy compressed rows)."""
+    import torch
+    import torch.distributed as dist
+
+    case.fill()
+    run_once()
+    want = case.expected().double()
+    err = torch.tensor([float((case.out.double() - want).norm() / want.norm().clamp_min(1e-30))])
+    dist.all_reduce(err, op=dist.ReduceOp.MAX, group=timing)
+    return float(err.item())
+
+
+def wire_bytes(spec: str, count: int) -> int:
+    """Bytes one rank sends into the compressed allreduce of ``count`` float32 elements."""
+    import math
+
+    import torch
+
+    from pyscalecomm import _C
+
+    if spec.startswith("powersgd"):  # two factors (compress/compressed_allreduce.cc), dense when no gain
+        r = int(spec.split(":")[1]) if ":" in spec else 4
+        rows = math.ceil(math.sqrt(count))
+        cols = math.ceil(count / rows)
+        return 4 * (rows + cols) * r if (rows + cols) * r < count and r < min(rows, cols) else 4 * count
+    return int(_C.codec_roundtrip(torch.zeros(count), spec)[2])

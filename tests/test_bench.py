@@ -196,3 +196,15 @@ def test_simulate_parses_units():
 
     assert abs(parse_time("5us") - 5e-6) < 1e-15 and abs(parse_time("1.5ms") - 1.5e-3) < 1e-15
     assert parse_rate("100Gbit") == 12.5e9 and parse_rate("10GB") == 10e9
+
+
+def test_bench_compressed_rows_report_codec_wire_bytes_and_error(tmp_path):
+    args = ["pyscalecomm.bench", "--nproc", "2", "-b", "64K", "-e", "64K", "-n", "2", "-w", "1"]
+    out = _run(args + ["--compress", "topk:0.01,fp16", "--json", "c.jsonl"], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [json.loads(line) for line in open(tmp_path / "c.jsonl")]
+    topk = [r for r in rows if r["codec"] == "topk:0.01"]
+    assert topk and topk[0]["wire_bytes"] == 8 * round(16384 * 0.01) and 0.5 < topk[0]["relerr"] <= 1.0
+    fp16 = [r for r in rows if r["codec"] == "fp16"][0]
+    assert fp16["wire_bytes"] == 2 * 16384 and fp16["relerr"] < 1e-3
+    assert "scalecomm:topk:0.01" in out.stdout
