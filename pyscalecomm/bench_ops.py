@@ -306,15 +306,6 @@ def relative_error(run_once, case: Case, timing) -> float:
 
 def wire_bytes(spec: str, count: int) -> int:
     """Bytes one rank sends into the compressed allreduce of ``count`` float32 elements."""
-    import math
-
-    import torch
-
     from pyscalecomm import _C
 
-    if spec.startswith("powersgd"):  # two factors (compress/compressed_allreduce.cc), dense when no gain
-        r = int(spec.split(":")[1]) if ":" in spec else 4
-        rows = math.ceil(math.sqrt(count))
-        cols = math.ceil(count / rows)
-        return 4 * (rows + cols) * r if (rows + cols) * r < count and r < min(rows, cols) else 4 * count
-    return int(_C.codec_roundtrip(torch.zeros(count), spec)[2])
+    return int(_C.compressed_wire_bytes(spec, count))

@@ -8,54 +8,62 @@ namespace scalecomm {
 
 namespace {
 
-CompressResult powerSgd(at::Tensor& c, int r, CompressState& state, const CompressComms& comms, at::Tensor* local) {
-  const int64_t n = c.numel();
+// PowerSGD views n elements as a near-square rows x cols matrix (zero padded).
+struct PowerSgdShape {
+  int64_t rows, cols;
+  bool gains;  // the factors are smaller than the tensor
+};
+
+PowerSgdShape powerSgdShape(int64_t n, int r) {
   const int64_t rows = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
   const int64_t cols = (n + rows - 1) / rows;
-  CompressResult res;
-  if ((rows + cols) * r >= n || r >= std::min(rows, cols)) {  // no gain: dense
+  return {rows, cols, (rows + cols) * r < n && r < std::min(rows, cols)};
+}
+
+// Returns the sum over ranks; *local is this rank's approximation of c.
+at::Tensor powerSgd(const at::Tensor& c, int r, CompressState& state, const CompressComms& comms, at::Tensor* local) {
+  const int64_t n = c.numel();
+  const PowerSgdShape shape = powerSgdShape(n, r);
+  if (!shape.gains) {  // dense
     at::Tensor dense = c.clone();
     comms.allreduceSum(dense);
-    *local = c.clone();
-    res.wireBytes = 4 * n;
-    res.compressed = false;
-    c.copy_(dense);
-    return res;
+    *local = c;
+    return dense;
   }
-  at::Tensor m = at::constant_pad_nd(c, {0, rows * cols - n}).view({rows, cols});
-  if (!state.q.defined() || state.q.size(0) != cols || state.q.size(1) != r) {
+  at::Tensor m = at::constant_pad_nd(c, {0, shape.rows * shape.cols - n}).view({shape.rows, shape.cols});
+  if (!state.q.defined() || state.q.size(0) != shape.cols || state.q.size(1) != r) {
     auto gen = at::detail::createCPUGenerator(0x5ca1ec033ULL);  // equal on every rank
-    state.q = at::randn({cols, r}, gen, at::TensorOptions().dtype(at::kFloat)).to(c.device());
+    state.q = at::randn({shape.cols, r}, gen, at::TensorOptions().dtype(at::kFloat)).to(c.device());
   }
   at::Tensor p = at::matmul(m, state.q);
   comms.allreduceSum(p);
   p = std::get<0>(at::linalg_qr(p, "reduced"));
-  at::Tensor qLocal = at::matmul(m.t(), p).contiguous();
-  *local = at::matmul(p, qLocal.t()).reshape({-1}).narrow(0, 0, n);
-  at::Tensor q = qLocal.clone();
+  at::Tensor q = at::matmul(m.t(), p).contiguous();
+  *local = at::matmul(p, q.t()).reshape({-1}).narrow(0, 0, n);
   comms.allreduceSum(q);
   state.q = q;
-  c.copy_(at::matmul(p, q.t()).reshape({-1}).narrow(0, 0, n));
-  res.wireBytes = 4 * (rows + cols) * r;
-  return res;
+  return at::matmul(p, q.t()).reshape({-1}).narrow(0, 0, n);
 }
 
 }  // namespace
 
-CompressResult compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
-                                   const CompressComms& comms, uint64_t step) {
+int64_t compressedWireBytes(const CodecSpec& spec, int64_t numel) {
+  if (spec.name != "powersgd") return makeCodec(spec)->wireBytes(numel);
+  const PowerSgdShape shape = powerSgdShape(numel, spec.rank);
+  return shape.gains ? 4 * (shape.rows + shape.cols) * spec.rank : 4 * numel;
+}
+
+void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
+                         const CompressComms& comms, uint64_t step) {
   at::Tensor c = x.reshape({-1}).to(at::kFloat).clone();
   if (errorFeedback && state.residual.defined()) c.add_(state.residual);
   at::Tensor local;  // this rank's decoded contribution, for the residual
-  CompressResult res;
   at::Tensor sum;
   if (spec.name == "powersgd") {
-    res = powerSgd(c, spec.rank, state, comms, &local);
-    sum = c;
+    sum = powerSgd(c, spec.rank, state, comms, &local);
   } else {
     auto codec = makeCodec(spec);
     at::Tensor payload = codec->encode(c, step, comms.rank);
-    res.wireBytes = codec->wireBytes(c.numel());
     if (errorFeedback) {
       local = at::zeros_like(c);
       codec->decodeAdd(local, payload, step);
@@ -66,7 +74,7 @@ CompressResult compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool er
       comms.allreduceSum(summed);
       codec->decodeAdd(sum, summed, step);
     } else {
-      at::Tensor all = comms.allgatherBytes(at::Tensor(payload).contiguous());
+      at::Tensor all = comms.allgatherBytes(payload);
       const int64_t b = payload.numel();
       for (int q = 0; q < comms.size; ++q) {
         at::Tensor one = all.narrow(0, q * b, b);
@@ -75,14 +83,9 @@ CompressResult compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool er
       }
     }
   }
-  if (errorFeedback) {
-    at::Tensor mine = x.reshape({-1}).to(at::kFloat);
-    if (state.residual.defined()) mine = mine + state.residual;
-    state.residual = mine - local;
-  }
+  if (errorFeedback) state.residual = c - local;
   state.steps += 1;
   x.view({-1}).copy_(sum);
-  return res;
 }
 
 }  // namespace scalecomm

@@ -38,12 +38,11 @@ struct CompressState {
   uint64_t steps = 0;
 };
 
-struct CompressResult {
-  int64_t wireBytes = 0;   // bytes this rank sent into the collective(s) (payload size)
-  bool compressed = true;  // false where PowerSGD fell back to a dense allreduce
-};
+void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
+                         const CompressComms& comms, uint64_t step);
 
-CompressResult compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
-                                   const CompressComms& comms, uint64_t step);
+// Bytes one rank sends into compressedAllreduce of `numel` elements (codec
+// payload; PowerSGD's two factors, or 4 x numel where it falls back to dense).
+int64_t compressedWireBytes(const CodecSpec& spec, int64_t numel);
 
 }  // namespace scalecomm

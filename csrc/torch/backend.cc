@@ -68,8 +68,8 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   checkConfig(config_, size);
   warnIfBoundToOneCore(rank);
   try {
-    if (!config_.compression.empty() && config_.compression != "none") CodecSpec::parse(config_.compression);
     if (config_.compression == "none") config_.compression.clear();
+    if (!config_.compression.empty()) CodecSpec::parse(config_.compression);  // a bad spec fails here
     selection_ = AlgorithmSelection::parse(config_.algorithm);
     if (!config_.tuningFile.empty()) tuning_ = TuningTable::load(config_.tuningFile);
   } catch (const Error& e) {
@@ -83,6 +83,10 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   SC_LOG(Info, "rank ", rank, "/", size, " group '", config_.groupName, "': algorithm=", selection_.str(),
          " transport=", config_.transport, " segment_bytes=", config_.segmentBytes,
          " shm_ring_bytes=", config_.shmRingBytes, " timeout_ms=", config_.timeoutMs, " spin_us=", config_.spinMicros);
+  // One scalecomm algorithm each: "auto" is it (after the log, which shows what was asked).
+  if (selection_.allgather == "auto") selection_.allgather = "ring";
+  if (selection_.reduceScatter == "auto") selection_.reduceScatter = "ring";
+  if (selection_.barrier == "auto") selection_.barrier = "dissemination";
   C10dStoreAdapter adapter(store);
   MeshOptions mesh;
   mesh.transport = config_.transport;
@@ -170,27 +174,24 @@ void ScalecommBackend::checkUsable(const char* collective) {
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, const char* collective,
                                                          std::vector<at::Tensor> outputs,
-                                                         std::chrono::milliseconds opTimeout, Body body,
-                                                         uint64_t p2pSeq,
-                                                         std::vector<c10::intrusive_ptr<ScalecommWork>> alsoFinish,
-                                                         std::shared_ptr<HostStage> stage) {
-  const uint64_t seq = p2pSeq > 0 ? p2pSeq : ++seq_;
+                                                         std::chrono::milliseconds opTimeout, Body body, Queued q) {
+  const uint64_t seq = q.p2pSeq > 0 ? q.p2pSeq : ++seq_;
   uint64_t bytes = 0;  // for stats()
   for (const auto& t : outputs) bytes += t.nbytes();
   auto work = c10::make_intrusive<ScalecommWork>(getRank(), type, collective, seq, std::move(outputs), state_);
   const int64_t timeoutMs = opTimeout > std::chrono::milliseconds(0) ? opTimeout.count() : config_.timeoutMs;
   CollectiveOptions base;
-  base.algorithm = "ring";  // the only one for allgather, reduce_scatter; other bodies override
+  base.algorithm = std::move(q.algorithm);
   base.psServers = static_cast<int>(config_.psServers);
   base.segmentBytes = config_.segmentBytes;
   base.timeoutMs = timeoutMs;
   base.seq = seq;
   auto state = state_;
   std::string name = collective;
-  alsoFinish.push_back(work);
+  q.alsoFinish.push_back(work);
   Communicator* comm = comm_.get();
-  worker_->post([works = std::move(alsoFinish), state, base, body = std::move(body), name, bytes, row = timelineRow_,
-                 comm, stage]() mutable {
+  worker_->post([works = std::move(q.alsoFinish), state, base, body = std::move(body), name, bytes, row = timelineRow_,
+                 comm, stage = std::move(q.stage)]() mutable {
     auto finishError = [&](const std::string& msg) {
       for (auto& w : works) {
         w->finishError(
@@ -265,8 +266,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   checkUsable("allreduce");
   const at::Tensor& t = singleTensor("allreduce", getRank(), tensors);
   ReductionArgs r = reductionArgs("allreduce", getRank(), t, opts.reduceOp);
-  if (!config_.compression.empty() && isFloating(r.dtype) && (r.op.op == ReduceOp::Sum || r.op.op == ReduceOp::Avg) &&
-      t.is_contiguous()) {
+  if (!config_.compression.empty() && isFloating(r.dtype) && (r.op.op == ReduceOp::Sum || r.op.op == ReduceOp::Avg)) {
     // The group's default codec; state per tensor memory (a DDP bucket keeps its buffer).
     const std::string key = strCat("ptr:", reinterpret_cast<uintptr_t>(t.data_ptr()), ":", t.numel());
     return allreduceCompressed(t, config_.compression, key, -1, r.op.op == ReduceOp::Avg, opts.timeout);
@@ -277,17 +277,15 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   TORCH_CHECK_VALUE(selection_.allreduce != "nccl", "scalecomm allreduce (rank ", getRank(),
                     "): algorithm nccl takes CUDA tensors (and a build with NCCL, SCALECOMM_CUDA_TRANSPORT=auto); ",
                     "this tensor is on ", t.device(), ": choose a scalecomm algorithm such as ring");
-  auto stage = std::make_shared<HostStage>(call);
+  auto stage = HostStage::forCall(call);
   at::Tensor tensor = stage->inout(t);
   const std::string algo = allreduceAlgorithmFor(static_cast<int64_t>(t.nbytes()));
-  return enqueue(
-      c10d::OpType::ALLREDUCE, ("allreduce:" + algo).c_str(), {t}, opts.timeout,
-      [comm, tensor, r, algo](const CollectiveOptions& base) {
-        CollectiveOptions o = base;
-        o.algorithm = algo;
-        scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
-      },
-      0, {}, stage);
+  return enqueue(c10d::OpType::ALLREDUCE, ("allreduce:" + algo).c_str(), {t}, opts.timeout,
+                 [comm, tensor, r](const CollectiveOptions& o) {
+                   scalecomm::allreduce(*comm, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor,
+                                        o);
+                 },
+                 {.algorithm = algo, .stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceOnNccl(const at::Tensor& t, const ReductionArgs& r,
@@ -300,10 +298,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceOnNccl(const at::Tenso
   auto nccl = nccl_;
   at::Tensor tensor = t;
   auto work = enqueue(c10d::OpType::ALLREDUCE, ("allreduce:" + algo + ":cuda").c_str(), {t}, opts.timeout,
-                      [nccl, call, tensor, r, algo, params](const CollectiveOptions& o) {
+                      [nccl, call, tensor, r, params](const CollectiveOptions& o) {
                         nccl->allreduce(*call, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor,
-                                        algo, params, o.deadline);
-                      });
+                                        o.algorithm, params, o.deadline);
+                      },
+                      {.algorithm = algo});
   c10::static_intrusive_pointer_cast<ScalecommWork>(work)->setDeviceCall(call);
   return work;
 }
@@ -325,20 +324,17 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   int64_t total = 0;
   for (const auto& t : tensors) total += static_cast<int64_t>(t.nbytes());
   const std::string algo = allreduceAlgorithmFor(total);
-  return enqueue(
-      c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts.timeout,
-      [comm, ts, r, algo](const CollectiveOptions& base) {
-        CollectiveOptions o = base;
-        o.algorithm = algo;
-        at::Tensor flat = at::cat(flattenAll(ts));
-        scalecomm::allreduce(*comm, flat.data_ptr(), flat.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
-        int64_t off = 0;
-        for (const auto& t : ts) {
-          t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
-          off += t.numel();
-        }
-      },
-      0, {}, stage);
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, opts.timeout,
+                 [comm, ts, r](const CollectiveOptions& o) {
+                   at::Tensor flat = at::cat(flattenAll(ts));
+                   scalecomm::allreduce(*comm, flat.data_ptr(), flat.numel(), r.dtype, r.op.op, r.op.premulFactor, o);
+                   int64_t off = 0;
+                   for (const auto& t : ts) {
+                     t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
+                     off += t.numel();
+                   }
+                 },
+                 {.algorithm = algo, .stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tensor>& tensors,
@@ -353,14 +349,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tenso
   at::Tensor tensor = stage->inout(t);
   int root = static_cast<int>(opts.rootRank);
   const std::string algo = rootedAlgorithmFor(selection_.broadcast, static_cast<int64_t>(t.nbytes()));
-  return enqueue(
-      c10d::OpType::BROADCAST, ("broadcast:" + algo).c_str(), {t}, opts.timeout,
-      [comm, tensor, shape, root, algo](const CollectiveOptions& base) {
-        CollectiveOptions o = base;
-        o.algorithm = algo;
-        scalecomm::broadcast(*comm, tensor.data_ptr(), shape.count, shape.dtype, root, o);
-      },
-      0, {}, stage);
+  return enqueue(c10d::OpType::BROADCAST, ("broadcast:" + algo).c_str(), {t}, opts.timeout,
+                 [comm, tensor, shape, root](const CollectiveOptions& o) {
+                   scalecomm::broadcast(*comm, tensor.data_ptr(), shape.count, shape.dtype, root, o);
+                 },
+                 {.algorithm = algo, .stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -384,18 +377,15 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
   at::Tensor input = stage->input(in);
   std::vector<at::Tensor> outList = stage->outputs(outs);
   const int rank = getRank();
-  const std::string algo = fixedAlgorithm(selection_.allgather, "ring");
-  return enqueue(
-      c10d::OpType::ALLGATHER, titled("allgather", algo).c_str(), outs, opts.timeout,
-      [comm, input, outList, shape, rank, algo](const CollectiveOptions& base) {
-        CollectiveOptions o = base;
-        o.algorithm = algo;
-        outList[rank].copy_(input);
-        std::vector<void*> ptrs;
-        for (const auto& t : outList) ptrs.push_back(t.data_ptr());
-        scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
-      },
-      0, {}, stage);
+  const std::string& algo = selection_.allgather;
+  return enqueue(c10d::OpType::ALLGATHER, titled("allgather", algo).c_str(), outs, opts.timeout,
+                 [comm, input, outList, shape, rank](const CollectiveOptions& o) {
+                   outList[rank].copy_(input);
+                   std::vector<void*> ptrs;
+                   for (const auto& t : outList) ptrs.push_back(t.data_ptr());
+                   scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
+                 },
+                 {.algorithm = algo, .stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -413,20 +403,17 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
   auto stage = stageFor("all_gather_into_tensor", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
   const int rank = getRank(), size = getSize();
-  const std::string algo = fixedAlgorithm(selection_.allgather, "ring");
-  return enqueue(
-      c10d::OpType::_ALLGATHER_BASE, titled("all_gather_into_tensor", algo).c_str(), {output}, opts.timeout,
-      [comm, in, out, shape, rank, size, algo](const CollectiveOptions& base) {
-        CollectiveOptions o = base;
-        o.algorithm = algo;
-        auto flatOut = out.view({-1});
-        flatOut.narrow(0, rank * in.numel(), in.numel()).copy_(in.reshape({-1}));
-        std::vector<void*> ptrs;
-        auto* first = static_cast<uint8_t*>(out.data_ptr());
-        for (int r = 0; r < size; ++r) ptrs.push_back(first + r * in.nbytes());
-        scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
-      },
-      0, {}, stage);
+  const std::string& algo = selection_.allgather;
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, titled("all_gather_into_tensor", algo).c_str(), {output}, opts.timeout,
+                 [comm, in, out, shape, rank, size](const CollectiveOptions& o) {
+                   auto flatOut = out.view({-1});
+                   flatOut.narrow(0, rank * in.numel(), in.numel()).copy_(in.reshape({-1}));
+                   std::vector<void*> ptrs;
+                   auto* first = static_cast<uint8_t*>(out.data_ptr());
+                   for (int r = 0; r < size; ++r) ptrs.push_back(first + r * in.nbytes());
+                   scalecomm::allgather(*comm, ptrs, shape.count, shape.dtype, o);
+                 },
+                 {.algorithm = algo, .stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -447,13 +434,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::barrier(const c10d::BarrierOptions& opts) {
   checkUsable("barrier");
   Communicator* comm = comm_.get();
-  const std::string algo = fixedAlgorithm(selection_.barrier, "dissemination");
+  const std::string& algo = selection_.barrier;
   return enqueue(c10d::OpType::BARRIER, titled("barrier", algo).c_str(), {}, opts.timeout,
-                 [comm, algo](const CollectiveOptions& base) {
-                   CollectiveOptions o = base;
-                   o.algorithm = algo;
-                   scalecomm::barrier(*comm, o);
-                 });
+                 [comm](const CollectiveOptions& o) { scalecomm::barrier(*comm, o); }, {.algorithm = algo});
 }
 
 static void notImplemented(const char* what, const char* instead) {
@@ -486,18 +469,17 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::pointToPoint(bool sending, std:
     return work;
   }
   auto received = received_;
-  return enqueue(
-      sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, {t}, std::chrono::milliseconds(0),
-      [comm, tensor, shape, peer, tag, sending, received](const CollectiveOptions& o) {
-        if (sending) {
-          scalecomm::sendTo(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, o);
-        } else {
-          CollectiveOptions numbered = o;
-          numbered.seq = ++received->count[peer];
-          scalecomm::recvFrom(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, numbered);
-        }
-      },
-      pairSeq, {}, stage);
+  return enqueue(sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, {t}, std::chrono::milliseconds(0),
+                 [comm, tensor, shape, peer, tag, sending, received](const CollectiveOptions& o) {
+                   if (sending) {
+                     scalecomm::sendTo(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, o);
+                   } else {
+                     CollectiveOptions numbered = o;
+                     numbered.seq = ++received->count[peer];
+                     scalecomm::recvFrom(*comm, tensor.data_ptr(), shape.count, shape.dtype, peer, tag, numbered);
+                   }
+                 },
+                 {.stage = stage, .p2pSeq = pairSeq});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
@@ -523,15 +505,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::recvAnysource(std::vector<at::T
   at::Tensor tensor = stage->output(t);
   auto received = received_;
   auto source = std::make_shared<std::atomic<int>>(-1);
-  auto work = enqueue(
-      c10d::OpType::RECVANYSOURCE, "recv_anysource", {t}, std::chrono::milliseconds(0),
-      [comm, tensor, shape, tag, received, source](const CollectiveOptions& o) {
-        const int from = recvFromAny(*comm, tensor.data_ptr(), shape.count, shape.dtype, tag, received->count,
-                                     received->nextAnySource, o);
-        received->nextAnySource = from + 1;  // round-robin: the next search starts after this peer
-        source->store(from);
-      },
-      /*p2pSeq=*/1, {}, stage);
+  auto work = enqueue(c10d::OpType::RECVANYSOURCE, "recv_anysource", {t}, std::chrono::milliseconds(0),
+                      [comm, tensor, shape, tag, received, source](const CollectiveOptions& o) {
+                        const int from = recvFromAny(*comm, tensor.data_ptr(), shape.count, shape.dtype, tag,
+                                                     received->count, received->nextAnySource, o);
+                        received->nextAnySource = from + 1;  // round-robin: the next search starts after this peer
+                        source->store(from);
+                      },
+                      {.stage = stage, .p2pSeq = 1});
   // The worker sets the source before it completes the Work; copy it on completion.
   auto scWork = c10::static_intrusive_pointer_cast<ScalecommWork>(work);
   scWork->setSourceProvider(source);

@@ -64,6 +64,14 @@ struct BackendConfig {
 
 struct ReductionArgs;  // torch/validate.h
 
+// How enqueue() runs a body; every field optional.
+struct Queued {
+  std::string algorithm;             // the body's CollectiveOptions::algorithm (empty: not used)
+  std::shared_ptr<HostStage> stage;  // CUDA tensors: copied down before the body, up after it
+  uint64_t p2pSeq = 0;               // point-to-point: the per-pair number (> 0) instead of the group's
+  std::vector<c10::intrusive_ptr<ScalecommWork>> alsoFinish;  // completed with this Work (a batch's parts)
+};
+
 // Defaults overridden by SCALECOMM_* environment variables.
 BackendConfig configFromEnvironment();
 
@@ -157,18 +165,14 @@ class ScalecommBackend : public c10d::Backend {
  private:
   using Body = std::function<void(const CollectiveOptions&)>;
   // Queues `body` on the worker. Collectives take the group's next sequence
-  // number; point-to-point ops pass their per-peer number as p2pSeq (> 0) and
-  // leave the group's untouched (only two ranks take part).
-  // `alsoFinish` are Works completed together with this one (a batch's parts).
-  // `stage` (CUDA tensors through host memory) copies down before the body
-  // and up after it; `outputs` are the caller's tensors (the Future's value).
+  // number; point-to-point ops pass q.p2pSeq and leave the group's untouched
+  // (only two ranks take part). `outputs` are the caller's tensors (the
+  // Future's value).
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* collective, std::vector<at::Tensor> outputs,
-                                         std::chrono::milliseconds opTimeout, Body body, uint64_t p2pSeq = 0,
-                                         std::vector<c10::intrusive_ptr<ScalecommWork>> alsoFinish = {},
-                                         std::shared_ptr<HostStage> stage = nullptr);
+                                         std::chrono::milliseconds opTimeout, Body body, Queued q = {});
   // The host stage for a collective's tensors (inactive when all are on the CPU).
   std::shared_ptr<HostStage> stageFor(const char* collective, const std::vector<at::Tensor>& tensors) {
-    return std::make_shared<HostStage>(DeviceCall::begin(tensors, collective, getRank()));
+    return HostStage::forCall(DeviceCall::begin(tensors, collective, getRank()));
   }
   bool ncclAllreduce(const std::shared_ptr<DeviceCall>& call) const {
     return call && config_.cudaTransport != "host" && NcclGroups::available();
@@ -180,11 +184,7 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
 
   BackendConfig config_;
-  // The selected algorithm of a collective with one scalecomm algorithm ("auto" -> dflt),
-  // and its profiler title ("allgather", or "allgather:mpi" for the passthrough).
-  static std::string fixedAlgorithm(const std::string& selected, const char* dflt) {
-    return selected == "auto" ? dflt : selected;
-  }
+  // A collective's profiler title: "allgather", or "allgather:mpi" for the passthrough.
   static std::string titled(const char* collective, const std::string& algo) {
     return algo == "mpi" ? std::string(collective) + ":mpi" : std::string(collective);
   }

@@ -32,33 +32,31 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   auto store = compression_;
   const int rank = getRank(), size = getSize();
   const std::string title = "allreduce:" + algo + ":" + codec.str();
-  return enqueue(
-      c10d::OpType::ALLREDUCE, title.c_str(), {t}, timeout,
-      [comm, tensor, codec, key, ef, average, algo, store, rank, size](const CollectiveOptions& base) {
-        CollectiveOptions o = base;
-        o.algorithm = algo;
-        CompressComms cc;
-        cc.rank = rank;
-        cc.size = size;
-        cc.allreduceSum = [&](at::Tensor& x) {
-          scalecomm::allreduce(*comm, x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()), ReduceOp::Sum, 1.0, o);
-        };
-        cc.allgatherBytes = [&](const at::Tensor& mine) {
-          const int64_t b = mine.numel();
-          at::Tensor all = at::empty({size * b}, mine.options());
-          all.narrow(0, rank * b, b).copy_(mine);
-          std::vector<void*> ptrs;
-          for (int q = 0; q < size; ++q) ptrs.push_back(static_cast<uint8_t*>(all.data_ptr()) + q * b);
-          CollectiveOptions g = o;
-          g.algorithm = o.algorithm == "mpi" ? "mpi" : "ring";
-          scalecomm::allgather(*comm, ptrs, b, DataType::Opaque, g);
-          return all;
-        };
-        at::Tensor x = tensor.view({-1});
-        store->with(key, [&](CompressState& s) { return compressedAllreduce(x, codec, ef, s, cc, s.steps); });
-        if (average) tensor.div_(size);
-      },
-      0, {}, stage);
+  return enqueue(c10d::OpType::ALLREDUCE, title.c_str(), {t}, timeout,
+                 [comm, tensor, codec, key, ef, average, store, rank, size](const CollectiveOptions& o) {
+                   CompressComms cc;
+                   cc.rank = rank;
+                   cc.size = size;
+                   cc.allreduceSum = [&](at::Tensor& x) {
+                     scalecomm::allreduce(*comm, x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()),
+                                          ReduceOp::Sum, 1.0, o);
+                   };
+                   cc.allgatherBytes = [&](const at::Tensor& mine) {
+                     const int64_t b = mine.numel();
+                     at::Tensor all = at::empty({size * b}, mine.options());
+                     all.narrow(0, rank * b, b).copy_(mine);
+                     std::vector<void*> ptrs;
+                     for (int q = 0; q < size; ++q) ptrs.push_back(static_cast<uint8_t*>(all.data_ptr()) + q * b);
+                     CollectiveOptions g = o;
+                     g.algorithm = o.algorithm == "mpi" ? "mpi" : "ring";
+                     scalecomm::allgather(*comm, ptrs, b, DataType::Opaque, g);
+                     return all;
+                   };
+                   at::Tensor x = tensor.view({-1});
+                   store->with(key, [&](CompressState& s) { compressedAllreduce(x, codec, ef, s, cc, s.steps); });
+                   if (average) tensor.div_(size);
+                 },
+                 {.algorithm = algo, .stage = stage});
 }
 
 }  // namespace scalecomm

@@ -116,15 +116,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::endCoalescing() {
   // A batch may involve only some ranks, so it must not take a group sequence
   // number (that would desynchronise later collectives): its Work shows the
   // first message's per-pair number, and every message carries its own.
-  return enqueue(
-      c10d::OpType::COALESCED, "batch_isend_irecv", tensors, std::chrono::milliseconds(0),
-      [comm, ops, tensors, received = received_](const CollectiveOptions& o) mutable {
-        for (PointToPointOp& op : ops) {
-          if (!op.send) op.pairSeq = ++received->count[op.peer];
-        }
-        pointToPointBatch(*comm, ops, o);
-      },
-      ops.front().pairSeq, std::move(parts));
+  return enqueue(c10d::OpType::COALESCED, "batch_isend_irecv", tensors, std::chrono::milliseconds(0),
+                 [comm, ops, tensors, received = received_](const CollectiveOptions& o) mutable {
+                   for (PointToPointOp& op : ops) {
+                     if (!op.send) op.pairSeq = ++received->count[op.peer];
+                   }
+                   pointToPointBatch(*comm, ops, o);
+                 },
+                 {.p2pSeq = ops.front().pairSeq, .alsoFinish = std::move(parts)});
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ScalecommBackend::getBackendOptions() {

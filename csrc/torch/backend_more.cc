@@ -54,6 +54,16 @@ std::vector<void*> rootedBlocks(const std::vector<at::Tensor>& list, const at::T
   return blocks;
 }
 
+// Reduce-scatters `work` (world size x out.numel() elements: this rank's
+// contributions, a scratch copy that is overwritten) and copies this rank's
+// reduced block into `out`.
+void reduceScatterInto(Communicator& comm, at::Tensor work, const at::Tensor& out, const ReductionArgs& r, int rank,
+                       const CollectiveOptions& o) {
+  const int64_t per = out.numel();
+  scalecomm::reduceScatter(comm, work.data_ptr(), per, r.dtype, r.op.op, r.op.premulFactor, o);
+  out.view({-1}).copy_(work.narrow(0, rank * per, per));
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>& tensors,
@@ -67,16 +77,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
   auto stage = stageFor("reduce", {t});
   at::Tensor tensor = rank == root ? stage->inout(t) : stage->input(t);
   const std::string algo = rootedAlgorithmFor(selection_.reduce, static_cast<int64_t>(t.nbytes()));
-  return enqueue(
-      c10d::OpType::REDUCE, ("reduce:" + algo).c_str(), {t}, opts.timeout,
-      [comm, tensor, r, root, rank, algo](const CollectiveOptions& base) {
-        CollectiveOptions o = base;
-        o.algorithm = algo;
-        // Non-root ranks reduce in scratch, so their input stays intact.
-        at::Tensor work = rank == root ? tensor : tensor.clone();
-        scalecomm::reduce(*comm, work.data_ptr(), work.numel(), r.dtype, r.op.op, r.op.premulFactor, root, o);
-      },
-      0, {}, stage);
+  return enqueue(c10d::OpType::REDUCE, ("reduce:" + algo).c_str(), {t}, opts.timeout,
+                 [comm, tensor, r, root, rank](const CollectiveOptions& o) {
+                   // Non-root ranks reduce in scratch, so their input stays intact.
+                   at::Tensor work = rank == root ? tensor : tensor.clone();
+                   scalecomm::reduce(*comm, work.data_ptr(), work.numel(), r.dtype, r.op.op, r.op.premulFactor, root,
+                                     o);
+                 },
+                 {.algorithm = algo, .stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -92,18 +100,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_reduce_scatter_base(at::Tensor
   auto stage = stageFor("reduce_scatter_tensor", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
   const int rank = getRank();
-  const std::string algo = fixedAlgorithm(selection_.reduceScatter, "ring");
-  return enqueue(
-      c10d::OpType::_REDUCE_SCATTER_BASE, titled("reduce_scatter_tensor", algo).c_str(), {output}, opts.timeout,
-      [comm, in, out, r, rank, algo](const CollectiveOptions& base) {
-        CollectiveOptions o = base;
-        o.algorithm = algo;
-        at::Tensor work = in.reshape({-1}).clone();
-        const int64_t per = out.numel();
-        scalecomm::reduceScatter(*comm, work.data_ptr(), per, r.dtype, r.op.op, r.op.premulFactor, o);
-        out.view({-1}).copy_(work.narrow(0, rank * per, per));
-      },
-      0, {}, stage);
+  const std::string& algo = selection_.reduceScatter;
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, titled("reduce_scatter_tensor", algo).c_str(), {output},
+                 opts.timeout,
+                 [comm, in, out, r, rank](const CollectiveOptions& o) {
+                   reduceScatterInto(*comm, in.reshape({-1}).clone(), out, r, rank, o);
+                 },
+                 {.algorithm = algo, .stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -123,18 +126,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::
   std::vector<at::Tensor> ins = stage->inputs(inputs[0]);
   at::Tensor output = stage->output(out);
   const int rank = getRank();
-  const std::string algo = fixedAlgorithm(selection_.reduceScatter, "ring");
-  return enqueue(
-      c10d::OpType::REDUCE_SCATTER, titled("reduce_scatter", algo).c_str(), {out}, opts.timeout,
-      [comm, ins, output, r, rank, algo](const CollectiveOptions& base) {
-        CollectiveOptions o = base;
-        o.algorithm = algo;
-        at::Tensor work = at::cat(flattenAll(ins));
-        const int64_t per = output.numel();
-        scalecomm::reduceScatter(*comm, work.data_ptr(), per, r.dtype, r.op.op, r.op.premulFactor, o);
-        output.view({-1}).copy_(work.narrow(0, rank * per, per));
-      },
-      0, {}, stage);
+  const std::string& algo = selection_.reduceScatter;
+  return enqueue(c10d::OpType::REDUCE_SCATTER, titled("reduce_scatter", algo).c_str(), {out}, opts.timeout,
+                 [comm, ins, output, r, rank](const CollectiveOptions& o) {
+                   reduceScatterInto(*comm, at::cat(flattenAll(ins)), output, r, rank, o);
+                 },
+                 {.algorithm = algo, .stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter_tensor_coalesced(
@@ -165,13 +162,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::gather(std::vector<std::vector<
   at::Tensor input = stage->input(in);
   std::vector<at::Tensor> userOuts = outs;
   outs = stage->outputs(outs);
-  return enqueue(
-      c10d::OpType::GATHER, "gather", userOuts, opts.timeout,
-      [comm, input, outs, shape, root, rank, size](const CollectiveOptions& o) {
-        if (rank == root) outs[root].copy_(input);
-        scalecomm::gather(*comm, rootedBlocks(outs, input, rank, root, size), shape.count, shape.dtype, root, o);
-      },
-      0, {}, stage);
+  return enqueue(c10d::OpType::GATHER, "gather", userOuts, opts.timeout,
+                 [comm, input, outs, shape, root, rank, size](const CollectiveOptions& o) {
+                   if (rank == root) outs[root].copy_(input);
+                   scalecomm::gather(*comm, rootedBlocks(outs, input, rank, root, size), shape.count, shape.dtype, root,
+                                     o);
+                 },
+                 {.stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -190,13 +187,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::scatter(std::vector<at::Tensor>
   auto stage = stageFor("scatter", all);
   ins = stage->inputs(ins);
   at::Tensor output = stage->output(out);
-  return enqueue(
-      c10d::OpType::SCATTER, "scatter", {out}, opts.timeout,
-      [comm, ins, output, shape, root, rank, size](const CollectiveOptions& o) {
-        if (rank == root) output.copy_(ins[root]);
-        scalecomm::scatter(*comm, rootedBlocks(ins, output, rank, root, size), shape.count, shape.dtype, root, o);
-      },
-      0, {}, stage);
+  return enqueue(c10d::OpType::SCATTER, "scatter", {out}, opts.timeout,
+                 [comm, ins, output, shape, root, rank, size](const CollectiveOptions& o) {
+                   if (rank == root) output.copy_(ins[root]);
+                   scalecomm::scatter(*comm, rootedBlocks(ins, output, rank, root, size), shape.count, shape.dtype,
+                                      root, o);
+                 },
+                 {.stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -231,28 +228,27 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
   Communicator* comm = comm_.get();
   auto stage = stageFor("all_to_all_single", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
-  return enqueue(
-      c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, opts.timeout,
-      [comm, in, out, inSplits, outSplits, rowUnits, dtype, rank, n](const CollectiveOptions& o) {
-        const size_t unitBytes = elementSize(dtype);
-        std::vector<void*> send(n), recv(n);
-        std::vector<int64_t> sendCounts(n), recvCounts(n);
-        auto* inBase = static_cast<uint8_t*>(in.data_ptr());
-        auto* outBase = static_cast<uint8_t*>(out.data_ptr());
-        int64_t inOff = 0, outOff = 0;
-        for (int q = 0; q < n; ++q) {
-          send[q] = inBase + inOff * rowUnits * unitBytes;
-          recv[q] = outBase + outOff * rowUnits * unitBytes;
-          sendCounts[q] = inSplits[q] * rowUnits;
-          recvCounts[q] = outSplits[q] * rowUnits;
-          inOff += inSplits[q];
-          outOff += outSplits[q];
-        }
-        std::memcpy(recv[rank], send[rank], sendCounts[rank] * unitBytes);
-        sendCounts[rank] = recvCounts[rank] = 0;  // the self block is copied, not sent
-        scalecomm::alltoall(*comm, send, sendCounts, recv, recvCounts, dtype, o);
-      },
-      0, {}, stage);
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, opts.timeout,
+                 [comm, in, out, inSplits, outSplits, rowUnits, dtype, rank, n](const CollectiveOptions& o) {
+                   const size_t unitBytes = elementSize(dtype);
+                   std::vector<void*> send(n), recv(n);
+                   std::vector<int64_t> sendCounts(n), recvCounts(n);
+                   auto* inBase = static_cast<uint8_t*>(in.data_ptr());
+                   auto* outBase = static_cast<uint8_t*>(out.data_ptr());
+                   int64_t inOff = 0, outOff = 0;
+                   for (int q = 0; q < n; ++q) {
+                     send[q] = inBase + inOff * rowUnits * unitBytes;
+                     recv[q] = outBase + outOff * rowUnits * unitBytes;
+                     sendCounts[q] = inSplits[q] * rowUnits;
+                     recvCounts[q] = outSplits[q] * rowUnits;
+                     inOff += inSplits[q];
+                     outOff += outSplits[q];
+                   }
+                   std::memcpy(recv[rank], send[rank], sendCounts[rank] * unitBytes);
+                   sendCounts[rank] = recvCounts[rank] = 0;  // the self block is copied, not sent
+                   scalecomm::alltoall(*comm, send, sendCounts, recv, recvCounts, dtype, o);
+                 },
+                 {.stage = stage});
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -277,22 +273,21 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor
   all.insert(all.end(), outputs.begin(), outputs.end());
   auto stage = stageFor("all_to_all", all);
   std::vector<at::Tensor> ins = stage->inputs(inputs), outs = stage->outputs(outputs);
-  return enqueue(
-      c10d::OpType::ALLTOALL, "all_to_all", outputs, opts.timeout,
-      [comm, ins, outs, dtype, rank, n](const CollectiveOptions& o) {
-        std::vector<void*> send(n), recv(n);
-        std::vector<int64_t> sendCounts(n), recvCounts(n);
-        for (int q = 0; q < n; ++q) {
-          send[q] = ins[q].data_ptr();
-          recv[q] = outs[q].data_ptr();
-          sendCounts[q] = dtype == DataType::Opaque ? ins[q].nbytes() : ins[q].numel();
-          recvCounts[q] = dtype == DataType::Opaque ? outs[q].nbytes() : outs[q].numel();
-        }
-        outs[rank].copy_(ins[rank]);
-        sendCounts[rank] = recvCounts[rank] = 0;
-        scalecomm::alltoall(*comm, send, sendCounts, recv, recvCounts, dtype, o);
-      },
-      0, {}, stage);
+  return enqueue(c10d::OpType::ALLTOALL, "all_to_all", outputs, opts.timeout,
+                 [comm, ins, outs, dtype, rank, n](const CollectiveOptions& o) {
+                   std::vector<void*> send(n), recv(n);
+                   std::vector<int64_t> sendCounts(n), recvCounts(n);
+                   for (int q = 0; q < n; ++q) {
+                     send[q] = ins[q].data_ptr();
+                     recv[q] = outs[q].data_ptr();
+                     sendCounts[q] = dtype == DataType::Opaque ? ins[q].nbytes() : ins[q].numel();
+                     recvCounts[q] = dtype == DataType::Opaque ? outs[q].nbytes() : outs[q].numel();
+                   }
+                   outs[rank].copy_(ins[rank]);
+                   sendCounts[rank] = recvCounts[rank] = 0;
+                   scalecomm::alltoall(*comm, send, sendCounts, recv, recvCounts, dtype, o);
+                 },
+                 {.stage = stage});
 }
 
 }  // namespace scalecomm

@@ -12,6 +12,7 @@
 #include "algo/cost_model.h"
 #include "comm/communicator.h"
 #include "compress/codec.h"
+#include "compress/compressed_allreduce.h"
 #include "core/params.h"
 #include "torch/backend.h"
 #include "torch/nccl_groups.h"
@@ -142,6 +143,17 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("x"), py::arg("compression"), py::arg("seed") = 0, py::arg("rank") = 0,
       "One rank's codec round trip, for tests: (decoded, payload, wire bytes, summable).");
+  m.def(
+      "compressed_wire_bytes",
+      [](const std::string& spec, int64_t numel) {
+        try {
+          return scalecomm::compressedWireBytes(scalecomm::CodecSpec::parse(spec), numel);
+        } catch (const scalecomm::Error& e) {
+          throw py::value_error(e.what());
+        }
+      },
+      py::arg("compression"), py::arg("numel"),
+      "Bytes one rank sends in a compressed allreduce of numel float32 elements.");
   m.def(
       "params",
       [] {

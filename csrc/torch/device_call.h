@@ -55,7 +55,13 @@ class DeviceCall {
 
 class HostStage {
  public:
-  HostStage(std::shared_ptr<DeviceCall> call) : call_(std::move(call)) {}
+  explicit HostStage(std::shared_ptr<DeviceCall> call) : call_(std::move(call)) {}
+  // A stage for `call`; for CPU-only calls (null) one shared, stateless
+  // instance, so the CPU path allocates nothing per call.
+  static std::shared_ptr<HostStage> forCall(std::shared_ptr<DeviceCall> call) {
+    static const auto cpuOnly = std::make_shared<HostStage>(nullptr);
+    return call ? std::make_shared<HostStage>(std::move(call)) : cpuOnly;
+  }
   bool active() const { return call_ != nullptr; }
   at::Tensor input(const at::Tensor& t) { return stage(t, true, false); }
   at::Tensor output(const at::Tensor& t) { return stage(t, false, true); }
