@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 
@@ -33,6 +34,10 @@ def register() -> None:
     """Registers "scalecomm" once per process (idempotent)."""
     if BACKEND_NAME.upper() in dist.Backend._plugins:
         return
+    # Groups still alive at exit are shut down while Python can free what their
+    # worker threads hold (a worker dropping a tensor during interpreter
+    # finalisation would abort the process).
+    atexit.register(_C._shutdown_all_at_exit)
     # Builds without CUDA refuse CUDA tensors with a clear error; registering
     # "cuda" there too keeps init_process_group("scalecomm") identical everywhere.
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])

@@ -220,3 +220,62 @@ def test_stale_segments_of_dead_processes_are_removed():
 def test_errors_carry_the_type_torch_users_catch():
     out = run_ranks(2, _mismatch, "size")
     assert not any(isinstance(x, RankError) for x in out)
+
+
+_EXIT_MID_COLLECTIVE = """
+import sys, time
+from datetime import timedelta
+import torch, torch.distributed as dist
+import pyscalecomm
+rank, port, peer_joins = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
+dist.init_process_group("scalecomm", init_method="tcp://127.0.0.1:" + port, rank=rank, world_size=2,
+                        timeout=timedelta(seconds=60))
+store = dist.distributed_c10d._get_default_store()
+if rank == 0:
+    # In flight at exit with its Work dropped: only the worker holds it (and its tensor).
+    dist.all_reduce(torch.ones(1 << 16), async_op=True)
+    store.set("exiting", "1")
+else:
+    store.wait(["exiting"])
+    if peer_joins:  # joins while rank 0 is already exiting
+        t = torch.ones(1 << 16)
+        dist.all_reduce(t)
+        assert t[0].item() == 2.0
+    else:
+        time.sleep(0.5)
+"""
+
+
+def _exit_mid_collective(peer_joins: bool):
+    import subprocess
+    import sys
+
+    from dist_helpers import free_port
+
+    port = str(free_port())
+    start = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _EXIT_MID_COLLECTIVE, str(r), port, str(int(peer_joins))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=50)[0] for p in procs]
+    return time.monotonic() - start, [p.returncode for p in procs], outs
+
+
+def test_exit_with_a_collective_in_flight_finishes_it_when_the_peer_joins():
+    # The worker then drops the last reference to the Work while the interpreter
+    # exits; before the exit hook that aborted the process (SIGABRT, rc 134).
+    for _ in range(3):
+        _, codes, outs = _exit_mid_collective(peer_joins=True)
+        assert codes == [0, 0], outs
+
+
+def test_exit_with_a_stuck_collective_is_prompt():
+    elapsed, codes, outs = _exit_mid_collective(peer_joins=False)
+    assert elapsed < 30, outs  # not the 60 s group timeout: aborted after a 2 s grace
+    assert codes[0] == 0, outs[0][-3000:]

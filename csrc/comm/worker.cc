@@ -18,6 +18,7 @@ void Worker::post(std::function<void()> job) {
     std::lock_guard<std::mutex> g(mu_);
     SC_CHECK(!stopping_, "job posted to a stopped worker");
     queue_.push_back(std::move(job));
+    unfinished_.fetch_add(1, std::memory_order_relaxed);
     queued_.fetch_add(1, std::memory_order_release);
     wake = sleeping_;
   }
@@ -55,6 +56,8 @@ void Worker::loop() {
       queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     job();
+    job = nullptr;  // its captures go before the job counts as finished
+    unfinished_.fetch_sub(1, std::memory_order_release);
   }
 }
 

@@ -6,7 +6,8 @@
 // (spinMicros) for the next one before sleeping, which keeps back-to-back small
 // collectives fast. stop() runs every job already posted, then joins (jobs must
 // end on their own: collectives are bounded by their deadline). A job must not
-// throw (wrap it); post() after stop() is an internal error.
+// throw (wrap it); post() after stop() is an internal error. idle(): nothing
+// queued or running (a job counts until it and its captures are destroyed).
 #pragma once
 
 #include <atomic>
@@ -24,6 +25,7 @@ class Worker {
   ~Worker();
   void post(std::function<void()> job);
   void stop();
+  bool idle() const { return unfinished_.load(std::memory_order_acquire) == 0; }
 
  private:
   void loop();
@@ -32,6 +34,7 @@ class Worker {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   std::atomic<size_t> queued_{0};
+  std::atomic<size_t> unfinished_{0};  // queued + running
   bool sleeping_ = false;
   bool stopping_ = false;
   std::thread thread_;

@@ -3,6 +3,9 @@
 #include <c10/util/Exception.h>
 #include <sched.h>
 
+#include <mutex>
+#include <set>
+
 #include "algo/probe.h"
 #include "core/logging.h"
 #include "core/params.h"
@@ -60,6 +63,17 @@ static void warnIfBoundToOneCore(int rank) {
              "--map-by slot:PE=2; srun --cpus-per-task=2)");
     }
   });
+}
+
+// Live groups, for shutdownAllAtExit. Recursive: shutdown() unregisters while
+// shutdownAllAtExit holds the lock.
+static std::recursive_mutex& liveMu() {
+  static std::recursive_mutex mu;
+  return mu;
+}
+static std::set<ScalecommBackend*>& live() {
+  static std::set<ScalecommBackend*> s;
+  return s;
 }
 
 ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -136,12 +150,38 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
         TimelineRow{timeline, envRank && envRank[0] ? std::atoi(envRank) : rank, groupsWithRows++, config_.groupName});
   }
   worker_ = std::make_unique<Worker>(config_.spinMicros);
+  std::lock_guard<std::recursive_mutex> g(liveMu());
+  live().insert(this);
 }
 
 ScalecommBackend::~ScalecommBackend() { shutdown(); }
 
+void ScalecommBackend::shutdownAllAtExit() {
+  std::lock_guard<std::recursive_mutex> g(liveMu());
+  const std::set<ScalecommBackend*> groups = live();
+  ReleaseGilIfHeld noGil;  // finishing jobs may need it
+  // Collectives in flight get a short grace period (peers may be about to
+  // join them); then they are aborted rather than waited for until their timeout.
+  const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (ScalecommBackend* b : groups) {
+    while (!b->worker_->idle() && std::chrono::steady_clock::now() < grace) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!b->worker_->idle()) {
+      b->state_->poison(
+          strCat("scalecomm (rank ", b->getRank(), "): the process is exiting with this collective in flight"),
+          /*abortComm=*/true);
+    }
+    b->shutdown();
+  }
+}
+
 void ScalecommBackend::shutdown() {
   if (shutDown_.exchange(true)) return;
+  {
+    std::lock_guard<std::recursive_mutex> g(liveMu());
+    live().erase(this);
+  }
   {
     ReleaseGilIfHeld noGil;
     worker_->stop();  // queued collectives finish or fail by their deadline

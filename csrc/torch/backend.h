@@ -159,6 +159,12 @@ class ScalecommBackend : public c10d::Backend {
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
   void abort() override;
   void shutdown() override;
+  // Interpreter exit (pyscalecomm registers it with atexit): shuts down every
+  // live group while Python can still free what their workers hold (the last
+  // reference to a Work and its tensors may sit on a worker); collectives
+  // still queued or running get 2 s to finish (peers may be joining them),
+  // then their group is aborted, so exit never waits for their timeouts.
+  static void shutdownAllAtExit();
   bool poisoned() const { return state_->poisoned(); }
   std::map<std::string, GroupState::OpStats> stats() const { return state_->stats(); }
 

@@ -154,6 +154,8 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("compression"), py::arg("numel"),
       "Bytes one rank sends in a compressed allreduce of numel float32 elements.");
+  m.def("_shutdown_all_at_exit", &scalecomm::ScalecommBackend::shutdownAllAtExit,
+        "Shuts down every live scalecomm group (registered with atexit by pyscalecomm).");
   m.def(
       "params",
       [] {
