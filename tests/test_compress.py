@@ -50,6 +50,33 @@ def test_sampled_topk_sends_true_values_and_at_most_k(seed, n):
         assert out.pow(2).sum() >= 0.8 * true_top
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    n=st.sampled_from([1, 7, 1000, 65536, 65537, 300_000]),
+    spec=st.sampled_from(["topk:0.01", "topk:0.3", "topk:1.0", "topk_sampled:0.01", "topk_sampled:0.2"]),
+    zeros=st.sampled_from([0.0, 0.995]),
+    feedback=st.booleans(),
+)
+def test_fused_cpu_topk_matches_the_aten_codec(seed, n, spec, zeros, feedback):
+    # The fused one-pass CPU path (float32 CPU tensors) against the ATen codec
+    # (the reference, and the CUDA path): same decoded values, and the residual
+    # is acc - decoded. topk:1.0 exercises the exact fallback (the sample
+    # threshold admits fewer than k); zeros=0.995 the zero threshold.
+    x = _vec(seed, n)
+    x[torch.rand(n, generator=torch.Generator().manual_seed(seed + 1)) < zeros] = 0
+    r = _vec(seed + 2, n) * 0.1 if feedback else None
+    acc = x + r if feedback else x
+    out, payload, r2 = _C.topk_encode_cpu(x, r, spec, seed=seed)
+    ref, ref_payload, _, _ = _C.codec_roundtrip(acc, spec, seed=seed)
+    assert payload.numel() == ref_payload.numel()
+    assert torch.equal(out, ref)
+    if feedback:
+        assert torch.equal(r2, acc - out)
+    else:
+        assert r2 is None
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**31), n=st.integers(1, 5000))
 def test_randomk_positions_come_from_the_shared_seed(seed, n):

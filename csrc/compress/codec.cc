@@ -40,7 +40,7 @@ class TopkCodec : public Codec {
   bool summable() const override { return false; }
   at::Tensor encode(const at::Tensor& x, uint64_t seed, int) const override {
     const int64_t n = x.numel(), k = keptElements(n, ratio_);
-    at::Tensor idx = sampled_ && n > 65536 ? sampledIndices(x, k, seed) : std::get<1>(at::topk(x.abs(), k));
+    at::Tensor idx = sampled_ && n > kTopkExactUpTo ? sampledIndices(x, k, seed) : std::get<1>(at::topk(x.abs(), k));
     at::Tensor vals = x.index_select(0, idx);
     return at::cat({bytesOf(idx.to(at::kInt)), bytesOf(vals)});
   }
@@ -56,13 +56,9 @@ class TopkCodec : public Codec {
   // Threshold estimated from a random sample, then the exact top-k among the
   // (few) elements above it; padded with (index 0, value 0) if too few pass.
   at::Tensor sampledIndices(const at::Tensor& x, int64_t k, uint64_t seed) const {
-    const int64_t n = x.numel();
-    const int64_t s = std::min<int64_t>(n, std::max<int64_t>(8192, n / 100));
-    auto gen = generator(seed);
-    at::Tensor pick = at::randint(0, n, {s}, gen, at::TensorOptions().dtype(at::kLong)).to(x.device());
+    at::Tensor pick = topkSamplePositions(x.numel(), seed).to(x.device());
     at::Tensor sample = x.index_select(0, pick).abs();
-    const int64_t ks = std::max<int64_t>(1, std::min<int64_t>(s, static_cast<int64_t>(std::ceil(s * ratio_ * 1.5))));
-    at::Tensor thr = std::get<0>(at::topk(sample, ks)).min();
+    at::Tensor thr = std::get<0>(at::topk(sample, topkSampleRank(pick.numel(), ratio_))).min();
     at::Tensor cand = at::nonzero(x.abs() >= thr).view({-1});
     if (cand.numel() >= k) {
       at::Tensor best = std::get<1>(at::topk(x.index_select(0, cand).abs(), k));
@@ -175,6 +171,20 @@ double parseNumber(const std::string& spec, const std::string& text) {
 
 int64_t keptElements(int64_t numel, double ratio) {
   return std::max<int64_t>(1, std::min<int64_t>(numel, static_cast<int64_t>(std::llround(numel * ratio))));
+}
+
+int64_t topkSampleSize(int64_t numel) { return std::min<int64_t>(numel, std::max<int64_t>(8192, numel / 100)); }
+
+int64_t topkSampleRank(int64_t sampleSize, double ratio) {
+  // 1.5x margin: the candidates above the threshold are ~1.5 k, enough with
+  // overwhelming probability for samples of >= 8192 (relative error ~1/sqrt).
+  const auto ks = static_cast<int64_t>(std::ceil(static_cast<double>(sampleSize) * ratio * 1.5));
+  return std::max<int64_t>(1, std::min<int64_t>(sampleSize, ks));
+}
+
+at::Tensor topkSamplePositions(int64_t numel, uint64_t seed) {
+  auto gen = generator(seed);
+  return at::randint(0, numel, {topkSampleSize(numel)}, gen, at::TensorOptions().dtype(at::kLong));
 }
 
 CodecSpec CodecSpec::parse(const std::string& spec) {

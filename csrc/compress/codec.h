@@ -61,4 +61,13 @@ std::unique_ptr<Codec> makeCodec(const CodecSpec& spec);
 // Elements top-k / random-k keep out of numel (at least 1).
 int64_t keptElements(int64_t numel, double ratio);
 
+// topk_sampled's threshold: the topkSampleRank-th largest |x| of
+// topkSampleSize(numel) elements drawn (with replacement) by
+// topkSamplePositions; shared by the ATen codec and the fused CPU path
+// (compress/topk_cpu.h) so both pick the same threshold.
+constexpr int64_t kTopkExactUpTo = 65536;  // topk_sampled is exact up to this numel
+int64_t topkSampleSize(int64_t numel);
+int64_t topkSampleRank(int64_t sampleSize, double ratio);
+at::Tensor topkSamplePositions(int64_t numel, uint64_t seed);  // int64 CPU tensor
+
 }  // namespace scalecomm

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "compress/topk_cpu.h"
+
 namespace scalecomm {
 
 namespace {
@@ -45,6 +47,20 @@ at::Tensor powerSgd(const at::Tensor& c, int r, CompressState& state, const Comp
   return at::matmul(p, q.t()).reshape({-1}).narrow(0, 0, n);
 }
 
+// Top-k on a float32 CPU tensor: one fused pass for acc, residual and
+// candidates (compress/topk_cpu.h); x is overwritten only once the payloads
+// of all ranks are in.
+void topkAllreduceCpu(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
+                      const CompressComms& comms, uint64_t step) {
+  const int64_t k = keptElements(x.numel(), spec.ratio);
+  at::Tensor payload =
+      topkEncodeCpu(x, errorFeedback ? &state.residual : nullptr, spec.ratio, spec.name == "topk", step);
+  at::Tensor all = comms.allgatherBytes(payload);
+  x.zero_();
+  for (int q = 0; q < comms.size; ++q) topkDecodeAddCpu(x, all.narrow(0, q * 8 * k, 8 * k), k);
+  state.steps += 1;
+}
+
 }  // namespace
 
 int64_t compressedWireBytes(const CodecSpec& spec, int64_t numel) {
@@ -55,6 +71,10 @@ int64_t compressedWireBytes(const CodecSpec& spec, int64_t numel) {
 
 void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
                          const CompressComms& comms, uint64_t step) {
+  if ((spec.name == "topk" || spec.name == "topk_sampled") && topkCpuApplies(x)) {
+    topkAllreduceCpu(x, spec, errorFeedback, state, comms, step);
+    return;
+  }
   at::Tensor c = x.reshape({-1}).to(at::kFloat).clone();
   if (errorFeedback && state.residual.defined()) c.add_(state.residual);
   at::Tensor local;  // this rank's decoded contribution, for the residual
