@@ -11,7 +11,6 @@ namespace scalecomm {
 
 namespace {
 
-constexpr int64_t kSignBlock = 256;   // elements per scale of the sign codec
 constexpr int64_t kQsgdBucket = 512;  // elements per norm of QSGD
 
 // Random numbers come from a CPU generator seeded per call (the same stream

@@ -58,6 +58,8 @@ class Codec {
 // A codec for spec (not powersgd).
 std::unique_ptr<Codec> makeCodec(const CodecSpec& spec);
 
+constexpr int64_t kSignBlock = 256;  // elements per scale of the sign codec
+
 // Elements top-k / random-k keep out of numel (at least 1).
 int64_t keptElements(int64_t numel, double ratio);
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "compress/sign_cpu.h"
 #include "compress/topk_cpu.h"
 
 namespace scalecomm {
@@ -47,17 +48,30 @@ at::Tensor powerSgd(const at::Tensor& c, int r, CompressState& state, const Comp
   return at::matmul(p, q.t()).reshape({-1}).narrow(0, 0, n);
 }
 
-// Top-k on a float32 CPU tensor: one fused pass for acc, residual and
-// candidates (compress/topk_cpu.h); x is overwritten only once the payloads
-// of all ranks are in.
-void topkAllreduceCpu(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
-                      const CompressComms& comms, uint64_t step) {
-  const int64_t k = keptElements(x.numel(), spec.ratio);
+// Top-k and sign on a float32 CPU tensor: one fused pass for acc, residual
+// and payload (compress/topk_cpu.h, compress/sign_cpu.h); x is overwritten
+// only once the payloads of all ranks are in.
+bool fusedOnCpu(const CodecSpec& spec, const at::Tensor& x) {
+  return (spec.name == "topk" || spec.name == "topk_sampled" || spec.name == "sign") && topkCpuApplies(x);
+}
+
+void fusedAllreduceCpu(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
+                       const CompressComms& comms, uint64_t step) {
+  at::Tensor* residual = errorFeedback ? &state.residual : nullptr;
+  const bool sign = spec.name == "sign";
   at::Tensor payload =
-      topkEncodeCpu(x, errorFeedback ? &state.residual : nullptr, spec.ratio, spec.name == "topk", step);
+      sign ? signEncodeCpu(x, residual) : topkEncodeCpu(x, residual, spec.ratio, spec.name == "topk", step);
   at::Tensor all = comms.allgatherBytes(payload);
+  const int64_t b = payload.numel(), k = keptElements(x.numel(), spec.ratio);
   x.zero_();
-  for (int q = 0; q < comms.size; ++q) topkDecodeAddCpu(x, all.narrow(0, q * 8 * k, 8 * k), k);
+  for (int q = 0; q < comms.size; ++q) {
+    at::Tensor one = all.narrow(0, q * b, b);
+    if (sign) {
+      signDecodeAddCpu(x, one);
+    } else {
+      topkDecodeAddCpu(x, one, k);
+    }
+  }
   state.steps += 1;
 }
 
@@ -71,8 +85,8 @@ int64_t compressedWireBytes(const CodecSpec& spec, int64_t numel) {
 
 void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
                          const CompressComms& comms, uint64_t step) {
-  if ((spec.name == "topk" || spec.name == "topk_sampled") && topkCpuApplies(x)) {
-    topkAllreduceCpu(x, spec, errorFeedback, state, comms, step);
+  if (fusedOnCpu(spec, x)) {
+    fusedAllreduceCpu(x, spec, errorFeedback, state, comms, step);
     return;
   }
   at::Tensor c = x.reshape({-1}).to(at::kFloat).clone();

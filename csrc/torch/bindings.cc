@@ -13,6 +13,7 @@
 #include "comm/communicator.h"
 #include "compress/codec.h"
 #include "compress/compressed_allreduce.h"
+#include "compress/sign_cpu.h"
 #include "compress/topk_cpu.h"
 #include "core/params.h"
 #include "torch/backend.h"
@@ -145,7 +146,7 @@ PYBIND11_MODULE(_C, m) {
       py::arg("x"), py::arg("compression"), py::arg("seed") = 0, py::arg("rank") = 0,
       "One rank's codec round trip, for tests: (decoded, payload, wire bytes, summable).");
   m.def(
-      "topk_encode_cpu",
+      "fused_encode_cpu",
       [](const at::Tensor& x, std::optional<at::Tensor> residual, const std::string& spec, uint64_t seed) {
         scalecomm::CodecSpec c;
         try {
@@ -153,17 +154,25 @@ PYBIND11_MODULE(_C, m) {
         } catch (const scalecomm::Error& e) {
           throw py::value_error(e.what());
         }
-        if ((c.name != "topk" && c.name != "topk_sampled") || !scalecomm::topkCpuApplies(x)) {
-          throw py::value_error("topk_encode_cpu: a top-k codec and a contiguous float32 CPU tensor");
+        const bool sign = c.name == "sign";
+        if ((!sign && c.name != "topk" && c.name != "topk_sampled") || !scalecomm::topkCpuApplies(x)) {
+          throw py::value_error("fused_encode_cpu: topk, topk_sampled or sign, and a contiguous float32 CPU tensor");
         }
         at::Tensor r = residual ? residual->clone() : at::Tensor();
-        at::Tensor payload = scalecomm::topkEncodeCpu(x, residual ? &r : nullptr, c.ratio, c.name == "topk", seed);
+        at::Tensor* rp = residual ? &r : nullptr;
+        at::Tensor payload =
+            sign ? scalecomm::signEncodeCpu(x, rp) : scalecomm::topkEncodeCpu(x, rp, c.ratio, c.name == "topk", seed);
         at::Tensor out = at::zeros_like(x);
-        scalecomm::topkDecodeAddCpu(out, payload, scalecomm::keptElements(x.numel(), c.ratio));
+        if (sign) {
+          scalecomm::signDecodeAddCpu(out, payload);
+        } else {
+          scalecomm::topkDecodeAddCpu(out, payload, scalecomm::keptElements(x.numel(), c.ratio));
+        }
         return py::make_tuple(out, payload, r);
       },
       py::arg("x"), py::arg("residual"), py::arg("compression"), py::arg("seed") = 0,
-      "The fused CPU top-k of compressed allreduce, for tests: (decoded, payload, new residual or None).");
+      "The fused CPU codecs of compressed allreduce (top-k, sign), for tests: (decoded, payload, new residual "
+      "or None).");
   m.def(
       "compressed_wire_bytes",
       [](const std::string& spec, int64_t numel) {
