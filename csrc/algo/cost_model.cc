@@ -167,14 +167,20 @@ double predictRootedSeconds(const std::string& algorithm, int n, int64_t bytes, 
 std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params, const AlgoParams& algo,
                             const std::vector<std::string>& candidates) {
   std::string best;
-  double bestTime = 0;
+  double bestTime = 0, ringTime = -1;
   for (const std::string& a : candidates.empty() ? allreduceAlgorithms() : candidates) {
     const double t = predictAllreduceSeconds(a, n, bytes, params, algo);
+    if (a == "ring") ringTime = t;
     if (best.empty() || t < bestTime) {
       best = a;
       bestTime = t;
     }
   }
+  // Near-ties go to ring: where the model sees the same bandwidth term (rhd
+  // and ring are both bandwidth-optimal) its latency difference is noise, and
+  // ring's small pipelined messages measured faster under DDP on rate-limited
+  // links (docs/algorithms.md, "near-ties").
+  if (ringTime >= 0 && ringTime <= bestTime * (1 + kRingMargin)) return "ring";
   return best;
 }
 

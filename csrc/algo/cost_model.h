@@ -54,7 +54,9 @@ double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t byte
 double predictRootedSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params);
 
 // The algorithm with the lowest predicted time among `candidates` (ties: the
-// first). Deterministic: ranks with the same inputs agree.
+// first), except that ring wins when it is predicted within kRingMargin of
+// the best. Deterministic: ranks with the same inputs agree.
+constexpr double kRingMargin = 0.05;
 std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params, const AlgoParams& algo = {},
                             const std::vector<std::string>& candidates = {});
 std::string chooseRooted(int n, int64_t bytes, const CostParams& params);

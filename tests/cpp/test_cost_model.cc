@@ -82,6 +82,21 @@ TEST(ps_servers_and_hier_hosts_follow_their_formulas) {
   CHECK_EQ(chooseAllreduce(n, static_cast<int64_t>(bytes), c, hosts), std::string("hier"));
 }
 
+TEST(near_ties_go_to_ring_and_latency_bound_sizes_do_not) {
+  CostParams c;  // 1 Gbit/s-like link, 30 us latency
+  c.alpha = 30e-6;
+  c.beta = 8e-9;
+  c.segmentBytes = 256 << 10;
+  const int64_t big = 16 << 20, small = 4 << 10;
+  // rhd is predicted (slightly) cheaper at 16 MiB on 4 ranks, within the margin
+  CHECK(predictAllreduceSeconds("rhd", 4, big, c) <= predictAllreduceSeconds("ring", 4, big, c));
+  CHECK(predictAllreduceSeconds("ring", 4, big, c) <= predictAllreduceSeconds("rhd", 4, big, c) * (1 + kRingMargin));
+  CHECK_EQ(chooseAllreduce(4, big, c), std::string("ring"));
+  // 4 KiB: latency-bound, rhd's log n steps are clearly cheaper than ring's 2(n-1)
+  CHECK(predictAllreduceSeconds("ring", 8, small, c) > predictAllreduceSeconds("rhd", 8, small, c) * (1 + kRingMargin));
+  CHECK(chooseAllreduce(8, small, c) != std::string("ring"));
+}
+
 TEST(scales_to_65536_ranks) {
   CostParams c;
   c.segmentBytes = 256 << 10;
