@@ -36,9 +36,14 @@ class RankError:
 def _child(rank, n, port, fn, args, env, init, group_timeout_s, queue):
     os.environ.update({k: str(v[rank] if isinstance(v, list) else v) for k, v in (env or {}).items()})
     try:
+        import torch
         import torch.distributed as dist
 
         import pyscalecomm  # noqa: F401  (registers the backend)
+
+        # One intra-op thread per rank, as launchers set it (OMP_NUM_THREADS=1):
+        # ranks x default threads oversubscribe this machine's cores.
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
         if init:
             dist.init_process_group(

@@ -312,9 +312,10 @@ def _train_digits(rank, n, spec, epochs):
     return acc, all(torch.equal(t, flat) for t in g)
 
 
-def test_digits_reach_uncompressed_accuracy_with_topk_and_sign_plus_error_feedback():
+def test_digits_reach_uncompressed_accuracy_with_topk_sign_and_powersgd_plus_error_feedback():
+    # powersgd runs per weight matrix in its own shape (pyscalecomm.hooks._per_matrix)
     base, _ = run_ranks(2, _train_digits, "", 20, timeout_s=300)[0]
-    for spec in ("topk:0.01", "sign"):
+    for spec in ("topk:0.01", "sign", "powersgd:4"):
         acc, replicas_equal = run_ranks(2, _train_digits, spec, 20, timeout_s=300)[0]
         assert replicas_equal, spec
         assert acc >= base - 0.005, (spec, acc, base)

@@ -17,16 +17,17 @@ struct PowerSgdShape {
   bool gains;  // the factors are smaller than the tensor
 };
 
-PowerSgdShape powerSgdShape(int64_t n, int r) {
-  const int64_t rows = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+PowerSgdShape powerSgdShape(int64_t n, int r, int64_t matrixRows = 0) {
+  const int64_t rows = matrixRows > 0 ? matrixRows : static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
   const int64_t cols = (n + rows - 1) / rows;
   return {rows, cols, (rows + cols) * r < n && r < std::min(rows, cols)};
 }
 
 // Returns the sum over ranks; *local is this rank's approximation of c.
-at::Tensor powerSgd(const at::Tensor& c, int r, CompressState& state, const CompressComms& comms, at::Tensor* local) {
+at::Tensor powerSgd(const at::Tensor& c, int r, int64_t matrixRows, CompressState& state, const CompressComms& comms,
+                    at::Tensor* local) {
   const int64_t n = c.numel();
-  const PowerSgdShape shape = powerSgdShape(n, r);
+  const PowerSgdShape shape = powerSgdShape(n, r, matrixRows);
   if (!shape.gains) {  // dense
     at::Tensor dense = c.clone();
     comms.allreduceSum(dense);
@@ -84,7 +85,10 @@ int64_t compressedWireBytes(const CodecSpec& spec, int64_t numel) {
 }
 
 void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
-                         const CompressComms& comms, uint64_t step) {
+                         const CompressComms& comms, uint64_t step, int64_t matrixRows) {
+  // A key whose tensor changed size (DDP rebuilds its buckets after the first
+  // step) starts over: an old residual belongs to other elements.
+  if (state.residual.defined() && state.residual.numel() != x.numel()) state.residual = at::Tensor();
   if (fusedOnCpu(spec, x)) {
     fusedAllreduceCpu(x, spec, errorFeedback, state, comms, step);
     return;
@@ -94,7 +98,7 @@ void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedbac
   at::Tensor local;  // this rank's decoded contribution, for the residual
   at::Tensor sum;
   if (spec.name == "powersgd") {
-    sum = powerSgd(c, spec.rank, state, comms, &local);
+    sum = powerSgd(c, spec.rank, matrixRows, state, comms, &local);
   } else {
     auto codec = makeCodec(spec);
     at::Tensor payload = codec->encode(c, step, comms.rank);

@@ -7,11 +7,13 @@
 //   x   = sum_r decode(encode(c_r));   e_r <- c_r - decode(encode(c_r))
 // Routing by algebra: summable codecs allreduce their payloads (comms.
 // allreduceSum); the others allgather them (comms.allgatherBytes) and decode
-// each into the sum. PowerSGD (rank r) reshapes x to a near-square matrix M,
+// each into the sum. PowerSGD (rank r) views x as a matrix M of matrixRows
+// rows (a weight's own shape; 0: near-square, zero padded),
 // allreduces P = M Q, orthonormalises P, allreduces Q = M^T P (Q is kept,
 // warm-starting the next call), x = P Q^T; tensors too small to gain are
 // allreduced uncompressed. `state` holds the residual and PowerSGD's Q for one
-// tensor (a DDP bucket); an undefined residual starts at zero. `step` must be
+// tensor (a DDP bucket); an undefined residual, or one of another size (the
+// key's tensor changed), starts at zero. `step` must be
 // equal on every rank (the random-k seed) and advance per call.
 // Errors from comms propagate; `x` and `state` are then unspecified.
 // Thread safety: one call per state at a time.
@@ -39,7 +41,7 @@ struct CompressState {
 };
 
 void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
-                         const CompressComms& comms, uint64_t step);
+                         const CompressComms& comms, uint64_t step, int64_t matrixRows = 0);
 
 // Bytes one rank sends into compressedAllreduce of `numel` elements (codec
 // payload; PowerSGD's two factors, or 4 x numel where it falls back to dense).

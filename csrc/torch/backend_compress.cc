@@ -31,9 +31,10 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   Communicator* comm = comm_.get();
   auto store = compression_;
   const int rank = getRank(), size = getSize();
+  const int64_t rows = t.dim() >= 2 ? t.size(0) : 0;  // PowerSGD: a weight's own matrix shape
   const std::string title = "allreduce:" + algo + ":" + codec.str();
   return enqueue(c10d::OpType::ALLREDUCE, title.c_str(), {t}, timeout,
-                 [comm, tensor, codec, key, ef, average, store, rank, size](const CollectiveOptions& o) {
+                 [comm, tensor, codec, key, ef, average, store, rank, size, rows](const CollectiveOptions& o) {
                    CompressComms cc;
                    cc.rank = rank;
                    cc.size = size;
@@ -53,7 +54,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
                      return all;
                    };
                    at::Tensor x = tensor.view({-1});
-                   store->with(key, [&](CompressState& s) { compressedAllreduce(x, codec, ef, s, cc, s.steps); });
+                   store->with(key, [&](CompressState& s) { compressedAllreduce(x, codec, ef, s, cc, s.steps, rows); });
                    if (average) tensor.div_(size);
                  },
                  {.algorithm = algo, .stage = stage});
