@@ -22,7 +22,7 @@ class Options:
         tuning_file: file written by ``python -m pyscalecomm.tune``.
         transport: ``"auto"`` (shm on the same host; between hosts mpi when every
             rank runs under one mpirun, else tcp), ``"shm"``, ``"tcp"`` or ``"mpi"``.
-        segment_bytes: pipelining unit in bytes.
+        segment_bytes: pipelining unit in bytes (0: 256 KiB on one host, 4 MiB across hosts).
         shm_ring_bytes: bytes of each shared-memory ring.
         timeout: per-collective timeout; overrides ``init_process_group(timeout=...)``.
         cuda_transport: CUDA tensors: ``"auto"`` (allreduce with scalecomm's

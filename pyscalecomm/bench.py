@@ -281,6 +281,7 @@ def run(args) -> int:
     cfg = pyscalecomm._C.BackendConfig()
     world_be = dist.group.WORLD._get_backend(torch.device("cpu"))
     probed = world_be.cost_params if hasattr(world_be, "cost_params") else {}
+    segment = probed.get("segment_bytes") or cfg.segment_bytes  # 0 in the config: resolved by the group
     progress = _progress(args, rank)
     total_steps = sum(len(impls) for impls in table.values()) * len(size_list)
     step = 0
@@ -290,7 +291,7 @@ def run(args) -> int:
         f"# scalecomm bench: world {n}, type {args.datatype}, op {args.op}, root {args.root}, "
         f"iters {args.iters}, "
         f"warmup {args.warmup_iters}, rounds {args.rounds}, time = {stat} across ranks; scalecomm: algorithm "
-        f"{cfg.algorithm}, transport {cfg.transport}, segment {cfg.segment_bytes} B"
+        f"{cfg.algorithm}, transport {cfg.transport}, segment {segment} B"
     )
     for coll in args.collectives:
         impls = table[coll]
@@ -380,7 +381,7 @@ def run(args) -> int:
                             "algorithm": impl.algo
                             or (cfg.algorithm if impl.kind == "scalecomm" else impl.kind),
                             "transport": cfg.transport if impl.kind == "scalecomm" else impl.kind,
-                            "segment_bytes": cfg.segment_bytes if impl.kind == "scalecomm" else None,
+                            "segment_bytes": segment if impl.kind == "scalecomm" else None,
                             "world_size": n,
                             "bytes": nbytes,
                             "count": count,

@@ -29,7 +29,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
+
+from pyscalecomm.launch import wait_ranks
 
 
 def parse_rate(text: str) -> str:
@@ -58,6 +59,7 @@ class Cluster:
         self.bridge_ns = f"{self.prefix}br"
         self.net = net
         self.created: list[str] = []
+        self.runs = 0
 
     def host_ns(self, i: int) -> str:
         return f"{self.prefix}h{i}"
@@ -118,11 +120,19 @@ class Cluster:
         self.created.clear()
 
     def run(
-        self, command: list[str], ranks_per_host: int, timeout: float, logdir: str, extra_env: dict
+        self,
+        command: list[str],
+        ranks_per_host: int,
+        timeout: float,
+        logdir: str,
+        extra_env: dict,
+        hosts: int | None = None,
     ) -> int:
-        """Runs `command` once per rank inside its host; returns the worst exit status."""
-        world = self.hosts * ranks_per_host
-        port = str(29500 + os.getpid() % 1000)
+        """Runs `command` once per rank inside its host (on the first `hosts`
+        hosts, default all); returns the worst exit status."""
+        world = (hosts or self.hosts) * ranks_per_host
+        self.runs += 1  # a fresh rendezvous port per run: no TIME_WAIT clash between runs
+        port = str(29500 + (os.getpid() + 37 * self.runs) % 1000)
         procs = []
         logs = []
         try:
@@ -151,29 +161,9 @@ class Cluster:
                 procs.append(
                     subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
                 )
-            deadline = time.monotonic() + timeout
-            codes = [None] * world
-            while any(c is None for c in codes):
-                if time.monotonic() > deadline:
-                    print(
-                        f"cluster: the command ran past --timeout {timeout:g} s; stopping every rank",
-                        file=sys.stderr,
-                    )
-                    break
-                for i, p in enumerate(procs):
-                    if codes[i] is None:
-                        codes[i] = p.poll()
-                if any(c not in (None, 0) for c in codes):
-                    # one rank failed: give the others a moment to report, then stop them
-                    end = time.monotonic() + 10
-                    while any(c is None for c in codes) and time.monotonic() < end:
-                        codes = [p.poll() for p in procs]
-                        time.sleep(0.1)
-                    break
-                time.sleep(0.05)
-            return max((c if c is not None else 124 for c in codes), key=abs)
+            return wait_ranks(procs, timeout, "cluster")
         finally:
-            for p in procs:
+            for p in procs:  # a failed start leaves none behind
                 if p.poll() is None:
                     p.kill()
                     p.wait(timeout=10)

@@ -11,6 +11,8 @@
   derived from the job id.
 - :func:`spawn_self` re-runs ``python -m <module> <args>`` as N local ranks,
   for single-machine runs without any launcher; it returns the worst exit code.
+- :func:`wait_ranks` waits for the processes of one job within a deadline:
+  when one fails the others get 10 s to report, then every straggler is killed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 
 _MPI_VARS = [
     (
@@ -158,5 +161,32 @@ def spawn_self(module: str, nproc: int, args: list[str], extra_env: dict | None 
             OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
         )
         procs.append(subprocess.Popen([sys.executable, "-m", module, *args], env=env))
-    codes = [p.wait() for p in procs]
-    return max(codes, key=abs)
+    return wait_ranks(procs, None, module)
+
+
+def wait_ranks(procs: list, timeout: float | None, what: str) -> int:
+    """Waits for every process; returns the worst exit status (124: past `timeout` seconds).
+
+    A failing rank leaves the others 10 s to report before they are killed, so
+    a dead peer never leaves the job hanging; nothing outlives this call."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    codes = [None] * len(procs)
+    try:
+        while any(c is None for c in codes):
+            if deadline is not None and time.monotonic() > deadline:
+                print(f"{what}: ran past its {timeout:g} s limit; stopping every rank", file=sys.stderr)
+                break
+            codes = [p.poll() for p in procs]
+            if any(c not in (None, 0) for c in codes):
+                end = time.monotonic() + 10
+                while any(c is None for c in codes) and time.monotonic() < end:
+                    codes = [p.poll() for p in procs]
+                    time.sleep(0.1)
+                break
+            time.sleep(0.05)
+        return max((c if c is not None else 124 for c in codes), key=abs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)

@@ -155,13 +155,6 @@ def test_bench_under_mpirun_with_mpi_baseline(tmp_path):
     assert "(allreduce, mpi)" in out.stdout and "# Out of bounds values : 0 OK" in out.stdout
 
 
-def test_train_compare_runs_and_reports_parity(tmp_path):
-    out = _run(["pyscalecomm.train_compare", "--nproc", "2", "--epochs", "1"], tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert "scalecomm" in out.stdout and "gloo" in out.stdout
-    assert "bit-identical" in out.stdout, out.stdout
-
-
 def test_simulate_prices_every_algorithm_and_names_a_winner(tmp_path):
     out = _run(
         [

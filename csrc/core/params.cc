@@ -32,8 +32,9 @@ const std::vector<ParamSpec>& allParams() {
       {"SCALECOMM_MPI", "auto",
        "0 turns MPI off: at build time builds without it, at run time never uses it (no MPI communicator, transport "
        "or mpi algorithm). auto: used when the ranks were started by an MPI launcher."},
-      {"SCALECOMM_SEGMENT_BYTES", "262144",
-       "Pipelining unit: each chunk moves in segments of at most this many bytes."},
+      {"SCALECOMM_SEGMENT_BYTES", "0",
+       "Pipelining unit: each chunk moves in segments of at most this many bytes. 0: 256 KiB when every rank is on "
+       "one host, 4 MiB when the group spans hosts (fewer wake-ups on slow links)."},
       {"SCALECOMM_SHM_RING_BYTES", "4194304",
        "Bytes of each shared-memory ring (one per ordered pair of same-host ranks)."},
       {"SCALECOMM_TIMEOUT_MS", "0",

@@ -1,0 +1,5 @@
+import sys
+
+from pyscalecomm.train.cli import main
+
+sys.exit(main())

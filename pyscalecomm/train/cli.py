@@ -1,0 +1,149 @@
+"""Data-parallel training experiments: speedup, efficiency, communication overhead, accuracy.
+
+One configuration (2 local ranks, scalecomm, digits, MLP):
+    python -m pyscalecomm.train --nproc 2
+A sweep (the product of the axes; any option below is an axis):
+    python -m pyscalecomm.train --sweep world=1,2,4 backend=gloo,scalecomm compress=none,topk:0.01
+More ranks vs more threads per rank (horizontal vs vertical scaling):
+    python -m pyscalecomm.train --sweep world=1,2 threads=1,2 backend=gloo,scalecomm
+On an emulated cluster (root: one network namespace per rank, links capped):
+    sudo python -m pyscalecomm.train --cluster-rate 1gbit --sweep world=1,4 ...
+Under a launcher (the job's ranks run every configuration of the sweep):
+    torchrun --nproc-per-node 4 -m pyscalecomm.train --sweep backend=gloo,scalecomm
+    mpirun -n 4 python -m pyscalecomm.train ...        srun -n 4 python -m pyscalecomm.train ...
+
+Prints a Markdown table (time per epoch, samples/s, speedup T1/TN, efficiency,
+speedup over the stock backend, share of the step spent in exposed
+communication, peak memory, CPU use, final loss and accuracy, accuracy delta
+to the baseline, time to the baseline's accuracy), the fit of
+T_N = T_1/N + T_comm, and writes results.json and speedup.png,
+breakdown.png, accuracy.png into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+from pyscalecomm.train import report
+from pyscalecomm.train.config import BACKENDS, RunConfig, expand
+from pyscalecomm.train.data import DATASETS
+from pyscalecomm.train.models import MODELS
+
+
+def parse_args(argv=None):
+    d = RunConfig()
+    p = argparse.ArgumentParser(
+        prog="python -m pyscalecomm.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", choices=MODELS, default=d.model)
+    p.add_argument(
+        "--width", type=int, default=d.width, help="model size (hidden units / channels / d_model)"
+    )
+    p.add_argument("--data", choices=DATASETS, default=d.data)
+    p.add_argument("--samples", type=int, default=d.samples, help="synthetic training samples")
+    p.add_argument("--backend", choices=BACKENDS, default=d.backend)
+    p.add_argument("--algo", default=d.algo, help="scalecomm allreduce algorithm (auto, ring, rhd, ...)")
+    p.add_argument("--compress", default=d.compress, help="none, fp16, topk:0.01, sign, powersgd:4, ...")
+    p.add_argument("--bucket-mb", type=float, default=d.bucket_mb, help="DDP bucket cap (MiB)")
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--steps", type=int, default=d.steps, help="steps per epoch (0: the whole training set)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--threads", type=int, default=d.threads, help="intra-op threads per rank")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=d.device)
+    p.add_argument("--nproc", type=int, default=2, help="ranks (world) of a single run without a launcher")
+    p.add_argument("--sweep", nargs="*", default=[], metavar="KEY=V1,V2", help="grid axes, e.g. world=1,2,4")
+    p.add_argument(
+        "--cluster-rate", default=None, help="run on an emulated cluster with links of this rate (root)"
+    )
+    p.add_argument("--out", default=None, help="output folder (default results/train-<time>)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
+    p.add_argument("--no-plots", action="store_true")
+    return p.parse_args(argv)
+
+
+def _base(args) -> RunConfig:
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    kw = {k: v for k, v in vars(args).items() if k in fields}
+    return RunConfig(world=args.nproc, **kw)
+
+
+def _report(results: list[dict], out_dir: str, plots: bool) -> None:
+    report.derive(results)
+    fits = report.fit(results)
+    print()
+    print(report.markdown_table(results))
+    scaling = report.scaling_table(results)
+    if scaling:
+        print("\nHorizontal (ranks) vs vertical (threads per rank) scaling at equal cores:\n")
+        print(scaling)
+    if fits:
+        print("\nT_N = T_1/N + T_comm fitted per series (time per epoch):\n")
+        print(report.fit_table(fits))
+    path = os.path.join(out_dir, "results.json")
+    with open(path, "w") as f:
+        json.dump({"runs": results, "fits": fits}, f, indent=1)
+    written = [path]
+    if plots:
+        from pyscalecomm.train import plots as plots_mod
+
+        written += plots_mod.write(results, out_dir)
+    print("\n# wrote " + ", ".join(written))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out_dir = args.out or os.path.join("results", time.strftime("train-%Y%m%d-%H%M%S"))
+    from pyscalecomm.launch import env_from_launcher
+
+    launcher = env_from_launcher() if args.cluster_rate is None else None
+    try:
+        if launcher:
+            args.nproc = int(os.environ["WORLD_SIZE"])
+        configs, skipped = expand(_base(args), args.sweep)
+    except ValueError as e:
+        print(f"pyscalecomm.train: {e}", file=sys.stderr)
+        return 2
+    os.makedirs(out_dir, exist_ok=True)
+    for why in skipped:
+        print(f"# left out {why}", flush=True)
+    if launcher:  # this process is one rank of the job
+        from pyscalecomm.train import worker
+
+        if any(c.world != args.nproc for c in configs):
+            print(
+                f"pyscalecomm.train: under {launcher} the world is the job's ({args.nproc})", file=sys.stderr
+            )
+            return 2
+        worker.run_configs(list(enumerate(configs)), out_dir)
+        if int(os.environ["RANK"]) == 0:
+            from pyscalecomm.train.runner import collect
+
+            _report(collect(configs, out_dir), out_dir, not args.no_plots)
+        return 0
+    if args.cluster_rate and os.geteuid() != 0:
+        print(
+            "pyscalecomm.train --cluster-rate needs root (network namespaces); nothing was run",
+            file=sys.stderr,
+        )
+        return 2
+    from pyscalecomm.train import runner
+
+    print(f"# {len(configs)} configuration(s), results in {out_dir}", flush=True)
+    code = runner.run(configs, out_dir, args.timeout, args.cluster_rate)
+    results = runner.collect(configs, out_dir)
+    if results:
+        _report(results, out_dir, not args.no_plots)
+    return code if code else (0 if len(results) == len(configs) else 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

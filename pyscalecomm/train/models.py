@@ -1,0 +1,114 @@
+"""The driver's models: an MLP, a small CNN, a ResNet-18-style network and a
+small transformer encoder, each built for an input shape and a class count.
+
+``build(name, input_shape, classes, width)``: ``width`` scales the model
+(hidden units of the MLP, channels of the CNN, the ResNet's first stage,
+the transformer's model dimension), so one flag sets how many bytes of
+gradient each step communicates (``param_bytes``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+MODELS = ("mlp", "cnn", "resnet", "transformer")
+
+
+def mlp(input_shape, classes: int, width: int) -> nn.Module:
+    n_in = 1
+    for d in input_shape:
+        n_in *= d
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(n_in, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, classes),
+    )
+
+
+def cnn(input_shape, classes: int, width: int) -> nn.Module:
+    c = input_shape[0]
+    return nn.Sequential(
+        nn.Conv2d(c, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(8 * width, classes),
+    )
+
+
+class _Block(nn.Module):
+    """ResNet's basic block: two 3x3 convolutions with batch norm and a shortcut."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(),
+            nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False),
+            nn.BatchNorm2d(c_out),
+        )
+        self.shortcut = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out)
+            )
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+def resnet(input_shape, classes: int, width: int) -> nn.Module:
+    """ResNet-18's layout (four stages of two basic blocks, widths w, 2w, 4w,
+    8w; w = 64 is ResNet-18's 11M parameters) with a 3x3 stem for small images."""
+    layers = [nn.Conv2d(input_shape[0], width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+    c = width
+    for stage, mult in enumerate((1, 2, 4, 8)):
+        out = width * mult
+        layers += [_Block(c, out, 1 if stage == 0 else 2), _Block(out, out, 1)]
+        c = out
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, classes)]
+    return nn.Sequential(*layers)
+
+
+class Transformer(nn.Module):
+    """A pre-norm transformer encoder over a sequence of feature vectors
+    (input_shape = (tokens, features)), mean-pooled into a classifier."""
+
+    def __init__(self, input_shape, classes: int, width: int, layers: int = 2):
+        super().__init__()
+        tokens, features = input_shape
+        heads = 4 if width % 4 == 0 else 1
+        self.embed = nn.Linear(features, width)
+        self.position = nn.Parameter(torch.zeros(1, tokens, width))
+        layer = nn.TransformerEncoderLayer(
+            width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x) + self.position).mean(1))
+
+
+def build(name: str, input_shape, classes: int, width: int) -> nn.Module:
+    if name == "mlp":
+        return mlp(input_shape, classes, width)
+    if name == "cnn":
+        return cnn(input_shape, classes, width)
+    if name == "resnet":
+        return resnet(input_shape, classes, width)
+    if name == "transformer":
+        return Transformer(input_shape, classes, width)
+    raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+
+
+def param_bytes(model: nn.Module) -> int:
+    """Bytes of gradient one step allreduces (all trainable parameters)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,85 @@
+"""The sweep's plots (matplotlib, no display needed): speedup and efficiency
+against workers, the per-step time breakdown (compute and exposed
+communication), and test accuracy against epoch and against training time.
+Returns the paths written; without matplotlib, says so and writes nothing."""
+
+from __future__ import annotations
+
+import os
+
+
+def _series_label(r: dict) -> str:
+    c = r["config"]
+    algo = "" if c["algo"] == "auto" else f":{c['algo']}"
+    thr = "" if c["threads"] == 1 else f" x{c['threads']}thr"
+    return f"{c['backend']}{algo} {c['compress']}{thr}"
+
+
+def write(results: list[dict], out_dir: str) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("# plots skipped: matplotlib is not installed (pip install matplotlib)")
+        return []
+    paths = []
+    series: dict[str, list[dict]] = {}
+    for r in results:
+        series.setdefault(_series_label(r), []).append(r)
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    worlds = sorted({r["config"]["world"] for r in results})
+    for name, runs in series.items():
+        runs = sorted((r for r in runs if r["speedup"] is not None), key=lambda r: r["config"]["world"])
+        if runs:
+            ax1.plot([r["config"]["world"] for r in runs], [r["speedup"] for r in runs], "o-", label=name)
+            ax2.plot(
+                [r["config"]["world"] for r in runs], [100 * r["efficiency"] for r in runs], "o-", label=name
+            )
+    ax1.plot(worlds, worlds, "k:", label="linear")
+    ax1.set(xlabel="workers (ranks)", ylabel="speedup T1/TN", title="Speedup")
+    ax2.axhline(100, color="k", linestyle=":")
+    ax2.set(xlabel="workers (ranks)", ylabel="efficiency %", title="Scaling efficiency")
+    for ax in (ax1, ax2):
+        ax.set_xticks(worlds)
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(os.path.join(out_dir, "speedup.png"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(results) + 2), 4))
+    names = [f"{_series_label(r)}\nN={r['config']['world']}" for r in results]
+    compute = [r["step_ms"] - r["exposed_comm_ms"] for r in results]
+    comm = [r["exposed_comm_ms"] for r in results]
+    ax.bar(range(len(results)), compute, label="compute (incl. hidden communication)")
+    ax.bar(range(len(results)), comm, bottom=compute, label="exposed communication")
+    ax.set_xticks(range(len(results)), names, rotation=60, ha="right", fontsize=7)
+    ax.set(ylabel="ms per step", title="Where a step's time goes")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(os.path.join(out_dir, "breakdown.png"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    real = [r for r in results if r["final_acc"] is not None]
+    if real:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+        for r in real:
+            name = f"{_series_label(r)} N={r['config']['world']}"
+            ep = r["epochs"]
+            ax1.plot([e["epoch"] for e in ep], [e["acc"] for e in ep], ".-", label=name)
+            ax2.plot([e["cum_time_s"] for e in ep], [e["acc"] for e in ep], ".-", label=name)
+        ax1.set(xlabel="epoch", ylabel="test accuracy", title="Convergence per epoch")
+        ax2.set(xlabel="training time (s)", ylabel="test accuracy", title="Accuracy against time")
+        for ax in (ax1, ax2):
+            ax.grid(alpha=0.3)
+        ax1.legend(fontsize=6)
+        fig.tight_layout()
+        paths.append(os.path.join(out_dir, "accuracy.png"))
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths

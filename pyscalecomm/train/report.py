@@ -1,0 +1,203 @@
+"""Derived metrics of a sweep, and its tables.
+
+``derive(results)`` adds to each run (the dicts written by the worker):
+- ``speedup``: T_1 / T_N, time per epoch of the same backend, codec and
+  algorithm on 1 rank with 1 thread over this run's (None without that run);
+- ``efficiency``: speedup / cores, cores = world x threads (speedup / N for
+  one thread per rank);
+- ``vs_baseline``: time per epoch of the stock backend (gloo on CPU, nccl on
+  GPU) without compression, same world and threads, over this run's;
+- ``acc_delta``: final accuracy minus the baseline's, in points;
+- ``time_to_target_s``: training time until the test accuracy first reached
+  the baseline's final accuracy less 0.5 points (None if never), and
+  ``sooner``: the baseline's time to that target over this run's.
+``fit(results)``: per backend/codec/algorithm/threads with a 1-rank run and
+others, the T_N = T_1 / N + T_comm model (T_comm by least squares: the mean
+of T_N - T_1 / N), with each run's prediction.
+"""
+
+from __future__ import annotations
+
+TARGET_SLACK = 0.005  # 0.5 accuracy points below the baseline's final accuracy
+
+
+def _family(r: dict) -> tuple:
+    c = r["config"]
+    return (c["backend"], c["compress"], c["algo"], c["model"], c["width"], c["data"])
+
+
+def _baseline_backend(r: dict) -> str:
+    return "nccl" if r["config"]["device"] == "cuda" else "gloo"
+
+
+def _find(results: list[dict], **want) -> dict | None:
+    for r in results:
+        if all(r["config"].get(k) == v for k, v in want.items()):
+            return r
+    return None
+
+
+def _time_to(r: dict, target: float) -> float | None:
+    for e in r["epochs"]:
+        if e["acc"] is not None and e["acc"] >= target:
+            return e["cum_time_s"]
+    return None
+
+
+def derive(results: list[dict]) -> list[dict]:
+    for r in results:
+        c = r["config"]
+        cores = c["world"] * c["threads"]
+        one = next(
+            (
+                o
+                for o in results
+                if _family(o) == _family(r) and o["config"]["world"] == 1 and o["config"]["threads"] == 1
+            ),
+            None,
+        )
+        r["cores"] = cores
+        r["speedup"] = one["time_per_epoch_s"] / r["time_per_epoch_s"] if one else None
+        r["efficiency"] = r["speedup"] / cores if r["speedup"] is not None else None
+        base = _find(
+            results,
+            backend=_baseline_backend(r),
+            compress="none",
+            world=c["world"],
+            threads=c["threads"],
+            model=c["model"],
+            width=c["width"],
+            data=c["data"],
+        )
+        r["baseline"] = base["label"] if base else None
+        r["vs_baseline"] = base["time_per_epoch_s"] / r["time_per_epoch_s"] if base else None
+        r["acc_delta"] = None
+        r["time_to_target_s"] = r["sooner"] = None
+        if base and base["final_acc"] is not None and r["final_acc"] is not None:
+            r["acc_delta"] = 100 * (r["final_acc"] - base["final_acc"])
+            target = base["final_acc"] - TARGET_SLACK
+            r["time_to_target_s"] = _time_to(r, target)
+            base_t = _time_to(base, target)
+            if r["time_to_target_s"] and base_t:
+                r["sooner"] = base_t / r["time_to_target_s"]
+    return results
+
+
+def fit(results: list[dict]) -> list[dict]:
+    fits = []
+    families = {}
+    for r in results:
+        families.setdefault(_family(r) + (r["config"]["threads"],), []).append(r)
+    for key, runs in families.items():
+        one = next((r for r in runs if r["config"]["world"] == 1), None)
+        more = [r for r in runs if r["config"]["world"] > 1]
+        if not one or not more:
+            continue
+        t1 = one["time_per_epoch_s"]
+        t_comm = sum(r["time_per_epoch_s"] - t1 / r["config"]["world"] for r in more) / len(more)
+        fits.append(
+            {
+                "backend": key[0],
+                "compress": key[1],
+                "algo": key[2],
+                "threads": key[-1],
+                "t1_s": t1,
+                "t_comm_s": t_comm,
+                "points": [
+                    {
+                        "world": r["config"]["world"],
+                        "measured_s": r["time_per_epoch_s"],
+                        "predicted_s": t1 / r["config"]["world"]
+                        + (t_comm if r["config"]["world"] > 1 else 0),
+                        "linear_s": t1 / r["config"]["world"],
+                    }
+                    for r in sorted(runs, key=lambda r: r["config"]["world"])
+                ],
+            }
+        )
+    return fits
+
+
+def _f(v, fmt: str, none: str = "-") -> str:
+    return none if v is None else format(v, fmt)
+
+
+COLUMNS = [
+    ("world", lambda r: str(r["config"]["world"])),
+    ("threads", lambda r: str(r["config"]["threads"])),
+    (
+        "backend",
+        lambda r: (
+            r["config"]["backend"] + ("" if r["config"]["algo"] == "auto" else ":" + r["config"]["algo"])
+        ),
+    ),
+    ("compress", lambda r: r["config"]["compress"]),
+    ("s/epoch", lambda r: _f(r["time_per_epoch_s"], ".3f")),
+    ("samples/s", lambda r: _f(r["samples_per_s"], ".0f")),
+    ("speedup T1/TN", lambda r: _f(r["speedup"], ".2f")),
+    (
+        "efficiency",
+        lambda r: _f(r["efficiency"] and 100 * r["efficiency"], ".0f") + ("%" if r["efficiency"] else ""),
+    ),
+    ("vs baseline", lambda r: _f(r["vs_baseline"], ".2f") + ("x" if r["vs_baseline"] else "")),
+    ("comm %", lambda r: _f(100 * r["comm_share"], ".0f")),
+    ("step ms", lambda r: _f(r["step_ms"], ".1f")),
+    ("compute ms", lambda r: _f(r["compute_ms"], ".1f")),
+    ("peak MiB", lambda r: _f(r["peak_mem_mib"], ".0f")),
+    ("CPU", lambda r: _f(r["cpu_util"], ".2f")),
+    ("loss", lambda r: _f(r["final_loss"], ".4f")),
+    ("acc", lambda r: _f(r["final_acc"], ".3f")),
+    ("Δacc pts", lambda r: _f(r["acc_delta"], "+.1f")),
+    ("time to acc s", lambda r: _f(r["time_to_target_s"], ".2f")),
+    ("sooner", lambda r: _f(r["sooner"], ".2f") + ("x" if r["sooner"] else "")),
+]
+
+
+def markdown_table(results: list[dict]) -> str:
+    head = "| " + " | ".join(n for n, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---:" for _ in COLUMNS) + "|"
+    rows = ["| " + " | ".join(get(r) for _, get in COLUMNS) + " |" for r in results]
+    return "\n".join([head, rule, *rows])
+
+
+def fit_table(fits: list[dict]) -> str:
+    if not fits:
+        return ""
+    lines = [
+        "| backend | compress | threads | T_1 s | T_comm s | world | measured s "
+        "| T_1/N + T_comm s | linear T_1/N s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in fits:
+        for p in f["points"]:
+            lines.append(
+                f"| {f['backend']} | {f['compress']} | {f['threads']} | {f['t1_s']:.3f} "
+                f"| {f['t_comm_s']:.3f} | "
+                f"{p['world']} | {p['measured_s']:.3f} | {p['predicted_s']:.3f} | {p['linear_s']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def scaling_table(results: list[dict]) -> str:
+    """More ranks vs more threads per rank, for each core count both were run at."""
+    lines = []
+    for r in results:
+        c = r["config"]
+        if c["threads"] != 1 or c["world"] == 1:
+            continue
+        v = _find(
+            results, backend=c["backend"], compress=c["compress"], algo=c["algo"], world=1, threads=c["world"]
+        )
+        if v is None:
+            continue
+        if not lines:
+            lines = [
+                "| cores | backend | compress | ranks x 1 thread s/epoch | 1 rank x threads s/epoch "
+                "| ranks/threads |",
+                "|---:|---|---|---:|---:|---:|",
+            ]
+        lines.append(
+            f"| {c['world']} | {c['backend']} | {c['compress']} | {r['time_per_epoch_s']:.3f} | "
+            f"{v['time_per_epoch_s']:.3f} | {v['time_per_epoch_s'] / r['time_per_epoch_s']:.2f}x |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,252 @@
+"""One rank's side of the driver: DDP training of one configuration on a
+process group of the configuration's backend, with the measurements.
+
+``run_configs(configs, out_dir)`` runs in every rank of a job (started by the
+driver, torchrun, mpirun or srun): the default group is gloo and only
+coordinates (barriers, gathering results); each configuration trains on a
+group of its own backend. Rank 0 writes one JSON file per configuration.
+
+What is measured, per configuration:
+- time per epoch: the training steps only (no evaluation), between barriers;
+- compute per step: forward + backward under ``DDP.no_sync()`` (no
+  communication; a few calibration steps before training, gradients then
+  discarded) plus the optimizer step as timed during training;
+- exposed communication per step: the step time minus that compute, i.e. the
+  communication DDP could not hide behind backward (with waiting on slower
+  ranks, which is what a user pays for it);
+- per epoch: mean training loss (rank 0), test loss and accuracy;
+- peak resident memory (max over ranks) and CPU use (CPU seconds / wall
+  seconds per rank, averaged over ranks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pyscalecomm.train import data as data_mod
+from pyscalecomm.train import models
+from pyscalecomm.train.config import RunConfig
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _group(cfg: RunConfig):
+    if cfg.backend == "scalecomm":
+        import pyscalecomm
+
+        return dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=cfg.algo))
+    return dist.new_group(backend=cfg.backend)
+
+
+def _register_hook(ddp, cfg: RunConfig, group) -> None:
+    if cfg.compress == "none":
+        return
+    if cfg.backend == "scalecomm":
+        import pyscalecomm.hooks
+
+        ddp.register_comm_hook(group, pyscalecomm.hooks.compressed(codec=cfg.compress, ratio=None))
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    name, _, arg = cfg.compress.partition(":")
+    if name == "fp16":
+        ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
+    elif name == "bf16":
+        ddp.register_comm_hook(group, default_hooks.bf16_compress_hook)
+    else:  # powersgd (RunConfig.check allows nothing else)
+        state = powerSGD_hook.PowerSGDState(
+            process_group=group, matrix_approximation_rank=int(arg or 4), start_powerSGD_iter=2
+        )
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+
+def _evaluate(model, d: data_mod.Data, device) -> tuple[float, float]:
+    model.eval()
+    with torch.no_grad():
+        logits = model(d.test_x.to(device))
+        loss = nn.functional.cross_entropy(logits, d.test_y.to(device)).item()
+        acc = (logits.argmax(1).cpu() == d.test_y).float().mean().item()
+    model.train()
+    return loss, acc
+
+
+def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
+    """Trains cfg on the current job; returns the result on rank 0, else None."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(cfg.threads)
+    device = torch.device(cfg.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    group = _group(cfg)
+    d = data_mod.load(cfg.data, cfg.model, cfg.samples)
+    torch.manual_seed(cfg.seed)
+    model = models.build(cfg.model, d.input_shape, d.classes, cfg.width).to(device)
+    ddp = DDP(
+        model,
+        process_group=group,
+        bucket_cap_mb=cfg.bucket_mb,
+        device_ids=[device.index] if device.type == "cuda" else None,
+    )
+    _register_hook(ddp, cfg, group)
+    opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
+    xs, ys = d.train_x, d.train_y
+    per_step = cfg.batch_size * world
+    steps = len(xs) // per_step
+    if cfg.steps:
+        steps = min(steps, cfg.steps) if steps else cfg.steps
+    if steps == 0:
+        raise ValueError(
+            f"{cfg.label()}: {len(xs)} training samples make no step of {cfg.batch_size} x {world} ranks; "
+            f"lower --batch-size"
+        )
+
+    def batch(order, s):
+        lo = (s * per_step + rank * cfg.batch_size) % len(xs)
+        idx = order[lo : lo + cfg.batch_size]
+        return xs[idx].to(device), ys[idx].to(device)
+
+    # Compute-only calibration: forward + backward without communication.
+    calib = []
+    order0 = torch.randperm(len(xs), generator=torch.Generator().manual_seed(10_000 + cfg.seed))
+    with ddp.no_sync():
+        for s in range(2 + cfg.calib_steps):
+            x, y = batch(order0, s)
+            _sync(device)
+            t0 = time.perf_counter()
+            nn.functional.cross_entropy(ddp(x), y).backward()
+            _sync(device)
+            if s >= 2:
+                calib.append(time.perf_counter() - t0)
+            opt.zero_grad(set_to_none=True)
+    compute_fb = statistics.median(calib) if calib else 0.0
+
+    epochs, step_times, opt_times = [], [], []
+    cpu0, cum = os.times(), 0.0
+    wall_train = 0.0
+    for epoch in range(cfg.epochs):
+        order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
+        dist.barrier()
+        _sync(device)
+        start = time.perf_counter()
+        losses = []
+        for s in range(steps):
+            x, y = batch(order, s)
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(ddp(x), y)
+            loss.backward()
+            _sync(device)
+            t1 = time.perf_counter()
+            opt.step()
+            _sync(device)
+            t2 = time.perf_counter()
+            step_times.append(t2 - t0)
+            opt_times.append(t2 - t1)
+            losses.append(loss.item())
+        elapsed = time.perf_counter() - start
+        wall_train += elapsed
+        cum += elapsed
+        test_loss, acc = _evaluate(model, d, device)
+        epochs.append(
+            {
+                "epoch": epoch + 1,
+                "time_s": elapsed,
+                "cum_time_s": cum,
+                "loss": sum(losses) / len(losses),
+                "test_loss": test_loss,
+                "acc": acc if d.real else None,
+            }
+        )
+        if progress and rank == 0:
+            a = f"acc {acc:.3f}" if d.real else "synthetic data"
+            print(
+                f"    epoch {epoch + 1}/{cfg.epochs}  {elapsed:7.2f} s  loss {epochs[-1]['loss']:.4f}  {a}",
+                flush=True,
+            )
+    cpu1 = os.times()
+    cpu_util = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / max(wall_train, 1e-9)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if device.type == "cuda":
+        peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
+    mine = {"cpu_util": cpu_util, "peak_mib": peak_mib}
+    every = [None] * world
+    dist.all_gather_object(every, mine)
+    dist.destroy_process_group(group)
+    if rank != 0:
+        return None
+    step_s = statistics.mean(step_times)
+    compute_s = compute_fb + statistics.mean(opt_times)
+    exposed = max(0.0, step_s - compute_s)
+    timed = epochs[1:] if len(epochs) > 1 else epochs  # the first epoch carries warm-up
+    epoch_s = statistics.mean(e["time_s"] for e in timed)
+    return {
+        "config": dataclasses.asdict(cfg),
+        "label": cfg.label(),
+        "params": sum(p.numel() for p in model.parameters()),
+        "grad_bytes": models.param_bytes(model),
+        "steps_per_epoch": steps,
+        "global_batch": per_step,
+        "time_per_epoch_s": epoch_s,
+        "samples_per_s": steps * per_step / epoch_s,
+        "step_ms": 1e3 * step_s,
+        "compute_ms": 1e3 * compute_s,
+        "exposed_comm_ms": 1e3 * exposed,
+        "comm_share": exposed / step_s if step_s > 0 else 0.0,
+        "peak_mem_mib": max(e["peak_mib"] for e in every),
+        "cpu_util": sum(e["cpu_util"] for e in every) / world,
+        "final_loss": epochs[-1]["loss"],
+        "final_test_loss": epochs[-1]["test_loss"],
+        "final_acc": epochs[-1]["acc"],
+        "epochs": epochs,
+        "world": world,
+    }
+
+
+def run_configs(
+    configs: list[tuple[int, RunConfig]], out_dir: str, total: int | None = None, progress: bool = True
+) -> None:
+    """Runs each (index, configuration) in turn on this job; rank 0 writes
+    <out_dir>/run-<index>.json."""
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    for i, cfg in configs:
+        if cfg.world != dist.get_world_size():
+            raise SystemExit(f"{cfg.label()}: this job has {dist.get_world_size()} ranks")
+        if progress and dist.get_rank() == 0:
+            print(f"[{i + 1}/{total or len(configs)}] {cfg.label()}", flush=True)
+        result = train_one(cfg, progress)
+        if result is not None:
+            with open(os.path.join(out_dir, f"run-{i}.json"), "w") as f:
+                json.dump(result, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    """``python -m pyscalecomm.train.worker OUT_DIR '[[index, {config}], ...]'``: used by the driver."""
+    import pyscalecomm  # noqa: F401  (registers the backend; fills RANK etc. under launchers)
+
+    out_dir, spec = sys.argv[1], sys.argv[2]
+    configs = [(i, RunConfig(**c)) for i, c in json.loads(spec)]
+    run_configs(configs, out_dir, int(sys.argv[3]) if len(sys.argv) > 3 else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

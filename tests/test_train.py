@@ -1,0 +1,182 @@
+"""The training driver: config grid, derived metrics, models, a smoke sweep
+with every output, loss-curve parity of gloo and scalecomm, and launches
+under torchrun and mpirun."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from dist_helpers import free_port
+
+import pyscalecomm
+from pyscalecomm.train import models, report
+from pyscalecomm.train.config import RunConfig, expand, parse_sweep
+from pyscalecomm.train.data import load
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env():
+    drop = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _train(args, tmp_path, prefix=(), timeout=300):
+    cmd = [*prefix, sys.executable, "-m", "pyscalecomm.train", "--out", str(tmp_path / "out"), *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_sweep_grid_is_the_product_in_order_and_names_bad_keys():
+    assert parse_sweep(["world=1,2", "compress=none,topk:0.01"]) == [
+        {"world": 1, "compress": "none"},
+        {"world": 1, "compress": "topk:0.01"},
+        {"world": 2, "compress": "none"},
+        {"world": 2, "compress": "topk:0.01"},
+    ]
+    with pytest.raises(ValueError, match="unknown sweep key 'wrld'"):
+        parse_sweep(["wrld=1"])
+    with pytest.raises(ValueError, match="world='two': expected int"):
+        parse_sweep(["world=two"])
+    configs, skipped = expand(RunConfig(), ["backend=gloo,scalecomm", "compress=none,topk:0.01"])
+    assert [(c.backend, c.compress) for c in configs] == [
+        ("gloo", "none"),
+        ("scalecomm", "none"),
+        ("scalecomm", "topk:0.01"),
+    ]
+    assert len(skipped) == 1 and "needs backend=scalecomm" in skipped[0]
+    with pytest.raises(ValueError, match="needs backend=scalecomm"):  # a single run is not skipped
+        expand(RunConfig(backend="gloo", compress="sign"), [])
+    with pytest.raises(ValueError, match="--device cuda"):
+        expand(RunConfig(backend="nccl"), [])
+
+
+def _run(world, backend="gloo", compress="none", threads=1, t=1.0, accs=(0.5, 0.9)):
+    cfg = RunConfig(world=world, backend=backend, compress=compress, threads=threads)
+    epochs = [
+        {"epoch": i + 1, "time_s": t, "cum_time_s": t * (i + 1), "loss": 1.0, "test_loss": 1.0, "acc": a}
+        for i, a in enumerate(accs)
+    ]
+    return {
+        "config": cfg.__dict__.copy(),
+        "label": cfg.label(),
+        "time_per_epoch_s": t,
+        "samples_per_s": 100 / t,
+        "comm_share": 0.5,
+        "step_ms": 10.0,
+        "compute_ms": 5.0,
+        "exposed_comm_ms": 5.0,
+        "peak_mem_mib": 100.0,
+        "cpu_util": 1.0,
+        "final_loss": 1.0,
+        "final_acc": accs[-1],
+        "epochs": epochs,
+    }
+
+
+def test_derived_metrics_follow_their_definitions():
+    runs = [
+        _run(1, t=8.0),
+        _run(4, t=4.0, accs=(0.5, 0.9)),
+        _run(4, "scalecomm", t=2.0, accs=(0.5, 0.9)),
+        _run(4, "scalecomm", "topk:0.01", t=1.0, accs=(0.897, 0.91)),
+        _run(1, "scalecomm", t=8.0),
+        _run(1, "scalecomm", "topk:0.01", t=8.0),
+        _run(1, threads=4, t=3.0),
+    ]
+    report.derive(runs)
+    base1, gloo4, sc4, topk4, _, _, vert = runs
+    assert gloo4["speedup"] == 2.0 and gloo4["efficiency"] == 0.5
+    assert sc4["speedup"] == 4.0 and sc4["efficiency"] == 1.0 and sc4["vs_baseline"] == 2.0
+    assert vert["speedup"] == pytest.approx(8 / 3) and vert["efficiency"] == pytest.approx(8 / 3 / 4)
+    assert topk4["acc_delta"] == pytest.approx(1.0)
+    # target = 0.9 - 0.005: topk reaches it after its first epoch (1 s), gloo after its second (8 s)
+    assert topk4["time_to_target_s"] == 1.0 and topk4["sooner"] == 8.0
+    assert gloo4["sooner"] == 1.0 and base1["vs_baseline"] == 1.0
+    fits = {(f["backend"], f["compress"]): f for f in report.fit(runs)}
+    assert fits[("gloo", "none")]["t_comm_s"] == pytest.approx(4.0 - 8.0 / 4)
+    assert fits[("scalecomm", "none")]["points"][1]["predicted_s"] == pytest.approx(2.0)
+    table = report.markdown_table(runs)
+    assert table.count("\n") == len(runs) + 1 and "| 8.00x |" in table
+    assert "| 4 | gloo | none | 4.000 | 3.000 | 0.75x |" in report.scaling_table(runs)
+
+
+@pytest.mark.parametrize("name", models.MODELS)
+@pytest.mark.parametrize("data", ["digits", "synthetic"])
+def test_every_model_trains_a_step_on_each_data_set(name, data):
+    d = load(data, name, samples=16)
+    m = models.build(name, d.input_shape, d.classes, 16)
+    loss = torch.nn.functional.cross_entropy(m(d.train_x[:4]), d.train_y[:4])
+    loss.backward()
+    assert all(p.grad is not None for p in m.parameters())
+    assert models.param_bytes(m) == 4 * sum(p.numel() for p in m.parameters())
+    assert d.real == (data == "digits")
+
+
+def test_resnet_at_width_64_has_resnet18s_size():
+    m = models.build("resnet", (3, 32, 32), 10, 64)
+    assert 11.0e6 < sum(p.numel() for p in m.parameters()) < 11.3e6
+
+
+def test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve(tmp_path):
+    args = ["--sweep", "world=1,2", "backend=gloo,scalecomm", "--epochs", "3", "--steps", "4"]
+    args += ["--width", "32"]
+    p = _train(args, tmp_path)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    out = tmp_path / "out"
+    for name in ("results.json", "speedup.png", "breakdown.png", "accuracy.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert "| world | threads | backend |" in p.stdout and "T_N = T_1/N + T_comm" in p.stdout
+    assert "[4/4] world=2 threads=1 backend=scalecomm compress=none" in p.stdout  # progress
+    doc = json.loads((out / "results.json").read_text())
+    runs = {(r["config"]["world"], r["config"]["backend"]): r for r in doc["runs"]}
+    assert len(runs) == 4 and len(doc["fits"]) == 2
+    for r in runs.values():
+        w = r["config"]["world"]
+        assert r["efficiency"] == pytest.approx(r["speedup"] / w)
+        assert r["samples_per_s"] == pytest.approx(4 * 32 * w / r["time_per_epoch_s"])
+        assert 0 <= r["comm_share"] < 1 and r["step_ms"] >= r["exposed_comm_ms"] >= 0
+        assert all(0 <= e["acc"] <= 1 for e in r["epochs"]) and len(r["epochs"]) == 3
+        assert r["peak_mem_mib"] > 0 and r["cpu_util"] > 0 and r["grad_bytes"] > 0
+    assert runs[(1, "gloo")]["speedup"] == 1.0
+    for w in (1, 2):  # same data order, same initial weights: the same loss curve
+        g, s = runs[(w, "gloo")], runs[(w, "scalecomm")]
+        assert [e["loss"] for e in s["epochs"]] == pytest.approx([e["loss"] for e in g["epochs"]], rel=1e-5)
+        assert s["final_acc"] == pytest.approx(g["final_acc"], abs=1e-6)
+
+
+def test_a_bad_sweep_is_refused_before_anything_runs(tmp_path):
+    p = _train(["--sweep", "world=1", "optimizer=adam"], tmp_path)
+    assert p.returncode == 2 and "unknown sweep key 'optimizer'" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_runs_under_torchrun_with_the_jobs_world(tmp_path):
+    port = str(free_port())
+    prefix = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", port]
+    args = ["--sweep", "backend=gloo,scalecomm", "--epochs", "1", "--steps", "2", "--width", "16"]
+    args += ["--no-plots"]
+    cmd = [*prefix, "-m", "pyscalecomm.train", "--out", str(tmp_path / "out"), *args]
+    p = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert p.stdout.count("| world | threads |") == 1  # rank 0 reports
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert {(r["world"], r["config"]["backend"]) for r in runs} == {(2, "gloo"), (2, "scalecomm")}
+
+
+@pytest.mark.skipif(
+    shutil.which("mpirun") is None or not pyscalecomm.built_with_mpi(), reason="needs mpirun and an MPI build"
+)
+def test_runs_under_mpirun(tmp_path):
+    prefix = ["mpirun", "-n", "2", "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    args = ["--epochs", "1", "--steps", "2", "--width", "16", "--no-plots", "--backend", "scalecomm"]
+    p = _train(args, tmp_path, prefix=prefix)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert [r["world"] for r in runs] == [2]
