@@ -54,7 +54,7 @@ class Communicator {
   void setMpiGroup(std::shared_ptr<MpiGroup> g) { mpi_ = std::move(g); }
 
   // Idles briefly until something may have changed on the given peers' links:
-  // spins for spinMicros after idleSince, then yields until 2 ms, then blocks
+  // spins for spinMicros after idleSince, then yields until 200 us, then blocks
   // in poll() on tcp sockets or sleeps in short slices. Never blocks longer than
   // ~1 ms. Throws Error(Aborted) after abort(). The caller checks its deadline.
   void idle(const std::vector<int>& peers, Clock::time_point idleSince);
