@@ -30,8 +30,6 @@ import signal
 import subprocess
 import sys
 
-from pyscalecomm.launch import wait_ranks
-
 
 def parse_rate(text: str) -> str:
     """Validates a tc rate such as 1gbit, 500mbit, 25gbit."""
@@ -130,6 +128,8 @@ class Cluster:
     ) -> int:
         """Runs `command` once per rank inside its host (on the first `hosts`
         hosts, default all); returns the worst exit status."""
+        from pyscalecomm.launch import wait_ranks  # here: the no-root path stays standard-library only
+
         world = (hosts or self.hosts) * ranks_per_host
         self.runs += 1  # a fresh rendezvous port per run: no TIME_WAIT clash between runs
         port = str(29500 + (os.getpid() + 37 * self.runs) % 1000)
