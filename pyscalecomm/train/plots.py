@@ -15,6 +15,14 @@ def _series_label(r: dict) -> str:
     return f"{c['backend']}{algo} {c['compress']}{thr}"
 
 
+def _save(plt, fig, out_dir: str, name: str) -> str:
+    fig.tight_layout()
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write(results: list[dict], out_dir: str) -> list[str]:
     try:
         import matplotlib
@@ -46,10 +54,7 @@ def write(results: list[dict], out_dir: str) -> list[str]:
         ax.set_xticks(worlds)
         ax.grid(alpha=0.3)
     ax1.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "speedup.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_save(plt, fig, out_dir, "speedup.png"))
 
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(results) + 2), 4))
     names = [f"{_series_label(r)}\nN={r['config']['world']}" for r in results]
@@ -60,10 +65,7 @@ def write(results: list[dict], out_dir: str) -> list[str]:
     ax.set_xticks(range(len(results)), names, rotation=60, ha="right", fontsize=7)
     ax.set(ylabel="ms per step", title="Where a step's time goes")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "breakdown.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_save(plt, fig, out_dir, "breakdown.png"))
 
     real = [r for r in results if r["final_acc"] is not None]
     if real:
@@ -78,8 +80,5 @@ def write(results: list[dict], out_dir: str) -> list[str]:
         for ax in (ax1, ax2):
             ax.grid(alpha=0.3)
         ax1.legend(fontsize=6)
-        fig.tight_layout()
-        paths.append(os.path.join(out_dir, "accuracy.png"))
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(_save(plt, fig, out_dir, "accuracy.png"))
     return paths
