@@ -183,6 +183,21 @@ def test_compressed_sum_error_is_bounded_and_ranks_agree(n):
                 assert err == 0, (spec, err)
 
 
+def _empty_then_real(rank, n):
+    import pyscalecomm
+
+    for spec in CODECS:
+        pyscalecomm.allreduce(torch.empty(0), spec)  # nothing to send: a no-op, not an error
+    y = torch.ones(8)
+    pyscalecomm.allreduce(y, "fp16")  # and the group is still usable
+    return y.tolist()
+
+
+def test_empty_tensors_are_a_no_op_for_every_codec():
+    for res in run_ranks(2, _empty_then_real):
+        assert res == [2.0] * 8
+
+
 def _error_feedback(rank, n):
     import pyscalecomm
 

@@ -33,7 +33,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   const int rank = getRank(), size = getSize();
   const int64_t rows = t.dim() >= 2 ? t.size(0) : 0;  // PowerSGD: a weight's own matrix shape
   const std::string title = "allreduce:" + algo + ":" + codec.str();
-  if (size == 1) {  // nothing to send: the sum is the tensor itself, exact (no codec, no residual)
+  if (size == 1 || t.numel() == 0) {  // nothing to send: the sum is the tensor itself (exact; no codec, no residual)
     return enqueue(c10d::OpType::ALLREDUCE, title.c_str(), {t}, timeout, [](const CollectiveOptions&) {},
                    {.algorithm = algo, .stage = stage});
   }
