@@ -17,8 +17,7 @@
 // equal on every rank (the random-k seed) and advance per call.
 // Errors from comms propagate; `x` and `state` are then unspecified.
 // (The torch adapter skips all of this on a group of one rank or for an empty
-// tensor: nothing is
-// sent, so the tensor stays exact.)
+// tensor: nothing is sent, so the tensor stays exact.)
 // Thread safety: one call per state at a time.
 #pragma once
 
