@@ -71,7 +71,9 @@ def _mpi_flags():
             flags["extra_link_args"] = [f"-Wl,-rpath,{d}" for d in flags["library_dirs"]]
             break
     if flags is None and mode in ("1", "on", "true", "yes"):
-        raise RuntimeError("SCALECOMM_MPI=1 but no MPI compiler wrapper (mpicc) answered; install libopenmpi-dev")
+        raise RuntimeError(
+            "SCALECOMM_MPI=1 but no MPI compiler wrapper (mpicc) answered; install libopenmpi-dev"
+        )
     return flags
 
 
@@ -90,7 +92,11 @@ def _nccl_flags():
             lib_dir = os.path.join(root, "lib")
             return {
                 "include_dirs": [os.path.join(root, "include")],
-                "extra_link_args": [f"-L{lib_dir}", f"-l:{os.path.basename(libs[0])}", f"-Wl,-rpath,{lib_dir}"],
+                "extra_link_args": [
+                    f"-L{lib_dir}",
+                    f"-l:{os.path.basename(libs[0])}",
+                    f"-Wl,-rpath,{lib_dir}",
+                ],
             }
     return None
 
@@ -129,7 +135,10 @@ def _extensions():
                 "pyscalecomm._C",
                 sources + cuda_sources,
                 define_macros=define_macros,
-                extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]},
+                extra_compile_args={
+                    "cxx": cxx_flags,
+                    "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"],
+                },
                 **extra,
             )
         ]

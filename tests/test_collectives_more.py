@@ -57,6 +57,14 @@ def _rooted_and_exchanges(rank, n):
     dist.all_to_all_single(out, inp, out_splits, in_splits)
     want = torch.cat([torch.full((q + rank + 1, 3), float(100 * q + rank)) for q in range(n)])
     assert torch.equal(out, want), "all_to_all_single uneven"
+    # splits with zeros: rank s sends (s + 2q) % 3 rows to rank q (empty blocks still travel as headers)
+    in_splits = [(rank + 2 * q) % 3 for q in range(n)]
+    out_splits = [(q + 2 * rank) % 3 for q in range(n)]
+    inp = torch.cat([torch.full((in_splits[q], 2), float(100 * rank + q)) for q in range(n)])
+    out = torch.empty(sum(out_splits), 2)
+    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    want = torch.cat([torch.full((out_splits[q], 2), float(100 * q + rank)) for q in range(n)])
+    assert torch.equal(out, want), "all_to_all_single with empty splits"
     # all_to_all list form with different sizes per pair, and a dtype that only moves (bool)
     ins = [torch.full((rank + q + 2,), (rank + q) % 2 == 0) for q in range(n)]
     outs = [torch.empty(q + rank + 2, dtype=torch.bool) for q in range(n)]
@@ -98,7 +106,10 @@ def _mismatched_splits(rank, n):
 
 
 def test_all_to_all_split_mismatch_is_named():
+    # Rank 0 expects nothing from rank 1, which sends a row: rank 0 must fail too (not return
+    # and leave rank 1 to report a closed link), and at least one rank names the cause.
     msgs = run_ranks(2, _mismatched_splits)
+    assert "no error" not in msgs, msgs
     assert any("input_split_sizes" in m for m in msgs), msgs
 
 

@@ -16,6 +16,7 @@ Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems) 
   std::vector<int64_t> cellBase(nblocks + 1, 0);
   for (size_t b = 0; b < nblocks; ++b) {
     int64_t segs = (schedule.blockCounts[b] + segmentElems - 1) / segmentElems;
+    if (segs == 0 && schedule.emptyBlocksAreMessages) segs = 1;
     cellBase[b + 1] = cellBase[b] + segs;
   }
   std::vector<int32_t> lastWriter(cellBase[nblocks], -1);

@@ -69,6 +69,7 @@ Schedule directAlltoall(int rank, int n, const std::vector<int64_t>& sendCounts,
   SC_CHECK(static_cast<int>(sendCounts.size()) == n && static_cast<int>(recvCounts.size()) == n);
   Schedule s;
   s.algorithm = "direct";
+  s.emptyBlocksAreMessages = true;
   s.blockCounts = sendCounts;
   s.blockCounts.insert(s.blockCounts.end(), recvCounts.begin(), recvCounts.end());
   ScheduleStep step;

@@ -43,6 +43,12 @@ struct Schedule {
   std::vector<int64_t> blockCounts;  // elements per block
   std::vector<ScheduleStep> steps;
   std::string algorithm;  // e.g. "ring"
+  // When true, a block of zero elements still travels as one header-only
+  // message, so both ends check the sizes they were given. All-to-all sets it:
+  // its per-pair sizes come from the user, and a receiver that expects nothing
+  // must still learn that the sender sent something (or the mismatch surfaces
+  // on one rank only, or as a closed link after the other rank moved on).
+  bool emptyBlocksAreMessages = false;
 };
 
 // What some schedules need besides rank, world size and count.
