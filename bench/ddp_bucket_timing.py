@@ -7,8 +7,12 @@ for 12 steps, natively and with a timing comm hook that does what DDP's
 default does (divide, allreduce SUM) and records, per bucket, the time from
 the hook call to the future's completion. Alternates backends so drift on a
 shared machine hits both. Rank 0 prints the median step and bucket times.
+``--bucket-cap-mb 64`` puts all gradients in one bucket (one allreduce per
+step), which separates the cost of DDP running two collectives from the cost
+of one.
 """
 
+import argparse
 import statistics
 import time
 
@@ -19,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import pyscalecomm  # noqa: F401  (registers the backend)
 
 
-def run(backend: str, timed_hook: bool, n: int) -> str:
+def run(backend: str, timed_hook: bool, n: int, bucket_cap_mb: float) -> str:
     g = dist.new_group(backend=backend)
     torch.manual_seed(0)
     width = 2048
@@ -30,7 +34,7 @@ def run(backend: str, timed_hook: bool, n: int) -> str:
         torch.nn.ReLU(),
         torch.nn.Linear(width, 10),
     )
-    d = DDP(m, process_group=g)
+    d = DDP(m, process_group=g, bucket_cap_mb=bucket_cap_mb)
     times = []
 
     def hook(state, bucket):
@@ -67,12 +71,15 @@ def run(backend: str, timed_hook: bool, n: int) -> str:
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket_cap_mb (DDP default: 25)")
+    args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     n = dist.get_world_size()
     for timed_hook in (False, True, False):
         for backend in ("gloo", "scalecomm"):
-            line = run(backend, timed_hook, n)
+            line = run(backend, timed_hook, n, args.bucket_cap_mb)
             if dist.get_rank() == 0:
                 print(line, flush=True)
     dist.destroy_process_group()

@@ -50,9 +50,12 @@ def rate_bytes_per_s(rate: str) -> float:
 class Cluster:
     """The namespaces, bridge and links of one emulated cluster (a context manager)."""
 
-    def __init__(self, hosts: int, rate: str | None, cluster_id: int = 0, net: int = 77):
+    def __init__(
+        self, hosts: int, rate: str | None, cluster_id: int = 0, net: int = 77, queue_ms: float = 100
+    ) -> None:
         self.hosts = hosts
         self.rate = rate
+        self.queue_ms = queue_ms
         self.prefix = f"sc{cluster_id}"
         self.bridge_ns = f"{self.prefix}br"
         self.net = net
@@ -75,7 +78,7 @@ class Cluster:
         # burst: at least one 4 ms timer tick of traffic, so the rate is reachable
         burst = max(64 * 1024, int(rate_bytes_per_s(self.rate) / 250))
         self._ip("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate, "burst", str(burst),
-                 "latency", "100ms", ns=ns)  # fmt: skip
+                 "latency", f"{self.queue_ms:g}ms", ns=ns)  # fmt: skip
 
     def remove_stale(self) -> None:
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
@@ -182,6 +185,13 @@ def parse_args(argv=None):
     p.add_argument(
         "--rate", type=parse_rate, default=None, help="link cap per host and direction (e.g. 1gbit)"
     )
+    p.add_argument(
+        "--queue-ms",
+        type=float,
+        default=100,
+        help="longest a packet may wait in a capped link's queue (tbf latency; default 100, "
+        "a deep buffer; shallow switch buffers are a few ms)",
+    )
     p.add_argument("--id", type=int, default=0, help="cluster id (names sc<id>...), 0-99")
     p.add_argument("--timeout", type=float, default=600, help="seconds the command may run")
     p.add_argument("--logdir", default=".", help="where ranks > 0 write their output")
@@ -193,6 +203,8 @@ def parse_args(argv=None):
         p.error("give the command after --, e.g. -- python -m pyscalecomm.bench -b 1M -e 16M")
     if not 1 <= args.hosts <= 64 or not 1 <= args.ranks_per_host <= 64 or not 0 <= args.id <= 99:
         p.error("--hosts and --ranks-per-host must lie in 1..64, --id in 0..99")
+    if not 0.1 <= args.queue_ms <= 10000:
+        p.error("--queue-ms must lie in 0.1..10000")
     return args
 
 
@@ -210,7 +222,7 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, interrupted)
     try:
-        with Cluster(args.hosts, args.rate, args.id) as cluster:
+        with Cluster(args.hosts, args.rate, args.id, queue_ms=args.queue_ms) as cluster:
             print(
                 f"# cluster: {args.hosts} hosts x {args.ranks_per_host} ranks, "
                 f"links {args.rate or 'uncapped'} each way per host, namespaces {cluster.prefix}h0..",

@@ -104,3 +104,22 @@ def test_without_root_it_says_so_and_changes_nothing(tmp_path):
     if os.geteuid() == 0 and "needs root" not in res.stdout and "Permission denied" in res.stderr:
         pytest.skip("this Python is not usable by an unprivileged user")
     assert res.returncode == 2 and "needs root" in res.stdout, res.stdout + res.stderr
+
+
+@needs_root
+def test_queue_ms_sets_the_links_queue(tmp_path):
+    cmd = [sys.executable, "-m", "pyscalecomm.cluster", "--id", "42", "--hosts", "1", "--rate", "1gbit"]
+    cmd += ["--queue-ms", "5", "--logdir", str(tmp_path), "--", "tc", "qdisc", "show", "dev", "eth0"]
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT)
+    )
+    assert res.returncode == 0, res.stderr
+    assert "tbf" in res.stdout and "rate 1Gbit" in res.stdout and "lat 5ms" in res.stdout, res.stdout
+
+
+def test_bad_queue_ms_is_refused_before_anything_runs():
+    cmd = [sys.executable, os.path.join(ROOT, "pyscalecomm", "cluster.py"), "--queue-ms", "0", "--", "true"]
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)
+    )
+    assert res.returncode == 2 and "--queue-ms must lie in 0.1..10000" in res.stderr, res.stderr
