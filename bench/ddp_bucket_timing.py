@@ -9,7 +9,9 @@ the hook call to the future's completion. Alternates backends so drift on a
 shared machine hits both. Rank 0 prints the median step and bucket times.
 ``--bucket-cap-mb 64`` puts all gradients in one bucket (one allreduce per
 step), which separates the cost of DDP running two collectives from the cost
-of one.
+of one. ``--two-groups`` adds a run whose hook spreads the buckets over two
+scalecomm groups (bucket i on group i % 2), so consecutive buckets' allreduces
+run concurrently, as gloo runs them.
 """
 
 import argparse
@@ -23,8 +25,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import pyscalecomm  # noqa: F401  (registers the backend)
 
 
-def run(backend: str, timed_hook: bool, n: int, bucket_cap_mb: float) -> str:
-    g = dist.new_group(backend=backend)
+def run(backend: str, timed_hook: bool, n: int, bucket_cap_mb: float | None, groups: int = 1) -> str:
+    gs = [dist.new_group(backend=backend) for _ in range(groups)]
+    g = gs[0]
     torch.manual_seed(0)
     width = 2048
     m = torch.nn.Sequential(
@@ -40,7 +43,7 @@ def run(backend: str, timed_hook: bool, n: int, bucket_cap_mb: float) -> str:
     def hook(state, bucket):
         t0 = time.perf_counter()
         buf = bucket.buffer().div_(n)
-        fut = dist.all_reduce(buf, group=g, async_op=True).get_future()
+        fut = dist.all_reduce(buf, group=gs[bucket.index() % groups], async_op=True).get_future()
 
         def done(f):
             times.append((buf.numel(), time.perf_counter() - t0))
@@ -59,8 +62,9 @@ def run(backend: str, timed_hook: bool, n: int, bucket_cap_mb: float) -> str:
         torch.nn.functional.cross_entropy(d(x), y).backward()
         opt.step()
         steps.append(time.perf_counter() - t)
-    dist.destroy_process_group(g)
-    mode = "hook" if timed_hook else "native"
+    for one in gs:
+        dist.destroy_process_group(one)
+    mode = ("hook" if groups == 1 else f"hook x{groups} groups") if timed_hook else "native"
     line = f"{backend:>9} {mode:>6}  step {1e3 * statistics.median(steps[2:]):6.1f} ms"
     big = [t for e, t in times[4:] if e > 1_000_000]
     small = [t for e, t in times[4:] if e <= 1_000_000]
@@ -72,14 +76,23 @@ def run(backend: str, timed_hook: bool, n: int, bucket_cap_mb: float) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket_cap_mb (DDP default: 25)")
+    p.add_argument(
+        "--bucket-cap-mb",
+        type=float,
+        default=None,
+        help="DDP bucket_cap_mb (default: DDP's, a 1 MiB first bucket then 25)",
+    )
+    p.add_argument("--two-groups", action="store_true", help="also time a hook over two scalecomm groups")
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     n = dist.get_world_size()
     for timed_hook in (False, True, False):
-        for backend in ("gloo", "scalecomm"):
-            line = run(backend, timed_hook, n, args.bucket_cap_mb)
+        runs = [("gloo", 1), ("scalecomm", 1)] + (
+            [("scalecomm", 2)] if timed_hook and args.two_groups else []
+        )
+        for backend, groups in runs:
+            line = run(backend, timed_hook, n, args.bucket_cap_mb, groups)
             if dist.get_rank() == 0:
                 print(line, flush=True)
     dist.destroy_process_group()

@@ -55,6 +55,9 @@ def test_sweep_grid_is_the_product_in_order_and_names_bad_keys():
         expand(RunConfig(backend="gloo", compress="sign"), [])
     with pytest.raises(ValueError, match="--device cuda"):
         expand(RunConfig(backend="nccl"), [])
+    with pytest.raises(ValueError, match="bucket_mb must be >= 0"):
+        expand(RunConfig(), ["bucket_mb=0,-1"])
+    assert RunConfig().bucket_mb == 0  # DDP's own default buckets unless asked
 
 
 def _run(world, backend="gloo", compress="none", threads=1, t=1.0, accs=(0.5, 0.9)):

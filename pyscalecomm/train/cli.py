@@ -51,7 +51,12 @@ def parse_args(argv=None):
     p.add_argument("--backend", choices=BACKENDS, default=d.backend)
     p.add_argument("--algo", default=d.algo, help="scalecomm allreduce algorithm (auto, ring, rhd, ...)")
     p.add_argument("--compress", default=d.compress, help="none, fp16, topk:0.01, sign, powersgd:4, ...")
-    p.add_argument("--bucket-mb", type=float, default=d.bucket_mb, help="DDP bucket cap (MiB)")
+    p.add_argument(
+        "--bucket-mb",
+        type=float,
+        default=d.bucket_mb,
+        help="DDP bucket cap in MiB (0: DDP's default, a 1 MiB first bucket then 25)",
+    )
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--steps", type=int, default=d.steps, help="steps per epoch (0: the whole training set)")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank")

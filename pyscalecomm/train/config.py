@@ -25,7 +25,7 @@ class RunConfig:
     backend: str = "scalecomm"
     algo: str = "auto"  # scalecomm's allreduce algorithm
     compress: str = "none"
-    bucket_mb: float = 25.0  # DDP bucket cap
+    bucket_mb: float = 0.0  # DDP bucket cap in MiB; 0: DDP's default (a 1 MiB first bucket, then 25)
     epochs: int = 5
     steps: int = 0  # steps per epoch (0: the whole training set)
     batch_size: int = 32  # per rank
@@ -45,6 +45,8 @@ class RunConfig:
             raise ValueError(f"backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if self.world < 1 or self.threads < 1 or self.epochs < 1 or self.batch_size < 1:
             raise ValueError("world, threads, epochs and batch_size must be >= 1")
+        if self.bucket_mb < 0:
+            raise ValueError("bucket_mb must be >= 0 (0: DDP's default buckets)")
         if self.compress != "none" and self.backend != "scalecomm":
             name = self.compress.split(":")[0]
             if name not in ("fp16", "bf16", "powersgd"):

@@ -100,7 +100,7 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     ddp = DDP(
         model,
         process_group=group,
-        bucket_cap_mb=cfg.bucket_mb,
+        bucket_cap_mb=cfg.bucket_mb or None,  # None: DDP's default, incl. its small first bucket
         device_ids=[device.index] if device.type == "cuda" else None,
     )
     _register_hook(ddp, cfg, group)
