@@ -60,8 +60,8 @@ def test_sweep_grid_is_the_product_in_order_and_names_bad_keys():
     assert RunConfig().bucket_mb == 0  # DDP's own default buckets unless asked
 
 
-def _run(world, backend="gloo", compress="none", threads=1, t=1.0, accs=(0.5, 0.9)):
-    cfg = RunConfig(world=world, backend=backend, compress=compress, threads=threads)
+def _run(world, backend="gloo", compress="none", threads=1, t=1.0, accs=(0.5, 0.9), **setting):
+    cfg = RunConfig(world=world, backend=backend, compress=compress, threads=threads, **setting)
     epochs = [
         {"epoch": i + 1, "time_s": t, "cum_time_s": t * (i + 1), "loss": 1.0, "test_loss": 1.0, "acc": a}
         for i, a in enumerate(accs)
@@ -108,6 +108,25 @@ def test_derived_metrics_follow_their_definitions():
     table = report.markdown_table(runs)
     assert table.count("\n") == len(runs) + 1 and "| 8.00x |" in table
     assert "| 4 | gloo | none | 4.000 | 3.000 | 0.75x |" in report.scaling_table(runs)
+
+
+def test_runs_are_compared_only_with_runs_of_the_same_setting():
+    # A sweep over lr: each scalecomm run's baseline and 1-rank reference have its lr.
+    runs = [_run(w, b, t=t, lr=lr) for lr in (0.1, 0.01) for w, b, t in ((1, "gloo", 8.0), (2, "gloo", 4.0))]
+    runs += [
+        _run(w, "scalecomm", t=t, lr=lr)
+        for lr, t2 in ((0.1, 2.0), (0.01, 1.0))
+        for w, t in ((1, 8.0), (2, t2))
+    ]
+    report.derive(runs)
+    sc2 = [r for r in runs if r["config"]["backend"] == "scalecomm" and r["config"]["world"] == 2]
+    assert [r["vs_baseline"] for r in sc2] == [2.0, 4.0] and [r["speedup"] for r in sc2] == [4.0, 8.0]
+    table = report.markdown_table(runs)
+    assert "| setting |" in table and "| lr=0.01 |" in table and "| lr=0.1 |" in table
+    fits = report.fit(runs)
+    assert len(fits) == 4 and {f["setting"] for f in fits} == {"lr=0.1", "lr=0.01"}
+    assert "gloo (lr=0.1)" in report.fit_table(fits)
+    assert "| setting |" not in report.markdown_table(runs[:2])  # nothing varies: no column
 
 
 @pytest.mark.parametrize("name", models.MODELS)

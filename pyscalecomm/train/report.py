@@ -21,9 +21,29 @@ from __future__ import annotations
 TARGET_SLACK = 0.005  # 0.5 accuracy points below the baseline's final accuracy
 
 
+# Config keys the table shows in columns of their own; every other key
+# (model, lr, bucket_mb, ...) is the run's "setting": runs are only compared
+# (speedup, baseline, fit) with runs of the same setting.
+SHOWN = ("world", "threads", "backend", "algo", "compress")
+
+
+def _setting(c: dict) -> dict:
+    return {k: v for k, v in sorted(c.items()) if k not in SHOWN}
+
+
 def _family(r: dict) -> tuple:
     c = r["config"]
-    return (c["backend"], c["compress"], c["algo"], c["model"], c["width"], c["data"])
+    return (c["backend"], c["compress"], c["algo"], *_setting(c).items())
+
+
+def _varying(results: list[dict]) -> list[str]:
+    """Setting keys whose values differ between runs (shown in a "setting" column)."""
+    keys = sorted({k for r in results for k in _setting(r["config"])})
+    return [k for k in keys if len({repr(r["config"].get(k)) for r in results}) > 1]
+
+
+def _setting_label(r: dict, keys: list[str]) -> str:
+    return " ".join(f"{k}={r['config'][k]}" for k in keys)
 
 
 def _baseline_backend(r: dict) -> str:
@@ -65,9 +85,7 @@ def derive(results: list[dict]) -> list[dict]:
             compress="none",
             world=c["world"],
             threads=c["threads"],
-            model=c["model"],
-            width=c["width"],
-            data=c["data"],
+            **_setting(c),
         )
         r["baseline"] = base["label"] if base else None
         r["vs_baseline"] = base["time_per_epoch_s"] / r["time_per_epoch_s"] if base else None
@@ -84,6 +102,7 @@ def derive(results: list[dict]) -> list[dict]:
 
 
 def fit(results: list[dict]) -> list[dict]:
+    varying = _varying(results)
     fits = []
     families = {}
     for r in results:
@@ -101,6 +120,7 @@ def fit(results: list[dict]) -> list[dict]:
                 "compress": key[1],
                 "algo": key[2],
                 "threads": key[-1],
+                "setting": _setting_label(one, varying),
                 "t1_s": t1,
                 "t_comm_s": t_comm,
                 "points": [
@@ -154,9 +174,13 @@ COLUMNS = [
 
 
 def markdown_table(results: list[dict]) -> str:
-    head = "| " + " | ".join(n for n, _ in COLUMNS) + " |"
-    rule = "|" + "|".join("---:" for _ in COLUMNS) + "|"
-    rows = ["| " + " | ".join(get(r) for _, get in COLUMNS) + " |" for r in results]
+    varying = _varying(results)
+    columns = list(COLUMNS)
+    if varying:  # e.g. a sweep over lr or bucket_mb: say which run is which
+        columns.insert(4, ("setting", lambda r: _setting_label(r, varying)))
+    head = "| " + " | ".join(n for n, _ in columns) + " |"
+    rule = "|" + "|".join("---:" for _ in columns) + "|"
+    rows = ["| " + " | ".join(get(r) for _, get in columns) + " |" for r in results]
     return "\n".join([head, rule, *rows])
 
 
@@ -171,7 +195,8 @@ def fit_table(fits: list[dict]) -> str:
     for f in fits:
         for p in f["points"]:
             lines.append(
-                f"| {f['backend']} | {f['compress']} | {f['threads']} | {f['t1_s']:.3f} "
+                f"| {f['backend']}{' (' + f['setting'] + ')' if f['setting'] else ''} | {f['compress']} "
+                f"| {f['threads']} | {f['t1_s']:.3f} "
                 f"| {f['t_comm_s']:.3f} | "
                 f"{p['world']} | {p['measured_s']:.3f} | {p['predicted_s']:.3f} | {p['linear_s']:.3f} |"
             )
@@ -186,7 +211,13 @@ def scaling_table(results: list[dict]) -> str:
         if c["threads"] != 1 or c["world"] == 1:
             continue
         v = _find(
-            results, backend=c["backend"], compress=c["compress"], algo=c["algo"], world=1, threads=c["world"]
+            results,
+            backend=c["backend"],
+            compress=c["compress"],
+            algo=c["algo"],
+            world=1,
+            threads=c["world"],
+            **_setting(c),
         )
         if v is None:
             continue
