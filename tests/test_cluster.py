@@ -45,13 +45,15 @@ def _namespaces():
     return [ln.split()[0] for ln in out.splitlines() if ln.strip()]
 
 
-def _cluster(tmp_path, *args):
-    script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT)
+def _cluster(tmp_path, *args, command=None, timeout=240):
+    """Runs the cluster with `args`; each rank runs `command` (default: RANK_SCRIPT)."""
+    if command is None:
+        script = tmp_path / "rank.py"
+        script.write_text(RANK_SCRIPT)
+        command = [sys.executable, str(script)]
     env = dict(os.environ, PYTHONPATH=ROOT, SCALECOMM_DEBUG="INFO")
     cmd = [sys.executable, "-m", "pyscalecomm.cluster", "--id", "42", "--logdir", str(tmp_path), *args]
-    cmd += ["--", sys.executable, str(script)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    return subprocess.run([*cmd, "--", *command], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @needs_root
@@ -72,20 +74,7 @@ def test_two_hosts_of_two_ranks_share_memory_inside_and_tcp_between(tmp_path):
 def test_failing_rank_fails_the_run_and_still_tears_down(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text("import os, sys; sys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pyscalecomm.cluster",
-        "--id",
-        "42",
-        "--hosts",
-        "2",
-        "--logdir",
-        str(tmp_path),
-    ]
-    res = subprocess.run(
-        cmd + ["--", sys.executable, str(script)], capture_output=True, text=True, timeout=120
-    )
+    res = _cluster(tmp_path, "--hosts", "2", command=[sys.executable, str(script)], timeout=120)
     assert res.returncode == 3, res.stderr
     assert not [ns for ns in _namespaces() if ns.startswith("sc42")]
 
@@ -108,11 +97,8 @@ def test_without_root_it_says_so_and_changes_nothing(tmp_path):
 
 @needs_root
 def test_queue_ms_sets_the_links_queue(tmp_path):
-    cmd = [sys.executable, "-m", "pyscalecomm.cluster", "--id", "42", "--hosts", "1", "--rate", "1gbit"]
-    cmd += ["--queue-ms", "5", "--logdir", str(tmp_path), "--", "tc", "qdisc", "show", "dev", "eth0"]
-    res = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT)
-    )
+    tc = ["tc", "qdisc", "show", "dev", "eth0"]
+    res = _cluster(tmp_path, "--hosts", "1", "--rate", "1gbit", "--queue-ms", "5", command=tc, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "tbf" in res.stdout and "rate 1Gbit" in res.stdout and "lat 5ms" in res.stdout, res.stdout
 

@@ -252,7 +252,6 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
 
   bool idle = false;
   Clock::time_point idleSince;
-  std::vector<int> writers;
   while (remaining > 0) {
     bool moved = false;
     for (int p : plan.peers) {
@@ -310,11 +309,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
       idleSince = Clock::now();
     }
     if (ctx.deadline.expired()) failTimeout(plan, ctx, rank, sendHead, recvHead);
-    writers.clear();
-    for (int p : plan.peers) {
-      if (sendProg[p].active) writers.push_back(p);  // a started send the link would not take
-    }
-    comm.idle(plan.peers, idleSince, writers);
+    comm.idle(plan.peers, idleSince);
   }
 }
 

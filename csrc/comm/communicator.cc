@@ -1,7 +1,5 @@
 #include "comm/communicator.h"
 
-#include <algorithm>
-
 #include <poll.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -57,7 +55,7 @@ void Communicator::abort() {
 // (2 ranks, 1 Gbit/s: step 44.8 ms with 2 ms of yielding vs gloo's 42.2).
 constexpr int64_t kYieldMicros = 200;
 
-void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSince, const std::vector<int>& writers) {
+void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSince) {
   if (aborted()) fail(ErrorKind::Aborted, "the group was aborted");
   auto idleUs = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
   // Phase 1: spin (lowest latency). Phase 2, up to kYieldMicros: yield, so compute
@@ -78,8 +76,9 @@ void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSin
   for (int p : peers) {
     int fd = links_[p] ? links_[p]->waitFd() : -1;
     if (fd >= 0 && n < 64) {
-      const bool writes = std::find(writers.begin(), writers.end(), p) != writers.end();
-      fds[n++] = pollfd{fd, static_cast<short>(POLLIN | (writes ? POLLOUT : 0)), 0};
+      // A link whose socket was full also wakes when it takes data again, so a
+      // blocked send does not leave the wire idle until the 1 ms cap.
+      fds[n++] = pollfd{fd, static_cast<short>(POLLIN | (links_[p]->sendBlocked() ? POLLOUT : 0)), 0};
     } else {
       other = true;
     }

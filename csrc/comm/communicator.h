@@ -56,11 +56,8 @@ class Communicator {
   // Idles briefly until something may have changed on the given peers' links:
   // spins for spinMicros after idleSince, then yields until 200 us, then blocks
   // in poll() on tcp sockets or sleeps in short slices. Never blocks longer than
-  // ~1 ms. `writers` (a subset of peers) are those whose sends wait for link
-  // space: the poll also wakes when their sockets take data again, so a full
-  // send buffer does not leave the link idle until the 1 ms cap.
-  // Throws Error(Aborted) after abort(). The caller checks its deadline.
-  void idle(const std::vector<int>& peers, Clock::time_point idleSince, const std::vector<int>& writers = {});
+  // ~1 ms. Throws Error(Aborted) after abort(). The caller checks its deadline.
+  void idle(const std::vector<int>& peers, Clock::time_point idleSince);
 
   void abort();
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }

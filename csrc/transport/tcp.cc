@@ -230,8 +230,14 @@ void TcpLink::throwSocketError(const char* what, int err) {
 
 size_t TcpLink::trySend(const void* data, size_t bytes) {
   ssize_t n = ::send(fd_, data, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (n >= 0) return static_cast<size_t>(n);
-  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+  if (n >= 0) {
+    sendBlocked_ = static_cast<size_t>(n) < bytes;
+    return static_cast<size_t>(n);
+  }
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+    sendBlocked_ = true;
+    return 0;
+  }
   throwSocketError("send", errno);
 }
 

@@ -55,6 +55,7 @@ class TcpLink : public Link {
   void checkPeer() override;
   void close() override;
   int waitFd() const override { return fd_; }
+  bool sendBlocked() const override { return sendBlocked_; }
   const char* kind() const override { return "tcp"; }
 
  private:
@@ -63,6 +64,7 @@ class TcpLink : public Link {
   int fd_;
   std::vector<uint8_t> buf_;
   size_t rpos_ = 0, wpos_ = 0;
+  bool sendBlocked_ = false;  // the sending thread's own state (see sendBlocked())
   std::atomic<bool> closed_{false};
 };
 
