@@ -134,7 +134,8 @@ MpiLink::~MpiLink() {
 
 void MpiLink::checkOpen() const {
   if (closed_.load(std::memory_order_acquire)) {
-    fail(ErrorKind::Io, "the mpi link from rank ", self_, " to rank ", peer_, " was closed locally");
+    fail(ErrorKind::Io, "the mpi link from rank ", self_, " to rank ", peer_,
+         " was closed locally: this rank aborted or shut down the group");
   }
 }
 

@@ -219,7 +219,9 @@ TcpLink::~TcpLink() {
 }
 
 void TcpLink::throwSocketError(const char* what, int err) {
-  if (closed_) fail(ErrorKind::Io, "the tcp link from rank ", self_, " to rank ", peer_, " was closed locally");
+  if (closed_)
+    fail(ErrorKind::Io, "the tcp link from rank ", self_, " to rank ", peer_,
+         " was closed locally: this rank aborted or shut down the group");
   if (err == 0) {
     fail(ErrorKind::Io, "rank ", peer_, " closed its tcp connection to rank ", self_,
          " (it exited, crashed, or aborted after an error; see that rank's error for the cause)");
@@ -271,7 +273,9 @@ size_t TcpLink::tryRecv(RecvConsumer& consumer) {
 }
 
 void TcpLink::checkPeer() {
-  if (closed_) fail(ErrorKind::Io, "the tcp link from rank ", self_, " to rank ", peer_, " was closed locally");
+  if (closed_)
+    fail(ErrorKind::Io, "the tcp link from rank ", self_, " to rank ", peer_,
+         " was closed locally: this rank aborted or shut down the group");
 }
 
 void TcpLink::close() {
