@@ -34,7 +34,12 @@ class RankError:
 
 
 def _child(rank, n, port, fn, args, env, init, group_timeout_s, queue):
-    os.environ.update({k: str(v[rank] if isinstance(v, list) else v) for k, v in (env or {}).items()})
+    for k, v in (env or {}).items():  # a list gives each rank its value; None unsets
+        v = v[rank] if isinstance(v, list) else v
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = str(v)
     try:
         import torch
         import torch.distributed as dist

@@ -282,6 +282,7 @@ def test_transport_is_chosen_per_peer_and_logged(capfd):
     from dist_helpers import free_port
 
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port(), "SCALECOMM_DEBUG": "INFO"}
+    env["SCALECOMM_TRANSPORT"] = None  # per-peer choice: whatever the caller's environment forces
     assert run_ranks(3, _emulated_hosts, env=env, init=None) == ["auto"] * 3
     err = capfd.readouterr().err
     assert "rank 0: peer rank 1 via shm" in err, err

@@ -129,6 +129,28 @@ def test_runs_are_compared_only_with_runs_of_the_same_setting():
     assert "| setting |" not in report.markdown_table(runs[:2])  # nothing varies: no column
 
 
+def test_repeats_fold_into_the_median_run_and_pair_with_the_baseline():
+    # Repeat r of each configuration ran next to repeat r of the others: a slow
+    # repeat 1 slows both backends, and the paired ratio sees through it.
+    times = {"gloo": (4.0, 8.0, 4.2), "scalecomm": (2.0, 4.0, 2.0)}
+    runs = [dict(_run(2, b, t=t), repeat=k) for b in times for k, t in enumerate(times[b])]
+    runs = report.aggregate(runs[::-1])  # any order in, repeat order out
+    report.derive(runs)
+    gloo, sc = sorted(runs, key=lambda r: r["config"]["backend"])
+    assert gloo["repeats"] == 3 and gloo["time_per_epoch_runs"] == [4.0, 8.0, 4.2]
+    assert gloo["time_per_epoch_s"] == 4.2 and sc["time_per_epoch_s"] == 2.0  # median runs
+    assert sc["vs_baseline"] == 2.0 and sc["vs_baseline_range"] == [2.0, 2.1]  # ratios 2.0, 2.0, 2.1
+    assert gloo["vs_baseline_range"] == [1.0, 1.0]
+    table = report.markdown_table(runs)
+    assert "| 2.000 [2.00-4.00] |" in table and "| 2.00x [2.00-2.10] |" in table
+    # A repeat that failed on one side: only repeats both have are paired.
+    solo = report.aggregate([dict(_run(2, "gloo", t=4.0), repeat=0), dict(_run(2, "gloo", t=5.0), repeat=1)])
+    solo += report.aggregate([dict(_run(2, "scalecomm", t=2.5), repeat=1)])
+    report.derive(solo)
+    assert solo[1]["vs_baseline"] == 4.0 / 2.5 and solo[1]["vs_baseline_range"] is None
+    assert "[" not in report.markdown_table(solo[1:])  # one run: no spread shown
+
+
 @pytest.mark.parametrize("name", models.MODELS)
 @pytest.mark.parametrize("data", ["digits", "synthetic"])
 def test_every_model_trains_a_step_on_each_data_set(name, data):
@@ -183,13 +205,21 @@ def test_runs_under_torchrun_with_the_jobs_world(tmp_path):
     port = str(free_port())
     prefix = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", port]
     args = ["--sweep", "backend=gloo,scalecomm", "--epochs", "1", "--steps", "2", "--width", "16"]
-    args += ["--no-plots"]
+    args += ["--no-plots", "--repeat", "2"]
     cmd = [*prefix, "-m", "pyscalecomm.train", "--out", str(tmp_path / "out"), *args]
     p = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     assert p.stdout.count("| world | threads |") == 1  # rank 0 reports
-    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    runs = doc["runs"]
     assert {(r["world"], r["config"]["backend"]) for r in runs} == {(2, "gloo"), (2, "scalecomm")}
+    assert [r["repeats"] for r in runs] == [2, 2] and len(runs[0]["vs_baseline_range"]) == 2
+    assert sorted((r["config"]["backend"], r["repeat"]) for r in doc["all_runs"]) == [
+        ("gloo", 0),
+        ("gloo", 1),
+        ("scalecomm", 0),
+        ("scalecomm", 1),
+    ]
 
 
 @pytest.mark.skipif(

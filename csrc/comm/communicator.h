@@ -8,8 +8,8 @@
 // - When every rank runs in one MPI job (and SCALECOMM_MPI is not 0), it also
 //   holds an MPI communicator over the group (mpiGroup()), which the mpi link
 //   and the `mpi` passthrough algorithm use; otherwise mpiGroup() is null.
-// - waitForActivity() is how an executor idles: it polls tcp sockets, spins and
-//   yields for shm, and throws when the deadline passes or abort() was called.
+// - idle() is how an executor waits: it spins, yields, then polls tcp sockets
+//   (or sleeps briefly for shm), and throws once abort() was called.
 // - abort() (any thread, idempotent) sets the abort flag and closes every link,
 //   so this rank's waits end promptly and peers see the closure.
 // Thread safety: one worker thread drives the links; abort()/aborted() are
@@ -54,10 +54,17 @@ class Communicator {
   void setMpiGroup(std::shared_ptr<MpiGroup> g) { mpi_ = std::move(g); }
 
   // Idles briefly until something may have changed on the given peers' links:
-  // spins for spinMicros after idleSince, then yields until 200 us, then blocks
-  // in poll() on tcp sockets or sleeps in short slices. Never blocks longer than
-  // ~1 ms. Throws Error(Aborted) after abort(). The caller checks its deadline.
-  void idle(const std::vector<int>& peers, Clock::time_point idleSince);
+  // spins for spinMicros after idleSince (the caller's last progress of any
+  // kind), then yields until 200 us, then blocks in poll() on tcp sockets or
+  // sleeps in short slices. When every awaited link is a socket, the phases
+  // count from lastDone instead (when the caller last completed a whole
+  // message, or began): a transfer that trickles in from a slow link then
+  // blocks in poll() between arrivals rather than spinning between them, while
+  // small messages, each waited for afresh, keep the spin's latency. shm links
+  // have nothing to block on and keep spinning after every partial progress.
+  // Never blocks longer than ~1 ms. Throws Error(Aborted) after abort(). The
+  // caller checks its deadline.
+  void idle(const std::vector<int>& peers, Clock::time_point idleSince, Clock::time_point lastDone);
 
   void abort();
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }

@@ -4,6 +4,8 @@ One configuration (2 local ranks, scalecomm, digits, MLP):
     python -m pyscalecomm.train --nproc 2
 A sweep (the product of the axes; any option below is an axis):
     python -m pyscalecomm.train --sweep world=1,2,4 backend=gloo,scalecomm compress=none,topk:0.01
+Repeated, round-robin (medians, the spread, ratios paired per repeat):
+    python -m pyscalecomm.train --sweep world=2 backend=gloo,scalecomm --repeat 5
 More ranks vs more threads per rank (horizontal vs vertical scaling):
     python -m pyscalecomm.train --sweep world=1,2 threads=1,2 backend=gloo,scalecomm
 On an emulated cluster (root: one network namespace per rank, links capped):
@@ -70,6 +72,13 @@ def parse_args(argv=None):
         "--cluster-rate", default=None, help="run on an emulated cluster with links of this rate (root)"
     )
     p.add_argument("--out", default=None, help="output folder (default results/train-<time>)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the grid N times, round-robin; the table shows medians and the spread",
+    )
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     p.add_argument("--no-plots", action="store_true")
     return p.parse_args(argv)
@@ -81,7 +90,8 @@ def _base(args) -> RunConfig:
     return RunConfig(world=args.nproc, **kw)
 
 
-def _report(results: list[dict], out_dir: str, plots: bool) -> None:
+def _report(runs: list[dict], out_dir: str, plots: bool) -> None:
+    results = report.aggregate(runs)
     report.derive(results)
     fits = report.fit(results)
     print()
@@ -95,7 +105,10 @@ def _report(results: list[dict], out_dir: str, plots: bool) -> None:
         print(report.fit_table(fits))
     path = os.path.join(out_dir, "results.json")
     with open(path, "w") as f:
-        json.dump({"runs": results, "fits": fits}, f, indent=1)
+        doc = {"runs": results, "fits": fits}
+        if len(runs) > len(results):  # repeats: every run as measured, too
+            doc["all_runs"] = runs
+        json.dump(doc, f, indent=1)
     written = [path]
     if plots:
         from pyscalecomm.train import plots as plots_mod
@@ -114,6 +127,8 @@ def main(argv=None) -> int:
         if launcher:
             args.nproc = int(os.environ["WORLD_SIZE"])
         configs, skipped = expand(_base(args), args.sweep)
+        if args.repeat < 1:
+            raise ValueError(f"--repeat {args.repeat}: give 1 or more")
     except ValueError as e:
         print(f"pyscalecomm.train: {e}", file=sys.stderr)
         return 2
@@ -128,11 +143,11 @@ def main(argv=None) -> int:
                 f"pyscalecomm.train: under {launcher} the world is the job's ({args.nproc})", file=sys.stderr
             )
             return 2
-        worker.run_configs(list(enumerate(configs)), out_dir)
-        if int(os.environ["RANK"]) == 0:
-            from pyscalecomm.train.runner import collect
+        from pyscalecomm.train.runner import collect, schedule
 
-            _report(collect(configs, out_dir), out_dir, not args.no_plots)
+        worker.run_configs(schedule(configs, args.repeat), out_dir)
+        if int(os.environ["RANK"]) == 0:
+            _report(collect(configs, out_dir, args.repeat), out_dir, not args.no_plots)
         return 0
     if args.cluster_rate and os.geteuid() != 0:
         print(
@@ -142,12 +157,13 @@ def main(argv=None) -> int:
         return 2
     from pyscalecomm.train import runner
 
-    print(f"# {len(configs)} configuration(s), results in {out_dir}", flush=True)
-    code = runner.run(configs, out_dir, args.timeout, args.cluster_rate)
-    results = runner.collect(configs, out_dir)
+    times = f" x {args.repeat} repeats" if args.repeat > 1 else ""
+    print(f"# {len(configs)} configuration(s){times}, results in {out_dir}", flush=True)
+    code = runner.run(configs, out_dir, args.timeout, args.cluster_rate, args.repeat)
+    results = runner.collect(configs, out_dir, args.repeat)
     if results:
         _report(results, out_dir, not args.no_plots)
-    return code if code else (0 if len(results) == len(configs) else 1)
+    return code if code else (0 if len(results) == len(configs) * args.repeat else 1)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,21 @@
 ``fit(results)``: per backend/codec/algorithm/threads with a 1-rank run and
 others, the T_N = T_1 / N + T_comm model (T_comm by least squares: the mean
 of T_N - T_1 / N), with each run's prediction.
+
+Repeated runs (``--repeat``): ``aggregate(runs)`` first folds the repeats of
+each configuration into its median run (by time per epoch), which also
+carries ``repeats`` and ``time_per_epoch_runs`` (every repeat's time, in
+repeat order). ``vs_baseline`` is then paired: repeat r of a run against
+repeat r of its baseline (they ran next to each other), the median of those
+ratios (over the repeats both have), with their range in
+``vs_baseline_range``: a difference inside that range is not resolved by
+the measurement.
 """
 
 from __future__ import annotations
+
+import json
+import statistics
 
 TARGET_SLACK = 0.005  # 0.5 accuracy points below the baseline's final accuracy
 
@@ -64,6 +76,36 @@ def _time_to(r: dict, target: float) -> float | None:
     return None
 
 
+def aggregate(runs: list[dict]) -> list[dict]:
+    """One result per configuration: its median run over the repeats (see above)."""
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(json.dumps(r["config"], sort_keys=True), []).append(r)
+    out = []
+    for same in groups.values():
+        same = sorted(same, key=lambda r: r.get("repeat", 0))
+        times = [r["time_per_epoch_s"] for r in same]
+        median = statistics.median_low(times)
+        pick = next(r for r in same if r["time_per_epoch_s"] == median)
+        ids = [r.get("repeat", 0) for r in same]
+        out.append(dict(pick, repeats=len(same), time_per_epoch_runs=times, repeat_ids=ids))
+    return out
+
+
+def _paired_ratio(base: dict, r: dict) -> tuple[float, list[float] | None]:
+    """Baseline time over this run's; with repeats on both, the median of the
+    per-repeat ratios and their [min, max]."""
+
+    def by_repeat(x: dict) -> dict:
+        return dict(zip(x.get("repeat_ids", []), x.get("time_per_epoch_runs", []), strict=True))
+
+    bt, rt = by_repeat(base), by_repeat(r)
+    ratios = [bt[k] / rt[k] for k in sorted(bt.keys() & rt.keys())]
+    if len(ratios) > 1:
+        return statistics.median(ratios), [min(ratios), max(ratios)]
+    return base["time_per_epoch_s"] / r["time_per_epoch_s"], None
+
+
 def derive(results: list[dict]) -> list[dict]:
     for r in results:
         c = r["config"]
@@ -88,7 +130,7 @@ def derive(results: list[dict]) -> list[dict]:
             **_setting(c),
         )
         r["baseline"] = base["label"] if base else None
-        r["vs_baseline"] = base["time_per_epoch_s"] / r["time_per_epoch_s"] if base else None
+        r["vs_baseline"], r["vs_baseline_range"] = _paired_ratio(base, r) if base else (None, None)
         r["acc_delta"] = None
         r["time_to_target_s"] = r["sooner"] = None
         if base and base["final_acc"] is not None and r["final_acc"] is not None:
@@ -142,6 +184,13 @@ def _f(v, fmt: str, none: str = "-") -> str:
     return none if v is None else format(v, fmt)
 
 
+def _spread(values, fmt: str) -> str:
+    """' [min-max]' of repeated measurements; nothing for a single run."""
+    if not values or len(values) < 2:
+        return ""
+    return f" [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
 COLUMNS = [
     ("world", lambda r: str(r["config"]["world"])),
     ("threads", lambda r: str(r["config"]["threads"])),
@@ -152,14 +201,21 @@ COLUMNS = [
         ),
     ),
     ("compress", lambda r: r["config"]["compress"]),
-    ("s/epoch", lambda r: _f(r["time_per_epoch_s"], ".3f")),
+    ("s/epoch", lambda r: _f(r["time_per_epoch_s"], ".3f") + _spread(r.get("time_per_epoch_runs"), ".2f")),
     ("samples/s", lambda r: _f(r["samples_per_s"], ".0f")),
     ("speedup T1/TN", lambda r: _f(r["speedup"], ".2f")),
     (
         "efficiency",
         lambda r: _f(r["efficiency"] and 100 * r["efficiency"], ".0f") + ("%" if r["efficiency"] else ""),
     ),
-    ("vs baseline", lambda r: _f(r["vs_baseline"], ".2f") + ("x" if r["vs_baseline"] else "")),
+    (
+        "vs baseline",
+        lambda r: (
+            _f(r["vs_baseline"], ".2f")
+            + ("x" if r["vs_baseline"] else "")
+            + _spread(r.get("vs_baseline_range"), ".2f")
+        ),
+    ),
     ("comm %", lambda r: _f(100 * r["comm_share"], ".0f")),
     ("step ms", lambda r: _f(r["step_ms"], ".1f")),
     ("compute ms", lambda r: _f(r["compute_ms"], ".1f")),

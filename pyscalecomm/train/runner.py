@@ -3,7 +3,12 @@ processes: peak memory, threads and allocator state belong to that
 configuration alone, and a failed configuration does not stop the sweep),
 either as local processes or inside an emulated cluster (pyscalecomm.cluster:
 one rank per host on rate-limited links). Returns the results that rank 0
-wrote."""
+wrote.
+
+With repeats, the whole grid runs once per repeat, round-robin (repeat 0 of
+every configuration, then repeat 1, ...), so drift of a shared machine hits
+every configuration alike and repeat r of two configurations ran close in
+time (the report pairs them). Run index k = repeat x len(configs) + i."""
 
 from __future__ import annotations
 
@@ -40,24 +45,37 @@ def _local(world: int, command: list[str], timeout: float) -> int:
     return wait_ranks(procs, timeout, f"train job of {world} ranks")
 
 
-def collect(configs: list[RunConfig], out_dir: str) -> list[dict]:
+def schedule(configs: list[RunConfig], repeats: int = 1) -> list[tuple[int, RunConfig]]:
+    """(run index, configuration) in the order they run: the grid, once per repeat."""
+    return [(r * len(configs) + i, c) for r in range(repeats) for i, c in enumerate(configs)]
+
+
+def collect(configs: list[RunConfig], out_dir: str, repeats: int = 1) -> list[dict]:
+    """The runs rank 0 wrote, each with its "repeat" (0-based)."""
     results = []
-    for i, c in enumerate(configs):
-        path = os.path.join(out_dir, f"run-{i}.json")
+    for k, c in schedule(configs, repeats):
+        path = os.path.join(out_dir, f"run-{k}.json")
         if os.path.exists(path):
             with open(path) as f:
-                results.append(json.load(f))
+                results.append(dict(json.load(f), repeat=k // len(configs)))
         else:
             print(f"# {c.label()}: no result (the job failed; see above)", file=sys.stderr)
     return results
 
 
-def run(configs: list[RunConfig], out_dir: str, timeout: float, cluster_rate: str | None = None) -> int:
-    """Runs every configuration; returns the worst exit status of the jobs."""
+def run(
+    configs: list[RunConfig],
+    out_dir: str,
+    timeout: float,
+    cluster_rate: str | None = None,
+    repeats: int = 1,
+) -> int:
+    """Runs every configuration `repeats` times; returns the worst exit status of the jobs."""
     worst = 0
+    jobs = schedule(configs, repeats)
     if cluster_rate is None:
-        for i, c in enumerate(configs):
-            code = _local(c.world, _command([(i, c)], out_dir, len(configs)), timeout)
+        for k, c in jobs:
+            code = _local(c.world, _command([(k, c)], out_dir, len(jobs)), timeout)
             worst = max(worst, code, key=abs)
         return worst
     from pyscalecomm.cluster import Cluster
@@ -65,8 +83,8 @@ def run(configs: list[RunConfig], out_dir: str, timeout: float, cluster_rate: st
     hosts = max(c.world for c in configs)
     with Cluster(hosts, cluster_rate, cluster_id=7) as cluster:
         print(f"# emulated cluster: {hosts} hosts, one rank each, {cluster_rate} links each way", flush=True)
-        for i, c in enumerate(configs):
-            command = _command([(i, c)], out_dir, len(configs))
+        for k, c in jobs:
+            command = _command([(k, c)], out_dir, len(jobs))
             code = cluster.run(command, 1, timeout, out_dir, {}, hosts=c.world)
             worst = max(worst, code, key=abs)
     return worst
