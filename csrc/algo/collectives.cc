@@ -251,7 +251,7 @@ int recvFromAny(Communicator& comm, void* data, int64_t count, DataType dtype, i
            " ms: no rank sent a message with tag ", tag,
            " (only each peer's next message is considered, in the order that peer sent them)");
     }
-    comm.idle(peers, idleSince, idleSince);
+    comm.idle(peers, idleSince);
   }
 }
 

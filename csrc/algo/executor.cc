@@ -234,11 +234,9 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
     return true;
   };
   auto addr = [&](const Task& t) { return blockPtrs[t.block] + t.offset * static_cast<int64_t>(es); };
-  Clock::time_point lastDone = Clock::now();  // last whole message (or the start): Communicator::idle
   auto finish = [&](int32_t id) {
     done[id] = 1;
     --remaining;
-    lastDone = Clock::now();
   };
 
   ExecTrace* trace = ctx.trace;
@@ -311,7 +309,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
       idleSince = Clock::now();
     }
     if (ctx.deadline.expired()) failTimeout(plan, ctx, rank, sendHead, recvHead);
-    comm.idle(plan.peers, idleSince, lastDone);
+    comm.idle(plan.peers, idleSince);
   }
 }
 

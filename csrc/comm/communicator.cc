@@ -55,11 +55,30 @@ void Communicator::abort() {
 // (2 ranks, 1 Gbit/s: step 44.8 ms with 2 ms of yielding vs gloo's 42.2).
 constexpr int64_t kYieldMicros = 200;
 
-void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSince, Clock::time_point lastDone) {
+void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSince) {
   if (aborted()) fail(ErrorKind::Aborted, "the group was aborted");
+  auto idleUs = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
+  // Phase 1: spin (lowest latency). Phase 2, up to kYieldMicros: yield, so compute
+  // threads on this core run while the caller keeps polling its links without
+  // blocking (a blocking poll() wakeup costs ~60 us on loopback TCP, measured).
+  // Phase 3: block in poll() on tcp sockets, or sleep briefly for shm.
+  // idleSince is the last progress of any kind, so a transfer trickling in from
+  // a slow link keeps the worker spinning/yielding between arrivals (0.5 cores
+  // on 1 Gbit/s against gloo's 0.2). Counting from the last whole message
+  // instead (block sooner) was measured (2026-11-23, docs/performance.md): CPU
+  // as gloo's, but DDP training that overlaps backward with communication got
+  // 5-10 % slower (a blocked worker waits for the scheduler on busy cores).
+  if (idleUs < spinMicros_) {
+    for (int i = 0; i < 32; ++i) SC_CPU_RELAX();
+    return;
+  }
+  if (idleUs < kYieldMicros) {
+    sched_yield();
+    return;
+  }
   pollfd fds[64];
   nfds_t n = 0;
-  bool other = false;  // a link without a file descriptor (shm) is awaited
+  bool other = false;
   for (int p : peers) {
     int fd = links_[p] ? links_[p]->waitFd() : -1;
     if (fd >= 0 && n < 64) {
@@ -70,22 +89,7 @@ void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSin
       other = true;
     }
   }
-  const bool sockets = n > 0 && !other;
-  const auto since = sockets ? std::min(idleSince, lastDone) : idleSince;
-  auto idleUs = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - since).count();
-  // Phase 1: spin (lowest latency). Phase 2, up to kYieldMicros: yield, so compute
-  // threads on this core run while the caller keeps polling its links without
-  // blocking (a blocking poll() wakeup costs ~60 us on loopback TCP, measured).
-  // Phase 3: block in poll() on tcp sockets, or sleep briefly for shm.
-  if (idleUs < spinMicros_) {
-    for (int i = 0; i < 32; ++i) SC_CPU_RELAX();
-    return;
-  }
-  if (idleUs < kYieldMicros) {
-    sched_yield();
-    return;
-  }
-  if (sockets) {
+  if (n > 0 && !other) {
     poll(fds, n, 1);  // 1 ms cap keeps abort and deadlines prompt
     return;
   }

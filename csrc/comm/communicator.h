@@ -54,17 +54,10 @@ class Communicator {
   void setMpiGroup(std::shared_ptr<MpiGroup> g) { mpi_ = std::move(g); }
 
   // Idles briefly until something may have changed on the given peers' links:
-  // spins for spinMicros after idleSince (the caller's last progress of any
-  // kind), then yields until 200 us, then blocks in poll() on tcp sockets or
-  // sleeps in short slices. When every awaited link is a socket, the phases
-  // count from lastDone instead (when the caller last completed a whole
-  // message, or began): a transfer that trickles in from a slow link then
-  // blocks in poll() between arrivals rather than spinning between them, while
-  // small messages, each waited for afresh, keep the spin's latency. shm links
-  // have nothing to block on and keep spinning after every partial progress.
-  // Never blocks longer than ~1 ms. Throws Error(Aborted) after abort(). The
-  // caller checks its deadline.
-  void idle(const std::vector<int>& peers, Clock::time_point idleSince, Clock::time_point lastDone);
+  // spins for spinMicros after idleSince, then yields until 200 us, then blocks
+  // in poll() on tcp sockets or sleeps in short slices. Never blocks longer than
+  // ~1 ms. Throws Error(Aborted) after abort(). The caller checks its deadline.
+  void idle(const std::vector<int>& peers, Clock::time_point idleSince);
 
   void abort();
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
