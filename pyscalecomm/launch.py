@@ -24,6 +24,9 @@ import subprocess
 import sys
 import time
 
+# (rank, size, local rank, local size) as each MPI launcher exports them: Open
+# MPI's mpirun/prterun, and MPICH/Intel MPI's Hydra. (PMIx exports PMIX_RANK
+# but no size variable: a PMIx-only launch is found through Slurm's variables.)
 _MPI_VARS = [
     (
         "OMPI_COMM_WORLD_RANK",
@@ -32,7 +35,6 @@ _MPI_VARS = [
         "OMPI_COMM_WORLD_LOCAL_SIZE",
     ),
     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-    ("PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE"),
 ]
 
 
