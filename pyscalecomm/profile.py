@@ -12,14 +12,23 @@ sends and receives run concurrently, so shares can add up to more than 100%),
 its share of the collective's time, the bytes moved and the rate. ``wait`` is
 time in which nothing could move (the executor idled): waiting for a slower
 peer or for the network.
+
+``--skew`` (give every rank's file) lines up each collective across ranks by
+its group and sequence number and prints, per collective:algorithm, how far
+apart the ranks started it and finished it (median and max), and which rank
+was most often the last to start (a straggler: it posts late, so everyone
+waits for it) and the last to finish. Timestamps are each host's
+steady clock: across hosts the skews are as good as their clock sync (ranks
+on one host, or the emulated cluster, share one clock).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 PHASES = ["send", "recv", "recv+reduce", "finalize", "wait"]
 
@@ -63,6 +72,56 @@ def summarise(events: list[dict]) -> dict:
     return out
 
 
+def skew(events: list[dict]) -> dict:
+    """{"collective_name bytes": {"calls", "start_us": [...], "end_us": [...], "last_start": {rank: n},
+    "last_end": {rank: n}}} over collectives that every traced rank ran (matched by group, seq),
+    one row per collective:algorithm and message size."""
+    ranks = {e["pid"] for e in events}
+    by_call: dict = defaultdict(dict)
+    for e in events:
+        a = e.get("args", {})
+        if e.get("cat") == "collective" and "seq" in a:
+            by_call[(f"{e['name']} {a.get('bytes', 0)} B", a.get("group"), a["seq"])][e["pid"]] = e
+    out: dict = defaultdict(
+        lambda: {"calls": 0, "start_us": [], "end_us": [], "last_start": Counter(), "last_end": Counter()}
+    )
+    for (name, _, _), spans in sorted(by_call.items(), key=lambda kv: str(kv[0])):
+        if len(spans) < 2 or set(spans) != ranks:
+            continue
+        starts = {r: e["ts"] for r, e in spans.items()}
+        ends = {r: e["ts"] + e["dur"] for r, e in spans.items()}
+        o = out[name]
+        o["calls"] += 1
+        o["start_us"].append(max(starts.values()) - min(starts.values()))
+        o["end_us"].append(max(ends.values()) - min(ends.values()))
+        o["last_start"][max(starts, key=starts.get)] += 1
+        o["last_end"][max(ends, key=ends.get)] += 1
+    return out
+
+
+def format_skew(sk: dict) -> str:
+    if not sk:
+        return "# no collective was found in two or more of the traces (give every rank's file)"
+    lines = [
+        "# across ranks, per call: spread of start times and of end times (max - min over ranks)",
+        f"{'collective':<32} {'calls':>6} {'start med(us)':>14} {'start max(us)':>14} "
+        f"{'end med(us)':>12} {'end max(us)':>12}  {'last to start':>16} {'last to end':>16}",
+    ]
+
+    def most(c: Counter, calls: int) -> str:
+        rank, n = c.most_common(1)[0]
+        return f"rank {rank} ({100 * n / calls:.0f}%)"
+
+    for name, o in sorted(sk.items(), key=lambda kv: -sum(kv[1]["end_us"])):
+        st, en = o["start_us"], o["end_us"]
+        lines.append(
+            f"{name:<32} {o['calls']:>6} {statistics.median(st):>14.1f} {max(st):>14.1f} "
+            f"{statistics.median(en):>12.1f} {max(en):>12.1f}  "
+            f"{most(o['last_start'], o['calls']):>16} {most(o['last_end'], o['calls']):>16}"
+        )
+    return "\n".join(lines)
+
+
 def format_table(summary: dict, ranks: int) -> str:
     lines = [
         f"# {ranks} trace file(s); times summed over ranks",
@@ -98,10 +157,17 @@ def main(argv=None) -> int:
     )
     p.add_argument("traces", nargs="+", help="timeline files written with SCALECOMM_TIMELINE")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--skew", action="store_true", help="how far apart the ranks started and finished each collective"
+    )
     args = p.parse_args(argv)
     events = []
     for path in args.traces:
         events.extend(load_events(path))
+    if args.skew:
+        sk = skew(events)
+        print(json.dumps(sk, indent=1) if args.json else format_skew(sk))
+        return 0
     summary = summarise(events)
     if args.json:
         print(json.dumps(summary, indent=1))

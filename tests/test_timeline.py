@@ -1,5 +1,7 @@
 """The timeline (SCALECOMM_TIMELINE) and its summary (python -m pyscalecomm.profile)."""
 
+import json
+
 import torch
 import torch.distributed as dist
 from dist_helpers import run_ranks
@@ -41,6 +43,9 @@ def test_timeline_has_collective_and_step_spans_per_rank(tmp_path, capsys):
     assert profile.main([str(f) for f in files]) == 0
     out = capsys.readouterr().out
     assert "allreduce:ring" in out and "recv+reduce" in out, out
+    assert profile.main(["--skew"] + [str(f) for f in files]) == 0
+    out = capsys.readouterr().out
+    assert "allreduce:ring 400000 B" in out and "last to start" in out, out
 
 
 def test_profile_reads_a_trace_cut_off_mid_write(tmp_path):
@@ -51,6 +56,41 @@ def test_profile_reads_a_trace_cut_off_mid_write(tmp_path):
     )
     s = profile.summarise(profile.load_events(str(f)))
     assert s["allreduce:rhd"]["calls"] == 1 and s["allreduce:rhd"]["phases"]["send"]["bytes"] == 4000
+
+
+def _span(rank, seq, ts, dur, name="allreduce:ring", nbytes=4000):
+    args = {"seq": seq, "bytes": nbytes, "group": "1"}
+    return {
+        "name": name,
+        "cat": "collective",
+        "ph": "X",
+        "pid": rank,
+        "tid": 0,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
+
+
+def test_skew_lines_up_each_collective_across_ranks(tmp_path, capsys):
+    events = [
+        _span(0, 1, 0, 100),  # rank 1 starts 30 us late; they end 10 us apart
+        _span(1, 1, 30, 80),
+        _span(0, 2, 200, 50),  # rank 0 starts 5 us late and ends 20 us after rank 1
+        _span(1, 2, 195, 35),
+        _span(0, 3, 400, 10),  # only rank 0 traced it: left out
+        _span(0, 4, 500, 10, nbytes=8),  # another size: a row of its own
+        _span(1, 4, 500, 12, nbytes=8),
+    ]
+    sk = profile.skew(events)
+    row = sk["allreduce:ring 4000 B"]
+    assert row["calls"] == 2 and row["start_us"] == [30, 5] and row["end_us"] == [10, 20]
+    assert row["last_start"] == {1: 1, 0: 1} and row["last_end"] == {1: 1, 0: 1}
+    assert sk["allreduce:ring 8 B"]["calls"] == 1
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(events))
+    assert profile.main(["--skew", str(f)]) == 0
+    assert "allreduce:ring 4000 B" in capsys.readouterr().out
 
 
 def _allreduce_sum(rank, n):
