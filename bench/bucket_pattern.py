@@ -7,8 +7,10 @@ Each step: compute (a busy matmul loop, or a sleep with ``--busy 0``) for
 one of ``--small`` floats (0: none), wait for both. These are the MLP's
 buckets in docs/performance.md (16.9 MB posted, then 0.5 MB 2 ms later).
 Backends alternate round by round so drift hits both. Every rank prints,
-per backend, the median step time of each round and the process's CPU time
-over wall time (cores used, compute included).
+per backend, the mean step time of each round (the mean, not the median:
+scalecomm's steps can alternate fast/slow between ranks, which a median
+hides) and the process's CPU time over wall time (cores used, compute
+included).
 """
 
 import argparse
@@ -65,7 +67,7 @@ def main() -> None:
             c1 = resource.getrusage(resource.RUSAGE_SELF)
             cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
             cores[b].append(cpu / sum(ts))
-            steps[b].append(1e3 * statistics.median(ts[2:]))
+            steps[b].append(1e3 * statistics.mean(ts[2:]))
     rank = dist.get_rank()
     for b in groups:
         print(
