@@ -85,7 +85,7 @@ def skew(events: list[dict]) -> dict:
     out: dict = defaultdict(
         lambda: {"calls": 0, "start_us": [], "end_us": [], "last_start": Counter(), "last_end": Counter()}
     )
-    for (name, _, _), spans in sorted(by_call.items(), key=lambda kv: str(kv[0])):
+    for (name, _, _), spans in by_call.items():  # trace order
         if len(spans) < 2 or set(spans) != ranks:
             continue
         starts = {r: e["ts"] for r, e in spans.items()}
