@@ -22,7 +22,10 @@ class Options:
         tuning_file: file written by ``python -m pyscalecomm.tune``.
         transport: ``"auto"`` (shm on the same host; between hosts mpi when every
             rank runs under one mpirun, else tcp), ``"shm"``, ``"tcp"`` or ``"mpi"``.
-        segment_bytes: pipelining unit in bytes (0: 256 KiB on one host, 4 MiB across hosts).
+        segment_bytes: pipelining unit in bytes (0: 256 KiB on one host, 1 MiB across hosts).
+        send_ahead_bytes: pacing: how far a rank's sends within one step of a
+            ring/rhd exchange may run ahead of what it has received in that step
+            (-1: 1 MiB across hosts, off on one host; 0: off).
         shm_ring_bytes: bytes of each shared-memory ring.
         timeout: per-collective timeout; overrides ``init_process_group(timeout=...)``.
         cuda_transport: CUDA tensors: ``"auto"`` (allreduce with scalecomm's
@@ -37,6 +40,7 @@ class Options:
     tuning_file: str | None = None
     transport: str | None = None
     segment_bytes: int | None = None
+    send_ahead_bytes: int | None = None
     shm_ring_bytes: int | None = None
     timeout: timedelta | None = None
     cuda_transport: str | None = None
@@ -54,6 +58,8 @@ class Options:
             config.transport = self.transport
         if self.segment_bytes is not None:
             config.segment_bytes = int(self.segment_bytes)
+        if self.send_ahead_bytes is not None:
+            config.send_ahead_bytes = int(self.send_ahead_bytes)
         if self.shm_ring_bytes is not None:
             config.shm_ring_bytes = int(self.shm_ring_bytes)
         if self.timeout is not None:

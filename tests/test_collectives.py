@@ -198,6 +198,38 @@ def test_pg_options_reach_the_backend():
     assert out == [("tcp", 4096)] * 3
 
 
+def _paced(rank, n, hosts):
+    import os
+
+    import pyscalecomm
+
+    # One host per rank when asked: the group then spans "hosts" (tcp between them).
+    os.environ["SCALECOMM_HOSTNAME"] = f"paced-host-{rank % hosts}"
+    dist.init_process_group("scalecomm", init_method="env://", rank=rank, world_size=n)
+    cfg = dist.group.WORLD._get_backend(torch.device("cpu")).config
+    automatic = (cfg.segment_bytes, cfg.send_ahead_bytes)
+    # Paced to one tiny segment ahead, on every algorithm with pairwise steps and
+    # uneven sizes: results stay exact.
+    for algo in ("ring", "rhd", "tree"):
+        opts = pyscalecomm.Options(algorithm=algo, segment_bytes=64, send_ahead_bytes=64)
+        sub = dist.new_group(list(range(n)), pg_options=opts)
+        for count in (1, 37, 5000):
+            t = torch.arange(count, dtype=torch.float64) + rank
+            dist.all_reduce(t, group=sub)
+            want = (torch.arange(count, dtype=torch.float64) * n) + n * (n - 1) / 2
+            assert torch.equal(t, want), (algo, count)
+    return automatic
+
+
+def test_pacing_is_automatic_across_hosts_and_keeps_results_exact():
+    from dist_helpers import free_port
+
+    for hosts, want in ((1, (256 << 10, 0)), (3, (1 << 20, 1 << 20))):
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port()}
+        out = run_ranks(3, _paced, hosts, env=env, init=None)
+        assert out == [want] * 3, (hosts, out)
+
+
 def _routing(rank, n):
     dist.init_process_group("cpu:scalecomm", init_method="env://", rank=rank, world_size=n)
     be = dist.group.WORLD._get_backend(torch.device("cpu"))

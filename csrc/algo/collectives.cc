@@ -23,6 +23,14 @@ int64_t segmentElems(const CollectiveOptions& opts, DataType dtype) {
   return std::max<int64_t>(1, opts.segmentBytes / static_cast<int64_t>(elementSize(dtype)));
 }
 
+// The schedule cut into segments, paced by opts.sendAheadBytes rounded up to whole segments.
+Plan compile(const Schedule& s, int n, const CollectiveOptions& opts, DataType dtype) {
+  const int64_t segElems = segmentElems(opts, dtype);
+  const int64_t segBytes = segElems * static_cast<int64_t>(elementSize(dtype));
+  const int64_t pace = opts.sendAheadBytes > 0 ? (opts.sendAheadBytes + segBytes - 1) / segBytes : 0;
+  return compilePlan(s, n, segElems, pace);
+}
+
 ExecContext context(CollectiveKind kind, DataType dtype, int64_t count, const CollectiveOptions& opts) {
   ExecContext ctx;
   ctx.collective = kind;
@@ -87,7 +95,7 @@ void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
   AlgoParams params{comm.hostOf(), opts.psServers};
   Schedule s = allreduceSchedule(opts.algorithm, comm.rank(), n, count, op == ReduceOp::Avg, params);
-  Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
+  Plan plan = compile(s, n, opts, dtype);
   execute(plan, chunkPointers(data, s.blockCounts, dtype), comm, ctx);
 }
 
@@ -99,7 +107,7 @@ void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, in
   ctx.root = root;
   Schedule s = opts.algorithm == "tree" ? treeBroadcast(comm.rank(), n, root, count)
                                         : chainBroadcast(comm.rank(), n, root, count);
-  Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
+  Plan plan = compile(s, n, opts, dtype);
   execute(plan, {static_cast<uint8_t*>(data)}, comm, ctx);
 }
 
@@ -111,7 +119,7 @@ void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t co
   if (isMpiPassthrough(opts.algorithm)) return mpiAllgather(comm, outputs, count, dtype, opts);
   ExecContext ctx = context(CollectiveKind::Allgather, dtype, count, opts);
   Schedule s = ringAllgather(comm.rank(), n, count);
-  Plan plan = compilePlan(s, n, segmentElems(opts, dtype));
+  Plan plan = compile(s, n, opts, dtype);
   std::vector<uint8_t*> ptrs;
   for (void* p : outputs) ptrs.push_back(static_cast<uint8_t*>(p));
   execute(plan, ptrs, comm, ctx);
@@ -152,7 +160,7 @@ void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, Reduc
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
   Schedule s = opts.algorithm == "tree" ? treeReduce(comm.rank(), n, root, count, op == ReduceOp::Avg)
                                         : chainReduce(comm.rank(), n, root, count, op == ReduceOp::Avg);
-  execute(compilePlan(s, n, segmentElems(opts, dtype)), {static_cast<uint8_t*>(data)}, comm, ctx);
+  execute(compile(s, n, opts, dtype), {static_cast<uint8_t*>(data)}, comm, ctx);
 }
 
 void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
@@ -167,7 +175,7 @@ void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dty
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
   Schedule s = ringReduceScatter(comm.rank(), n, perRank, op == ReduceOp::Avg);
-  execute(compilePlan(s, n, segmentElems(opts, dtype)), chunkPointers(work, s.blockCounts, dtype), comm, ctx);
+  execute(compile(s, n, opts, dtype), chunkPointers(work, s.blockCounts, dtype), comm, ctx);
 }
 
 namespace {
@@ -180,7 +188,7 @@ void rooted(Communicator& comm, CollectiveKind kind, const std::vector<void*>& b
   ctx.root = root;
   Schedule s = kind == CollectiveKind::Gather ? directGather(comm.rank(), n, root, perRank)
                                               : directScatter(comm.rank(), n, root, perRank);
-  execute(compilePlan(s, n, segmentElems(opts, dtype)), bytePointers(blocks), comm, ctx);
+  execute(compile(s, n, opts, dtype), bytePointers(blocks), comm, ctx);
 }
 
 }  // namespace
@@ -205,7 +213,7 @@ void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const st
   Schedule s = directAlltoall(comm.rank(), n, sendCounts, recvCounts);
   std::vector<void*> ptrs = sendBlocks;
   ptrs.insert(ptrs.end(), recvBlocks.begin(), recvBlocks.end());
-  execute(compilePlan(s, n, segmentElems(opts, dtype)), bytePointers(ptrs), comm, ctx);
+  execute(compile(s, n, opts, dtype), bytePointers(ptrs), comm, ctx);
 }
 
 void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts) {

@@ -2,7 +2,7 @@
 //
 // Contract: each function runs one collective to completion on the calling
 // thread over `comm`, choosing the schedule for `opts.algorithm`, cutting it
-// into segments of opts.segmentBytes and running it with the executor. Buffers
+// into segments of opts.segmentBytes (paced by opts.sendAheadBytes) and running it with the executor. Buffers
 // are raw memory of `count` elements of `dtype`; world size 1 and count 0 move
 // no bytes. Arguments must already be validated (the torch adapter does it and
 // raises InvalidArgument); mismatches across ranks are detected on the wire.
@@ -28,6 +28,10 @@ namespace scalecomm {
 struct CollectiveOptions {
   std::string algorithm = "ring";
   int64_t segmentBytes = 256 << 10;
+  // Pacing (algo/plan.h): within a pairwise-exchange step a rank's sends run at
+  // most this many bytes (rounded up to whole segments) ahead of what it has
+  // received in that step; 0: unpaced.
+  int64_t sendAheadBytes = 0;
   int64_t timeoutMs = 1800000;
   Deadline deadline = Deadline::never();
   uint64_t seq = 0;

@@ -6,8 +6,40 @@
 
 namespace scalecomm {
 
-Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems) {
-  SC_CHECK(segmentElems > 0);
+namespace {
+
+// The ops of one step as compiled: first task id and number of segments.
+struct CompiledOp {
+  OpKind kind;
+  int32_t first;
+  int64_t segments;
+};
+
+// Pacing (see plan.h): in a pairwise-exchange step, send segment s waits for
+// receive segment s - window (clamped to the receive's last segment).
+void paceStep(Plan& plan, const std::vector<CompiledOp>& ops, int64_t window) {
+  const CompiledOp* send = nullptr;
+  const CompiledOp* recv = nullptr;
+  for (const CompiledOp& op : ops) {
+    if (op.kind == OpKind::Send) {
+      if (send) return;
+      send = &op;
+    } else if (op.kind == OpKind::Recv || op.kind == OpKind::RecvReduce) {
+      if (recv) return;
+      recv = &op;
+    }
+  }
+  if (!send || !recv || recv->segments == 0) return;
+  for (int64_t s = window; s < send->segments; ++s) {
+    const int64_t r = std::min(s - window, recv->segments - 1);
+    plan.tasks[send->first + s].deps.push_back(recv->first + static_cast<int32_t>(r));
+  }
+}
+
+}  // namespace
+
+Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems, int64_t paceSegments) {
+  SC_CHECK(segmentElems > 0 && paceSegments >= 0);
   Plan plan;
   plan.blockCounts = schedule.blockCounts;
   plan.sendQueue.resize(worldSize);
@@ -24,11 +56,13 @@ Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems) 
   std::vector<bool> peerUsed(worldSize, false);
 
   for (size_t st = 0; st < schedule.steps.size(); ++st) {
+    std::vector<CompiledOp> compiled;
     for (const ScheduleOp& op : schedule.steps[st].ops) {
       SC_CHECK(op.block >= 0 && static_cast<size_t>(op.block) < nblocks, "block ", op.block);
       SC_CHECK(op.kind == OpKind::Finalize || (op.peer >= 0 && op.peer < worldSize), "peer ", op.peer);
       const int64_t count = schedule.blockCounts[op.block];
       const int64_t segs = cellBase[op.block + 1] - cellBase[op.block];
+      compiled.push_back({op.kind, static_cast<int32_t>(plan.tasks.size()), segs});
       for (int64_t s = 0; s < segs; ++s) {
         Task t;
         t.kind = op.kind;
@@ -59,6 +93,7 @@ Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems) 
         plan.tasks.push_back(std::move(t));
       }
     }
+    if (paceSegments > 0) paceStep(plan, compiled, paceSegments);
   }
   for (int p = 0; p < worldSize; ++p)
     if (peerUsed[p]) plan.peers.push_back(p);

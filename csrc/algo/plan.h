@@ -7,7 +7,14 @@
 //   read-after-write  a Send waits for the last Recv/RecvReduce/Finalize of its cell;
 //   write-after-read  a Recv* / Finalize waits for earlier Sends of its cell;
 //   write-after-write and waits for the cell's previous writer.
-// Nothing else is ordered, so steps overlap segment by segment (pipelining).
+// Nothing else is ordered, so steps overlap segment by segment (pipelining),
+// except for pacing: with paceSegments W > 0, in a step whose ops are one send
+// and one receive (a pairwise exchange: ring, recursive halving/doubling), the
+// send of segment s also waits for the receive's segment s - W (clamped to its
+// last). A rank then runs at most W segments ahead of its peer within a step,
+// so ranks that enter a collective apart fall back into step there instead of
+// carrying the offset into the next call (docs/design.md, "Pacing"). Every
+// added edge points to a smaller segment of the same step: no deadlock.
 // Per peer, sends and receives keep program order (the link is FIFO), which
 // both ends derive identically from the same schedule arithmetic.
 // Pure computation; value types.
@@ -41,6 +48,6 @@ struct Plan {
   std::vector<int64_t> blockCounts;
 };
 
-Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems);
+Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems, int64_t paceSegments = 0);
 
 }  // namespace scalecomm

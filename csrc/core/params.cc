@@ -34,7 +34,11 @@ const std::vector<ParamSpec>& allParams() {
        "or mpi algorithm). auto: used when the ranks were started by an MPI launcher."},
       {"SCALECOMM_SEGMENT_BYTES", "0",
        "Pipelining unit: each chunk moves in segments of at most this many bytes. 0: 256 KiB when every rank is on "
-       "one host, 4 MiB when the group spans hosts (fewer wake-ups on slow links)."},
+       "one host, 1 MiB when the group spans hosts."},
+      {"SCALECOMM_SEND_AHEAD_BYTES", "-1",
+       "Pacing: within one step of a pairwise exchange (ring, rhd) a rank's sends run at most this many bytes "
+       "(rounded up to whole segments) ahead of what it has received in that step, so ranks that enter a collective "
+       "apart fall back into step. -1: 1 MiB when the group spans hosts, off on one host; 0: off."},
       {"SCALECOMM_SHM_RING_BYTES", "4194304",
        "Bytes of each shared-memory ring (one per ordered pair of same-host ranks)."},
       {"SCALECOMM_TIMEOUT_MS", "0",

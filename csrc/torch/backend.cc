@@ -25,6 +25,7 @@ BackendConfig configFromEnvironment() {
   c.transport = paramString("SCALECOMM_TRANSPORT");
   c.useMpi = paramString("SCALECOMM_MPI") != "0";
   c.segmentBytes = paramInt("SCALECOMM_SEGMENT_BYTES");
+  c.sendAheadBytes = paramInt("SCALECOMM_SEND_AHEAD_BYTES");
   c.shmRingBytes = paramInt("SCALECOMM_SHM_RING_BYTES");
   c.mpiChunkBytes = paramInt("SCALECOMM_MPI_CHUNK_BYTES");
   c.spinMicros = paramInt("SCALECOMM_SPIN_US");
@@ -35,16 +36,31 @@ BackendConfig configFromEnvironment() {
   return c;
 }
 
-// Segments of 256 KiB pipeline reductions with shared-memory transfers; a
-// group spanning hosts takes 4 MiB: on slow links each segment costs a wake-up
-// of the worker, and under DDP (backward computing on the same cores) those
-// wake-ups are late. Measured on the emulated cluster (2 hosts, 1 Gbit/s, DDP
-// of a 4.3 MiB MLP): 256 KiB 45.1 ms per step, 1 MiB 43.3, 4 MiB 42.1, gloo
-// 42.0. Every rank sees the same hosts, so all agree.
-static int64_t automaticSegmentBytes(const std::vector<int>& hostOf) {
+// Segments of 256 KiB pipeline reductions with shared-memory transfers. A
+// group spanning hosts takes 1 MiB segments and paces each ring/rhd step to
+// one segment ahead of the peer (algo/plan.h): unpaced, ranks that entered a
+// collective a few ms apart stayed apart (the early one flooded its link, the
+// next call started skewed the other way) and steps alternated fast/slow on a
+// bottleneck link. Measured on the emulated cluster, 1 Gbit/s, same jobs as
+// gloo (docs/performance.md, "Pacing"): 16.9 MB allreduce with 16 ms of
+// compute between calls, 2 hosts, per-round means: unpaced 4 MiB segments
+// 167-175 ms, paced 1 MiB 155-163, gloo 155-156; DDP of a 16.6 MiB MLP,
+// 2 ranks, 4 paired repeats: 1.03x gloo [1.01-1.04] (unpaced: 0.98x). Larger
+// segments pace too coarsely (4 MiB ahead: no gain); 512 KiB segments did as
+// well in the pattern but with a wider spread under DDP. Every rank sees the
+// same hosts, so all agree.
+static bool spansHosts(const std::vector<int>& hostOf) {
   for (int h : hostOf)
-    if (h != hostOf[0]) return int64_t{4} << 20;
-  return int64_t{256} << 10;
+    if (h != hostOf[0]) return true;
+  return false;
+}
+
+static int64_t automaticSegmentBytes(const std::vector<int>& hostOf) {
+  return spansHosts(hostOf) ? int64_t{1} << 20 : int64_t{256} << 10;
+}
+
+static int64_t automaticSendAheadBytes(const std::vector<int>& hostOf) {
+  return spansHosts(hostOf) ? int64_t{1} << 20 : 0;
 }
 
 static void checkConfig(const BackendConfig& c, int size) {
@@ -57,6 +73,10 @@ static void checkConfig(const BackendConfig& c, int size) {
                     "scalecomm: unknown SCALECOMM_CUDA_TRANSPORT '", c.cudaTransport, "'; choose auto or host");
   TORCH_CHECK_VALUE(c.segmentBytes >= 0, "scalecomm: segment_bytes must be positive (or 0: automatic), got ",
                     c.segmentBytes);
+  TORCH_CHECK_VALUE(c.sendAheadBytes >= -1,
+                    "scalecomm: send_ahead_bytes (SCALECOMM_SEND_AHEAD_BYTES) must be -1 (automatic), 0 (unpaced) or a "
+                    "byte count, got ",
+                    c.sendAheadBytes);
   TORCH_CHECK_VALUE(c.shmRingBytes >= 4096 && c.shmRingBytes % 64 == 0,
                     "scalecomm: shm ring bytes must be a multiple of 64 and at least 4096, got ", c.shmRingBytes);
   TORCH_CHECK_VALUE(c.mpiChunkBytes >= 64 && c.mpiChunkBytes <= (1 << 30),
@@ -129,6 +149,7 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
     C10_THROW_ERROR(DistBackendError, e.what());
   }
   if (config_.segmentBytes == 0) config_.segmentBytes = automaticSegmentBytes(comm_->hostOf());
+  if (config_.sendAheadBytes < 0) config_.sendAheadBytes = automaticSendAheadBytes(comm_->hostOf());
   if (selection_.usesMpi() && size > 1 && !comm_->mpiGroup()) {
     TORCH_CHECK_VALUE(false, "scalecomm (rank ", rank, "): algorithm mpi (", selection_.str(),
                       ") needs every rank started by one mpirun/mpiexec (or srun with MPI) and a build with MPI (",
@@ -238,6 +259,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::enqueue(c10d::OpType type, cons
   base.algorithm = std::move(q.algorithm);
   base.psServers = static_cast<int>(config_.psServers);
   base.segmentBytes = config_.segmentBytes;
+  base.sendAheadBytes = config_.sendAheadBytes;
   base.timeoutMs = timeoutMs;
   base.seq = seq;
   auto state = state_;

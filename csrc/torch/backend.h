@@ -53,6 +53,7 @@ struct BackendConfig {
   std::string transport = "auto";  // auto | shm | tcp | mpi
   bool useMpi = true;              // SCALECOMM_MPI != 0: an MPI communicator when all ranks run under MPI
   int64_t segmentBytes = 256 << 10;
+  int64_t sendAheadBytes = -1;  // pacing (algo/plan.h); -1: automatic, 0: off
   int64_t shmRingBytes = 4 << 20;
   int64_t mpiChunkBytes = 1 << 20;
   int64_t spinMicros = 50;

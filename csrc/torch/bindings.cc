@@ -38,6 +38,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("tuning_file", &scalecomm::BackendConfig::tuningFile)
       .def_readwrite("transport", &scalecomm::BackendConfig::transport)
       .def_readwrite("segment_bytes", &scalecomm::BackendConfig::segmentBytes)
+      .def_readwrite("send_ahead_bytes", &scalecomm::BackendConfig::sendAheadBytes)
       .def_readwrite("shm_ring_bytes", &scalecomm::BackendConfig::shmRingBytes)
       .def_readwrite("spin_us", &scalecomm::BackendConfig::spinMicros)
       .def_readwrite("timeout_ms", &scalecomm::BackendConfig::timeoutMs)

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "algo/collectives.h"
+#include "algo/direct.h"
 #include "algo/plan.h"
 #include "algo/ring.h"
 #include "algo/rooted.h"
@@ -158,12 +159,15 @@ TEST(every_allreduce_algorithm_reduces_every_chunk_exactly_once) {
         for (int64_t seg : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{1} << 40}) {
           for (bool finalize : {false, true}) {
             for (const AlgoParams& params : paramsFor(algo, n)) {
+              const int64_t pace = (count + seg + n) % 3;  // 0 (unpaced), 1 or 2 segments ahead
               std::vector<Plan> plans;
               for (int r = 0; r < n; ++r) {
-                plans.push_back(compilePlan(allreduceSchedule(algo, r, n, count, finalize, params), n, seg));
+                plans.push_back(compilePlan(allreduceSchedule(algo, r, n, count, finalize, params), n, seg, pace));
               }
               auto cells = initCells(plans, seg, [&](int r, int) { return unit(n, r); });
-              if (!simulate(plans, cells)) throw sctest::Failure{strCat(algo, " deadlocks at n=", n, " count=", count)};
+              if (!simulate(plans, cells)) {
+                throw sctest::Failure{strCat(algo, " deadlocks at n=", n, " count=", count, " pace=", pace)};
+              }
               Value all(n, 1);
               for (int r = 0; r < n; ++r)
                 for (auto& block : cells[r])
@@ -183,7 +187,7 @@ TEST(ring_allgather_delivers_every_block_to_every_rank) {
     for (int64_t per : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{333}}) {
       for (int64_t seg : {int64_t{1}, int64_t{4}, int64_t{1} << 30}) {
         std::vector<Plan> plans;
-        for (int r = 0; r < n; ++r) plans.push_back(compilePlan(ringAllgather(r, n, per), n, seg));
+        for (int r = 0; r < n; ++r) plans.push_back(compilePlan(ringAllgather(r, n, per), n, seg, (per + n) % 3));
         auto cells = initCells(plans, seg, [&](int r, int b) { return unit(n, r == b ? r : -1); });
         CHECK(simulate(plans, cells));
         for (int r = 0; r < n; ++r)
@@ -199,7 +203,7 @@ TEST(chain_broadcast_reaches_every_rank_from_any_root) {
     for (int root = 0; root < n; ++root) {
       for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{100}}) {
         std::vector<Plan> plans;
-        for (int r = 0; r < n; ++r) plans.push_back(compilePlan(chainBroadcast(r, n, root, count), n, 7));
+        for (int r = 0; r < n; ++r) plans.push_back(compilePlan(chainBroadcast(r, n, root, count), n, 7, root % 2));
         auto cells = initCells(plans, 7, [&](int r, int) { return unit(n, r == root ? root : -1); });
         CHECK(simulate(plans, cells));
         for (int r = 0; r < n; ++r)
@@ -215,8 +219,8 @@ TEST(tree_broadcast_and_reduce_from_any_root) {
       for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{100}}) {
         std::vector<Plan> b, red;
         for (int r = 0; r < n; ++r) {
-          b.push_back(compilePlan(treeBroadcast(r, n, root, count), n, 7));
-          red.push_back(compilePlan(treeReduce(r, n, root, count, true), n, 7));
+          b.push_back(compilePlan(treeBroadcast(r, n, root, count), n, 7, root % 2));
+          red.push_back(compilePlan(treeReduce(r, n, root, count, true), n, 7, root % 2));
         }
         auto bc = initCells(b, 7, [&](int r, int) { return unit(n, r == root ? root : -1); });
         CHECK(simulate(b, bc));
@@ -262,6 +266,38 @@ TEST(plan_orders_only_true_hazards) {
   CHECK_EQ(checked, 2);
 }
 
+TEST(pacing_holds_each_send_within_the_window_of_its_steps_receive) {
+  // 2-rank ring, blocks of 40 in segments of 5 (8 each): with pacing W, the
+  // reduce-scatter send of segment s >= W also waits for receive segment s - W
+  // of the same step; the all-gather sends already wait for their data.
+  for (int64_t w : {1, 2, 3}) {
+    Plan p = compilePlan(ringAllreduce(0, 2, 2 * 40, false), 2, 5, w);
+    int paced = 0;
+    for (const Task& t : p.tasks) {
+      if (t.kind != OpKind::Send || t.step != 0) continue;
+      bool found = false;
+      for (int32_t d : t.deps) {
+        const Task& r = p.tasks[d];
+        if (r.kind == OpKind::RecvReduce && r.step == 0) {
+          CHECK_EQ(r.segment, t.segment - w);
+          found = true;
+        }
+      }
+      CHECK_EQ(found, t.segment >= w);
+      paced += found;
+    }
+    CHECK_EQ(paced, static_cast<int>(8 - w));
+  }
+  // Unpaced, and in steps that are not one send plus one receive (direct
+  // all-to-all), nothing is added.
+  Plan unpaced = compilePlan(ringAllreduce(0, 2, 2 * 40, false), 2, 5, 0);
+  for (const Task& t : unpaced.tasks)
+    if (t.kind == OpKind::Send && t.step == 0) CHECK(t.deps.empty());
+  Plan direct = compilePlan(directAllreduce(0, 3, 3 * 40, false), 3, 5, 1);
+  for (const Task& t : direct.tasks)
+    if (t.kind == OpKind::Send && t.step == 0) CHECK(t.deps.empty());
+}
+
 TEST(rooted_collectives_and_alltoall_deliver_exactly) {
   for (int n : kWorlds) {
     for (int root = 0; root < n; root += 2) {
@@ -290,7 +326,7 @@ TEST(rooted_collectives_and_alltoall_deliver_exactly) {
     }
     for (int64_t per : {int64_t{0}, int64_t{1}, int64_t{33}}) {  // reduce-scatter: rank r owns block r
       std::vector<Plan> plans;
-      for (int r = 0; r < n; ++r) plans.push_back(compilePlan(ringReduceScatter(r, n, per, true), n, 5));
+      for (int r = 0; r < n; ++r) plans.push_back(compilePlan(ringReduceScatter(r, n, per, true), n, 5, per % 2));
       auto cells = initCells(plans, 5, [&](int r, int) { return unit(n, r); });
       CHECK(simulate(plans, cells));
       for (int r = 0; r < n; ++r)
