@@ -9,8 +9,9 @@ buckets in docs/performance.md (16.9 MB posted, then 0.5 MB 2 ms later).
 Backends alternate round by round so drift hits both. Every rank prints,
 per backend, the mean step time of each round (the mean, not the median:
 scalecomm's steps can alternate fast/slow between ranks, which a median
-hides) and the process's CPU time over wall time (cores used, compute
-included).
+hides) and the process's CPU time over wall time of the timed steps (cores
+used, compute included); ``--per-step`` also prints every timed step of the
+last round.
 """
 
 import argparse
@@ -33,7 +34,10 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=12, help="steps per round (the first two are not timed)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backends", default="gloo,scalecomm")
+    p.add_argument("--per-step", action="store_true", help="print each timed step of the last round")
     a = p.parse_args()
+    if a.iters < 3:
+        p.error("--iters must be at least 3 (two warm-up steps, then timed ones)")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     groups = {b: dist.new_group(backend=b) for b in a.backends.split(",")}
@@ -50,12 +54,15 @@ def main() -> None:
 
     steps = {b: [] for b in groups}
     cores = {b: [] for b in groups}
+    last = {}
     for _ in range(a.rounds):
         for b, g in groups.items():
             dist.barrier(group=g)
             ts = []
-            c0 = resource.getrusage(resource.RUSAGE_SELF)
-            for _ in range(a.iters):
+            c0 = None
+            for i in range(a.iters):
+                if i == 2:  # the first two steps are warm-up: neither timed nor counted in cores
+                    c0 = resource.getrusage(resource.RUSAGE_SELF)
                 t = time.perf_counter()
                 compute(a.compute_ms)
                 first = dist.all_reduce(big, group=g, async_op=True)
@@ -66,8 +73,9 @@ def main() -> None:
                 ts.append(time.perf_counter() - t)
             c1 = resource.getrusage(resource.RUSAGE_SELF)
             cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
-            cores[b].append(cpu / sum(ts))
+            cores[b].append(cpu / sum(ts[2:]))
             steps[b].append(1e3 * statistics.mean(ts[2:]))
+            last[b] = ts[2:]
     rank = dist.get_rank()
     for b in groups:
         print(
@@ -77,6 +85,12 @@ def main() -> None:
             + " ".join(f"{x:.2f}" for x in cores[b]),
             flush=True,
         )
+        if a.per_step:
+            print(
+                f"rank {rank} {b:>9}  last round, each step ms "
+                + " ".join(f"{1e3 * x:.0f}" for x in last[b]),
+                flush=True,
+            )
     dist.destroy_process_group()
 
 

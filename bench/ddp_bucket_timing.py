@@ -6,7 +6,10 @@ Each backend trains the same MLP (64-2048-2048-10, 16.6 MiB of gradients)
 for 12 steps, natively and with a timing comm hook that does what DDP's
 default does (divide, allreduce SUM) and records, per bucket, the time from
 the hook call to the future's completion. Alternates backends so drift on a
-shared machine hits both. Rank 0 prints the median step and bucket times.
+shared machine hits both. Rank 0 prints the mean step and bucket times
+(means, not medians: steps that alternate fast and slow between the ranks,
+as scalecomm's did before pacing, are hidden by a median; see
+docs/performance.md, "Pacing").
 ``--bucket-cap-mb 64`` puts all gradients in one bucket (one allreduce per
 step), which separates the cost of DDP running two collectives from the cost
 of one. ``--two-groups`` adds a run whose hook spreads the buckets over two
@@ -65,12 +68,12 @@ def run(backend: str, timed_hook: bool, n: int, bucket_cap_mb: float | None, gro
     for one in gs:
         dist.destroy_process_group(one)
     mode = ("hook" if groups == 1 else f"hook x{groups} groups") if timed_hook else "native"
-    line = f"{backend:>9} {mode:>6}  step {1e3 * statistics.median(steps[2:]):6.1f} ms"
+    line = f"{backend:>9} {mode:>6}  step {1e3 * statistics.mean(steps[2:]):6.1f} ms"
     big = [t for e, t in times[4:] if e > 1_000_000]
     small = [t for e, t in times[4:] if e <= 1_000_000]
     if big and small:
-        line += f"  big bucket {1e3 * statistics.median(big):6.1f} ms"
-        line += f"  small bucket {1e3 * statistics.median(small):6.1f} ms"
+        line += f"  big bucket {1e3 * statistics.mean(big):6.1f} ms"
+        line += f"  small bucket {1e3 * statistics.mean(small):6.1f} ms"
     return line
 
 
