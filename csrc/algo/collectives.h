@@ -2,10 +2,11 @@
 //
 // Contract: each function runs one collective to completion on the calling
 // thread over `comm`, choosing the schedule for `opts.algorithm`, cutting it
-// into segments of opts.segmentBytes (paced by opts.sendAheadBytes) and running it with the executor. Buffers
-// are raw memory of `count` elements of `dtype`; world size 1 and count 0 move
-// no bytes. Arguments must already be validated (the torch adapter does it and
-// raises InvalidArgument); mismatches across ranks are detected on the wire.
+// into segments of opts.segmentBytes (paced by opts.sendAheadBytes) and
+// running it with the executor. Buffers are raw memory of `count` elements of
+// `dtype`; world size 1 and count 0 move no bytes. Arguments must already be
+// validated (the torch adapter does it and raises InvalidArgument);
+// mismatches across ranks are detected on the wire.
 // Errors: Error(Io|Timeout|InvalidArgument|Aborted) prefixed with
 // "scalecomm <collective> (rank r, seq s)". After an error the caller must
 // poison the group. Thread safety: one collective at a time per Communicator.

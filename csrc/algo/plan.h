@@ -13,7 +13,7 @@
 // send of segment s also waits for the receive's segment s - W (clamped to its
 // last). A rank then runs at most W segments ahead of its peer within a step,
 // so ranks that enter a collective apart fall back into step there instead of
-// carrying the offset into the next call (docs/design.md, "Pacing"). Every
+// carrying the offset into the next call (docs/architecture.md, "Pacing"). Every
 // added edge points to a smaller segment of the same step: no deadlock.
 // Per peer, sends and receives keep program order (the link is FIFO), which
 // both ends derive identically from the same schedule arithmetic.

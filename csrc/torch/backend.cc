@@ -129,7 +129,8 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   }
   SC_LOG(Info, "rank ", rank, "/", size, " group '", config_.groupName, "': algorithm=", selection_.str(),
          " transport=", config_.transport, " segment_bytes=", config_.segmentBytes,
-         " shm_ring_bytes=", config_.shmRingBytes, " timeout_ms=", config_.timeoutMs, " spin_us=", config_.spinMicros);
+         " send_ahead_bytes=", config_.sendAheadBytes, " shm_ring_bytes=", config_.shmRingBytes,
+         " timeout_ms=", config_.timeoutMs, " spin_us=", config_.spinMicros);
   // One scalecomm algorithm each: "auto" is it (after the log, which shows what was asked).
   if (selection_.allgather == "auto") selection_.allgather = "ring";
   if (selection_.reduceScatter == "auto") selection_.reduceScatter = "ring";
