@@ -5,15 +5,21 @@
 // caller yet ordered as issued. After a job the thread spins briefly
 // (spinMicros) for the next one before sleeping, which keeps back-to-back small
 // collectives fast. stop() runs every job already posted, then joins (jobs must
-// end on their own: collectives are bounded by their deadline). A job must not
-// throw (wrap it); post() after stop() is an internal error. idle(): nothing
-// queued or running (a job counts until it and its captures are destroyed).
+// end on their own: collectives are bounded by their deadline). stop() or the
+// destructor may also run on the worker thread itself (a job dropped the last
+// reference to the owner, e.g. Python's garbage collector ran in a future
+// callback): the thread cannot join itself, so it is detached and drains the
+// queue on state it shares with the Worker, which stays alive until the thread
+// ends. A job must not throw (wrap it); post() after stop() is an internal
+// error. idle(): nothing queued or running (a job counts until it and its
+// captures are destroyed).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -25,19 +31,25 @@ class Worker {
   ~Worker();
   void post(std::function<void()> job);
   void stop();
-  bool idle() const { return unfinished_.load(std::memory_order_acquire) == 0; }
+  bool idle() const { return s_->unfinished.load(std::memory_order_acquire) == 0; }
+  size_t queued() const { return s_->queued.load(std::memory_order_acquire); }
+  bool onWorkerThread() const { return std::this_thread::get_id() == id_; }
 
  private:
-  void loop();
-  int64_t spinMicros_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  std::atomic<size_t> queued_{0};
-  std::atomic<size_t> unfinished_{0};  // queued + running
-  bool sleeping_ = false;
-  bool stopping_ = false;
+  struct Shared {
+    int64_t spinMicros;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> queue;
+    std::atomic<size_t> queued{0};
+    std::atomic<size_t> unfinished{0};  // queued + running
+    bool sleeping = false;
+    bool stopping = false;
+  };
+  static void loop(const std::shared_ptr<Shared>& s);
+  std::shared_ptr<Shared> s_;
   std::thread thread_;
+  std::thread::id id_;
 };
 
 }  // namespace scalecomm

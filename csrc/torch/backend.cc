@@ -218,9 +218,17 @@ void ScalecommBackend::shutdown() {
     std::lock_guard<std::recursive_mutex> g(liveMu());
     live().erase(this);
   }
+  if (worker_->onWorkerThread() && worker_->queued() > 0) {
+    // Destroyed from one of its own jobs (the last reference went in a future
+    // callback): the worker drains the queue after this backend and its
+    // communicator are gone, so the queued collectives must fail, not run.
+    state_->poison(
+        strCat("scalecomm (rank ", getRank(), "): the process group was destroyed while this collective was queued"),
+        /*abortComm=*/false);
+  }
   {
     ReleaseGilIfHeld noGil;
-    worker_->stop();  // queued collectives finish or fail by their deadline
+    worker_->stop();  // queued collectives finish or fail by their deadline (see above when on the worker)
   }
   state_->detach();
   comm_->closeLinks();
