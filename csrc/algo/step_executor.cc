@@ -1,6 +1,8 @@
 #include "algo/step_executor.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 
@@ -21,20 +23,40 @@ int64_t stepScratchBytes(const Schedule& s, DataType dtype) {
 
 // A step's sends go out before its reductions and finalizes run, and a plain
 // receive races with a send of the same block in one group: refuse schedules
-// whose steps need another order.
-static void checkStep(const Schedule& s, size_t index) {
-  const auto& ops = s.steps[index].ops;
-  for (size_t j = 0; j < ops.size(); ++j) {
-    if (ops[j].kind != OpKind::Send) continue;
+// whose steps need another order. Linear in the step's ops: `firstWriter` and
+// `received` are indexed by block, sized once per schedule and reset after
+// each step for the blocks it touched.
+namespace {
+struct StepChecker {
+  std::vector<size_t> firstWriter;  // index of the first non-send op per block (SIZE_MAX: none)
+  std::vector<uint8_t> received;    // a plain Recv of the block in this step
+
+  explicit StepChecker(size_t blocks) : firstWriter(blocks, SIZE_MAX), received(blocks, 0) {}
+
+  void check(const Schedule& s, size_t index) {
+    const auto& ops = s.steps[index].ops;
     for (size_t k = 0; k < ops.size(); ++k) {
-      const bool sameBlock = k != j && ops[k].block == ops[j].block && ops[k].kind != OpKind::Send;
-      if (sameBlock && (ops[k].kind == OpKind::Recv || k < j)) {
-        fail(ErrorKind::InvalidArgument, "scalecomm step executor: ", s.algorithm, " step ", index, " sends block ",
-             ops[j].block, " and also writes it; a grouped exchange cannot order the two");
-      }
+      if (ops[k].kind == OpKind::Send) continue;
+      const size_t b = static_cast<size_t>(ops[k].block);
+      firstWriter[b] = std::min(firstWriter[b], k);
+      if (ops[k].kind == OpKind::Recv) received[b] = 1;
+    }
+    int conflict = -1;
+    for (size_t j = 0; j < ops.size() && conflict < 0; ++j) {
+      const size_t b = static_cast<size_t>(ops[j].block);
+      if (ops[j].kind == OpKind::Send && (received[b] || firstWriter[b] < j)) conflict = ops[j].block;
+    }
+    for (const auto& op : ops) {
+      firstWriter[static_cast<size_t>(op.block)] = SIZE_MAX;
+      received[static_cast<size_t>(op.block)] = 0;
+    }
+    if (conflict >= 0) {
+      fail(ErrorKind::InvalidArgument, "scalecomm step executor: ", s.algorithm, " step ", index, " sends block ",
+           conflict, " and also writes it; a grouped exchange cannot order the two");
     }
   }
-}
+};
+}  // namespace
 
 void runSteps(const Schedule& s, const std::vector<uint8_t*>& blockPtrs, const StepRun& run, StepTransport& transport,
               Reducer& reducer) {
@@ -47,8 +69,9 @@ void runSteps(const Schedule& s, const std::vector<uint8_t*>& blockPtrs, const S
     uint8_t* from;
   };
   std::vector<PendingReduce> reduces;
+  StepChecker checker(s.blockCounts.size());
   for (size_t i = 0; i < s.steps.size(); ++i) {
-    checkStep(s, i);
+    checker.check(s, i);
     exchange.clear();
     reduces.clear();
     int64_t used = 0;

@@ -216,6 +216,32 @@ TEST(tree_broadcast_runs_and_chain_broadcast_is_refused) {
   CHECK(errors[3].find("sends block 0 and also writes it") != std::string::npos);
 }
 
+TEST(a_step_may_send_a_block_before_reducing_into_it_but_not_after) {
+  // Two ranks swap block 0 and reduce what they receive into it. Sending first
+  // is what a grouped exchange does (sends read the block before reductions
+  // run); listing the reduction first asks for the other order: refused.
+  auto swap = [](bool sendFirst) {
+    return [sendFirst](int r) {
+      Schedule s;
+      s.algorithm = sendFirst ? "send-then-reduce" : "reduce-then-send";
+      s.blockCounts = {6};
+      ScheduleOp send{OpKind::Send, 1 - r, 0}, reduce{OpKind::RecvReduce, 1 - r, 0};
+      s.steps.push_back({sendFirst ? std::vector<ScheduleOp>{send, reduce} : std::vector<ScheduleOp>{reduce, send}});
+      return s;
+    };
+  };
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(6));
+  for (int r = 0; r < 2; ++r)
+    for (int64_t i = 0; i < 6; ++i) bufs[r][i] = input(r, i);
+  auto errors = runQueued(2, swap(true), bufs, StepRun{DataType::Float32});
+  for (int r = 0; r < 2; ++r) {
+    CHECK_EQ(errors[r], std::string());
+    for (int64_t i = 0; i < 6; ++i) CHECK_EQ(bufs[r][i], input(0, i) + input(1, i));
+  }
+  errors = runQueued(2, swap(false), bufs, StepRun{DataType::Float32});
+  for (int r = 0; r < 2; ++r) CHECK(errors[r].find("reduce-then-send step 0 sends block 0") != std::string::npos);
+}
+
 TEST(scratch_is_sized_for_the_largest_step) {
   Schedule s = allreduceSchedule("direct", 0, 4, 40, false);
   // direct: the owner of a block receive-reduces it from the 3 others in one step.
