@@ -24,7 +24,10 @@ def test_readme_opens_with_the_two_commands():
 
 def test_options_fields_match_the_backend_config():
     cfg = pyscalecomm._C.BackendConfig()
-    opts = pyscalecomm.Options(algorithm="ring", transport="tcp", segment_bytes=4096, shm_ring_bytes=8192)
+    assert cfg.send_ahead_bytes == -1  # automatic until the group knows its hosts
+    opts = pyscalecomm.Options(
+        algorithm="ring", transport="tcp", segment_bytes=4096, send_ahead_bytes=0, shm_ring_bytes=8192
+    )
     opts.apply_to(cfg)
-    got = (cfg.algorithm, cfg.transport, cfg.segment_bytes, cfg.shm_ring_bytes)
-    assert got == ("ring", "tcp", 4096, 8192)
+    got = (cfg.algorithm, cfg.transport, cfg.segment_bytes, cfg.send_ahead_bytes, cfg.shm_ring_bytes)
+    assert got == ("ring", "tcp", 4096, 0, 8192)
