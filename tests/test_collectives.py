@@ -428,3 +428,17 @@ def _bad_cuda_transport(rank, n):
 
 def test_unknown_cuda_transport_is_named():
     assert all(run_ranks(2, _bad_cuda_transport))
+
+
+def _bad_send_ahead(rank, n):
+    import pyscalecomm
+
+    with pytest.raises(ValueError, match=r"send_ahead_bytes \(SCALECOMM_SEND_AHEAD_BYTES\) must be -1"):
+        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(send_ahead_bytes=-2))
+    t = torch.ones(2)
+    dist.all_reduce(t)  # nothing lost: the default group still works
+    return t.tolist()
+
+
+def test_bad_send_ahead_is_refused_with_its_name():
+    assert run_ranks(2, _bad_send_ahead) == [[2.0, 2.0]] * 2
