@@ -95,9 +95,7 @@ double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, s
   // inter-host bytes add up per host and step. That needs every rank (up to
   // kAllRanks; beyond, the sample, and each rank is priced as if alone).
   constexpr int kAllRanks = 4096;
-  bool severalHosts = false;
-  for (int h : algo.hostOf) severalHosts = severalHosts || h != algo.hostOf[0];
-  const bool sharedNic = severalHosts && n <= kAllRanks;
+  const bool sharedNic = spansHosts(algo.hostOf) && n <= kAllRanks;
   std::set<int> ranks = sampleRanks(n, algo);
   if (sharedNic) {
     for (int r = 0; r < n; ++r) ranks.insert(r);

@@ -38,9 +38,7 @@ double timeHostRing(Communicator& comm, int next, int prev, std::vector<float>& 
 void probeIntraHost(Communicator& comm, const CollectiveOptions& opts, CostParams& params) {
   const auto& hosts = comm.hostOf();
   const int n = comm.size(), rank = comm.rank();
-  bool several = false;
-  for (int h : hosts) several = several || h != hosts[0];
-  if (!several) return;  // one host: the ring probe measured shared memory already
+  if (!spansHosts(hosts)) return;  // one host: the ring probe measured shared memory already
   std::vector<int> mine;
   for (int r = 0; r < n; ++r) {
     if (hosts[r] == hosts[rank]) mine.push_back(r);

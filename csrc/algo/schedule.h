@@ -57,6 +57,13 @@ struct AlgoParams {
   int psServers = 1;        // ps: server ranks 0..S-1, at most the world size
 };
 
+// Whether ranks sit on more than one host (hostOf as in AlgoParams; empty: one host).
+inline bool spansHosts(const std::vector<int>& hostOf) {
+  for (int h : hostOf)
+    if (h != hostOf[0]) return true;
+  return false;
+}
+
 // a mod n in [0, n), for rank arithmetic around a ring.
 inline int modRank(int64_t a, int n) { return static_cast<int>(((a % n) + n) % n); }
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "algo/probe.h"
+#include "algo/schedule.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "cuda/nvtx_ranges.h"
@@ -49,12 +50,6 @@ BackendConfig configFromEnvironment() {
 // segments pace too coarsely (4 MiB ahead: no gain); 512 KiB segments did as
 // well in the pattern but with a wider spread under DDP. Every rank sees the
 // same hosts, so all agree.
-static bool spansHosts(const std::vector<int>& hostOf) {
-  for (int h : hostOf)
-    if (h != hostOf[0]) return true;
-  return false;
-}
-
 static int64_t automaticSegmentBytes(const std::vector<int>& hostOf) {
   return spansHosts(hostOf) ? int64_t{1} << 20 : int64_t{256} << 10;
 }
@@ -333,7 +328,7 @@ std::string ScalecommBackend::allreduceAlgorithmFor(int64_t bytes) {
     // differs from a central reduce when the group spans several hosts.
     std::vector<std::string> candidates = {"ring", "rhd", "tree", "direct"};
     const auto& hosts = comm_->hostOf();
-    if (std::any_of(hosts.begin(), hosts.end(), [](int h) { return h != 0; })) candidates.push_back("hier");
+    if (spansHosts(hosts)) candidates.push_back("hier");
     AlgoParams params{hosts, static_cast<int>(config_.psServers)};
     algo = chooseAllreduce(getSize(), bytes, costs_, params, candidates);
     why = "cost model";
