@@ -55,14 +55,15 @@ Plan compilePlan(const Schedule& schedule, int worldSize, int64_t segmentElems, 
   std::vector<std::vector<int32_t>> readers(cellBase[nblocks]);
   std::vector<bool> peerUsed(worldSize, false);
 
+  std::vector<CompiledOp> compiled;  // this step's ops, kept only when pacing
   for (size_t st = 0; st < schedule.steps.size(); ++st) {
-    std::vector<CompiledOp> compiled;
+    compiled.clear();
     for (const ScheduleOp& op : schedule.steps[st].ops) {
       SC_CHECK(op.block >= 0 && static_cast<size_t>(op.block) < nblocks, "block ", op.block);
       SC_CHECK(op.kind == OpKind::Finalize || (op.peer >= 0 && op.peer < worldSize), "peer ", op.peer);
       const int64_t count = schedule.blockCounts[op.block];
       const int64_t segs = cellBase[op.block + 1] - cellBase[op.block];
-      compiled.push_back({op.kind, static_cast<int32_t>(plan.tasks.size()), segs});
+      if (paceSegments > 0) compiled.push_back({op.kind, static_cast<int32_t>(plan.tasks.size()), segs});
       for (int64_t s = 0; s < segs; ++s) {
         Task t;
         t.kind = op.kind;

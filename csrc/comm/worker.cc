@@ -11,7 +11,6 @@ namespace scalecomm {
 Worker::Worker(int64_t spinMicros) : s_(std::make_shared<Shared>()) {
   s_->spinMicros = spinMicros;
   thread_ = std::thread([s = s_] { loop(s); });  // the thread keeps the state alive
-  id_ = thread_.get_id();
 }
 
 Worker::~Worker() { stop(); }

@@ -33,7 +33,8 @@ class Worker {
   void stop();
   bool idle() const { return s_->unfinished.load(std::memory_order_acquire) == 0; }
   size_t queued() const { return s_->queued.load(std::memory_order_acquire); }
-  bool onWorkerThread() const { return std::this_thread::get_id() == id_; }
+  // Meaningful until stop() (a stopped worker's thread is joined or detached).
+  bool onWorkerThread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
   struct Shared {
@@ -49,7 +50,6 @@ class Worker {
   static void loop(const std::shared_ptr<Shared>& s);
   std::shared_ptr<Shared> s_;
   std::thread thread_;
-  std::thread::id id_;
 };
 
 }  // namespace scalecomm
