@@ -63,6 +63,46 @@ def test_local_argument_errors_are_value_errors_and_leave_the_group_usable():
         assert "world size" in msgs[5]
 
 
+def _bad_splits(rank, n):
+    """all_to_all_single split sizes that would reach pointer arithmetic: each
+    raises ValueError on the calling rank, and every rank's output and the
+    group stay intact."""
+    inp = torch.arange(4.0)
+    out = torch.full((4,), -7.0)
+    cases = [
+        ([-1, 5], [-1, 5]),  # negative, yet summing to the row count
+        ([5, -1], [2, 2]),  # the same on the output side
+        ([2, 2], [2**62, 4 - 2**62]),  # overflowing partial sums
+        ([2**63 - 1, 2], [2, 2]),
+        ([4], [4]),  # too few entries
+        ([1, 1], [2, 2]),  # sum short of the rows
+    ]
+    msgs = []
+    for out_splits, in_splits in cases:
+        try:
+            dist.all_to_all_single(out, inp, out_splits, in_splits)
+            msgs.append("no error")
+        except ValueError as e:
+            msgs.append(str(e))
+    assert torch.equal(out, torch.full((4,), -7.0)), out  # nothing written
+    dist.all_to_all_single(out, inp)  # the group is still usable
+    assert torch.equal(out, torch.cat([torch.arange(2.0) + 2 * rank] * n)), out
+    return msgs
+
+
+def test_all_to_all_single_refuses_bad_split_sizes_before_any_communication():
+    for rank, msgs in enumerate(run_ranks(2, _bad_splits)):
+        assert len(msgs) == 6
+        for m in msgs:
+            assert m.startswith(f"scalecomm all_to_all_single (rank {rank})"), m
+        assert "is negative" in msgs[0] and "input_split_sizes[0] = -1" in msgs[0], msgs[0]
+        assert "output_split_sizes[0] = 5 runs past" in msgs[1], msgs[1]
+        assert "input_split_sizes[0]" in msgs[2] and "runs past" in msgs[2], msgs[2]
+        assert "output_split_sizes[0]" in msgs[3] and "runs past" in msgs[3], msgs[3]
+        assert "has 1 entries but the group has 2 ranks" in msgs[4], msgs[4]
+        assert "sum to 2" in msgs[5], msgs[5]
+
+
 def _mismatch(rank, n, kind):
     if kind == "size":
         t = torch.ones(1000 if rank == 0 else 1024)

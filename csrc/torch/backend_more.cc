@@ -19,10 +19,22 @@ std::vector<int64_t> equalSplits(int64_t rows, int n, const char* coll, int rank
   return std::vector<int64_t>(n, rows / n);
 }
 
-int64_t sum(const std::vector<int64_t>& v) {
-  int64_t s = 0;
-  for (auto x : v) s += x;
-  return s;
+// Split sizes of all_to_all_single: n entries, each in [0, rows], summing
+// to rows. The running sum never exceeds rows, so it cannot overflow.
+void checkSplits(const std::vector<int64_t>& splits, int64_t rows, int n, int rank, const char* which) {
+  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == n, "scalecomm all_to_all_single (rank ", rank, "): ", which,
+                    "_split_sizes has ", splits.size(), " entries but the group has ", n,
+                    " ranks; pass one split size per rank");
+  int64_t total = 0;
+  for (int q = 0; q < n; ++q) {
+    const int64_t s = splits[q];
+    TORCH_CHECK_VALUE(s >= 0 && s <= rows - total, "scalecomm all_to_all_single (rank ", rank, "): ", which,
+                      "_split_sizes[", q, "] = ", s, (s < 0 ? " is negative" : " runs past the tensor"), "; the ",
+                      which, " has ", rows, " rows along dim 0 and its split sizes must be >= 0 and sum to ", rows);
+    total += s;
+  }
+  TORCH_CHECK_VALUE(total == rows, "scalecomm all_to_all_single (rank ", rank, "): ", which, "_split_sizes sum to ",
+                    total, " but the ", which, " has ", rows, " rows along dim 0; they must sum to ", rows);
 }
 
 // The root's list of one tensor per rank (validated against `ref`); empty on
@@ -211,10 +223,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
       inputSplitSizes.empty() ? equalSplits(inRows, n, "all_to_all_single", rank, "the input") : inputSplitSizes;
   std::vector<int64_t> outSplits =
       outputSplitSizes.empty() ? equalSplits(outRows, n, "all_to_all_single", rank, "the output") : outputSplitSizes;
-  TORCH_CHECK_VALUE(static_cast<int>(inSplits.size()) == n && static_cast<int>(outSplits.size()) == n &&
-                        sum(inSplits) == inRows && sum(outSplits) == outRows,
-                    "scalecomm all_to_all_single (rank ", rank, "): split sizes must have ", n,
-                    " entries summing to the tensors' first dimension (input ", inRows, ", output ", outRows, ")");
+  checkSplits(inSplits, inRows, n, rank, "input");
+  checkSplits(outSplits, outRows, n, rank, "output");
   TORCH_CHECK_VALUE(inSplits[rank] == outSplits[rank], "scalecomm all_to_all_single (rank ", rank,
                     "): this rank sends itself ", inSplits[rank], " rows but expects ", outSplits[rank]);
   const int64_t rowIn = inRows > 0 ? input.numel() / inRows : 0, rowOut = outRows > 0 ? output.numel() / outRows : 0;
