@@ -1,6 +1,7 @@
 #include "algo/collectives.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "algo/direct.h"
 #include "algo/executor.h"
@@ -23,12 +24,21 @@ int64_t segmentElems(const CollectiveOptions& opts, DataType dtype) {
   return std::max<int64_t>(1, opts.segmentBytes / static_cast<int64_t>(elementSize(dtype)));
 }
 
-// The schedule cut into segments, paced by opts.sendAheadBytes rounded up to whole segments.
-Plan compile(const Schedule& s, int n, const CollectiveOptions& opts, DataType dtype) {
-  const int64_t segElems = segmentElems(opts, dtype);
-  const int64_t segBytes = segElems * static_cast<int64_t>(elementSize(dtype));
-  const int64_t pace = opts.sendAheadBytes > 0 ? (opts.sendAheadBytes + segBytes - 1) / segBytes : 0;
-  return compilePlan(s, n, segElems, pace);
+// The schedule of `key` cut into segments (paced by opts.sendAheadBytes
+// rounded up to whole segments): from opts.plans when the caller keeps a
+// cache, else compiled into `local` for this call.
+const PreparedPlan& prepare(PlanKey key, int n, const CollectiveOptions& opts, const std::function<Schedule()>& build,
+                            PreparedPlan& local) {
+  const int64_t segElems =
+      key.dtype == DataType::Opaque && key.segmentElems > 0 ? key.segmentElems : segmentElems(opts, key.dtype);
+  const int64_t segBytes = segElems * static_cast<int64_t>(elementSize(key.dtype));
+  key.segmentElems = segElems;
+  const bool paced = opts.sendAheadBytes > 0 && key.kind != CollectiveKind::Barrier;
+  key.paceSegments = paced ? (opts.sendAheadBytes + segBytes - 1) / segBytes : 0;
+  if (opts.plans != nullptr) return opts.plans->obtain(key, n, build);
+  local.schedule = build();
+  local.plan = compilePlan(local.schedule, n, key.segmentElems, key.paceSegments);
+  return local;
 }
 
 ExecContext context(CollectiveKind kind, DataType dtype, int64_t count, const CollectiveOptions& opts) {
@@ -93,10 +103,16 @@ void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
   ExecContext ctx = context(CollectiveKind::Allreduce, dtype, count, opts);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  AlgoParams params{comm.hostOf(), opts.psServers};
-  Schedule s = allreduceSchedule(opts.algorithm, comm.rank(), n, count, op == ReduceOp::Avg, params);
-  Plan plan = compile(s, n, opts, dtype);
-  execute(plan, chunkPointers(data, s.blockCounts, dtype), comm, ctx);
+  const bool avg = op == ReduceOp::Avg;
+  PreparedPlan local;
+  const PreparedPlan& p = prepare(
+      {CollectiveKind::Allreduce, opts.algorithm, count, dtype, -1, avg, 0, 0, opts.psServers}, n, opts,
+      [&] {
+        AlgoParams params{comm.hostOf(), opts.psServers};
+        return allreduceSchedule(opts.algorithm, comm.rank(), n, count, avg, params);
+      },
+      local);
+  execute(p.plan, chunkPointers(data, p.schedule.blockCounts, dtype), comm, ctx);
 }
 
 void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root, const CollectiveOptions& opts) {
@@ -105,10 +121,15 @@ void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, in
   if (isMpiPassthrough(opts.algorithm)) return mpiBroadcast(comm, data, count, dtype, root, opts);
   ExecContext ctx = context(CollectiveKind::Broadcast, dtype, count, opts);
   ctx.root = root;
-  Schedule s = opts.algorithm == "tree" ? treeBroadcast(comm.rank(), n, root, count)
+  PreparedPlan local;
+  const PreparedPlan& p = prepare(
+      {CollectiveKind::Broadcast, opts.algorithm, count, dtype, root}, n, opts,
+      [&] {
+        return opts.algorithm == "tree" ? treeBroadcast(comm.rank(), n, root, count)
                                         : chainBroadcast(comm.rank(), n, root, count);
-  Plan plan = compile(s, n, opts, dtype);
-  execute(plan, {static_cast<uint8_t*>(data)}, comm, ctx);
+      },
+      local);
+  execute(p.plan, {static_cast<uint8_t*>(data)}, comm, ctx);
 }
 
 void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t count, DataType dtype,
@@ -118,11 +139,13 @@ void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t co
   if (n == 1 || count == 0) return;
   if (isMpiPassthrough(opts.algorithm)) return mpiAllgather(comm, outputs, count, dtype, opts);
   ExecContext ctx = context(CollectiveKind::Allgather, dtype, count, opts);
-  Schedule s = ringAllgather(comm.rank(), n, count);
-  Plan plan = compile(s, n, opts, dtype);
+  PreparedPlan local;
+  const PreparedPlan& p = prepare(
+      {CollectiveKind::Allgather, "ring", count, dtype}, n, opts, [&] { return ringAllgather(comm.rank(), n, count); },
+      local);
   std::vector<uint8_t*> ptrs;
-  for (void* p : outputs) ptrs.push_back(static_cast<uint8_t*>(p));
-  execute(plan, ptrs, comm, ctx);
+  for (void* q : outputs) ptrs.push_back(static_cast<uint8_t*>(q));
+  execute(p.plan, ptrs, comm, ctx);
 }
 
 void barrier(Communicator& comm, const CollectiveOptions& opts) {
@@ -131,9 +154,11 @@ void barrier(Communicator& comm, const CollectiveOptions& opts) {
   if (isMpiPassthrough(opts.algorithm)) return mpiBarrier(comm, opts);
   uint8_t token = 0;
   ExecContext ctx = context(CollectiveKind::Barrier, DataType::Opaque, 1, opts);
-  Schedule s = disseminationBarrier(comm.rank(), n);
-  Plan plan = compilePlan(s, n, 1);
-  execute(plan, {&token}, comm, ctx);
+  PreparedPlan local;
+  const PreparedPlan& p = prepare(
+      {CollectiveKind::Barrier, "dissemination", 1, DataType::Opaque, -1, false, 1}, n, opts,
+      [&] { return disseminationBarrier(comm.rank(), n); }, local);
+  execute(p.plan, {&token}, comm, ctx);
 }
 
 namespace {
@@ -158,9 +183,16 @@ void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, Reduc
   ctx.op = op;
   ctx.root = root;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  Schedule s = opts.algorithm == "tree" ? treeReduce(comm.rank(), n, root, count, op == ReduceOp::Avg)
-                                        : chainReduce(comm.rank(), n, root, count, op == ReduceOp::Avg);
-  execute(compile(s, n, opts, dtype), {static_cast<uint8_t*>(data)}, comm, ctx);
+  const bool avg = op == ReduceOp::Avg;
+  PreparedPlan local;
+  const PreparedPlan& p = prepare(
+      {CollectiveKind::Reduce, opts.algorithm, count, dtype, root, avg}, n, opts,
+      [&] {
+        return opts.algorithm == "tree" ? treeReduce(comm.rank(), n, root, count, avg)
+                                        : chainReduce(comm.rank(), n, root, count, avg);
+      },
+      local);
+  execute(p.plan, {static_cast<uint8_t*>(data)}, comm, ctx);
 }
 
 void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
@@ -174,8 +206,12 @@ void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dty
   ExecContext ctx = context(CollectiveKind::ReduceScatter, dtype, perRank, opts);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  Schedule s = ringReduceScatter(comm.rank(), n, perRank, op == ReduceOp::Avg);
-  execute(compile(s, n, opts, dtype), chunkPointers(work, s.blockCounts, dtype), comm, ctx);
+  const bool avg = op == ReduceOp::Avg;
+  PreparedPlan local;
+  const PreparedPlan& p = prepare(
+      {CollectiveKind::ReduceScatter, "ring", perRank, dtype, -1, avg}, n, opts,
+      [&] { return ringReduceScatter(comm.rank(), n, perRank, avg); }, local);
+  execute(p.plan, chunkPointers(work, p.schedule.blockCounts, dtype), comm, ctx);
 }
 
 namespace {
@@ -186,9 +222,15 @@ void rooted(Communicator& comm, CollectiveKind kind, const std::vector<void*>& b
   if (perRank == 0 || n == 1) return;
   ExecContext ctx = context(kind, dtype, perRank, opts);
   ctx.root = root;
-  Schedule s = kind == CollectiveKind::Gather ? directGather(comm.rank(), n, root, perRank)
+  PreparedPlan local;
+  const PreparedPlan& p = prepare(
+      {kind, "direct", perRank, dtype, root}, n, opts,
+      [&] {
+        return kind == CollectiveKind::Gather ? directGather(comm.rank(), n, root, perRank)
                                               : directScatter(comm.rank(), n, root, perRank);
-  execute(compile(s, n, opts, dtype), bytePointers(blocks), comm, ctx);
+      },
+      local);
+  execute(p.plan, bytePointers(blocks), comm, ctx);
 }
 
 }  // namespace
@@ -210,10 +252,16 @@ void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const st
   if (n == 1) return;
   // Splits legitimately differ between ranks; each message's size is checked instead.
   ExecContext ctx = context(CollectiveKind::Alltoall, dtype, 0, opts);
-  Schedule s = directAlltoall(comm.rank(), n, sendCounts, recvCounts);
+  // Per-call splits: compiled for this call only.
+  CollectiveOptions uncached = opts;
+  uncached.plans = nullptr;
+  PreparedPlan local;
+  const PreparedPlan& p = prepare(
+      {CollectiveKind::Alltoall, "direct", 0, dtype}, n, uncached,
+      [&] { return directAlltoall(comm.rank(), n, sendCounts, recvCounts); }, local);
   std::vector<void*> ptrs = sendBlocks;
   ptrs.insert(ptrs.end(), recvBlocks.begin(), recvBlocks.end());
-  execute(compile(s, n, opts, dtype), bytePointers(ptrs), comm, ctx);
+  execute(p.plan, bytePointers(ptrs), comm, ctx);
 }
 
 void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/plan_cache.h"
 #include "algo/schedule.h"
 #include "algo/trace.h"
 #include "comm/communicator.h"
@@ -39,6 +40,9 @@ struct CollectiveOptions {
   int psServers = 1;           // see AlgoParams; the host map comes from the Communicator
   ExecTrace* trace = nullptr;  // timeline: per-step spans of every execute() (see algo/trace.h)
   Reducer* reducer = nullptr;  // null: the host reducer (comm/reducer.h)
+  // Compiled plans reused across calls of the same shape (algo/plan_cache.h);
+  // null: compiled for this call only. Only the executing thread touches it.
+  PlanCache* plans = nullptr;
 };
 
 // In place. For PremulSum, premulFactor multiplies each rank's input first.

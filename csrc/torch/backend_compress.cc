@@ -13,7 +13,6 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
                                                                      const std::string& key, int errorFeedback,
                                                                      bool average, std::chrono::milliseconds timeout) {
   const char* what = "compressed allreduce";
-  checkUsable(what);
   checkDense(what, getRank(), t);
   TORCH_CHECK_VALUE(at::isFloatingType(t.scalar_type()), "scalecomm ", what, " (rank ", getRank(), "): dtype ",
                     t.scalar_type(),
@@ -27,41 +26,41 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   const bool ef = errorFeedback < 0 ? codec.biased() : errorFeedback != 0;
   auto stage = stageFor(what, {t});
   at::Tensor tensor = stage->inout(t);
-  const std::string algo = allreduceAlgorithmFor(static_cast<int64_t>(t.nbytes()));
-  Communicator* comm = comm_.get();
+  const std::string algo = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(t.nbytes()));
   auto store = compression_;
   const int rank = getRank(), size = getSize();
   const int64_t rows = t.dim() >= 2 ? t.size(0) : 0;  // PowerSGD: a weight's own matrix shape
   const std::string title = "allreduce:" + algo + ":" + codec.str();
-  if (size == 1 || t.numel() == 0) {  // nothing to send: the sum is the tensor itself (exact; no codec, no residual)
-    return enqueue(c10d::OpType::ALLREDUCE, title.c_str(), {t}, timeout, [](const CollectiveOptions&) {},
-                   {.algorithm = algo, .stage = stage});
+  Call call;
+  call.name = title;
+  call.algorithm = algo;
+  call.timeoutMs = timeout.count();
+  if (size > 1 && t.numel() > 0) {  // else nothing to send: the sum is the tensor itself (exact; no codec, no residual)
+    call.body = [tensor, codec, key, ef, average, store, rank, size, rows](Communicator& comm,
+                                                                           const CollectiveOptions& o) {
+      CompressComms cc;
+      cc.rank = rank;
+      cc.size = size;
+      cc.allreduceSum = [&](at::Tensor& x) {
+        scalecomm::allreduce(comm, x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()), ReduceOp::Sum, 1.0, o);
+      };
+      cc.allgatherBytes = [&](const at::Tensor& mine) {
+        const int64_t b = mine.numel();
+        at::Tensor all = at::empty({size * b}, mine.options());
+        all.narrow(0, rank * b, b).copy_(mine);
+        std::vector<void*> ptrs;
+        for (int q = 0; q < size; ++q) ptrs.push_back(static_cast<uint8_t*>(all.data_ptr()) + q * b);
+        CollectiveOptions g = o;
+        g.algorithm = o.algorithm == "mpi" ? "mpi" : "ring";
+        scalecomm::allgather(comm, ptrs, b, DataType::Opaque, g);
+        return all;
+      };
+      at::Tensor x = tensor.view({-1});
+      store->with(key, [&](CompressState& s) { compressedAllreduce(x, codec, ef, s, cc, s.steps, rows); });
+      if (average) tensor.div_(size);
+    };
   }
-  return enqueue(c10d::OpType::ALLREDUCE, title.c_str(), {t}, timeout,
-                 [comm, tensor, codec, key, ef, average, store, rank, size, rows](const CollectiveOptions& o) {
-                   CompressComms cc;
-                   cc.rank = rank;
-                   cc.size = size;
-                   cc.allreduceSum = [&](at::Tensor& x) {
-                     scalecomm::allreduce(*comm, x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()),
-                                          ReduceOp::Sum, 1.0, o);
-                   };
-                   cc.allgatherBytes = [&](const at::Tensor& mine) {
-                     const int64_t b = mine.numel();
-                     at::Tensor all = at::empty({size * b}, mine.options());
-                     all.narrow(0, rank * b, b).copy_(mine);
-                     std::vector<void*> ptrs;
-                     for (int q = 0; q < size; ++q) ptrs.push_back(static_cast<uint8_t*>(all.data_ptr()) + q * b);
-                     CollectiveOptions g = o;
-                     g.algorithm = o.algorithm == "mpi" ? "mpi" : "ring";
-                     scalecomm::allgather(*comm, ptrs, b, DataType::Opaque, g);
-                     return all;
-                   };
-                   at::Tensor x = tensor.view({-1});
-                   store->with(key, [&](CompressState& s) { compressedAllreduce(x, codec, ef, s, cc, s.steps, rows); });
-                   if (average) tensor.div_(size);
-                 },
-                 {.algorithm = algo, .stage = stage});
+  return run(c10d::OpType::ALLREDUCE, {t}, std::move(call), stage);
 }
 
 }  // namespace scalecomm

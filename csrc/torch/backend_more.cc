@@ -66,89 +66,102 @@ std::vector<void*> rootedBlocks(const std::vector<at::Tensor>& list, const at::T
   return blocks;
 }
 
-// Reduce-scatters `work` (world size x out.numel() elements: this rank's
-// contributions, a scratch copy that is overwritten) and copies this rank's
-// reduced block into `out`.
-void reduceScatterInto(Communicator& comm, at::Tensor work, const at::Tensor& out, const ReductionArgs& r, int rank,
-                       const CollectiveOptions& o) {
-  const int64_t per = out.numel();
-  scalecomm::reduceScatter(comm, work.data_ptr(), per, r.dtype, r.op.op, r.op.premulFactor, o);
-  out.view({-1}).copy_(work.narrow(0, rank * per, per));
-}
-
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
-  checkUsable("reduce");
   const at::Tensor& t = singleTensor("reduce", getRank(), tensors);
   ReductionArgs r = reductionArgs("reduce", getRank(), t, opts.reduceOp);
   checkRoot("reduce", getRank(), getSize(), opts.rootRank);
-  Communicator* comm = comm_.get();
+  checkRootTensor("reduce", getRank(), opts.rootTensor);
   const int root = static_cast<int>(opts.rootRank), rank = getRank();
   auto stage = stageFor("reduce", {t});
   at::Tensor tensor = rank == root ? stage->inout(t) : stage->input(t);
-  const std::string algo = rootedAlgorithmFor(selection_.reduce, static_cast<int64_t>(t.nbytes()));
-  return enqueue(c10d::OpType::REDUCE, ("reduce:" + algo).c_str(), {t}, opts.timeout,
-                 [comm, tensor, r, root, rank](const CollectiveOptions& o) {
-                   // Non-root ranks reduce in scratch, so their input stays intact.
-                   at::Tensor work = rank == root ? tensor : tensor.clone();
-                   scalecomm::reduce(*comm, work.data_ptr(), work.numel(), r.dtype, r.op.op, r.op.premulFactor, root,
-                                     o);
-                 },
-                 {.algorithm = algo, .stage = stage});
+  Call call;
+  call.kind = CallKind::Reduce;
+  call.algorithm = group_->algorithmFor(CallKind::Reduce, static_cast<int64_t>(t.nbytes()));
+  call.name = "reduce:" + call.algorithm;
+  call.count = t.numel();
+  call.dtype = r.dtype;
+  call.op = r.op.op;
+  call.premulFactor = r.op.premulFactor;
+  call.root = root;
+  call.timeoutMs = opts.timeout.count();
+  call.blocking = !opts.asyncOp;
+  if (rank == root) {
+    call.data = tensor.data_ptr();
+  } else {  // non-root ranks reduce in scratch, so their input stays intact
+    at::Tensor scratch = at::empty_like(tensor);
+    call.data = scratch.data_ptr();
+    call.before = [scratch, tensor] { scratch.copy_(tensor); };
+  }
+  return run(c10d::OpType::REDUCE, {t}, std::move(call), stage);
+}
+
+// Reduce-scatter of `contributions` (world size x out.numel() elements of this
+// rank, copied into a scratch work buffer by `fill` when the call runs); this
+// rank's reduced block is copied into `out`.
+static Call reduceScatterCall(const std::string& name, const ReductionArgs& r, const at::Tensor& out, int rank,
+                              int size, std::function<void(at::Tensor&)> fill) {
+  const int64_t per = out.numel();
+  at::Tensor work = at::empty({per * size}, out.options().device(at::kCPU));
+  Call call;
+  call.kind = CallKind::ReduceScatter;
+  call.name = name;
+  call.data = work.data_ptr();
+  call.count = per;
+  call.dtype = r.dtype;
+  call.op = r.op.op;
+  call.premulFactor = r.op.premulFactor;
+  call.before = [work, fill = std::move(fill)]() mutable { fill(work); };
+  call.after = [work, out, per, rank] { out.view({-1}).copy_(work.narrow(0, rank * per, per)); };
+  return call;
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
-  checkUsable("reduce_scatter_tensor");
   ReductionArgs r = reductionArgs("reduce_scatter_tensor", getRank(), input, opts.reduceOp);
   checkDense("reduce_scatter_tensor", getRank(), output);
   TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * getSize(),
                     "scalecomm reduce_scatter_tensor (rank ", getRank(), "): input has ", input.numel(),
                     " elements of ", input.scalar_type(), " but must have world size (", getSize(), ") x output (",
                     output.numel(), " elements of ", output.scalar_type(), ")");
-  Communicator* comm = comm_.get();
   auto stage = stageFor("reduce_scatter_tensor", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
-  const int rank = getRank();
-  const std::string& algo = selection_.reduceScatter;
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, titled("reduce_scatter_tensor", algo).c_str(), {output},
-                 opts.timeout,
-                 [comm, in, out, r, rank](const CollectiveOptions& o) {
-                   reduceScatterInto(*comm, in.reshape({-1}).clone(), out, r, rank, o);
-                 },
-                 {.algorithm = algo, .stage = stage});
+  const std::string algo = group_->algorithmFor(CallKind::ReduceScatter, 0);
+  Call call = reduceScatterCall(titled("reduce_scatter_tensor", algo), r, out, getRank(), getSize(),
+                                [in](at::Tensor& work) { work.copy_(in.reshape({-1})); });
+  call.algorithm = algo;
+  call.timeoutMs = opts.timeout.count();
+  call.blocking = !opts.asyncOp;
+  return run(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, std::move(call), stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                                 const c10d::ReduceScatterOptions& opts) {
-  checkUsable("reduce_scatter");
   const at::Tensor& out = singleTensor("reduce_scatter", getRank(), outputs);
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                     "scalecomm reduce_scatter (rank ", getRank(), "): pass one input list of ", getSize(),
                     " tensors (one per rank)");
   ReductionArgs r = reductionArgs("reduce_scatter", getRank(), out, opts.reduceOp);
   for (const auto& t : inputs[0]) checkSameAs("reduce_scatter", getRank(), t, out, "an input tensor");
-  Communicator* comm = comm_.get();
   std::vector<at::Tensor> all = inputs[0];
   all.push_back(out);
   auto stage = stageFor("reduce_scatter", all);
   std::vector<at::Tensor> ins = stage->inputs(inputs[0]);
   at::Tensor output = stage->output(out);
-  const int rank = getRank();
-  const std::string& algo = selection_.reduceScatter;
-  return enqueue(c10d::OpType::REDUCE_SCATTER, titled("reduce_scatter", algo).c_str(), {out}, opts.timeout,
-                 [comm, ins, output, r, rank](const CollectiveOptions& o) {
-                   reduceScatterInto(*comm, at::cat(flattenAll(ins)), output, r, rank, o);
-                 },
-                 {.algorithm = algo, .stage = stage});
+  const std::string algo = group_->algorithmFor(CallKind::ReduceScatter, 0);
+  Call call = reduceScatterCall(titled("reduce_scatter", algo), r, output, getRank(), getSize(),
+                                [ins](at::Tensor& work) { at::cat_out(work, flattenAll(ins)); });
+  call.algorithm = algo;
+  call.timeoutMs = opts.timeout.count();
+  call.blocking = !opts.asyncOp;
+  return run(c10d::OpType::REDUCE_SCATTER, {out}, std::move(call), stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  checkUsable("reduce_scatter_tensor_coalesced");
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "scalecomm reduce_scatter_tensor_coalesced (rank ", getRank(),
                     "): ", outputs.size(), " outputs for ", inputs.size(), " inputs");
   c10::intrusive_ptr<c10d::Work> last;
@@ -160,59 +173,61 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter_tensor_coalesced
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::GatherOptions& opts) {
-  checkUsable("gather");
   const at::Tensor& in = singleTensor("gather", getRank(), inputs);
   checkDense("gather", getRank(), in);
   checkRoot("gather", getRank(), getSize(), opts.rootRank);
   const int root = static_cast<int>(opts.rootRank), rank = getRank(), size = getSize();
-  std::vector<at::Tensor> outs = rootList("gather", rank, root, size, outputs, in, "output");
+  std::vector<at::Tensor> userOuts = rootList("gather", rank, root, size, outputs, in, "output");
   WireShape shape = wireShape(in);
-  Communicator* comm = comm_.get();
-  std::vector<at::Tensor> all = outs;
+  std::vector<at::Tensor> all = userOuts;
   all.push_back(in);
   auto stage = stageFor("gather", all);
   at::Tensor input = stage->input(in);
-  std::vector<at::Tensor> userOuts = outs;
-  outs = stage->outputs(outs);
-  return enqueue(c10d::OpType::GATHER, "gather", userOuts, opts.timeout,
-                 [comm, input, outs, shape, root, rank, size](const CollectiveOptions& o) {
-                   if (rank == root) outs[root].copy_(input);
-                   scalecomm::gather(*comm, rootedBlocks(outs, input, rank, root, size), shape.count, shape.dtype, root,
-                                     o);
-                 },
-                 {.stage = stage});
+  std::vector<at::Tensor> outs = stage->outputs(userOuts);
+  Call call;
+  call.kind = CallKind::Gather;
+  call.name = "gather";
+  call.blocks = rootedBlocks(outs, input, rank, root, size);
+  call.count = shape.count;
+  call.dtype = shape.dtype;
+  call.root = root;
+  call.timeoutMs = opts.timeout.count();
+  call.blocking = !opts.asyncOp;
+  if (rank == root) call.before = [own = outs[root], input] { own.copy_(input); };
+  return run(c10d::OpType::GATHER, userOuts, std::move(call), stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::scatter(std::vector<at::Tensor>& outputs,
                                                          std::vector<std::vector<at::Tensor>>& inputs,
                                                          const c10d::ScatterOptions& opts) {
-  checkUsable("scatter");
   const at::Tensor& out = singleTensor("scatter", getRank(), outputs);
   checkDense("scatter", getRank(), out);
   checkRoot("scatter", getRank(), getSize(), opts.rootRank);
   const int root = static_cast<int>(opts.rootRank), rank = getRank(), size = getSize();
   std::vector<at::Tensor> ins = rootList("scatter", rank, root, size, inputs, out, "input");
   WireShape shape = wireShape(out);
-  Communicator* comm = comm_.get();
   std::vector<at::Tensor> all = ins;
   all.push_back(out);
   auto stage = stageFor("scatter", all);
   ins = stage->inputs(ins);
   at::Tensor output = stage->output(out);
-  return enqueue(c10d::OpType::SCATTER, "scatter", {out}, opts.timeout,
-                 [comm, ins, output, shape, root, rank, size](const CollectiveOptions& o) {
-                   if (rank == root) output.copy_(ins[root]);
-                   scalecomm::scatter(*comm, rootedBlocks(ins, output, rank, root, size), shape.count, shape.dtype,
-                                      root, o);
-                 },
-                 {.stage = stage});
+  Call call;
+  call.kind = CallKind::Scatter;
+  call.name = "scatter";
+  call.blocks = rootedBlocks(ins, output, rank, root, size);
+  call.count = shape.count;
+  call.dtype = shape.dtype;
+  call.root = root;
+  call.timeoutMs = opts.timeout.count();
+  call.blocking = !opts.asyncOp;
+  if (rank == root) call.before = [output, own = ins[root]] { output.copy_(own); };
+  return run(c10d::OpType::SCATTER, {out}, std::move(call), stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                std::vector<int64_t>& outputSplitSizes,
                                                                std::vector<int64_t>& inputSplitSizes,
                                                                const c10d::AllToAllOptions& opts) {
-  checkUsable("all_to_all_single");
   checkDense("all_to_all_single", getRank(), input);
   checkDense("all_to_all_single", getRank(), output);
   const int rank = getRank(), n = getSize();
@@ -235,36 +250,40 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
   const DataType dtype = arithmeticType(input.scalar_type()).value_or(DataType::Opaque);
   const int64_t rowElems = std::max(rowIn, rowOut);
   const int64_t rowUnits = dtype == DataType::Opaque ? rowElems * input.element_size() : rowElems;
-  Communicator* comm = comm_.get();
+  const size_t unitBytes = elementSize(dtype);
   auto stage = stageFor("all_to_all_single", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, opts.timeout,
-                 [comm, in, out, inSplits, outSplits, rowUnits, dtype, rank, n](const CollectiveOptions& o) {
-                   const size_t unitBytes = elementSize(dtype);
-                   std::vector<void*> send(n), recv(n);
-                   std::vector<int64_t> sendCounts(n), recvCounts(n);
-                   auto* inBase = static_cast<uint8_t*>(in.data_ptr());
-                   auto* outBase = static_cast<uint8_t*>(out.data_ptr());
-                   int64_t inOff = 0, outOff = 0;
-                   for (int q = 0; q < n; ++q) {
-                     send[q] = inBase + inOff * rowUnits * unitBytes;
-                     recv[q] = outBase + outOff * rowUnits * unitBytes;
-                     sendCounts[q] = inSplits[q] * rowUnits;
-                     recvCounts[q] = outSplits[q] * rowUnits;
-                     inOff += inSplits[q];
-                     outOff += outSplits[q];
-                   }
-                   std::memcpy(recv[rank], send[rank], sendCounts[rank] * unitBytes);
-                   sendCounts[rank] = recvCounts[rank] = 0;  // the self block is copied, not sent
-                   scalecomm::alltoall(*comm, send, sendCounts, recv, recvCounts, dtype, o);
-                 },
-                 {.stage = stage});
+  Call call;
+  call.kind = CallKind::Alltoall;
+  call.name = "all_to_all_single";
+  call.dtype = dtype;
+  call.blocks.resize(2 * n);
+  call.sendCounts.resize(n);
+  call.recvCounts.resize(n);
+  auto* inBase = static_cast<uint8_t*>(in.data_ptr());
+  auto* outBase = static_cast<uint8_t*>(out.data_ptr());
+  int64_t inOff = 0, outOff = 0;
+  for (int q = 0; q < n; ++q) {
+    call.blocks[q] = inBase + inOff * rowUnits * unitBytes;
+    call.blocks[n + q] = outBase + outOff * rowUnits * unitBytes;
+    call.sendCounts[q] = inSplits[q] * rowUnits;
+    call.recvCounts[q] = outSplits[q] * rowUnits;
+    inOff += inSplits[q];
+    outOff += outSplits[q];
+  }
+  const size_t selfBytes = static_cast<size_t>(call.sendCounts[rank]) * unitBytes;
+  call.before = [dst = call.blocks[n + rank], src = call.blocks[rank], selfBytes] {
+    if (selfBytes > 0) std::memcpy(dst, src, selfBytes);
+  };
+  call.sendCounts[rank] = call.recvCounts[rank] = 0;  // the self block is copied, not sent
+  call.timeoutMs = opts.timeout.count();
+  call.blocking = !opts.asyncOp;
+  return run(c10d::OpType::ALLTOALL_BASE, {output}, std::move(call), stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllToAllOptions& opts) {
-  checkUsable("all_to_all");
   const int rank = getRank(), n = getSize();
   TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
                     "scalecomm all_to_all (rank ", rank, "): pass ", n, " input and ", n, " output tensors");
@@ -278,26 +297,25 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor
   TORCH_CHECK_VALUE(inputs[rank].numel() == outputs[rank].numel(), "scalecomm all_to_all (rank ", rank, "): input ",
                     rank, " and output ", rank, " (this rank's own block) differ in size");
   const DataType dtype = arithmeticType(inputs[0].scalar_type()).value_or(DataType::Opaque);
-  Communicator* comm = comm_.get();
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
   auto stage = stageFor("all_to_all", all);
   std::vector<at::Tensor> ins = stage->inputs(inputs), outs = stage->outputs(outputs);
-  return enqueue(c10d::OpType::ALLTOALL, "all_to_all", outputs, opts.timeout,
-                 [comm, ins, outs, dtype, rank, n](const CollectiveOptions& o) {
-                   std::vector<void*> send(n), recv(n);
-                   std::vector<int64_t> sendCounts(n), recvCounts(n);
-                   for (int q = 0; q < n; ++q) {
-                     send[q] = ins[q].data_ptr();
-                     recv[q] = outs[q].data_ptr();
-                     sendCounts[q] = dtype == DataType::Opaque ? ins[q].nbytes() : ins[q].numel();
-                     recvCounts[q] = dtype == DataType::Opaque ? outs[q].nbytes() : outs[q].numel();
-                   }
-                   outs[rank].copy_(ins[rank]);
-                   sendCounts[rank] = recvCounts[rank] = 0;
-                   scalecomm::alltoall(*comm, send, sendCounts, recv, recvCounts, dtype, o);
-                 },
-                 {.stage = stage});
+  Call call;
+  call.kind = CallKind::Alltoall;
+  call.name = "all_to_all";
+  call.dtype = dtype;
+  for (const auto& t : ins) call.blocks.push_back(t.data_ptr());
+  for (const auto& t : outs) call.blocks.push_back(t.data_ptr());
+  for (int q = 0; q < n; ++q) {
+    call.sendCounts.push_back(dtype == DataType::Opaque ? ins[q].nbytes() : ins[q].numel());
+    call.recvCounts.push_back(dtype == DataType::Opaque ? outs[q].nbytes() : outs[q].numel());
+  }
+  call.sendCounts[rank] = call.recvCounts[rank] = 0;
+  call.before = [own = outs[rank], in = ins[rank]] { own.copy_(in); };
+  call.timeoutMs = opts.timeout.count();
+  call.blocking = !opts.asyncOp;
+  return run(c10d::OpType::ALLTOALL, outputs, std::move(call), stage);
 }
 
 }  // namespace scalecomm

@@ -30,28 +30,28 @@ PYBIND11_MODULE(_C, m) {
   py::module::import("torch.distributed");
   m.doc() = "scalecomm: collective communication for PyTorch (compiled core)";
 
-  py::class_<scalecomm::BackendConfig>(m, "BackendConfig")
+  py::class_<scalecomm::GroupConfig>(m, "BackendConfig")
       .def(py::init([] { return scalecomm::configFromEnvironment(); }),
            "Defaults, overridden by SCALECOMM_* environment variables.")
-      .def_readwrite("algorithm", &scalecomm::BackendConfig::algorithm)
-      .def_readwrite("ps_servers", &scalecomm::BackendConfig::psServers)
-      .def_readwrite("tuning_file", &scalecomm::BackendConfig::tuningFile)
-      .def_readwrite("transport", &scalecomm::BackendConfig::transport)
-      .def_readwrite("segment_bytes", &scalecomm::BackendConfig::segmentBytes)
-      .def_readwrite("send_ahead_bytes", &scalecomm::BackendConfig::sendAheadBytes)
-      .def_readwrite("shm_ring_bytes", &scalecomm::BackendConfig::shmRingBytes)
-      .def_readwrite("spin_us", &scalecomm::BackendConfig::spinMicros)
-      .def_readwrite("timeout_ms", &scalecomm::BackendConfig::timeoutMs)
-      .def_readwrite("cuda_transport", &scalecomm::BackendConfig::cudaTransport)
-      .def_readwrite("compression", &scalecomm::BackendConfig::compression)
-      .def_readwrite("group_name", &scalecomm::BackendConfig::groupName);
+      .def_readwrite("algorithm", &scalecomm::GroupConfig::algorithm)
+      .def_readwrite("ps_servers", &scalecomm::GroupConfig::psServers)
+      .def_readwrite("tuning_file", &scalecomm::GroupConfig::tuningFile)
+      .def_readwrite("transport", &scalecomm::GroupConfig::transport)
+      .def_readwrite("segment_bytes", &scalecomm::GroupConfig::segmentBytes)
+      .def_readwrite("send_ahead_bytes", &scalecomm::GroupConfig::sendAheadBytes)
+      .def_readwrite("shm_ring_bytes", &scalecomm::GroupConfig::shmRingBytes)
+      .def_readwrite("spin_us", &scalecomm::GroupConfig::spinMicros)
+      .def_readwrite("timeout_ms", &scalecomm::GroupConfig::timeoutMs)
+      .def_readwrite("cuda_transport", &scalecomm::GroupConfig::cudaTransport)
+      .def_readwrite("compression", &scalecomm::GroupConfig::compression)
+      .def_readwrite("group_name", &scalecomm::GroupConfig::groupName);
 
   py::class_<scalecomm::ScalecommBackend, c10d::Backend, c10::intrusive_ptr<scalecomm::ScalecommBackend>>(
       m, "ScalecommBackend")
-      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       const scalecomm::BackendConfig& cfg) {
-             return c10::make_intrusive<scalecomm::ScalecommBackend>(store, rank, size, cfg);
-           }),
+      .def(py::init(
+               [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const scalecomm::GroupConfig& cfg) {
+                 return c10::make_intrusive<scalecomm::ScalecommBackend>(store, rank, size, cfg);
+               }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("poisoned", &scalecomm::ScalecommBackend::poisoned)
@@ -70,6 +70,21 @@ PYBIND11_MODULE(_C, m) {
           },
           "Completed operations of this group by name (e.g. 'allreduce:rhd'): calls, bytes (outputs), seconds "
           "(on the worker thread).")
+      .def(
+          "counters",
+          [](scalecomm::ScalecommBackend& b) {
+            const auto c = b.group().counters();
+            py::dict d;
+            d["inline_calls"] = c.inlineCalls;
+            d["worker_calls"] = c.workerCalls;
+            d["plan_hits"] = c.plans.hits;
+            d["plan_misses"] = c.plans.misses;
+            d["plan_evictions"] = c.plans.evictions;
+            d["plan_entries"] = c.plans.entries;
+            return d;
+          },
+          "Where this group's calls ran (inline_calls: on the caller's thread; worker_calls: handed to the worker) "
+          "and its cache of compiled plans (plan_hits, plan_misses, plan_evictions, plan_entries).")
       .def(
           "allreduce_compressed",
           [](scalecomm::ScalecommBackend& b, const at::Tensor& t, const std::string& spec, const std::string& key,

@@ -37,6 +37,12 @@ inline void checkRoot(const char* coll, int rank, int size, int64_t root) {
                     " is out of range for a group of ", size, " ranks (valid: 0..", size - 1, ")");
 }
 
+// c10d's rootTensor indexes the tensor list, which holds one tensor here.
+inline void checkRootTensor(const char* coll, int rank, int64_t rootTensor) {
+  TORCH_CHECK_VALUE(rootTensor == 0, "scalecomm ", coll, " (rank ", rank, "): root tensor index ", rootTensor,
+                    " is out of range: one tensor per process is supported (index 0)");
+}
+
 inline void checkSameAs(const char* coll, int rank, const at::Tensor& t, const at::Tensor& ref, const char* what) {
   checkDense(coll, rank, t);
   TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type() && t.numel() == ref.numel(), "scalecomm ", coll, " (rank ",

@@ -79,7 +79,7 @@ bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
   }
   if (!ok) {
     g.unlock();
-    std::string msg = strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_,
+    std::string msg = strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_.load(),
                              "): wait() Timed out after ", timeout.count(),
                              " ms; the collective was aborted on this rank and the group is now "
                              "unusable: destroy it and create a new one.");
@@ -95,7 +95,7 @@ c10::intrusive_ptr<c10::ivalue::Future> ScalecommWork::getFuture() { return futu
 
 void ScalecommWork::abort() {
   group_->poison(
-      strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_, "): Work.abort() was called"),
+      strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_.load(), "): Work.abort() was called"),
       /*abortComm=*/true);
 }
 

@@ -21,8 +21,8 @@
 #include <memory>
 #include <mutex>
 
+#include "group/group_state.h"
 #include "torch/device_call.h"
-#include "torch/group_state.h"
 
 namespace scalecomm {
 
@@ -40,7 +40,10 @@ class ScalecommWork : public c10d::Work {
   std::vector<at::Tensor> result() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  uint64_t getSequencenumber() const override { return seq_; }
+  uint64_t getSequencenumber() const override { return seq_.load(); }
+  // The group numbers the call after the Work exists (torch/backend.cc run()).
+  void setSequence(uint64_t seq) { seq_.store(seq); }
+  const std::string& collective() const { return collective_; }
   // Receive from any source: the rank the message came from, which the
   // worker stores in `source` before it completes the Work.
   int sourceRank() const override;
@@ -51,7 +54,7 @@ class ScalecommWork : public c10d::Work {
  private:
   void endProfilingRange();
   std::string collective_;
-  uint64_t seq_;
+  std::atomic<uint64_t> seq_;
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<GroupState> group_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;

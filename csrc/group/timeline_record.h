@@ -1,4 +1,4 @@
-// scalecomm torch adapter: writing one operation into the timeline.
+// scalecomm group: writing one operation into the timeline.
 //
 // Contract: a TimelineRow is where one group's operations go (made once per
 // group; absent when SCALECOMM_TIMELINE is unset). recordOperation() writes

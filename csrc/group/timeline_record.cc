@@ -1,4 +1,4 @@
-#include "torch/timeline_record.h"
+#include "group/timeline_record.h"
 
 #include "core/error.h"
 

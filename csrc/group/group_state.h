@@ -1,4 +1,4 @@
-// scalecomm torch adapter: state shared by a backend and its Work handles.
+// scalecomm group: poison state shared by a Group and its completion handles.
 //
 // Contract: records whether the group is poisoned and why. poison() is
 // idempotent (the first reason wins), closes the communicator's links so peers

@@ -1,0 +1,173 @@
+"""Latency of small synchronous collectives, every implementation in the same processes.
+
+Run under mpirun so that Open MPI (mpi4py on the same buffers) takes part:
+
+    mpirun --allow-run-as-root -n 2 --bind-to none python bench/small_latency.py
+
+Rows (one per size, plus barrier): time per call in microseconds, the max over
+ranks of each rank's mean over `--iters` back-to-back synchronous calls, as
+the median over `--rounds` rounds with [min-max]. Implementations run
+interleaved in every round (the VM is noisy: only ratios within one round
+travel). Columns:
+
+- floor: `dist.all_reduce` of 8 bytes on torch's fake process group (world 1):
+  torch's own dispatch, which no backend can beat through `dist.all_reduce`;
+- scalecomm, gloo: `dist.all_reduce` (`dist.barrier`) on a group of that backend;
+- mpi: `MPI_Allreduce` (`MPI_Barrier`) through mpi4py on the tensor's memory;
+- deepspeed (when installed, `--deepspeed`): DeepSpeed's CPU shared-memory
+  allreduce op called directly (no torch dispatch);
+- memcpy: one copy of the same size (the memory yardstick).
+
+Then the goal columns: (scalecomm - floor) / mpi, and scalecomm / mpi.
+`--json FILE` writes one record per size with every round's times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the "fake" backend)
+
+import pyscalecomm  # noqa: F401  (registers the backend; fills RANK... under mpirun)
+
+
+def _sizes(spec: str) -> list[int]:
+    out = []
+    for s in spec.split(","):
+        s = s.strip().upper()
+        mult = 1
+        for suffix, m in (("K", 1 << 10), ("M", 1 << 20)):
+            if s.endswith(suffix):
+                s, mult = s[:-1], m
+        out.append(int(s) * mult)
+    return out
+
+
+def _deepspeed_op(rank: int, n: int):
+    """DeepSpeed's CPU shared-memory allreduce (torch.ops.deepspeed.inference_all_reduce_), or None."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+    except ImportError:
+        return None
+    os.environ.setdefault("LOCAL_SIZE", str(n))
+    op = ShareMemCommBuilder().load(verbose=False)
+    op.initialize(n, rank)
+    return op
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="8,64,512,4K,16K,64K,256K,1M")
+    ap.add_argument(
+        "--iters", type=int, default=200, help="calls per implementation per round (fewer above 64 KiB)"
+    )
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--deepspeed", action="store_true", help="add DeepSpeed's CPU shm allreduce")
+    ap.add_argument("--json", help="write per-size records here (rank 0)")
+    args = ap.parse_args()
+
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    dist.init_process_group("scalecomm")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    fake = dist.new_subgroups(group_size=1, backend="fake")[0]
+    ds = _deepspeed_op(rank, n) if args.deepspeed else None
+
+    def allreduce_on(group):
+        def run(t, _a):
+            dist.all_reduce(t, group=group)
+
+        return run
+
+    def mpi_allreduce(t, a):
+        comm.Allreduce(MPI.IN_PLACE, a)
+
+    def ds_allreduce(t, _a):
+        torch.ops.deepspeed.inference_all_reduce_(t)
+
+    def memcpy(t, _a, dst={}):  # noqa: B006  (one destination per size)
+        d = dst.get(t.numel())
+        if d is None:
+            d = dst[t.numel()] = torch.empty_like(t)
+        d.copy_(t)
+
+    floor_t = torch.ones(2)
+
+    def floor(_t, _a):
+        dist.all_reduce(floor_t, group=fake)
+
+    impls = {
+        "floor": floor,
+        "scalecomm": allreduce_on(None),
+        "gloo": allreduce_on(gloo),
+        "mpi": mpi_allreduce,
+    }
+    if ds is not None:
+        impls["deepspeed"] = ds_allreduce
+    impls["memcpy"] = memcpy
+    barrier_impls = {
+        "floor": floor,
+        "scalecomm": lambda _t, _a: dist.barrier(),
+        "gloo": lambda _t, _a: dist.barrier(group=gloo),
+        "mpi": lambda _t, _a: comm.Barrier(),
+    }
+
+    rows = [(f"{size}", size, impls) for size in _sizes(args.sizes)] + [("barrier", 0, barrier_impls)]
+    if rank == 0:
+        print(f"# {n} ranks, torch {torch.__version__}, {MPI.Get_library_version().splitlines()[0]}")
+        print(f"# us per synchronous call: median over {args.rounds} rounds [min-max], max over ranks")
+        cols = list(impls)
+        print(
+            f"{'bytes':>8} " + " ".join(f"{c:>22}" for c in cols) + f" {'(sc-floor)/mpi':>15} {'sc/mpi':>8}"
+        )
+    records = []
+    for label, size, table in rows:
+        count = max(1, size // 4)
+        t = torch.ones(count, dtype=torch.float32)
+        a = t.numpy()
+        iters = args.iters if size <= (64 << 10) else max(20, args.iters // 4)
+        times = {k: [] for k in table}
+        for _ in range(args.rounds):
+            for name, fn in table.items():
+                for _ in range(5):
+                    fn(t, a)
+                comm.Barrier()
+                start = time.perf_counter()
+                for _ in range(iters):
+                    fn(t, a)
+                mine = (time.perf_counter() - start) / iters
+                times[name].append(comm.allreduce(mine, op=MPI.MAX) * 1e6)
+                t.fill_(1.0)
+        if rank == 0:
+            med = {k: statistics.median(v) for k, v in times.items()}
+            cells = " ".join(
+                f"{med[k]:>8.1f} [{min(times[k]):>5.1f}-{max(times[k]):>6.1f}]" if k in med else f"{'':>22}"
+                for k in impls
+            )
+            over = (med["scalecomm"] - med["floor"]) / med["mpi"]
+            ratio = med["scalecomm"] / med["mpi"]
+            print(f"{label:>8} {cells} {over:>15.2f} {ratio:>8.2f}", flush=True)
+            records.append(
+                {"bytes": size, "what": "barrier" if label == "barrier" else "allreduce", "us": times}
+            )
+    if rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+    dist.barrier(group=gloo)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,425 @@
+#include "group/group.h"
+
+#include <cstdlib>
+#include <set>
+#include <thread>
+
+#include "algo/probe.h"
+#include "algo/schedule.h"
+#include "core/logging.h"
+#include "core/timeline.h"
+
+namespace scalecomm {
+
+namespace {
+
+// Live groups, for shutdownAllAtExit.
+std::mutex& liveMu() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<std::weak_ptr<Group>>& live() {
+  static std::vector<std::weak_ptr<Group>> groups;
+  return groups;
+}
+
+// Segments of 256 KiB pipeline reductions with shared-memory transfers. A
+// group spanning hosts takes 1 MiB segments and paces each ring/rhd step to
+// one segment ahead of the peer (algo/plan.h; docs/architecture.md,
+// "Pacing"). Every rank sees the same hosts, so all agree.
+int64_t automaticSegmentBytes(const std::vector<int>& hostOf) {
+  return spansHosts(hostOf) ? int64_t{1} << 20 : int64_t{256} << 10;
+}
+
+int64_t automaticSendAheadBytes(const std::vector<int>& hostOf) { return spansHosts(hostOf) ? int64_t{1} << 20 : 0; }
+
+// Wraps a call's progress: the observer's range and the timeline span.
+struct Span {
+  CallObserver* observer;
+  uint64_t id = 0;
+  Span(CallObserver* o, const std::string& name, uint64_t seq, uint64_t bytes) : observer(o) {
+    if (observer) id = observer->begin(name, seq, bytes);
+  }
+  ~Span() {
+    if (observer) observer->end(id);
+  }
+};
+
+}  // namespace
+
+Group::Group(std::unique_ptr<Communicator> comm, GroupConfig config)
+    : rank_(comm->rank()), size_(comm->size()), config_(std::move(config)), comm_(std::move(comm)) {}
+
+std::shared_ptr<Group> Group::create(Store& store, int rank, int size, GroupConfig config) {
+  checkConfig(config, size);
+  AlgorithmSelection selection = AlgorithmSelection::parse(config.algorithm);
+  TuningTable tuning;
+  if (!config.tuningFile.empty()) tuning = TuningTable::load(config.tuningFile);
+  if (tuning.world != 0 && tuning.world != size) {
+    SC_LOG(Warn, "rank ", rank, ": tuning file ", config.tuningFile, " was measured at world size ", tuning.world,
+           ", this group has ", size, " ranks: using its alpha/beta only");
+    tuning.allreduce.clear();
+  }
+  SC_LOG(Info, "rank ", rank, "/", size, " group '", config.groupName, "': algorithm=", selection.str(),
+         " transport=", config.transport, " segment_bytes=", config.segmentBytes,
+         " send_ahead_bytes=", config.sendAheadBytes, " shm_ring_bytes=", config.shmRingBytes,
+         " timeout_ms=", config.timeoutMs, " spin_us=", config.spinMicros);
+  MeshOptions mesh;
+  mesh.transport = config.transport;
+  mesh.useMpi = config.useMpi || selection.usesMpi();
+  mesh.shmRingBytes = static_cast<uint64_t>(config.shmRingBytes);
+  mesh.mpiChunkBytes = static_cast<uint64_t>(config.mpiChunkBytes);
+  mesh.spinMicros = config.spinMicros;
+  auto comm = Communicator::connectMesh(store, config.groupName, rank, size, mesh,
+                                        Deadline::after(std::chrono::milliseconds(config.timeoutMs)));
+  if (selection.usesMpi() && size > 1 && !comm->mpiGroup()) {
+    fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): algorithm mpi (", selection.str(),
+         ") needs every rank started by one mpirun/mpiexec (or srun with MPI) and a build with MPI (",
+         mpiCompiledIn() ? "this build has it" : "this build has none: install libopenmpi-dev, rebuild", ")");
+  }
+  std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
+  g->selection_ = selection;
+  g->tuning_ = std::move(tuning);
+  const bool anyAuto = selection.allreduce == "auto" || selection.broadcast == "auto" || selection.reduce == "auto";
+  if (g->tuning_.hasCosts) {
+    g->costs_ = g->tuning_.costs;
+  } else if (anyAuto && size > 1) {
+    try {
+      g->costs_ = probeCostParams(*g->comm_, Deadline::after(std::chrono::milliseconds(g->config_.timeoutMs)));
+    } catch (const Error& e) {
+      fail(e.kind(), "scalecomm (rank ", rank, "): cost-model probe failed: ", e.what());
+    }
+  }
+  g->start();
+  if (anyAuto) {
+    SC_LOG(Info, "rank ", rank, ": auto: alpha=", g->costs_.alpha * 1e6, " us, bandwidth=", 1e-9 / g->costs_.beta,
+           " GB/s (", g->tuning_.hasCosts ? "tuning file" : "probe", "), ", g->tuning_.allreduce.size(),
+           " tuned allreduce sizes");
+  }
+  return g;
+}
+
+std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupConfig config, CostParams costs) {
+  checkConfig(config, comm->size());
+  std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
+  g->selection_ = AlgorithmSelection::parse(g->config_.algorithm);
+  g->costs_ = costs;
+  g->start();
+  return g;
+}
+
+void Group::start() {
+  // One scalecomm algorithm each: "auto" is it.
+  if (selection_.allgather == "auto") selection_.allgather = "ring";
+  if (selection_.reduceScatter == "auto") selection_.reduceScatter = "ring";
+  if (selection_.barrier == "auto") selection_.barrier = "dissemination";
+  if (config_.segmentBytes == 0) config_.segmentBytes = automaticSegmentBytes(comm_->hostOf());
+  if (config_.sendAheadBytes < 0) config_.sendAheadBytes = automaticSendAheadBytes(comm_->hostOf());
+  costs_.segmentBytes = config_.segmentBytes;
+  sentTo_.assign(size_, 0);
+  receivedLabel_.assign(size_, 0);
+  received_.assign(size_, 0);
+  state_ = std::make_shared<GroupState>(rank_, comm_.get());
+  if (Timeline* timeline = Timeline::get(rank_)) {
+    static std::atomic<int> groupsWithRows{0};
+    const char* envRank = std::getenv("RANK");
+    timelineRow_ = std::make_shared<const TimelineRow>(
+        TimelineRow{timeline, envRank && envRank[0] ? std::atoi(envRank) : rank_, groupsWithRows++, config_.groupName});
+  }
+  worker_ = std::make_unique<Worker>(config_.spinMicros);
+  std::lock_guard<std::mutex> g(liveMu());
+  auto& groups = live();
+  groups.erase(std::remove_if(groups.begin(), groups.end(), [](const auto& w) { return w.expired(); }), groups.end());
+  groups.push_back(weak_from_this());
+}
+
+Group::~Group() { shutdown(); }
+
+std::string Group::chooseAllreduce(int64_t bytes) {
+  auto it = chosen_.find(bytes);
+  if (it != chosen_.end()) return it->second;
+  std::string algo = tuning_.lookup(bytes);
+  const char* why = "tuning file";
+  if (algo.empty()) {
+    // ps is a baseline, never faster than direct (its S = n case); hier only
+    // differs from a central reduce when the group spans several hosts.
+    std::vector<std::string> candidates = {"ring", "rhd", "tree", "direct"};
+    const auto& hosts = comm_->hostOf();
+    if (spansHosts(hosts)) candidates.push_back("hier");
+    AlgoParams params{hosts, static_cast<int>(config_.psServers)};
+    algo = scalecomm::chooseAllreduce(size_, bytes, costs_, params, candidates);
+    why = "cost model";
+  }
+  SC_LOG(Info, "rank ", rank_, ": auto picks ", algo, " for allreduce of ", bytes, " bytes (", why, ")");
+  return chosen_.emplace(bytes, algo).first->second;
+}
+
+std::string Group::algorithmFor(CallKind kind, int64_t bytes, const std::string& override) {
+  switch (kind) {
+    case CallKind::Allreduce: {
+      const std::string& a = override.empty() ? selection_.allreduce : override;
+      return a == "auto" ? chooseAllreduce(bytes) : a;
+    }
+    case CallKind::Broadcast:
+    case CallKind::Reduce: {
+      const std::string& configured = kind == CallKind::Broadcast ? selection_.broadcast : selection_.reduce;
+      const std::string& a = override.empty() ? configured : override;
+      return a == "auto" ? chooseRooted(size_, bytes, costs_) : a;
+    }
+    case CallKind::Allgather: return override.empty() ? selection_.allgather : override;
+    case CallKind::ReduceScatter: return override.empty() ? selection_.reduceScatter : override;
+    case CallKind::Barrier: return override.empty() ? selection_.barrier : override;
+    default: return override;
+  }
+}
+
+void Group::numberCall(Call& call, uint64_t& number) {
+  auto checkPeer = [&](int peer) {
+    if (peer < 0 || peer >= size_ || peer == rank_) {
+      fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_, "): peer rank ", peer,
+           " is out of range or this rank itself (valid: 0..", size_ - 1, " except ", rank_, ")");
+    }
+  };
+  switch (call.kind) {
+    case CallKind::Send:
+      checkPeer(call.peer);
+      number = ++sentTo_[call.peer];
+      break;
+    case CallKind::Recv:
+      checkPeer(call.peer);
+      number = ++receivedLabel_[call.peer];  // the label; the executing thread numbers the receive itself
+      break;
+    case CallKind::RecvAnySource: number = 1; break;
+    case CallKind::SendRecvBatch:
+      fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
+           "): a send/recv batch is built by startCoalescing()/endCoalescing(), not submitted");
+    case CallKind::MonitoredBarrier:
+      // Per-pair numbers: rank 0 sends to everyone, the others to rank 0.
+      call.sendCounts.assign(size_, 0);
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_ || (rank_ != 0 && r != 0)) continue;
+        call.sendCounts[r] = static_cast<int64_t>(++sentTo_[r]);
+      }
+      number = ++seq_;
+      break;
+    default: number = ++seq_;
+  }
+}
+
+void Group::checkUsable(const std::string& name) const {
+  if (shutDown_.load()) fail(ErrorKind::Aborted, "scalecomm ", name, " (rank ", rank_, "): the group was shut down");
+  if (state_->poisoned()) {
+    fail(ErrorKind::Aborted, "scalecomm ", name, " (rank ", rank_, ", seq ", seq_.load() + 1,
+         "): the group is unusable after an earlier failure: ", state_->reason(),
+         " Destroy the group and create a new one.");
+  }
+}
+
+uint64_t Group::submit(Call call) {
+  checkUsable(call.name);
+  if (coalescing_) {
+    if (call.kind != CallKind::Send && call.kind != CallKind::Recv) {
+      fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
+           "): only send and recv can be coalesced (batch_isend_irecv); issue ", call.name,
+           " outside the coalescing block");
+    }
+    if (call.device) {
+      fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
+           "): device tensors cannot be batched (batch_isend_irecv) yet; issue isend/irecv one by one");
+    }
+  }
+  uint64_t number = 0;
+  numberCall(call, number);
+  if (coalescing_) {
+    pending_.emplace_back(std::move(call), number);
+    return number;
+  }
+  dispatch(std::move(call), number);
+  return number;
+}
+
+void Group::dispatch(Call call, uint64_t number) {
+  if (call.timeoutMs <= 0) call.timeoutMs = config_.timeoutMs;
+  if (call.blocking && !call.device && worker_->idle()) {
+    std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
+    if (exec.owns_lock()) {
+      inlineCalls_.fetch_add(1, std::memory_order_relaxed);
+      execute(call, number);
+      return;
+    }
+  }
+  workerCalls_.fetch_add(1, std::memory_order_relaxed);
+  worker_->post([self = shared_from_this(), call = std::move(call), number]() mutable {
+    std::lock_guard<std::mutex> exec(self->execMu_);
+    self->execute(call, number);
+  });
+}
+
+void Group::startCoalescing() {
+  if (coalescing_) fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank_, "): startCoalescing called twice");
+  coalescing_ = true;
+  pending_.clear();
+}
+
+uint64_t Group::endCoalescing(Call call) {
+  if (!coalescing_)
+    fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank_, "): endCoalescing without startCoalescing");
+  coalescing_ = false;
+  std::vector<std::pair<Call, uint64_t>> parts = std::move(pending_);
+  pending_.clear();
+  if (parts.empty()) {
+    if (call.done) call.done(nullptr);
+    return 0;
+  }
+  checkUsable(call.name);
+  call.kind = CallKind::SendRecvBatch;
+  call.batch.clear();
+  std::vector<std::function<void(const Error*)>> partDone;
+  for (auto& [p, pairSeq] : parts) {
+    const bool send = p.kind == CallKind::Send;
+    // Receives are numbered by the executing thread (a receive from any source may come between).
+    call.batch.push_back({send, p.data, p.count, p.dtype, p.peer, p.tag, send ? pairSeq : 0});
+    call.bytes += p.bytes;
+    partDone.push_back(std::move(p.done));
+  }
+  const uint64_t number = parts.front().second;
+  call.done = [partDone = std::move(partDone), done = std::move(call.done)](const Error* e) {
+    for (const auto& d : partDone)
+      if (d) d(e);
+    if (done) done(e);
+  };
+  dispatch(std::move(call), number);
+  return number;
+}
+
+void Group::runBody(Call& call, CollectiveOptions& o) {
+  Communicator& comm = *comm_;
+  switch (call.kind) {
+    case CallKind::Allreduce: return allreduce(comm, call.data, call.count, call.dtype, call.op, call.premulFactor, o);
+    case CallKind::Broadcast: return broadcast(comm, call.data, call.count, call.dtype, call.root, o);
+    case CallKind::Reduce:
+      return reduce(comm, call.data, call.count, call.dtype, call.op, call.premulFactor, call.root, o);
+    case CallKind::Allgather: return allgather(comm, call.blocks, call.count, call.dtype, o);
+    case CallKind::ReduceScatter:
+      return reduceScatter(comm, call.data, call.count, call.dtype, call.op, call.premulFactor, o);
+    case CallKind::Gather: return gather(comm, call.blocks, call.count, call.dtype, call.root, o);
+    case CallKind::Scatter: return scatter(comm, call.blocks, call.count, call.dtype, call.root, o);
+    case CallKind::Alltoall: {
+      const std::vector<void*> send(call.blocks.begin(), call.blocks.begin() + size_);
+      const std::vector<void*> recv(call.blocks.begin() + size_, call.blocks.end());
+      return alltoall(comm, send, call.sendCounts, recv, call.recvCounts, call.dtype, o);
+    }
+    case CallKind::Barrier: return barrier(comm, o);
+    case CallKind::MonitoredBarrier: {
+      std::vector<uint64_t> outSeq(call.sendCounts.begin(), call.sendCounts.end());
+      return monitoredBarrier(comm, call.waitAllRanks, received_, outSeq, o);
+    }
+    case CallKind::Send: return sendTo(comm, call.data, call.count, call.dtype, call.peer, call.tag, o);
+    case CallKind::Recv:
+      o.seq = ++received_[call.peer];
+      return recvFrom(comm, call.data, call.count, call.dtype, call.peer, call.tag, o);
+    case CallKind::RecvAnySource: {
+      const int from = recvFromAny(comm, call.data, call.count, call.dtype, call.tag, received_, nextAnySource_, o);
+      nextAnySource_ = from + 1;  // round-robin: the next search starts after this peer
+      if (call.source) call.source->store(from);
+      return;
+    }
+    case CallKind::SendRecvBatch:
+      for (PointToPointOp& op : call.batch) {
+        if (!op.send) op.pairSeq = ++received_[op.peer];
+      }
+      return pointToPointBatch(comm, call.batch, o);
+    case CallKind::Custom:
+      if (call.body) call.body(comm, o);
+      return;
+  }
+}
+
+void Group::execute(Call& call, uint64_t number) {
+  auto finishError = [&](const Error& e) {
+    if (call.done) call.done(&e);
+  };
+  if (state_->poisoned()) {
+    finishError(Error(ErrorKind::Aborted,
+                      strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number,
+                             "): not run because the group is unusable after an earlier failure: ", state_->reason())));
+    return;
+  }
+  CollectiveOptions o;
+  o.algorithm = call.algorithm;
+  o.psServers = static_cast<int>(config_.psServers);
+  o.segmentBytes = config_.segmentBytes;
+  o.sendAheadBytes = config_.sendAheadBytes;
+  o.timeoutMs = call.timeoutMs;
+  o.seq = number;
+  o.deadline = Deadline::after(std::chrono::milliseconds(call.timeoutMs));
+  o.plans = &plans_;
+  Span span(observer_.get(), call.name, number, call.bytes);
+  ExecTrace trace;
+  if (timelineRow_) o.trace = &trace;
+  const auto start = Clock::now();
+  try {
+    try {
+      if (call.before) call.before();
+      runBody(call, o);
+      if (call.after) call.after();
+    } catch (...) {
+      if (timelineRow_)
+        recordOperation(*timelineRow_, call.name, number, call.bytes, start, Clock::now(), trace, *comm_, true);
+      throw;
+    }
+    const auto end = Clock::now();
+    if (timelineRow_) recordOperation(*timelineRow_, call.name, number, call.bytes, start, end, trace, *comm_, false);
+    state_->record(call.name, call.bytes, std::chrono::duration<double>(end - start).count());
+  } catch (const Error& e) {
+    SC_LOG(Warn, e.what());
+    state_->poison(e.what(), /*abortComm=*/false);
+    finishError(e);
+    return;
+  } catch (const std::exception& e) {
+    // Not ours (a throw from before/after, e.g. a device copy): name the call.
+    Error err(ErrorKind::Io, strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number, "): ", e.what()));
+    SC_LOG(Warn, err.what());
+    state_->poison(err.what(), /*abortComm=*/false);
+    finishError(err);
+    return;
+  }
+  if (call.done) call.done(nullptr);
+}
+
+void Group::abort(const std::string& why) { state_->poison(why, /*abortComm=*/true); }
+
+void Group::shutdown(std::chrono::milliseconds grace) {
+  std::lock_guard<std::mutex> once(shutdownMu_);  // a second caller waits for the first
+  if (shutDown_.exchange(true)) return;
+  if (grace.count() >= 0) {
+    const auto until = std::chrono::steady_clock::now() + grace;
+    while (!worker_->idle() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!worker_->idle()) {
+      state_->poison(strCat("scalecomm (rank ", rank_, "): the process is exiting with this collective in flight"),
+                     /*abortComm=*/true);
+    }
+  }
+  worker_->stop();  // queued calls run (or fail at once when poisoned), each bounded by its deadline
+  state_->detach();
+  comm_->closeLinks();
+}
+
+void Group::shutdownAllAtExit() {
+  std::vector<std::shared_ptr<Group>> groups;
+  {
+    std::lock_guard<std::mutex> g(liveMu());
+    for (auto& w : live())
+      if (auto s = w.lock()) groups.push_back(std::move(s));
+    live().clear();
+  }
+  // Calls in flight get a short grace period (peers may be about to join
+  // them); then they are aborted rather than waited for until their timeout.
+  for (auto& g : groups) g->shutdown(std::chrono::seconds(2));
+}
+
+Group::Counters Group::counters() const { return {inlineCalls_.load(), workerCalls_.load(), plans_.counters()}; }
+
+}  // namespace scalecomm

@@ -1,0 +1,215 @@
+// scalecomm group: one process group's policy and life, torch-free.
+//
+// Contract:
+// - A Group owns its Communicator, its worker thread, the sequence numbers
+//   (one per collective for the whole group; one per ordered pair of ranks
+//   for point-to-point), the poison state, algorithm selection (the
+//   configured choice, or auto's pick per message size from the tuning table
+//   or the cost model), the cache of compiled plans and the whole lifecycle
+//   (create, shutdown, abort, exit).
+// - submit(call) is the one entry: it numbers the call, resolves its
+//   algorithm, and runs it in issue order, either at once on the caller's
+//   thread or on the worker. It runs on the caller's thread only when the
+//   caller waits for it right away (Call::blocking), no device work is
+//   involved, and nothing is queued or running on the worker; otherwise it
+//   is handed to the worker (docs/architecture.md, "Where a call runs").
+//   Either way call.done runs exactly once on the executing thread, after
+//   call.after; a failure (peer died, mismatch, timeout) poisons the group
+//   and every later call fails with the first reason until the group is
+//   destroyed. submit() itself throws only Error(InvalidArgument) for a
+//   call it cannot describe, before anything is numbered.
+// - abort() from any thread poisons, closes every link and wakes every
+//   waiter. shutdown() (idempotent; a second caller waits for the first)
+//   runs what is queued (or, with a grace period, aborts what has not
+//   finished by then) and closes the links. shutdownAllAtExit() does that
+//   with a 2 s grace for every live group of the process.
+// - Work queued on the worker holds the Group by shared ownership, so a
+//   Group outlives every call it accepted, whichever thread drops the last
+//   reference.
+// Thread safety: submit() from one thread at a time (c10d's contract);
+// abort(), poisoned(), stats() and the counters from any thread.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "algo/collectives.h"
+#include "algo/cost_model.h"
+#include "algo/plan_cache.h"
+#include "algo/selection.h"
+#include "comm/communicator.h"
+#include "comm/worker.h"
+#include "core/store.h"
+#include "group/config.h"
+#include "group/group_state.h"
+#include "group/monitored_barrier.h"
+#include "group/timeline_record.h"
+
+namespace scalecomm {
+
+enum class CallKind : uint8_t {
+  Allreduce,
+  Broadcast,
+  Reduce,
+  Allgather,
+  ReduceScatter,
+  Gather,
+  Scatter,
+  Alltoall,
+  Barrier,
+  MonitoredBarrier,
+  Send,
+  Recv,
+  RecvAnySource,
+  SendRecvBatch,
+  Custom,
+};
+
+// One call, described as data. Fields a kind does not use are ignored.
+struct Call {
+  CallKind kind = CallKind::Custom;
+  std::string name;  // errors, stats, timeline: "allreduce", "all_gather_into_tensor", ...
+  DataType dtype = DataType::Opaque;
+  ReduceOp op = ReduceOp::None;
+  double premulFactor = 1.0;
+  // Elements: of the whole buffer (allreduce, broadcast, reduce), of each
+  // rank's block (allgather, reduce_scatter, gather, scatter), of the message
+  // (send, recv).
+  int64_t count = 0;
+  // The buffer of allreduce, broadcast and reduce (in place; reduce: scratch
+  // on non-root ranks), send and recv; reduce_scatter: the n blocks of this
+  // rank's contributions, overwritten, block `rank` then holds the result.
+  void* data = nullptr;
+  // allgather: outputs[r] for every r (outputs[rank] already holds this
+  // rank's block); gather/scatter: one block per rank (only this rank's
+  // own, and all at the root); alltoall: n send blocks then n receive blocks.
+  std::vector<void*> blocks;
+  std::vector<int64_t> sendCounts, recvCounts;  // alltoall, elements per peer (self: 0)
+  int root = -1;                                // broadcast, reduce, gather, scatter
+  int peer = -1;                                // send, recv
+  int tag = 0;                                  // send, recv, recv from any source
+  bool waitAllRanks = false;                    // monitored barrier
+  std::vector<PointToPointOp> batch;            // send/recv batch (pairSeq filled in by the group)
+  std::string algorithm;                        // empty: the group's selection
+  int64_t timeoutMs = 0;                        // <= 0: the group's
+  uint64_t bytes = 0;                           // for stats and the timeline
+  bool blocking = false;                        // the caller waits right away: may run on its thread
+  bool device = false;                          // device work involved: always on the worker
+  // Run on the executing thread before and after the collective (host
+  // staging, copies into and out of the buffers). A throw fails the call.
+  std::function<void()> before, after;
+  // Custom calls: the body, given the group's communicator and the call's options.
+  std::function<void(Communicator&, const CollectiveOptions&)> body;
+  // Called exactly once on the executing thread: nullptr on success, else the error.
+  std::function<void(const Error*)> done;
+  // Receive from any source: set to the sender before done runs.
+  std::shared_ptr<std::atomic<int>> source;
+};
+
+// Observes every executed call (NVTX ranges in CUDA builds).
+struct CallObserver {
+  virtual ~CallObserver() = default;
+  virtual uint64_t begin(const std::string& name, uint64_t seq, uint64_t bytes) = 0;
+  virtual void end(uint64_t id) = 0;
+};
+
+class Group : public std::enable_shared_from_this<Group> {
+ public:
+  // Rendezvous through `store` (keys under the group name), connects every
+  // peer, measures the cost model's parameters when anything is auto. Throws
+  // Error(InvalidArgument) for bad settings, Error(Io|Timeout) when peers do
+  // not arrive.
+  static std::shared_ptr<Group> create(Store& store, int rank, int size, GroupConfig config);
+  // Over links made elsewhere (tests: loopback); no probe (costs as given).
+  static std::shared_ptr<Group> create(std::unique_ptr<Communicator> comm, GroupConfig config, CostParams costs = {});
+  ~Group();
+
+  // Numbers and runs `call` (see the contract above); returns its number:
+  // the group's sequence number, or for point-to-point the pair's.
+  uint64_t submit(Call call);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // The effective settings (automatic values resolved).
+  const GroupConfig& config() const { return config_; }
+  const CostParams& costParams() const { return costs_; }
+  const AlgorithmSelection& selection() const { return selection_; }
+  Communicator& communicator() { return *comm_; }
+  const std::shared_ptr<GroupState>& state() const { return state_; }
+  uint64_t lastSeq() const { return seq_.load(); }
+  bool poisoned() const { return state_->poisoned(); }
+  bool isShutDown() const { return shutDown_.load(); }
+
+  // The algorithm a call would run (after auto's choice); the title of a
+  // call's profiling range is "<name>:<algorithm>".
+  std::string algorithmFor(CallKind kind, int64_t bytes, const std::string& override = "");
+
+  // Coalescing (batch_isend_irecv): sends and receives submitted between
+  // startCoalescing() and endCoalescing() are numbered at once and run as one
+  // batch that progresses all of them together; any other call in between is
+  // refused with Error(InvalidArgument). endCoalescing(call) submits the
+  // batch under call's name; every part's done runs, then call.done. It
+  // returns the first message's number, or 0 for an empty batch (call.done
+  // then runs at once). Both from the submitting thread.
+  void startCoalescing();
+  uint64_t endCoalescing(Call call);
+  bool coalescing() const { return coalescing_; }
+
+  void setObserver(std::shared_ptr<CallObserver> o) { observer_ = std::move(o); }
+  void abort(const std::string& why);
+  // Runs what is queued, then closes the links. With a grace period, work
+  // that has not finished within it is aborted instead of awaited.
+  void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(-1));
+  static void shutdownAllAtExit();
+
+  struct Counters {
+    uint64_t inlineCalls = 0;  // run on the caller's thread
+    uint64_t workerCalls = 0;  // handed to the worker
+    PlanCache::Counters plans;
+  };
+  Counters counters() const;
+  std::map<std::string, GroupState::OpStats> stats() const { return state_->stats(); }
+
+ private:
+  Group(std::unique_ptr<Communicator> comm, GroupConfig config);
+  void start();  // after construction: worker, registry, timeline row
+  void checkUsable(const std::string& name) const;
+  void numberCall(Call& call, uint64_t& number);
+  void dispatch(Call call, uint64_t number);
+  void execute(Call& call, uint64_t number);  // on the executing thread
+  void runBody(Call& call, CollectiveOptions& o);
+  std::string chooseAllreduce(int64_t bytes);
+
+  int rank_, size_;
+  GroupConfig config_;
+  AlgorithmSelection selection_;
+  TuningTable tuning_;
+  CostParams costs_;
+  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<GroupState> state_;
+  std::unique_ptr<Worker> worker_;
+  PlanCache plans_;
+  std::mutex execMu_;                                // held by whichever thread runs a call
+  std::unordered_map<int64_t, std::string> chosen_;  // auto's allreduce choice by bytes (submit thread)
+  std::atomic<uint64_t> seq_{0};
+  std::vector<uint64_t> sentTo_, receivedLabel_;  // point-to-point numbers per peer (submit thread)
+  std::vector<uint64_t> received_;                // receives executed per peer (executing thread)
+  int nextAnySource_ = 0;                         // executing thread
+  std::shared_ptr<const TimelineRow> timelineRow_;
+  std::shared_ptr<CallObserver> observer_;
+  std::atomic<uint64_t> inlineCalls_{0}, workerCalls_{0};
+  bool coalescing_ = false;                         // submit thread
+  std::vector<std::pair<Call, uint64_t>> pending_;  // the batch being coalesced, with pair numbers
+  std::mutex shutdownMu_;
+  std::atomic<bool> shutDown_{false};
+};
+
+}  // namespace scalecomm
