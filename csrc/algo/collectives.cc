@@ -5,11 +5,9 @@
 
 #include "algo/direct.h"
 #include "algo/executor.h"
-#include "algo/hier.h"
 #include "algo/mpi_native.h"
 #include "algo/plan.h"
-#include "algo/ps.h"
-#include "algo/rhd.h"
+#include "algo/registry.h"
 #include "algo/ring.h"
 #include "algo/rooted.h"
 #include "algo/tree.h"
@@ -67,7 +65,11 @@ std::vector<uint8_t*> chunkPointers(void* data, const std::vector<int64_t>& coun
 }  // namespace
 
 const std::vector<std::string>& allreduceAlgorithms() {
-  static const std::vector<std::string> names = {"ring", "rhd", "tree", "direct", "ps", "hier"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& a : allreduceRegistry()) v.push_back(a.name);
+    return v;
+  }();
   return names;
 }
 
@@ -78,14 +80,14 @@ const std::vector<std::string>& rootedAlgorithms() {
 
 Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize,
                            const AlgoParams& params) {
-  if (algorithm == "ring") return ringAllreduce(rank, n, count, finalize);
-  if (algorithm == "rhd") return rhdAllreduce(rank, n, count, finalize);
-  if (algorithm == "tree") return treeAllreduce(rank, n, count, finalize);
-  if (algorithm == "direct") return directAllreduce(rank, n, count, finalize);
-  if (algorithm == "ps") return psAllreduce(rank, n, count, finalize, std::min(std::max(params.psServers, 1), n));
-  if (algorithm == "hier") return hierAllreduce(rank, n, count, finalize, params.hostOf);
-  fail(ErrorKind::InvalidArgument, "scalecomm allreduce: unknown algorithm '", algorithm,
-       "'; this build has: ring, rhd, tree, direct, ps, hier");
+  const AllreduceAlgorithm* a = findAllreduceAlgorithm(algorithm);
+  if (a == nullptr) {
+    std::string names;
+    for (const auto& known : allreduceRegistry()) names += strCat(names.empty() ? "" : ", ", known.name);
+    fail(ErrorKind::InvalidArgument, "scalecomm allreduce: unknown algorithm '", algorithm,
+         "'; this build has: ", names);
+  }
+  return a->schedule(rank, n, count, finalize, params);
 }
 
 void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algo/collectives.h"
+#include "algo/registry.h"
 #include "algo/tree.h"
 #include "core/error.h"
 
@@ -167,6 +168,7 @@ std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params, cons
   std::string best;
   double bestTime = 0, ringTime = -1;
   for (const std::string& a : candidates.empty() ? allreduceAlgorithms() : candidates) {
+    if (!allreduceServes(a, n, bytes)) continue;
     const double t = predictAllreduceSeconds(a, n, bytes, params, algo);
     if (a == "ring") ringTime = t;
     if (best.empty() || t < bestTime) {

@@ -86,11 +86,12 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
 }
 
 struct SendProgress {
+  SendProgress() {}  // user-provided: buf is not zeroed per peer per call (it is filled before it is read)
   uint64_t pos = 0;
   bool active = false;
   bool small = false;
   WireHeader hdr{};
-  std::array<uint8_t, kSmallMessage> buf{};
+  std::array<uint8_t, kSmallMessage> buf;
 };
 
 // Returns true when the task's message has been fully handed to the link.

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "algo/probe.h"
+#include "algo/registry.h"
 #include "algo/schedule.h"
 #include "core/logging.h"
 #include "core/timeline.h"
@@ -33,6 +34,15 @@ int64_t automaticSegmentBytes(const std::vector<int>& hostOf) {
 
 int64_t automaticSendAheadBytes(const std::vector<int>& hostOf) { return spansHosts(hostOf) ? int64_t{1} << 20 : 0; }
 
+// A configured allreduce algorithm must serve this group's size.
+void checkServes(const AlgorithmSelection& selection, int rank, int size) {
+  const AllreduceAlgorithm* a = findAllreduceAlgorithm(selection.allreduce);
+  if (a != nullptr && !allreduceServes(a->name, size)) {
+    fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): allreduce algorithm ", a->name,
+         " serves groups of at most ", a->maxWorld, " ranks; this group has ", size);
+  }
+}
+
 // Wraps a call's progress: the observer's range and the timeline span.
 struct Span {
   CallObserver* observer;
@@ -53,6 +63,7 @@ Group::Group(std::unique_ptr<Communicator> comm, GroupConfig config)
 std::shared_ptr<Group> Group::create(Store& store, int rank, int size, GroupConfig config) {
   checkConfig(config, size);
   AlgorithmSelection selection = AlgorithmSelection::parse(config.algorithm);
+  checkServes(selection, rank, size);
   TuningTable tuning;
   if (!config.tuningFile.empty()) tuning = TuningTable::load(config.tuningFile);
   if (tuning.world != 0 && tuning.world != size) {
@@ -101,8 +112,10 @@ std::shared_ptr<Group> Group::create(Store& store, int rank, int size, GroupConf
 
 std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupConfig config, CostParams costs) {
   checkConfig(config, comm->size());
+  AlgorithmSelection selection = AlgorithmSelection::parse(config.algorithm);
+  checkServes(selection, comm->rank(), comm->size());
   std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
-  g->selection_ = AlgorithmSelection::parse(g->config_.algorithm);
+  g->selection_ = selection;
   g->costs_ = costs;
   g->start();
   return g;
@@ -141,13 +154,8 @@ std::string Group::chooseAllreduce(int64_t bytes) {
   std::string algo = tuning_.lookup(bytes);
   const char* why = "tuning file";
   if (algo.empty()) {
-    // ps is a baseline, never faster than direct (its S = n case); hier only
-    // differs from a central reduce when the group spans several hosts.
-    std::vector<std::string> candidates = {"ring", "rhd", "tree", "direct"};
-    const auto& hosts = comm_->hostOf();
-    if (spansHosts(hosts)) candidates.push_back("hier");
-    AlgoParams params{hosts, static_cast<int>(config_.psServers)};
-    algo = scalecomm::chooseAllreduce(size_, bytes, costs_, params, candidates);
+    AlgoParams params{comm_->hostOf(), static_cast<int>(config_.psServers)};
+    algo = scalecomm::chooseAllreduce(size_, bytes, costs_, params, autoAllreduceCandidates(size_, bytes, params));
     why = "cost model";
   }
   SC_LOG(Info, "rank ", rank_, ": auto picks ", algo, " for allreduce of ", bytes, " bytes (", why, ")");
@@ -226,6 +234,15 @@ uint64_t Group::submit(Call call) {
     if (call.device) {
       fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
            "): device tensors cannot be batched (batch_isend_irecv) yet; issue isend/irecv one by one");
+    }
+  }
+  if (call.kind == CallKind::Allreduce && !call.algorithm.empty()) {
+    const AllreduceAlgorithm* a = findAllreduceAlgorithm(call.algorithm);
+    const int64_t bytes = call.count * static_cast<int64_t>(elementSize(call.dtype));
+    if (a != nullptr && a->maxBytes > 0 && bytes > a->maxBytes) {
+      fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_, "): algorithm ", a->name,
+           " takes messages of at most ", a->maxBytes, " bytes; this one has ", bytes,
+           " (choose auto, which uses it where it fits, or ring/rhd)");
     }
   }
   uint64_t number = 0;
@@ -391,7 +408,7 @@ void Group::abort(const std::string& why) { state_->poison(why, /*abortComm=*/tr
 
 void Group::shutdown(std::chrono::milliseconds grace) {
   std::lock_guard<std::mutex> once(shutdownMu_);  // a second caller waits for the first
-  if (shutDown_.exchange(true)) return;
+  if (shutDown_.exchange(true) || !worker_) return;  // (no worker: creation failed before start())
   if (grace.count() >= 0) {
     const auto until = std::chrono::steady_clock::now() + grace;
     while (!worker_->idle() && std::chrono::steady_clock::now() < until) {

@@ -1,20 +1,33 @@
 #include "torch/work.h"
 
 #include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 namespace scalecomm {
+
+namespace {
+
+// The profiling title only matters when a profiler is listening; without
+// callbacks c10d's Work would build and drop a RecordFunction per call.
+const char* titleIfProfiling(const std::string& title) { return at::hasCallbacks() ? title.c_str() : nullptr; }
+
+c10::TypePtr futureType() {
+  static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());
+  return type;
+}
+
+}  // namespace
 
 ScalecommWork::ScalecommWork(int rank, c10d::OpType type, std::string collective, uint64_t seq,
                              std::vector<at::Tensor> outputs, std::shared_ptr<GroupState> group)
     // The profiling title ("scalecomm:allreduce:ring") names the op in
     // torch.profiler traces; c10d records it when profiling is on.
-    : c10d::Work(rank, type, strCat("scalecomm:", collective).c_str()),
+    : c10d::Work(rank, type, titleIfProfiling(strCat("scalecomm:", collective))),
       collective_(std::move(collective)),
       seq_(seq),
       outputs_(std::move(outputs)),
-      group_(std::move(group)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      group_(std::move(group)) {}
 
 void ScalecommWork::endProfilingRange() {
   if (recordFunctionEndCallback_) {
@@ -23,25 +36,40 @@ void ScalecommWork::endProfilingRange() {
   }
 }
 
+// The Future is made on first use (DDP's comm hooks, get_future()): most
+// synchronous calls never ask for one. Whoever of finish/finishError and
+// getFuture comes second completes it, outside the lock.
+void ScalecommWork::completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>& f) {
+  if (error_) {
+    f->setError(error_);
+  } else {
+    f->markCompleted(c10::IValue(outputs_));
+  }
+}
+
 void ScalecommWork::finish() {
   endProfilingRange();
+  c10::intrusive_ptr<c10::ivalue::Future> f;
   {
     std::lock_guard<std::mutex> g(mu_);
     done_.store(true, std::memory_order_release);
+    f = future_;
   }
   cv_.notify_all();
-  future_->markCompleted(c10::IValue(outputs_));
+  if (f) completeFuture(f);
 }
 
 void ScalecommWork::finishError(std::exception_ptr error) {
   endProfilingRange();
+  c10::intrusive_ptr<c10::ivalue::Future> f;
   {
     std::lock_guard<std::mutex> g(mu_);
     error_ = error;
     done_.store(true, std::memory_order_release);
+    f = future_;
   }
   cv_.notify_all();
-  future_->setError(error);
+  if (f) completeFuture(f);
 }
 
 bool ScalecommWork::isCompleted() { return done_.load(std::memory_order_acquire); }
@@ -91,7 +119,18 @@ bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> ScalecommWork::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> ScalecommWork::getFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  bool complete = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (future_) return future_;
+    future_ = f = c10::make_intrusive<c10::ivalue::Future>(futureType());
+    complete = done_.load();
+  }
+  if (complete) completeFuture(f);
+  return f;
+}
 
 void ScalecommWork::abort() {
   group_->poison(

@@ -3,12 +3,11 @@
 // Contract: created by the backend when a collective is queued (its profiling
 // title, "scalecomm:<collective>[:<algorithm>]", spans queueing to completion
 // in torch.profiler traces); completed
-// exactly once by the worker thread (finish or finishError), which also
-// completes the Future (List[Tensor] of the outputs) that DDP comm hooks chain
-// on. wait() blocks until completion; for a collective on the GPU (one with a
-// DeviceCall) it blocks only until the worker has queued the work, then makes
-// the caller's current stream wait for it (PyTorch's NCCL semantics; a
-// failure after that poisons the group and shows on the next call). With a
+// exactly once by the group (finish or finishError) on the thread that ran
+// the call, which also completes the Future (List[Tensor] of the outputs)
+// that DDP comm hooks chain on (made on first getFuture()). wait() blocks until completion; for a collective on the GPU
+// (one with a DeviceCall) it blocks only until the worker has queued the work, then makes the caller's current stream
+// wait for it (PyTorch's NCCL semantics; a failure after that poisons the group and shows on the next call). With a
 // timeout, expiry poisons the group
 // (aborting the running collective on this rank, which its peers then see) and
 // raises "Timed out". All methods are thread safe.
@@ -53,11 +52,12 @@ class ScalecommWork : public c10d::Work {
 
  private:
   void endProfilingRange();
+  void completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>& f);
   std::string collective_;
   std::atomic<uint64_t> seq_;
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<GroupState> group_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made on first getFuture()
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<bool> done_{false};  // read without the lock by isCompleted()

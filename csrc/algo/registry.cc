@@ -1,0 +1,62 @@
+#include "algo/registry.h"
+
+#include <algorithm>
+
+#include "algo/direct.h"
+#include "algo/hier.h"
+#include "algo/pairwise.h"
+#include "algo/ps.h"
+#include "algo/rhd.h"
+#include "algo/ring.h"
+#include "algo/tree.h"
+
+namespace scalecomm {
+
+const std::vector<AllreduceAlgorithm>& allreduceRegistry() {
+  static const std::vector<AllreduceAlgorithm> table = {
+      {"ring", "reduce-scatter then allgather around a ring: 2(n-1) steps, bandwidth-optimal",
+       [](int r, int n, int64_t c, bool f, const AlgoParams&) { return ringAllreduce(r, n, c, f); }, 0, 0, true, false},
+      {"rhd", "recursive halving then doubling: 2 log2(n) steps, bandwidth-optimal",
+       [](int r, int n, int64_t c, bool f, const AlgoParams&) { return rhdAllreduce(r, n, c, f); }, 0, 0, true, false},
+      {"tree", "pipelined reduce up a binary tree, broadcast down: 2 log2(n) steps, every byte twice per edge",
+       [](int r, int n, int64_t c, bool f, const AlgoParams&) { return treeAllreduce(r, n, c, f); }, 0, 0, true, false},
+      {"direct", "every rank reduces its chunk from all peers, then sends it to all: 2 steps, n-1 messages each",
+       [](int r, int n, int64_t c, bool f, const AlgoParams&) { return directAllreduce(r, n, c, f); }, 0, 0, true,
+       false},
+      {"pairwise", "two ranks exchange whole buffers and each reduces the other's: 1 step (groups of 2)",
+       [](int r, int n, int64_t c, bool f, const AlgoParams&) { return pairwiseAllreduce(r, n, c, f); }, 2,
+       kLinkBufferFloor, true, false},
+      {"ps", "parameter-server baseline: servers gather, reduce and broadcast back (SCALECOMM_PS_SERVERS)",
+       [](int r, int n, int64_t c, bool f, const AlgoParams& p) {
+         return psAllreduce(r, n, c, f, std::min(std::max(p.psServers, 1), n));
+       },
+       0, 0, false, false},
+      {"hier", "reduce within each host, ring between host leaders, broadcast within hosts",
+       [](int r, int n, int64_t c, bool f, const AlgoParams& p) { return hierAllreduce(r, n, c, f, p.hostOf); }, 0, 0,
+       true, true},
+  };
+  return table;
+}
+
+const AllreduceAlgorithm* findAllreduceAlgorithm(const std::string& name) {
+  for (const auto& a : allreduceRegistry())
+    if (name == a.name) return &a;
+  return nullptr;
+}
+
+bool allreduceServes(const std::string& name, int n, int64_t bytes) {
+  const AllreduceAlgorithm* a = findAllreduceAlgorithm(name);
+  return a != nullptr && (a->maxWorld == 0 || n <= a->maxWorld) && (a->maxBytes == 0 || bytes <= a->maxBytes);
+}
+
+std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const AlgoParams& params) {
+  std::vector<std::string> out;
+  for (const auto& a : allreduceRegistry()) {
+    if (!a.autoCandidate || !allreduceServes(a.name, n, bytes)) continue;
+    if (a.acrossHosts && !spansHosts(params.hostOf)) continue;
+    out.push_back(a.name);
+  }
+  return out;
+}
+
+}  // namespace scalecomm

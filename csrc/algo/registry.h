@@ -1,0 +1,50 @@
+// scalecomm algo: the allreduce algorithms this build has, one entry each.
+//
+// Contract: every allreduce algorithm is one AllreduceAlgorithm entry in
+// registry.cc (name, one-line summary, schedule builder, the world sizes it
+// serves, whether auto considers it) plus its schedule file. Everything that
+// names allreduce algorithms reads this table: the selection parser and its
+// error text, the schedule dispatch, auto's candidates, the cost model,
+// pyscalecomm.allreduce_algorithms() (and through it the bench and simulate),
+// and the tests that run every algorithm. Immutable after static
+// initialisation; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algo/schedule.h"
+
+namespace scalecomm {
+
+struct AllreduceAlgorithm {
+  const char* name;
+  const char* summary;
+  Schedule (*schedule)(int rank, int n, int64_t count, bool finalize, const AlgoParams& params);
+  int maxWorld;        // the largest group it serves (0: any size)
+  // The largest message (bytes of the whole buffer) it takes; 0: any. An
+  // algorithm whose ranks send before they receive, with nothing to absorb
+  // the message but the link's own buffer, is safe only up to what every
+  // transport buffers per direction (kLinkBufferFloor).
+  int64_t maxBytes;
+  bool autoCandidate;  // auto prices it (where it serves the group)
+  bool acrossHosts;    // auto considers it only when the group spans hosts
+};
+
+const std::vector<AllreduceAlgorithm>& allreduceRegistry();
+// The entry named `name`, or nullptr.
+const AllreduceAlgorithm* findAllreduceAlgorithm(const std::string& name);
+// What every transport buffers per direction without the peer reading: the
+// smallest shm ring (4096 bytes) less one wire header. TCP's smallest send
+// buffer (4608 bytes) and the mpi link's buffers are larger.
+constexpr int64_t kLinkBufferFloor = 4096 - 64;
+
+// Whether `name` exists and serves a group of n ranks (and, with bytes >= 0,
+// a message of that many bytes).
+bool allreduceServes(const std::string& name, int n, int64_t bytes = -1);
+// The algorithms auto prices for a message of `bytes` in a group of n ranks
+// with this layout.
+std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const AlgoParams& params);
+
+}  // namespace scalecomm

@@ -1,0 +1,390 @@
+// The torch-free Group over loopback links: every collective kind through
+// submit(), exact results; numbering; the plan cache (one compile per shape);
+// where calls run (inline when blocking and idle, else the worker, in issue
+// order); poison after a failure; coalesced send/recv; abort; shutdown from
+// several threads.
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include "algo/registry.h"
+#include "comm/loopback_mesh.h"
+#include "core/error.h"
+#include "group/group.h"
+#include "harness.h"
+
+using namespace scalecomm;
+
+namespace {
+
+struct Mesh {
+  LoopbackFabric fabric;
+  std::vector<std::shared_ptr<Group>> groups;
+  explicit Mesh(int n, GroupConfig cfg = {}) : fabric(n, 1 << 16) {
+    auto comms = loopbackCommunicators(fabric, 0);
+    cfg.timeoutMs = 20000;
+    for (auto& c : comms) groups.push_back(Group::create(std::move(c), cfg));
+  }
+  ~Mesh() {
+    for (auto& g : groups) g->shutdown();
+  }
+};
+
+// Runs fn(rank, group) on one thread per rank.
+void onRanks(Mesh& m, const std::function<void(int, Group&)>& fn) {
+  std::vector<std::thread> ts;
+  std::vector<std::string> errors(m.groups.size());
+  for (size_t r = 0; r < m.groups.size(); ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        fn(static_cast<int>(r), *m.groups[r]);
+      } catch (const sctest::Failure& f) {
+        errors[r] = f.msg;
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (const auto& e : errors) CHECK_EQ(e, std::string());
+}
+
+// Submits and waits; returns the error text ("" on success).
+std::string runCall(Group& g, Call call) {
+  auto done = std::make_shared<std::promise<std::string>>();
+  auto fut = done->get_future();
+  call.done = [done](const Error* e) { done->set_value(e ? e->what() : ""); };
+  g.submit(std::move(call));
+  return fut.get();
+}
+
+Call allreduceCall(std::vector<float>& v, bool blocking) {
+  Call c;
+  c.kind = CallKind::Allreduce;
+  c.name = "allreduce";
+  c.algorithm = "ring";
+  c.data = v.data();
+  c.count = static_cast<int64_t>(v.size());
+  c.dtype = DataType::Float32;
+  c.op = ReduceOp::Sum;
+  c.blocking = blocking;
+  return c;
+}
+
+}  // namespace
+
+TEST(every_collective_through_submit_is_exact) {
+  for (int n : {1, 2, 3, 4}) {
+    Mesh m(n);
+    onRanks(m, [&](int rank, Group& g) {
+      // allreduce, auto and every named algorithm
+      for (const char* algo : {"", "ring", "rhd", "tree", "direct", "ps"}) {
+        std::vector<float> v(37, static_cast<float>(rank + 1));
+        Call c = allreduceCall(v, true);
+        c.algorithm = g.algorithmFor(CallKind::Allreduce, 37 * 4, algo);
+        CHECK_EQ(runCall(g, std::move(c)), std::string());
+        for (float x : v) CHECK_EQ(x, static_cast<float>(n * (n + 1) / 2));
+      }
+      // broadcast from the last rank
+      std::vector<int32_t> b(11, rank == n - 1 ? 42 : -1);
+      Call bc;
+      bc.kind = CallKind::Broadcast;
+      bc.name = "broadcast";
+      bc.algorithm = g.algorithmFor(CallKind::Broadcast, 44);
+      bc.data = b.data();
+      bc.count = 11;
+      bc.dtype = DataType::Int32;
+      bc.root = n - 1;
+      CHECK_EQ(runCall(g, std::move(bc)), std::string());
+      for (int32_t x : b) CHECK_EQ(x, 42);
+      // reduce (max) to rank 0
+      std::vector<int64_t> red(5, rank * 10);
+      Call rc;
+      rc.kind = CallKind::Reduce;
+      rc.name = "reduce";
+      rc.algorithm = "chain";
+      rc.data = red.data();
+      rc.count = 5;
+      rc.dtype = DataType::Int64;
+      rc.op = ReduceOp::Max;
+      rc.root = 0;
+      CHECK_EQ(runCall(g, std::move(rc)), std::string());
+      if (rank == 0)
+        for (int64_t x : red) CHECK_EQ(x, static_cast<int64_t>((n - 1) * 10));
+      // allgather
+      std::vector<std::vector<double>> outs(n, std::vector<double>(3, -1));
+      outs[rank].assign(3, rank + 0.5);
+      Call ag;
+      ag.kind = CallKind::Allgather;
+      ag.name = "allgather";
+      ag.algorithm = "ring";
+      for (auto& o : outs) ag.blocks.push_back(o.data());
+      ag.count = 3;
+      ag.dtype = DataType::Float64;
+      CHECK_EQ(runCall(g, std::move(ag)), std::string());
+      for (int q = 0; q < n; ++q)
+        for (double x : outs[q]) CHECK_EQ(x, q + 0.5);
+      // reduce-scatter: block q of rank r holds r + q
+      std::vector<float> work(2 * n);
+      for (int q = 0; q < n; ++q) work[2 * q] = work[2 * q + 1] = static_cast<float>(rank + q);
+      Call rs;
+      rs.kind = CallKind::ReduceScatter;
+      rs.name = "reduce_scatter";
+      rs.algorithm = "ring";
+      rs.data = work.data();
+      rs.count = 2;
+      rs.dtype = DataType::Float32;
+      rs.op = ReduceOp::Sum;
+      CHECK_EQ(runCall(g, std::move(rs)), std::string());
+      CHECK_EQ(work[2 * rank], static_cast<float>(n * (n - 1) / 2 + n * rank));
+      // gather and scatter at rank 0
+      std::vector<std::vector<int32_t>> blocks(n, std::vector<int32_t>(2, -1));
+      blocks[rank].assign(2, 100 + rank);
+      Call ga;
+      ga.kind = CallKind::Gather;
+      ga.name = "gather";
+      for (auto& bl : blocks) ga.blocks.push_back(bl.data());
+      ga.count = 2;
+      ga.dtype = DataType::Int32;
+      ga.root = 0;
+      CHECK_EQ(runCall(g, std::move(ga)), std::string());
+      if (rank == 0)
+        for (int q = 0; q < n; ++q) CHECK_EQ(blocks[q][1], 100 + q);
+      // all-to-all: rank r sends r * 10 + q to q
+      std::vector<int32_t> send(n), recv(n, -1);
+      Call a2a;
+      a2a.kind = CallKind::Alltoall;
+      a2a.name = "all_to_all";
+      a2a.dtype = DataType::Int32;
+      for (int q = 0; q < n; ++q) send[q] = rank * 10 + q;
+      for (int q = 0; q < n; ++q) a2a.blocks.push_back(&send[q]);
+      for (int q = 0; q < n; ++q) a2a.blocks.push_back(&recv[q]);
+      a2a.sendCounts.assign(n, 1);
+      a2a.recvCounts.assign(n, 1);
+      a2a.sendCounts[rank] = a2a.recvCounts[rank] = 0;
+      recv[rank] = send[rank];
+      CHECK_EQ(runCall(g, std::move(a2a)), std::string());
+      for (int q = 0; q < n; ++q) CHECK_EQ(recv[q], q * 10 + rank);
+      // barrier
+      Call bar;
+      bar.kind = CallKind::Barrier;
+      bar.name = "barrier";
+      bar.algorithm = "dissemination";
+      CHECK_EQ(runCall(g, std::move(bar)), std::string());
+      CHECK_EQ(g.lastSeq(), uint64_t{13});  // 6 allreduces + 7 other collectives: one number each
+    });
+  }
+}
+
+TEST(plans_are_compiled_once_per_shape) {
+  Mesh m(3);
+  onRanks(m, [&](int rank, Group& g) {
+    for (int step = 0; step < 100; ++step) {
+      for (size_t count : {1000, 333}) {  // two DDP buckets
+        std::vector<float> v(count, 1.0f);
+        CHECK_EQ(runCall(g, allreduceCall(v, step % 2 == 0)), std::string());
+        CHECK_EQ(v[count - 1], 3.0f);
+      }
+    }
+    const auto c = g.counters();
+    CHECK_EQ(c.plans.misses, uint64_t{2});
+    CHECK_EQ(c.plans.hits, uint64_t{198});
+    CHECK_EQ(c.plans.entries, uint64_t{2});
+  });
+}
+
+TEST(plan_cache_is_bounded_and_evicts_least_recently_used) {
+  PlanCache cache(2);
+  int built = 0;
+  auto build = [&] {
+    ++built;
+    return Schedule{};
+  };
+  PlanKey a{CollectiveKind::Allreduce, "ring", 10, DataType::Float32, -1, false, 4},
+      b{CollectiveKind::Allreduce, "ring", 20, DataType::Float32, -1, false, 4},
+      c{CollectiveKind::Allreduce, "ring", 30, DataType::Float32, -1, false, 4};
+  cache.obtain(a, 2, build);
+  cache.obtain(b, 2, build);
+  cache.obtain(a, 2, build);  // a is now the most recent
+  cache.obtain(c, 2, build);  // evicts b
+  cache.obtain(a, 2, build);
+  CHECK_EQ(built, 3);
+  cache.obtain(b, 2, build);
+  CHECK_EQ(built, 4);
+  CHECK_EQ(cache.counters().evictions, uint64_t{2});
+  CHECK_EQ(cache.counters().entries, uint64_t{2});
+}
+
+TEST(blocking_calls_run_inline_when_idle_and_async_ones_on_the_worker_in_order) {
+  Mesh m(2);
+  onRanks(m, [&](int rank, Group& g) {
+    const auto caller = std::this_thread::get_id();
+    std::vector<float> v(8, 1.0f);
+    std::thread::id ranOn;
+    Call c = allreduceCall(v, true);
+    c.before = [&] { ranOn = std::this_thread::get_id(); };
+    CHECK_EQ(runCall(g, std::move(c)), std::string());
+    CHECK(ranOn == caller);
+    CHECK_EQ(g.counters().inlineCalls, uint64_t{1});
+    // Async calls go to the worker; a blocking call behind them waits its turn there.
+    std::vector<std::vector<float>> bufs(20, std::vector<float>(64, 1.0f));
+    std::vector<int> order;
+    std::mutex mu;
+    std::vector<std::future<std::string>> results;
+    for (int i = 0; i < 20; ++i) {
+      Call a = allreduceCall(bufs[i], i == 19);
+      a.after = [&, i] {
+        std::lock_guard<std::mutex> l(mu);
+        order.push_back(i);
+      };
+      auto p = std::make_shared<std::promise<std::string>>();
+      results.push_back(p->get_future());
+      a.done = [p](const Error* e) { p->set_value(e ? e->what() : ""); };
+      g.submit(std::move(a));
+    }
+    for (auto& r : results) CHECK_EQ(r.get(), std::string());
+    for (int i = 0; i < 20; ++i) CHECK_EQ(order[i], i);
+    for (auto& b : bufs) CHECK_EQ(b[63], 2.0f);
+    CHECK(g.counters().workerCalls >= 19);
+  });
+}
+
+TEST(a_failure_poisons_the_group_and_later_calls_fail_with_its_reason) {
+  Mesh m(2);
+  onRanks(m, [&](int rank, Group& g) {
+    std::vector<float> v(rank == 0 ? 10 : 12, 1.0f);  // mismatched counts
+    const std::string err = runCall(g, allreduceCall(v, true));
+    CHECK(err.find("elements") != std::string::npos);
+    CHECK(g.poisoned());
+    std::vector<float> w(4, 1.0f);
+    try {
+      g.submit(allreduceCall(w, true));
+      CHECK(false);
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("unusable after an earlier failure") != std::string::npos);
+    }
+  });
+}
+
+TEST(point_to_point_numbering_and_coalesced_batches) {
+  Mesh m(2);
+  onRanks(m, [&](int rank, Group& g) {
+    const int peer = 1 - rank;
+    // A batch in which both ranks receive first, then send: progresses together.
+    std::vector<int32_t> out(3, rank + 7), in(3, -1);
+    g.startCoalescing();
+    Call r;
+    r.kind = CallKind::Recv;
+    r.name = "recv";
+    r.data = in.data();
+    r.count = 3;
+    r.dtype = DataType::Int32;
+    r.peer = peer;
+    r.tag = 5;
+    std::atomic<int> partsDone{0};
+    r.done = [&](const Error* e) { partsDone += e == nullptr; };
+    g.submit(std::move(r));
+    Call s;
+    s.kind = CallKind::Send;
+    s.name = "send";
+    s.data = out.data();
+    s.count = 3;
+    s.dtype = DataType::Int32;
+    s.peer = peer;
+    s.tag = 5;
+    s.done = [&](const Error* e) { partsDone += e == nullptr; };
+    CHECK_EQ(g.submit(std::move(s)), uint64_t{1});  // the first message to that peer
+    Call barrierInside;
+    barrierInside.kind = CallKind::Barrier;
+    barrierInside.name = "barrier";
+    try {
+      g.submit(std::move(barrierInside));
+      CHECK(false);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::InvalidArgument);
+    }
+    Call batch;
+    batch.name = "batch_isend_irecv";
+    auto p = std::make_shared<std::promise<std::string>>();
+    auto fut = p->get_future();
+    batch.done = [p](const Error* e) { p->set_value(e ? e->what() : ""); };
+    CHECK_EQ(g.endCoalescing(std::move(batch)), uint64_t{1});
+    CHECK_EQ(fut.get(), std::string());
+    CHECK_EQ(partsDone.load(), 2);
+    CHECK_EQ(in[2], peer + 7);
+    CHECK_EQ(g.lastSeq(), uint64_t{0});  // point-to-point takes no group number
+    // A bad peer is refused before anything is numbered.
+    Call bad;
+    bad.kind = CallKind::Send;
+    bad.name = "send";
+    bad.peer = 5;
+    try {
+      g.submit(std::move(bad));
+      CHECK(false);
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("peer rank 5 is out of range") != std::string::npos);
+    }
+  });
+}
+
+TEST(abort_wakes_a_waiting_call_and_shutdown_from_two_threads_is_safe) {
+  Mesh m(2);
+  auto& g = *m.groups[0];
+  std::vector<float> v(16, 1.0f);
+  auto p = std::make_shared<std::promise<std::string>>();
+  auto fut = p->get_future();
+  Call c = allreduceCall(v, false);  // rank 1 never joins
+  c.done = [p](const Error* e) { p->set_value(e ? e->what() : ""); };
+  g.submit(std::move(c));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  g.abort("test abort");
+  CHECK(fut.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  CHECK(!fut.get().empty());
+  std::thread a([&] { g.shutdown(); });
+  std::thread b([&] { g.shutdown(); });
+  a.join();
+  b.join();
+  CHECK(g.isShutDown());
+}
+
+TEST(size_limited_algorithms_are_refused_before_any_communication) {
+  {  // pairwise serves groups of at most 2 ranks: refused when the group is made
+    LoopbackFabric fabric(3, 1 << 16);
+    auto comms = loopbackCommunicators(fabric, 0);
+    GroupConfig cfg;
+    cfg.algorithm = "pairwise";
+    try {
+      Group::create(std::move(comms[0]), cfg);
+      CHECK(false);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::InvalidArgument);
+      CHECK(std::string(e.what()).find("at most 2 ranks") != std::string::npos);
+    }
+  }
+  GroupConfig cfg;
+  cfg.algorithm = "pairwise";
+  Mesh m(2, cfg);
+  onRanks(m, [&](int rank, Group& g) {
+    std::vector<float> small(kLinkBufferFloor / 4, 1.0f), big(kLinkBufferFloor / 4 + 1, 1.0f);
+    Call c = allreduceCall(small, true);
+    c.algorithm = g.algorithmFor(CallKind::Allreduce, kLinkBufferFloor);
+    CHECK_EQ(c.algorithm, std::string("pairwise"));
+    CHECK_EQ(runCall(g, std::move(c)), std::string());
+    CHECK_EQ(small.back(), 2.0f);
+    Call b = allreduceCall(big, true);
+    b.algorithm = "pairwise";
+    try {
+      g.submit(std::move(b));
+      CHECK(false);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::InvalidArgument);
+      CHECK(std::string(e.what()).find("at most 4032 bytes") != std::string::npos);
+    }
+    CHECK_EQ(g.lastSeq(), uint64_t{1});  // nothing numbered for the refused call
+    CHECK(!g.poisoned());
+  });
+}
+
+TEST_MAIN()
