@@ -22,7 +22,7 @@ struct AllreduceAlgorithm {
   const char* name;
   const char* summary;
   Schedule (*schedule)(int rank, int n, int64_t count, bool finalize, const AlgoParams& params);
-  int maxWorld;        // the largest group it serves (0: any size)
+  int maxWorld;  // the largest group it serves (0: any size)
   // The largest message (bytes of the whole buffer) it takes; 0: any. An
   // algorithm whose ranks send before they receive, with nothing to absorb
   // the message but the link's own buffer, is safe only up to what every

@@ -407,7 +407,7 @@ void Group::execute(Call& call, uint64_t number) {
 void Group::abort(const std::string& why) { state_->poison(why, /*abortComm=*/true); }
 
 void Group::shutdown(std::chrono::milliseconds grace) {
-  std::lock_guard<std::mutex> once(shutdownMu_);  // a second caller waits for the first
+  std::lock_guard<std::mutex> once(shutdownMu_);     // a second caller waits for the first
   if (shutDown_.exchange(true) || !worker_) return;  // (no worker: creation failed before start())
   if (grace.count() >= 0) {
     const auto until = std::chrono::steady_clock::now() + grace;
