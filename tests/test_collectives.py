@@ -369,6 +369,93 @@ def test_parameter_server_and_hierarchical_match_gloo(env):
     assert run_ranks(4, _algorithm_results, env=env) == [env["SCALECOMM_ALGO"]] * 4
 
 
+def _pairwise_results(rank, n):
+    gloo = dist.new_group(backend="gloo")
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    for count in [0, 1, 2, 3, 1000, 1008]:  # 1008 float32 = 4032 bytes, the largest it takes
+        for dtype, op in [(torch.float32, R.SUM), (torch.int64, R.MAX), (torch.bfloat16, R.PRODUCT)]:
+            if count * torch.tensor([], dtype=dtype).element_size() > 4032:
+                continue
+            a = _inputs(rank, count, dtype, op)
+            b = a.clone()
+            dist.all_reduce(a, op=op)
+            dist.all_reduce(b, op=op, group=gloo)
+            assert torch.equal(a, b), f"pairwise {dtype} {op} {count}"
+    a = _inputs(rank, 1000, torch.float32, R.SUM)
+    dist.all_reduce(a, op=R.AVG)
+    torch.testing.assert_close(a, _reference(n, 1000, torch.float32, R.AVG))
+    try:
+        dist.all_reduce(torch.ones(1009))  # above its size: refused, the group stays usable
+        big = "no error"
+    except ValueError as e:
+        big = str(e)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), 2.0))
+    return be.config.algorithm, big
+
+
+def test_pairwise_matches_gloo_and_refuses_what_it_cannot_take():
+    for algo, big in run_ranks(2, _pairwise_results, env={"SCALECOMM_ALGO": "pairwise"}):
+        assert algo == "pairwise"
+        assert "algorithm pairwise takes messages of at most 4032 bytes; this one has 4036" in big, big
+
+
+def _pairwise_on_three(rank, n):
+    import pyscalecomm
+
+    try:
+        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm="pairwise"))
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def test_pairwise_is_refused_for_more_than_two_ranks_when_the_group_is_made():
+    for msg in run_ranks(3, _pairwise_on_three):
+        assert "serves groups of at most 2 ranks; this group has 3" in msg, msg
+
+
+def _where_calls_run(rank, n):
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    before = be.counters()
+    for _ in range(50):  # synchronous: on this thread (the worker is idle)
+        t = torch.ones(8)
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((8,), float(n)))
+    mid = be.counters()
+    works = [dist.all_reduce(torch.ones(1000), async_op=True) for _ in range(20)]  # asynchronous: the worker
+    for w in works:
+        w.wait()
+    after = be.counters()
+    algos = sorted(k for k in be.stats() if k.startswith("allreduce"))
+    return before, mid, after, algos
+
+
+def test_synchronous_calls_run_inline_async_ones_on_the_worker_and_plans_are_reused():
+    for before, mid, after, algos in run_ranks(2, _where_calls_run):
+        assert mid["inline_calls"] - before["inline_calls"] == 50, (before, mid)
+        assert after["worker_calls"] - mid["worker_calls"] == 20, (mid, after)
+        # two shapes: each compiled once (the probe and the run's other calls may add their own)
+        assert after["plan_misses"] - before["plan_misses"] <= 2, (before, after)
+        assert after["plan_hits"] - before["plan_hits"] >= 68, (before, after)
+        assert "allreduce:pairwise" in algos, algos  # auto's pick for 32 bytes at 2 ranks
+
+
+def _allgather_coalesced(rank, n):
+    ins = [torch.full((3,), float(rank)), torch.arange(10.0).view(2, 5) + 10 * rank]
+    outs = [[torch.empty(3) for _ in range(n)], [torch.empty(2, 5) for _ in range(n)]]
+    dist.all_gather_coalesced(outs, ins)
+    for q in range(n):
+        assert torch.equal(outs[0][q], torch.full((3,), float(q)))
+        assert torch.equal(outs[1][q], torch.arange(10.0).view(2, 5) + 10 * q)
+    return True
+
+
+def test_all_gather_coalesced():
+    run_ranks(3, _allgather_coalesced)
+
+
 def _bad_algorithm(rank, n):
     import pyscalecomm
 
@@ -381,7 +468,8 @@ def _bad_algorithm(rank, n):
 
 def test_unknown_algorithm_is_a_value_error_listing_the_known_ones():
     for msg in run_ranks(2, _bad_algorithm):
-        assert "unknown allreduce algorithm 'nope'" in msg and "ring, rhd, tree, direct, ps, hier" in msg, msg
+        assert "unknown allreduce algorithm 'nope'" in msg, msg
+        assert "ring, rhd, tree, direct, pairwise, ps, hier" in msg, msg
 
 
 def _routing_cuda_to_scalecomm(rank, n):

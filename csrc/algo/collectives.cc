@@ -298,7 +298,7 @@ int recvFromAny(Communicator& comm, void* data, int64_t count, DataType dtype, i
       WireHeader h;
       if (comm.link(p).peek(&h, sizeof(h)) < sizeof(h)) continue;
       if (h.magic != kWireMagic || h.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) continue;
-      if (h.seq != recvSeq[p] + 1 || h.root != tag) continue;
+      if (h.seq != recvSeq[p] + 1 || h.rootOrTag != tag) continue;
       CollectiveOptions o = opts;
       o.seq = ++recvSeq[p];
       recvFrom(comm, data, count, dtype, p, tag, o);

@@ -26,7 +26,7 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   h.collective = static_cast<uint8_t>(ctx.collective);
   h.dtype = static_cast<uint8_t>(ctx.dtype);
   h.reduceOp = static_cast<uint8_t>(ctx.op);
-  h.root = ctx.root;
+  h.rootOrTag = ctx.root;
   h.step = t.step;
   h.seq = ctx.seq;
   h.totalCount = ctx.totalCount;
@@ -36,7 +36,7 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   if (!ctx.messages.empty()) {
     const MessageId& m = ctx.messages[t.block];
     h.seq = m.seq;
-    h.root = m.tag;
+    h.rootOrTag = m.tag;
     h.totalCount = m.count;
     h.dtype = static_cast<uint8_t>(m.dtype);
   }
@@ -66,13 +66,13 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
          reduceOpName(static_cast<ReduceOp>(got.reduceOp)), " but this rank used ",
          reduceOpName(static_cast<ReduceOp>(want.reduceOp)), "; all ranks must use the same op");
   }
-  if (ctx.collective == CollectiveKind::SendRecv && got.root != want.root) {
-    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent message ", got.seq, " with tag ", got.root,
-         " but this rank's matching recv has tag ", want.root, "; tags must match in the order messages are sent");
+  if (ctx.collective == CollectiveKind::SendRecv && got.rootOrTag != want.rootOrTag) {
+    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent message ", got.seq, " with tag ", got.rootOrTag,
+         " but this rank's matching recv has tag ", want.rootOrTag, "; tags must match in the order messages are sent");
   }
-  if (got.root != want.root) {
-    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " used root/src ", got.root, " but this rank used ",
-         want.root, "; all ranks must pass the same root");
+  if (got.rootOrTag != want.rootOrTag) {
+    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " used root/src ", got.rootOrTag, " but this rank used ",
+         want.rootOrTag, "; all ranks must pass the same root");
   }
   if (ctx.collective == CollectiveKind::Alltoall && got.payloadBytes != want.payloadBytes) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent a block of ", got.payloadBytes,

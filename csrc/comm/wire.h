@@ -44,7 +44,9 @@ struct alignas(64) WireHeader {
   uint8_t dtype;       // DataType
   uint8_t reduceOp;    // ReduceOp
   uint8_t reserved;
-  int32_t root;        // -1 when the collective has none
+  // Collectives: the root rank (-1 when the collective has none);
+  // point-to-point messages (collective SendRecv): the tag.
+  int32_t rootOrTag;
   int32_t step;        // schedule step
   uint64_t seq;        // collective sequence number in the group
   int64_t totalCount;  // elements of the whole collective (per rank), for shape checks

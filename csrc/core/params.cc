@@ -12,7 +12,8 @@ const std::vector<ParamSpec>& allParams() {
       {"SCALECOMM_DEBUG", "WARN", "Log level: ERROR, WARN, INFO (effective settings and each choice made), DEBUG."},
       {"SCALECOMM_ALGO", "auto",
        "Algorithm per collective, e.g. 'rhd' (allreduce) or 'allreduce:rhd,broadcast:tree'. allreduce: auto, ring, "
-       "rhd, tree, direct, ps, hier, mpi; broadcast and reduce: auto, chain, tree, mpi; allgather and reduce_scatter: "
+       "rhd, tree, direct, pairwise (2 ranks, up to 4032 bytes), ps, hier, mpi; broadcast and reduce: auto, chain, "
+       "tree, mpi; allgather and reduce_scatter: "
        "ring, mpi; barrier: dissemination, mpi. 'mpi' alone: MPI's own collectives for all. nccl (allreduce, CUDA "
        "tensors): NCCL's own allreduce. auto picks per call."},
       {"SCALECOMM_PS_SERVERS", "1",
@@ -36,7 +37,7 @@ const std::vector<ParamSpec>& allParams() {
        "Pipelining unit: each chunk moves in segments of at most this many bytes. 0: 256 KiB when every rank is on "
        "one host, 1 MiB when the group spans hosts."},
       {"SCALECOMM_SEND_AHEAD_BYTES", "-1",
-       "Pacing: within one step of a pairwise exchange (ring, rhd) a rank's sends run at most this many bytes "
+       "Pacing: within one step of an exchange with one peer (ring, rhd) a rank's sends run at most this many bytes "
        "(rounded up to whole segments) ahead of what it has received in that step, so ranks that enter a collective "
        "apart fall back into step. -1: 1 MiB when the group spans hosts, off on one host; 0: off."},
       {"SCALECOMM_SHM_RING_BYTES", "4194304",

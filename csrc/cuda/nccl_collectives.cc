@@ -119,28 +119,4 @@ void nativeAllreduce(NcclComm& comm, void* data, int64_t count, DataType dtype, 
   comm.waitIssued(deadline, "ncclAllReduce");
 }
 
-void nativeBroadcast(NcclComm& comm, void* data, int64_t bytes, int root, const Deadline& deadline) {
-  comm.check(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, comm.comm(), comm.stream()),
-             "ncclBroadcast");
-  comm.waitIssued(deadline, "ncclBroadcast");
-}
-
-void nativeAllgather(NcclComm& comm, const void* input, void* output, int64_t bytes, const Deadline& deadline) {
-  comm.check(ncclAllGather(input, output, static_cast<size_t>(bytes), ncclUint8, comm.comm(), comm.stream()),
-             "ncclAllGather");
-  comm.waitIssued(deadline, "ncclAllGather");
-}
-
-void nativeReduceScatter(NcclComm& comm, const void* input, void* output, int64_t perRank, DataType dtype, ReduceOp op,
-                         double premulFactor, const Deadline& deadline) {
-  const ncclDataType_t t = reducibleType(comm, dtype, "reduce_scatter:nccl");
-  const ncclRedOp_t r = reduceOp(comm, op, "reduce_scatter:nccl");
-  if (op == ReduceOp::PremulSum) {
-    scaleInPlace(const_cast<void*>(input), perRank * comm.size(), dtype, premulFactor, comm.stream());
-  }
-  comm.check(ncclReduceScatter(input, output, static_cast<size_t>(perRank), t, r, comm.comm(), comm.stream()),
-             "ncclReduceScatter");
-  comm.waitIssued(deadline, "ncclReduceScatter");
-}
-
 }  // namespace scalecomm::cuda

@@ -300,6 +300,28 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
   return run(c10d::OpType::_ALLGATHER_BASE, {output}, std::move(call), stage);
 }
 
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                     std::vector<at::Tensor>& inputs,
+                                                                     const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "scalecomm allgather_coalesced (rank ", getRank(),
+                    "): ", outputs.size(), " output lists for ", inputs.size(), " inputs; pass one list per input");
+  for (size_t i = 0; i < inputs.size(); ++i) {  // every pair is checked before any is issued
+    TORCH_CHECK_VALUE(static_cast<int>(outputs[i].size()) == getSize(), "scalecomm allgather_coalesced (rank ",
+                      getRank(), "): output list ", i, " has ", outputs[i].size(), " tensors but the group has ",
+                      getSize(), " ranks");
+    checkDense("allgather_coalesced", getRank(), inputs[i]);
+    for (const auto& o : outputs[i]) checkSameAs("allgather_coalesced", getRank(), o, inputs[i], "output tensor");
+  }
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<std::vector<at::Tensor>> outs = {outputs[i]};
+    std::vector<at::Tensor> in = {inputs[i]};
+    last = allgather(outs, in, opts);
+  }
+  if (!last) return barrier(c10d::BarrierOptions());
+  return last;
+}
+
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                  std::vector<at::Tensor>& inputs,
                                                                                  const c10d::AllgatherOptions& opts) {

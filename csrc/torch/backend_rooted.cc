@@ -1,6 +1,6 @@
-// scalecomm torch adapter: reduce, reduce_scatter, gather, scatter and
-// all-to-all (the rest of the CPU collective surface; see backend.h for the
-// contract every collective follows: validate, number, queue, return a Work).
+// scalecomm torch adapter: the rooted and scattering collectives: reduce,
+// reduce_scatter, gather, scatter and all-to-all (see backend.h for the
+// contract every collective follows: validate, build a Call, return a Work).
 #include <c10/util/Exception.h>
 
 #include <algorithm>
