@@ -41,10 +41,12 @@ def params() -> list[tuple[str, str, str]]:
     return list(_C.params())
 
 
-def allreduce_algorithms() -> list[str]:
+def allreduce_algorithms(world_size: int | None = None, nbytes: int | None = None) -> list[str]:
     """Allreduce algorithms this build implements (schedules run by scalecomm; ``mpi``
-    passthrough not included)."""
-    return list(_C.allreduce_algorithms())
+    passthrough not included), in registry order. With ``world_size`` (and
+    ``nbytes``): only those that serve a group of that size (and a message of
+    that many bytes); ``pairwise``, for one, serves 2 ranks and up to 4032 bytes."""
+    return list(_C.allreduce_algorithms(world_size or 0, -1 if nbytes is None else nbytes))
 
 
 def built_with_mpi() -> bool:

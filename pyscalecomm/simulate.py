@@ -130,7 +130,11 @@ def main(argv=None) -> int:
     if not args.sweep:
         print(f"# allreduce of {fmt_bytes(args.bytes)} B on {args.world} ranks")
         print(f"{'algorithm':>10} {'time(us)':>14} {'busbw(GB/s)':>12}")
-        times = {a: predict(a, args.world, args.bytes, args) for a in algos}
+        serving = set(pyscalecomm.allreduce_algorithms(args.world, args.bytes))
+        for a in algos:
+            if a not in serving:
+                print(f"# {a}: does not serve {args.world} ranks and {args.bytes} bytes")
+        times = {a: predict(a, args.world, args.bytes, args) for a in algos if a in serving}
         factor = 2 * (args.world - 1) / args.world if args.world > 1 else 1
         for a, t in times.items():
             bw = args.bytes / t / 1e9 * factor if t > 0 else float("inf")
@@ -144,7 +148,8 @@ def main(argv=None) -> int:
     for s in sizes:
         row = f"{fmt_bytes(s):>8}"
         for w in worlds:
-            times = {a: predict(a, w, s, args) for a in algos}
+            serving = set(pyscalecomm.allreduce_algorithms(w, s))
+            times = {a: predict(a, w, s, args) for a in algos if a in serving}
             best = min(times, key=times.get)
             row += f" | {best:>7} {times[best] * 1e6:>10.0f}us"
         print(row, flush=True)

@@ -1,6 +1,7 @@
 #include "group/group.h"
 
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -261,14 +262,20 @@ void Group::dispatch(Call call, uint64_t number) {
     std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
     if (exec.owns_lock()) {
       inlineCalls_.fetch_add(1, std::memory_order_relaxed);
-      execute(call, number);
+      std::optional<Error> error = execute(call, number);
+      exec.unlock();  // completion callbacks may issue further calls
+      if (call.done) call.done(error ? &*error : nullptr);
       return;
     }
   }
   workerCalls_.fetch_add(1, std::memory_order_relaxed);
   worker_->post([self = shared_from_this(), call = std::move(call), number]() mutable {
-    std::lock_guard<std::mutex> exec(self->execMu_);
-    self->execute(call, number);
+    std::optional<Error> error;
+    {
+      std::lock_guard<std::mutex> exec(self->execMu_);
+      error = self->execute(call, number);
+    }
+    if (call.done) call.done(error ? &*error : nullptr);
   });
 }
 
@@ -352,15 +359,11 @@ void Group::runBody(Call& call, CollectiveOptions& o) {
   }
 }
 
-void Group::execute(Call& call, uint64_t number) {
-  auto finishError = [&](const Error& e) {
-    if (call.done) call.done(&e);
-  };
+std::optional<Error> Group::execute(Call& call, uint64_t number) {
   if (state_->poisoned()) {
-    finishError(Error(ErrorKind::Aborted,
-                      strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number,
-                             "): not run because the group is unusable after an earlier failure: ", state_->reason())));
-    return;
+    return Error(ErrorKind::Aborted,
+                 strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number,
+                        "): not run because the group is unusable after an earlier failure: ", state_->reason()));
   }
   CollectiveOptions o;
   o.algorithm = call.algorithm;
@@ -391,17 +394,15 @@ void Group::execute(Call& call, uint64_t number) {
   } catch (const Error& e) {
     SC_LOG(Warn, e.what());
     state_->poison(e.what(), /*abortComm=*/false);
-    finishError(e);
-    return;
+    return e;
   } catch (const std::exception& e) {
     // Not ours (a throw from before/after, e.g. a device copy): name the call.
     Error err(ErrorKind::Io, strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number, "): ", e.what()));
     SC_LOG(Warn, err.what());
     state_->poison(err.what(), /*abortComm=*/false);
-    finishError(err);
-    return;
+    return err;
   }
-  if (call.done) call.done(nullptr);
+  return std::nullopt;
 }
 
 void Group::abort(const std::string& why) { state_->poison(why, /*abortComm=*/true); }

@@ -14,10 +14,13 @@
 //   involved, and nothing is queued or running on the worker; otherwise it
 //   is handed to the worker (docs/architecture.md, "Where a call runs").
 //   Either way call.done runs exactly once on the executing thread, after
-//   call.after; a failure (peer died, mismatch, timeout) poisons the group
-//   and every later call fails with the first reason until the group is
-//   destroyed. submit() itself throws only Error(InvalidArgument) for a
-//   call it cannot describe, before anything is numbered.
+//   call.after and outside the group's execution lock (it may submit
+//   more); a failure (peer died, mismatch, timeout) poisons the group and
+//   every later call fails with the first reason until the group is
+//   destroyed. submit() itself throws, before anything is numbered,
+//   Error(InvalidArgument) for a call the group cannot take (bad peer, a
+//   message above its algorithm's limit, a collective inside a coalescing
+//   block) and Error(Aborted) once the group is poisoned or shut down.
 // - abort() from any thread poisons, closes every link and wakes every
 //   waiter. shutdown() (idempotent; a second caller waits for the first)
 //   runs what is queued (or, with a grace period, aborts what has not
@@ -37,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -184,7 +188,9 @@ class Group : public std::enable_shared_from_this<Group> {
   void checkUsable(const std::string& name) const;
   void numberCall(Call& call, uint64_t& number);
   void dispatch(Call call, uint64_t number);
-  void execute(Call& call, uint64_t number);  // on the executing thread
+  // Runs the call on the executing thread (execMu_ held); the error, if any.
+  // The caller runs call.done after releasing execMu_.
+  std::optional<Error> execute(Call& call, uint64_t number);
   void runBody(Call& call, CollectiveOptions& o);
   std::string chooseAllreduce(int64_t bytes);
 

@@ -12,7 +12,7 @@
 // group is destroyed. abort() from any thread poisons, closes every link and
 // wakes every waiter.
 // CPU tensors must stay alive and untouched until the Work completes (as with
-// gloo); non-contiguous ones are copied in and out (slower). CUDA tensors
+// gloo) and be contiguous (validate.h says what to do otherwise). CUDA tensors
 // follow PyTorch's stream semantics: the collective runs after the work
 // queued on the caller's current stream, and Work.wait() orders the current
 // stream after it. Allreduce of CUDA tensors runs scalecomm's schedules over

@@ -10,6 +10,7 @@
 
 #include "algo/collectives.h"
 #include "algo/cost_model.h"
+#include "algo/registry.h"
 #include "comm/communicator.h"
 #include "compress/codec.h"
 #include "compress/compressed_allreduce.h"
@@ -217,9 +218,11 @@ PYBIND11_MODULE(_C, m) {
         if (world < 1) throw py::value_error("world must be >= 1");
         if (ranksPerHost < 0) throw py::value_error("ranks_per_host must be >= 0");
         if (psServers < 1 || psServers > world) throw py::value_error("ps_servers must lie in [1, world]");
-        const auto& algos = scalecomm::allreduceAlgorithms();
-        if (std::find(algos.begin(), algos.end(), algorithm) == algos.end()) {
-          throw py::value_error("unknown allreduce algorithm '" + algorithm + "'");
+        const auto* entry = scalecomm::findAllreduceAlgorithm(algorithm);
+        if (entry == nullptr) throw py::value_error("unknown allreduce algorithm '" + algorithm + "'");
+        if (!scalecomm::allreduceServes(algorithm, world, bytes)) {
+          throw py::value_error("allreduce algorithm '" + algorithm + "' does not serve " + std::to_string(world) +
+                                " ranks and " + std::to_string(bytes) + " bytes");
         }
         scalecomm::CostParams c{alpha, beta, overhead, gamma, intraAlpha, intraBeta, segmentBytes};
         scalecomm::AlgoParams a;
@@ -234,7 +237,35 @@ PYBIND11_MODULE(_C, m) {
       py::arg("overhead") = 0.0, py::arg("gamma") = 0.0, py::arg("segment_bytes") = 0, py::arg("ranks_per_host") = 0,
       py::arg("intra_alpha") = -1.0, py::arg("intra_beta") = -1.0, py::arg("ps_servers") = 1,
       "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h).");
-  m.def("allreduce_algorithms", [] { return scalecomm::allreduceAlgorithms(); });
+  m.def(
+      "allreduce_algorithms",
+      [](int world, int64_t bytes) {
+        std::vector<std::string> out;
+        for (const auto& a : scalecomm::allreduceRegistry()) {
+          if (world <= 0 || scalecomm::allreduceServes(a.name, world, bytes)) out.push_back(a.name);
+        }
+        return out;
+      },
+      py::arg("world") = 0, py::arg("bytes") = -1,
+      "Allreduce algorithms of this build (registry order); with world (and bytes), those that serve such a group "
+      "(and message).");
+  m.def(
+      "allreduce_registry",
+      [] {
+        py::list out;
+        for (const auto& a : scalecomm::allreduceRegistry()) {
+          py::dict d;
+          d["name"] = a.name;
+          d["summary"] = a.summary;
+          d["max_world"] = a.maxWorld;
+          d["max_bytes"] = a.maxBytes;
+          d["auto"] = a.autoCandidate;
+          d["across_hosts_only"] = a.acrossHosts;
+          out.append(d);
+        }
+        return out;
+      },
+      "Every allreduce algorithm's registry entry (algo/registry.cc).");
   scalecomm::bindKernels(m);
   m.def("host_identity", &scalecomm::hostIdentity,
         "This process's host identity (what decides shm vs tcp; SCALECOMM_HOSTNAME overrides it).");

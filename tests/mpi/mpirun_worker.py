@@ -98,7 +98,7 @@ if case == "transport":
 elif case == "hosts":
     import pyscalecomm as psc
 
-    for algo in psc.allreduce_algorithms():
+    for algo in psc.allreduce_algorithms(world_size=n):
         g = dist.new_group(backend="scalecomm", pg_options=psc.Options(algorithm=algo))
         x = inputs(r, 10007, torch.float64)
         dist.all_reduce(x, group=g)
