@@ -287,6 +287,23 @@ def test_tuning_file_decides_auto_and_skips_the_probe(tmp_path):
         assert costs["alpha"] == 3e-06 and costs["beta"] == 2e-10, costs
 
 
+def _tuned_pairwise(rank, n, path):
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    t = torch.ones(1 << 14)  # 64 KiB: the nearest measured size says pairwise, which cannot take it
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((1 << 14,), 2.0))
+    small = torch.ones(8)
+    dist.all_reduce(small)
+    return sorted(k for k in be.stats() if k.startswith("allreduce:"))
+
+
+def test_a_tuned_winner_that_cannot_take_a_message_is_not_used_for_it(tmp_path):
+    path = tmp_path / "tuning.txt"
+    path.write_text("world 2\nalpha 3e-06\nbeta 2e-10\nallreduce 4096 pairwise\n")
+    for names in run_ranks(2, _tuned_pairwise, str(path), env={"SCALECOMM_TUNING_FILE": str(path)}):
+        assert "allreduce:pairwise" in names and len(names) == 2, names
+
+
 def _bad_tuning(rank, n, path):
     import pyscalecomm
 

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <optional>
-#include <set>
 #include <thread>
 
 #include "algo/probe.h"
@@ -44,7 +43,7 @@ void checkServes(const AlgorithmSelection& selection, int rank, int size) {
   }
 }
 
-// Wraps a call's progress: the observer's range and the timeline span.
+// The observer's range around one executed call (NVTX in CUDA builds).
 struct Span {
   CallObserver* observer;
   uint64_t id = 0;
@@ -154,6 +153,11 @@ std::string Group::chooseAllreduce(int64_t bytes) {
   if (it != chosen_.end()) return it->second;
   std::string algo = tuning_.lookup(bytes);
   const char* why = "tuning file";
+  if (!algo.empty() && !allreduceServes(algo, size_, bytes)) {
+    // The table's winner at the nearest measured size cannot take this message.
+    SC_LOG(Info, "rank ", rank_, ": tuning file's ", algo, " does not serve ", bytes, " bytes; using the cost model");
+    algo.clear();
+  }
   if (algo.empty()) {
     AlgoParams params{comm_->hostOf(), static_cast<int>(config_.psServers)};
     algo = scalecomm::chooseAllreduce(size_, bytes, costs_, params, autoAllreduceCandidates(size_, bytes, params));

@@ -4,9 +4,7 @@
 #include <sched.h>
 
 #include <mutex>
-#include <set>
 
-#include "algo/schedule.h"
 #include "compress/codec.h"
 #include "core/logging.h"
 #include "cuda/nvtx_ranges.h"

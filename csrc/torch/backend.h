@@ -25,11 +25,9 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <atomic>
-#include <functional>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
+#include <string>
+#include <vector>
 
 #include "group/group.h"
 #include "torch/compression_store.h"
