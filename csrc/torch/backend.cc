@@ -145,8 +145,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
                     "this tensor is on ", t.device(), ": choose a scalecomm algorithm such as ring");
   auto stage = HostStage::forCall(device);
   at::Tensor tensor = stage->inout(t);
-  Call call;
-  call.kind = CallKind::Allreduce;
+  Call call = callFor(CallKind::Allreduce, "", opts);
   call.algorithm = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(t.nbytes()));
   call.name = "allreduce:" + call.algorithm;
   call.data = tensor.data_ptr();
@@ -154,8 +153,6 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   call.dtype = r.dtype;
   call.op = r.op.op;
   call.premulFactor = r.op.premulFactor;
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   return run(c10d::OpType::ALLREDUCE, {t}, std::move(call), stage);
 }
 
@@ -192,8 +189,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();
   at::Tensor flat = at::empty({count}, ts[0].options().device(at::kCPU));
-  Call call;
-  call.kind = CallKind::Allreduce;
+  Call call = callFor(CallKind::Allreduce, "", opts);
   call.algorithm = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(flat.nbytes()));
   call.name = "allreduce_coalesced";
   call.data = flat.data_ptr();
@@ -201,8 +197,6 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   call.dtype = r.dtype;
   call.op = r.op.op;
   call.premulFactor = r.op.premulFactor;
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   call.before = [flat, ts] {
     at::Tensor out = flat;
     at::cat_out(out, flattenAll(ts));
@@ -226,16 +220,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tenso
   WireShape shape = wireShape(t);
   auto stage = stageFor("broadcast", {t});
   at::Tensor tensor = stage->inout(t);
-  Call call;
-  call.kind = CallKind::Broadcast;
+  Call call = callFor(CallKind::Broadcast, "", opts);
   call.algorithm = group_->algorithmFor(CallKind::Broadcast, static_cast<int64_t>(t.nbytes()));
   call.name = "broadcast:" + call.algorithm;
   call.data = tensor.data_ptr();
   call.count = shape.count;
   call.dtype = shape.dtype;
   call.root = static_cast<int>(opts.rootRank);
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   return run(c10d::OpType::BROADCAST, {t}, std::move(call), stage);
 }
 
@@ -257,15 +248,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
   auto stage = stageFor("allgather", all);
   at::Tensor input = stage->input(in);
   std::vector<at::Tensor> outList = stage->outputs(outs);
-  Call call;
-  call.kind = CallKind::Allgather;
+  Call call = callFor(CallKind::Allgather, "", opts);
   call.algorithm = group_->algorithmFor(CallKind::Allgather, 0);
   call.name = titled("allgather", call.algorithm);
   for (const auto& t : outList) call.blocks.push_back(t.data_ptr());
   call.count = shape.count;
   call.dtype = shape.dtype;
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   call.before = [own = outList[getRank()], input] { own.copy_(input); };
   return run(c10d::OpType::ALLGATHER, outs, std::move(call), stage);
 }
@@ -282,16 +270,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
   WireShape shape = wireShape(input);
   auto stage = stageFor("all_gather_into_tensor", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
-  Call call;
-  call.kind = CallKind::Allgather;
+  Call call = callFor(CallKind::Allgather, "", opts);
   call.algorithm = group_->algorithmFor(CallKind::Allgather, 0);
   call.name = titled("all_gather_into_tensor", call.algorithm);
   auto* first = static_cast<uint8_t*>(out.data_ptr());
   for (int r = 0; r < getSize(); ++r) call.blocks.push_back(first + r * in.nbytes());
   call.count = shape.count;
   call.dtype = shape.dtype;
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   call.before = [in, out, rank = getRank()] {
     out.view({-1}).narrow(0, rank * in.numel(), in.numel()).copy_(in.reshape({-1}));
   };
@@ -333,12 +318,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::barrier(const c10d::BarrierOptions& opts) {
-  Call call;
-  call.kind = CallKind::Barrier;
+  Call call = callFor(CallKind::Barrier, "", opts);
   call.algorithm = group_->algorithmFor(CallKind::Barrier, 0);
   call.name = titled("barrier", call.algorithm);
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   return run(c10d::OpType::BARRIER, {}, std::move(call));
 }
 

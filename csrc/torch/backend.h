@@ -38,6 +38,18 @@
 namespace scalecomm {
 
 using BackendConfig = GroupConfig;
+
+// A Call of `kind` named `name` with c10d's per-call timeout and whether the
+// caller waits right away (asyncOp false: it may run on the caller's thread).
+template <typename Opts>
+Call callFor(CallKind kind, std::string name, const Opts& opts) {
+  Call call;
+  call.kind = kind;
+  call.name = std::move(name);
+  call.timeoutMs = opts.timeout.count();
+  call.blocking = !opts.asyncOp;
+  return call;
+}
 struct ReductionArgs;  // torch/validate.h
 
 class ScalecommBackend : public c10d::Backend {

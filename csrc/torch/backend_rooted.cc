@@ -77,8 +77,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
   const int root = static_cast<int>(opts.rootRank), rank = getRank();
   auto stage = stageFor("reduce", {t});
   at::Tensor tensor = rank == root ? stage->inout(t) : stage->input(t);
-  Call call;
-  call.kind = CallKind::Reduce;
+  Call call = callFor(CallKind::Reduce, "", opts);
   call.algorithm = group_->algorithmFor(CallKind::Reduce, static_cast<int64_t>(t.nbytes()));
   call.name = "reduce:" + call.algorithm;
   call.count = t.numel();
@@ -86,8 +85,6 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
   call.op = r.op.op;
   call.premulFactor = r.op.premulFactor;
   call.root = root;
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   if (rank == root) {
     call.data = tensor.data_ptr();
   } else {  // non-root ranks reduce in scratch, so their input stays intact
@@ -101,13 +98,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
 // Reduce-scatter of `contributions` (world size x out.numel() elements of this
 // rank, copied into a scratch work buffer by `fill` when the call runs); this
 // rank's reduced block is copied into `out`.
-static Call reduceScatterCall(const std::string& name, const ReductionArgs& r, const at::Tensor& out, int rank,
-                              int size, std::function<void(at::Tensor&)> fill) {
+static Call reduceScatterCall(const std::string& name, const c10d::ReduceScatterOptions& opts, const ReductionArgs& r,
+                              const at::Tensor& out, int rank, int size, std::function<void(at::Tensor&)> fill) {
   const int64_t per = out.numel();
   at::Tensor work = at::empty({per * size}, out.options().device(at::kCPU));
-  Call call;
-  call.kind = CallKind::ReduceScatter;
-  call.name = name;
+  Call call = callFor(CallKind::ReduceScatter, name, opts);
   call.data = work.data_ptr();
   call.count = per;
   call.dtype = r.dtype;
@@ -129,11 +124,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_reduce_scatter_base(at::Tensor
   auto stage = stageFor("reduce_scatter_tensor", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
   const std::string algo = group_->algorithmFor(CallKind::ReduceScatter, 0);
-  Call call = reduceScatterCall(titled("reduce_scatter_tensor", algo), r, out, getRank(), getSize(),
+  Call call = reduceScatterCall(titled("reduce_scatter_tensor", algo), opts, r, out, getRank(), getSize(),
                                 [in](at::Tensor& work) { work.copy_(in.reshape({-1})); });
   call.algorithm = algo;
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   return run(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, std::move(call), stage);
 }
 
@@ -152,11 +145,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::
   std::vector<at::Tensor> ins = stage->inputs(inputs[0]);
   at::Tensor output = stage->output(out);
   const std::string algo = group_->algorithmFor(CallKind::ReduceScatter, 0);
-  Call call = reduceScatterCall(titled("reduce_scatter", algo), r, output, getRank(), getSize(),
+  Call call = reduceScatterCall(titled("reduce_scatter", algo), opts, r, output, getRank(), getSize(),
                                 [ins](at::Tensor& work) { at::cat_out(work, flattenAll(ins)); });
   call.algorithm = algo;
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   return run(c10d::OpType::REDUCE_SCATTER, {out}, std::move(call), stage);
 }
 
@@ -184,15 +175,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::gather(std::vector<std::vector<
   auto stage = stageFor("gather", all);
   at::Tensor input = stage->input(in);
   std::vector<at::Tensor> outs = stage->outputs(userOuts);
-  Call call;
-  call.kind = CallKind::Gather;
-  call.name = "gather";
+  Call call = callFor(CallKind::Gather, "gather", opts);
   call.blocks = rootedBlocks(outs, input, rank, root, size);
   call.count = shape.count;
   call.dtype = shape.dtype;
   call.root = root;
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   if (rank == root) call.before = [own = outs[root], input] { own.copy_(input); };
   return run(c10d::OpType::GATHER, userOuts, std::move(call), stage);
 }
@@ -211,15 +198,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::scatter(std::vector<at::Tensor>
   auto stage = stageFor("scatter", all);
   ins = stage->inputs(ins);
   at::Tensor output = stage->output(out);
-  Call call;
-  call.kind = CallKind::Scatter;
-  call.name = "scatter";
+  Call call = callFor(CallKind::Scatter, "scatter", opts);
   call.blocks = rootedBlocks(ins, output, rank, root, size);
   call.count = shape.count;
   call.dtype = shape.dtype;
   call.root = root;
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   if (rank == root) call.before = [output, own = ins[root]] { output.copy_(own); };
   return run(c10d::OpType::SCATTER, {out}, std::move(call), stage);
 }
@@ -253,9 +236,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
   const size_t unitBytes = elementSize(dtype);
   auto stage = stageFor("all_to_all_single", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
-  Call call;
-  call.kind = CallKind::Alltoall;
-  call.name = "all_to_all_single";
+  Call call = callFor(CallKind::Alltoall, "all_to_all_single", opts);
   call.dtype = dtype;
   call.blocks.resize(2 * n);
   call.sendCounts.resize(n);
@@ -276,8 +257,6 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
     if (selfBytes > 0) std::memcpy(dst, src, selfBytes);
   };
   call.sendCounts[rank] = call.recvCounts[rank] = 0;  // the self block is copied, not sent
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   return run(c10d::OpType::ALLTOALL_BASE, {output}, std::move(call), stage);
 }
 
@@ -301,9 +280,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor
   all.insert(all.end(), outputs.begin(), outputs.end());
   auto stage = stageFor("all_to_all", all);
   std::vector<at::Tensor> ins = stage->inputs(inputs), outs = stage->outputs(outputs);
-  Call call;
-  call.kind = CallKind::Alltoall;
-  call.name = "all_to_all";
+  Call call = callFor(CallKind::Alltoall, "all_to_all", opts);
   call.dtype = dtype;
   for (const auto& t : ins) call.blocks.push_back(t.data_ptr());
   for (const auto& t : outs) call.blocks.push_back(t.data_ptr());
@@ -313,8 +290,6 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor
   }
   call.sendCounts[rank] = call.recvCounts[rank] = 0;
   call.before = [own = outs[rank], in = ins[rank]] { own.copy_(in); };
-  call.timeoutMs = opts.timeout.count();
-  call.blocking = !opts.asyncOp;
   return run(c10d::OpType::ALLTOALL, outputs, std::move(call), stage);
 }
 
