@@ -442,6 +442,43 @@ def test_synchronous_calls_run_inline_async_ones_on_the_worker_and_plans_are_reu
         assert "allreduce:pairwise" in algos, algos  # auto's pick for 32 bytes at 2 ranks
 
 
+def _non_contiguous(rank, n):
+    # in place: a transposed view is reduced and written back through its strides
+    base = torch.arange(12.0).view(3, 4) * (rank + 1)
+    view = base.t()
+    dist.all_reduce(view)
+    assert torch.equal(base, torch.arange(12.0).view(3, 4) * n * (n + 1) / 2)
+    # broadcast into every other element
+    b = torch.full((10,), float(rank))
+    dist.broadcast(b[::2], src=n - 1)
+    assert torch.equal(b[::2], torch.full((5,), float(n - 1))) and torch.equal(
+        b[1::2], torch.full((5,), float(rank))
+    )
+    # allgather from a strided input into strided outputs
+    src = torch.arange(6.0).view(2, 3)[:, ::2] + 10 * rank  # 2x2, non-contiguous
+    outs = [torch.zeros(2, 4)[:, ::2] for _ in range(n)]
+    dist.all_gather(outs, src)
+    for q in range(n):
+        assert torch.equal(outs[q], torch.arange(6.0).view(2, 3)[:, ::2] + 10 * q)
+    # asynchronous: copied back when the Work completes
+    c = torch.ones(4, 6)[:, 1:5]
+    dist.all_reduce(c, async_op=True).wait()
+    assert torch.equal(c, torch.full((4, 4), float(n)))
+    # batches do not take them (yet): refused clearly, the group stays usable
+    try:
+        dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.ones(4, 4).t(), (rank + 1) % n)])
+        batched = "no error"
+    except ValueError as e:
+        batched = str(e)
+    dist.barrier()
+    return batched
+
+
+def test_non_contiguous_tensors_are_copied_in_and_out_like_gloo():
+    for msg in run_ranks(3, _non_contiguous):
+        assert "cannot be batched" in msg, msg
+
+
 def _allgather_coalesced(rank, n):
     ins = [torch.full((3,), float(rank)), torch.arange(10.0).view(2, 5) + 10 * rank]
     outs = [[torch.empty(3) for _ in range(n)], [torch.empty(2, 5) for _ in range(n)]]

@@ -230,17 +230,6 @@ void Group::checkUsable(const std::string& name) const {
 
 uint64_t Group::submit(Call call) {
   checkUsable(call.name);
-  if (coalescing_) {
-    if (call.kind != CallKind::Send && call.kind != CallKind::Recv) {
-      fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
-           "): only send and recv can be coalesced (batch_isend_irecv); issue ", call.name,
-           " outside the coalescing block");
-    }
-    if (call.device) {
-      fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
-           "): device tensors cannot be batched (batch_isend_irecv) yet; issue isend/irecv one by one");
-    }
-  }
   if (call.kind == CallKind::Allreduce && !call.algorithm.empty()) {
     const AllreduceAlgorithm* a = findAllreduceAlgorithm(call.algorithm);
     const int64_t bytes = call.count * static_cast<int64_t>(elementSize(call.dtype));
@@ -250,13 +239,30 @@ uint64_t Group::submit(Call call) {
            " (choose auto, which uses it where it fits, or ring/rhd)");
     }
   }
-  uint64_t number = 0;
-  numberCall(call, number);
-  if (coalescing_) {
-    pending_.emplace_back(std::move(call), number);
+  if (!coalescing_) {
+    uint64_t number = 0;
+    numberCall(call, number);
+    dispatch(std::move(call), number);
     return number;
   }
-  dispatch(std::move(call), number);
+  if (call.kind != CallKind::Send && call.kind != CallKind::Recv) {
+    abandonBatch(strCat("scalecomm ", call.name, " (rank ", rank_,
+                        "): only send and recv can be coalesced (batch_isend_irecv); issue ", call.name,
+                        " outside the coalescing block"));
+  }
+  if (call.device || call.before || call.after) {  // a batch runs its parts' buffers as they are
+    abandonBatch(
+        strCat("scalecomm ", call.name, " (rank ", rank_,
+               "): tensors that need staging (CUDA or non-contiguous) cannot be batched (batch_isend_irecv) yet; pass "
+               "contiguous CPU tensors or issue isend/irecv one by one"));
+  }
+  uint64_t number = 0;
+  try {
+    numberCall(call, number);
+  } catch (const Error& e) {
+    abandonBatch(e.what());
+  }
+  pending_.emplace_back(std::move(call), number);
   return number;
 }
 
@@ -281,6 +287,21 @@ void Group::dispatch(Call call, uint64_t number) {
     }
     if (call.done) call.done(error ? &*error : nullptr);
   });
+}
+
+void Group::abandonBatch(const std::string& why) {
+  // torch's coalescing manager does not end a block that raised: leave the
+  // block here, give the parts' numbers back (nothing was sent) and fail them.
+  coalescing_ = false;
+  std::vector<std::pair<Call, uint64_t>> parts = std::move(pending_);
+  pending_.clear();
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    --(it->first.kind == CallKind::Send ? sentTo_ : receivedLabel_)[it->first.peer];
+  }
+  const Error error(ErrorKind::InvalidArgument, strCat(why, " (the batch was abandoned: none of it was sent)"));
+  for (auto& [p, n] : parts)
+    if (p.done) p.done(&error);
+  throw error;
 }
 
 void Group::startCoalescing() {

@@ -158,8 +158,10 @@ class Group : public std::enable_shared_from_this<Group> {
 
   // Coalescing (batch_isend_irecv): sends and receives submitted between
   // startCoalescing() and endCoalescing() are numbered at once and run as one
-  // batch that progresses all of them together; any other call in between is
-  // refused with Error(InvalidArgument). endCoalescing(call) submits the
+  // batch that progresses all of them together. Any other call in between,
+  // or a part the batch cannot take, is refused with Error(InvalidArgument)
+  // and abandons the batch (its parts fail, nothing is sent, coalescing
+  // ends), since torch does not end a coalescing block that raised. endCoalescing(call) submits the
   // batch under call's name; every part's done runs, then call.done. It
   // returns the first message's number, or 0 for an empty batch (call.done
   // then runs at once). Both from the submitting thread.
@@ -186,6 +188,7 @@ class Group : public std::enable_shared_from_this<Group> {
   Group(std::unique_ptr<Communicator> comm, GroupConfig config);
   void start();  // after construction: worker, registry, timeline row
   void checkUsable(const std::string& name) const;
+  [[noreturn]] void abandonBatch(const std::string& why);
   void numberCall(Call& call, uint64_t& number);
   void dispatch(Call call, uint64_t number);
   // Runs the call on the executing thread (execMu_ held); the error, if any.

@@ -100,7 +100,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vec
       if (after) after();
       stage->toDevice();
     };
-    call.device = true;
+    call.device = stage->onDevice();
   }
   if (device) call.device = true;
   if (group_->coalescing()) batchParts_.push_back(work);
@@ -120,7 +120,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vec
   try {
     seq = group_->submit(std::move(call));
   } catch (const Error& e) {
-    if (group_->coalescing() && !batchParts_.empty() && batchParts_.back() == work) batchParts_.pop_back();
+    if (!group_->coalescing()) batchParts_.clear();  // the group abandoned the batch
+    if (!batchParts_.empty() && batchParts_.back() == work) batchParts_.pop_back();
     rethrow(e);
   }
   work->setSequence(seq);
@@ -143,7 +144,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   TORCH_CHECK_VALUE(group_->selection().allreduce != "nccl", "scalecomm allreduce (rank ", getRank(),
                     "): algorithm nccl takes CUDA tensors (and a build with NCCL, SCALECOMM_CUDA_TRANSPORT=auto); ",
                     "this tensor is on ", t.device(), ": choose a scalecomm algorithm such as ring");
-  auto stage = HostStage::forCall(device);
+  auto stage = HostStage::forCall(device, {t});
   at::Tensor tensor = stage->inout(t);
   Call call = callFor(CallKind::Allreduce, "", opts);
   call.algorithm = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(t.nbytes()));

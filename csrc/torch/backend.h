@@ -12,7 +12,8 @@
 // group is destroyed. abort() from any thread poisons, closes every link and
 // wakes every waiter.
 // CPU tensors must stay alive and untouched until the Work completes (as with
-// gloo) and be contiguous (validate.h says what to do otherwise). CUDA tensors
+// gloo); non-contiguous ones are copied into a contiguous buffer when the
+// call runs and back after it (slower, as with gloo). CUDA tensors
 // follow PyTorch's stream semantics: the collective runs after the work
 // queued on the caller's current stream, and Work.wait() orders the current
 // stream after it. Allreduce of CUDA tensors runs scalecomm's schedules over
@@ -163,7 +164,7 @@ class ScalecommBackend : public c10d::Backend {
                                      const std::shared_ptr<DeviceCall>& device = nullptr);
   // The host stage for a collective's tensors (inactive when all are on the CPU).
   std::shared_ptr<HostStage> stageFor(const char* collective, const std::vector<at::Tensor>& tensors) {
-    return HostStage::forCall(DeviceCall::begin(tensors, collective, getRank()));
+    return HostStage::forCall(DeviceCall::begin(tensors, collective, getRank()), tensors);
   }
   bool ncclAllreduce(const std::shared_ptr<DeviceCall>& call) const {
     return call && config().cudaTransport != "host" && NcclGroups::available();

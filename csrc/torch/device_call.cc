@@ -76,13 +76,14 @@ void DeviceCall::waitOnCurrentStream() {
 }
 
 at::Tensor HostStage::stage(const at::Tensor& t, bool down, bool up) {
-  if (!call_ || !t.is_cuda()) return t;
+  if (!call_ || !t.is_cuda()) return stageCpu(t, down, up);
   at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
   pairs_.push_back({t, host, down, up});
   return host;
 }
 
 void HostStage::toHost() {
+  copyCpuIn();
   if (!call_) return;
   c10::cuda::CUDAGuard guard(call_->device());
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, call_->device());
@@ -97,6 +98,7 @@ void HostStage::toHost() {
 }
 
 void HostStage::toDevice() {
+  copyCpuOut();
   if (!call_) return;
   c10::cuda::CUDAGuard guard(call_->device());
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, call_->device());
@@ -126,10 +128,27 @@ DeviceCall::~DeviceCall() = default;
 void DeviceCall::orderAfterInputs(void*) {}
 void DeviceCall::markIssued(void*) { issued_.store(true); }
 void DeviceCall::waitOnCurrentStream() {}
-at::Tensor HostStage::stage(const at::Tensor& t, bool, bool) { return t; }
-void HostStage::toHost() {}
-void HostStage::toDevice() {}
+at::Tensor HostStage::stage(const at::Tensor& t, bool down, bool up) { return stageCpu(t, down, up); }
+void HostStage::toHost() { copyCpuIn(); }
+void HostStage::toDevice() { copyCpuOut(); }
 
 #endif
+
+at::Tensor HostStage::stageCpu(const at::Tensor& t, bool down, bool up) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  at::Tensor dense = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+  cpuPairs_.push_back({t, dense, down, up});
+  return dense;
+}
+
+void HostStage::copyCpuIn() {
+  for (auto& p : cpuPairs_)
+    if (p.down) p.host.copy_(p.device);
+}
+
+void HostStage::copyCpuOut() {
+  for (auto& p : cpuPairs_)
+    if (p.up) p.device.copy_(p.host);
+}
 
 }  // namespace scalecomm

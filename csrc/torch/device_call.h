@@ -16,7 +16,9 @@
 //   transports (shm, tcp, mpi): input()/output()/inout() hand the body a
 //   pinned host tensor; toHost() before the body copies inputs down (after
 //   `ready`), toDevice() after it copies outputs up and waits for the copies.
-//   For CPU tensors every method is the identity and nothing is copied.
+//   Non-contiguous CPU tensors go through a contiguous copy the same way
+//   (made when the call runs, copied back after it). For contiguous CPU
+//   tensors every method is the identity and nothing is copied.
 // Builds without CUDA compile all of this to "no CUDA tensors here": begin()
 // refuses CUDA tensors with a ValueError naming the collective and rank.
 // Thread safety: begin/input/output on the caller; the rest on the worker,
@@ -56,13 +58,20 @@ class DeviceCall {
 class HostStage {
  public:
   explicit HostStage(std::shared_ptr<DeviceCall> call) : call_(std::move(call)) {}
-  // A stage for `call`; for CPU-only calls (null) one shared, stateless
-  // instance, so the CPU path allocates nothing per call.
-  static std::shared_ptr<HostStage> forCall(std::shared_ptr<DeviceCall> call) {
+  // A stage for a call on `tensors` (`call`: their DeviceCall, null for CPU
+  // tensors); for contiguous CPU tensors one shared, stateless instance, so
+  // that path allocates nothing per call.
+  static std::shared_ptr<HostStage> forCall(std::shared_ptr<DeviceCall> call, const std::vector<at::Tensor>& tensors) {
     static const auto cpuOnly = std::make_shared<HostStage>(nullptr);
-    return call ? std::make_shared<HostStage>(std::move(call)) : cpuOnly;
+    if (call) return std::make_shared<HostStage>(std::move(call));
+    for (const auto& t : tensors)
+      if (t.defined() && !t.is_contiguous()) return std::make_shared<HostStage>(nullptr);
+    return cpuOnly;
   }
-  bool active() const { return call_ != nullptr; }
+  // Copies run around the call (device staging or contiguous copies).
+  bool active() const { return call_ != nullptr || !cpuPairs_.empty(); }
+  // Device work is involved (the call must run on the worker).
+  bool onDevice() const { return call_ != nullptr; }
   at::Tensor input(const at::Tensor& t) { return stage(t, true, false); }
   at::Tensor output(const at::Tensor& t) { return stage(t, false, true); }
   at::Tensor inout(const at::Tensor& t) { return stage(t, true, true); }
@@ -78,13 +87,17 @@ class HostStage {
     bool down, up;
   };
   at::Tensor stage(const at::Tensor& t, bool down, bool up);
+  at::Tensor stageCpu(const at::Tensor& t, bool down, bool up);  // non-contiguous CPU tensors
+  void copyCpuIn();
+  void copyCpuOut();
   std::vector<at::Tensor> stageAll(const std::vector<at::Tensor>& ts, bool down, bool up) {
     std::vector<at::Tensor> out;
     for (const auto& t : ts) out.push_back(stage(t, down, up));
     return out;
   }
   std::shared_ptr<DeviceCall> call_;
-  std::vector<Pair> pairs_;
+  std::vector<Pair> pairs_;     // CUDA tensor, pinned host copy
+  std::vector<Pair> cpuPairs_;  // non-contiguous CPU tensor, contiguous copy
 };
 
 }  // namespace scalecomm

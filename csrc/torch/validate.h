@@ -15,15 +15,18 @@
 namespace scalecomm {
 
 // CPU or CUDA tensors (whether this build can take CUDA ones is
-// DeviceCall::begin's check, torch/device_call.h).
+// DeviceCall::begin's check, torch/device_call.h). Non-contiguous CPU tensors
+// are staged through a contiguous copy (HostStage); CUDA ones must be
+// contiguous.
 inline void checkDense(const char* coll, int rank, const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.defined(), "scalecomm ", coll, " (rank ", rank, "): tensor is undefined");
   TORCH_CHECK_VALUE(t.layout() == at::kStrided, "scalecomm ", coll, " (rank ", rank, "): ", t.layout(),
                     " tensors are not supported; pass a dense tensor");
   TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), "scalecomm ", coll, " (rank ", rank,
                     "): tensor is on ", t.device(), "; scalecomm takes CPU and CUDA tensors");
-  TORCH_CHECK_VALUE(t.is_contiguous(), "scalecomm ", coll, " (rank ", rank, "): tensor is not contiguous (sizes ",
-                    t.sizes(), ", strides ", t.strides(), "); pass tensor.contiguous() and copy the result back");
+  TORCH_CHECK_VALUE(t.is_contiguous() || t.device().is_cpu(), "scalecomm ", coll, " (rank ", rank,
+                    "): CUDA tensor is not contiguous (sizes ", t.sizes(), ", strides ", t.strides(),
+                    "); pass tensor.contiguous() and copy the result back");
 }
 
 inline const at::Tensor& singleTensor(const char* coll, int rank, const std::vector<at::Tensor>& ts) {

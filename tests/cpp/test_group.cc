@@ -296,15 +296,6 @@ TEST(point_to_point_numbering_and_coalesced_batches) {
     s.tag = 5;
     s.done = [&](const Error* e) { partsDone += e == nullptr; };
     CHECK_EQ(g.submit(std::move(s)), uint64_t{1});  // the first message to that peer
-    Call barrierInside;
-    barrierInside.kind = CallKind::Barrier;
-    barrierInside.name = "barrier";
-    try {
-      g.submit(std::move(barrierInside));
-      CHECK(false);
-    } catch (const Error& e) {
-      CHECK(e.kind() == ErrorKind::InvalidArgument);
-    }
     Call batch;
     batch.name = "batch_isend_irecv";
     auto p = std::make_shared<std::promise<std::string>>();
@@ -326,6 +317,53 @@ TEST(point_to_point_numbering_and_coalesced_batches) {
     } catch (const Error& e) {
       CHECK(std::string(e.what()).find("peer rank 5 is out of range") != std::string::npos);
     }
+  });
+}
+
+TEST(a_refused_call_inside_a_batch_abandons_it_and_gives_its_numbers_back) {
+  Mesh m(2);
+  onRanks(m, [&](int rank, Group& g) {
+    const int peer = 1 - rank;
+    std::vector<int32_t> buf(2, rank);
+    auto p2p = [&](CallKind kind) {
+      Call c;
+      c.kind = kind;
+      c.name = kind == CallKind::Send ? "send" : "recv";
+      c.data = buf.data();
+      c.count = 2;
+      c.dtype = DataType::Int32;
+      c.peer = peer;
+      return c;
+    };
+    g.startCoalescing();
+    std::string partError;
+    Call s = p2p(CallKind::Send);
+    s.done = [&](const Error* e) { partError = e ? e->what() : ""; };
+    CHECK_EQ(g.submit(std::move(s)), uint64_t{1});
+    Call bar;
+    bar.kind = CallKind::Barrier;
+    bar.name = "barrier";
+    try {
+      g.submit(std::move(bar));
+      CHECK(false);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::InvalidArgument);
+      CHECK(std::string(e.what()).find("the batch was abandoned") != std::string::npos);
+    }
+    CHECK(!g.coalescing());
+    CHECK(partError.find("only send and recv can be coalesced") != std::string::npos);
+    // Nothing was sent and the numbers were given back: the next exchange is message 1 again.
+    std::vector<int32_t> in(2, -1);
+    Call r = p2p(CallKind::Recv);
+    r.data = in.data();
+    if (rank == 0) {
+      CHECK_EQ(runCall(g, p2p(CallKind::Send)), std::string());
+      CHECK_EQ(runCall(g, std::move(r)), std::string());
+    } else {
+      CHECK_EQ(runCall(g, std::move(r)), std::string());
+      CHECK_EQ(runCall(g, p2p(CallKind::Send)), std::string());
+    }
+    CHECK_EQ(in[1], peer);
   });
 }
 
