@@ -401,18 +401,19 @@ def test_pairwise_matches_gloo_and_refuses_what_it_cannot_take():
         assert "algorithm pairwise takes messages of at most 4032 bytes; this one has 4036" in big, big
 
 
-def _pairwise_on_three(rank, n):
+def _group_error(rank, n, algorithm):
+    """The ValueError of making a scalecomm group with this algorithm, or "no error"."""
     import pyscalecomm
 
     try:
-        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm="pairwise"))
+        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=algorithm))
     except ValueError as e:
         return str(e)
     return "no error"
 
 
 def test_pairwise_is_refused_for_more_than_two_ranks_when_the_group_is_made():
-    for msg in run_ranks(3, _pairwise_on_three):
+    for msg in run_ranks(3, _group_error, "pairwise"):
         assert "serves groups of at most 2 ranks; this group has 3" in msg, msg
 
 
@@ -493,18 +494,8 @@ def test_all_gather_coalesced():
     run_ranks(3, _allgather_coalesced)
 
 
-def _bad_algorithm(rank, n):
-    import pyscalecomm
-
-    try:
-        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm="nope"))
-    except ValueError as e:
-        return str(e)
-    return "no error"
-
-
 def test_unknown_algorithm_is_a_value_error_listing_the_known_ones():
-    for msg in run_ranks(2, _bad_algorithm):
+    for msg in run_ranks(2, _group_error, "nope"):
         assert "unknown allreduce algorithm 'nope'" in msg, msg
         assert "ring, rhd, tree, direct, pairwise, ps, hier" in msg, msg
 
