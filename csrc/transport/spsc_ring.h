@@ -19,8 +19,8 @@ namespace scalecomm {
 struct RingControl {
   alignas(64) std::atomic<uint64_t> head;    // written by producer
   alignas(64) std::atomic<uint64_t> tail;    // written by consumer
-  alignas(64) std::atomic<uint32_t> closed;  // nonzero: one side closed the link
-  uint32_t closedBy;                         // rank that closed it (diagnostics)
+  alignas(64) std::atomic<uint32_t> closed;  // 0: open; else 1 + the rank that closed it first
+  uint32_t reserved;                         // keeps the shared layout
 };
 static_assert(sizeof(RingControl) == 192, "RingControl layout is shared between processes");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "need lock-free 64-bit atomics for shm");
@@ -34,7 +34,7 @@ class SpscRing {
     new (&ctl->head) std::atomic<uint64_t>(0);
     new (&ctl->tail) std::atomic<uint64_t>(0);
     new (&ctl->closed) std::atomic<uint32_t>(0);
-    ctl->closedBy = 0;
+    ctl->reserved = 0;
   }
 
   // Writes up to `bytes`; writes nothing while less than min(bytes, capacity/8)
@@ -83,10 +83,13 @@ class SpscRing {
   }
 
   bool closed() const { return ctl_->closed.load(std::memory_order_acquire) != 0; }
-  uint32_t closedBy() const { return ctl_->closedBy; }
+  // Meaningful once closed(): the rank that closed the link first.
+  uint32_t closedBy() const { return ctl_->closed.load(std::memory_order_acquire) - 1; }
+  // Both ends may close at once: the first one is recorded (one atomic word,
+  // no separate field that the two would race on).
   void close(uint32_t byRank) {
-    ctl_->closedBy = byRank;
-    ctl_->closed.store(1, std::memory_order_release);
+    uint32_t open = 0;
+    ctl_->closed.compare_exchange_strong(open, byRank + 1, std::memory_order_acq_rel);
   }
   bool empty() const {
     return ctl_->head.load(std::memory_order_acquire) == ctl_->tail.load(std::memory_order_relaxed);
