@@ -18,6 +18,20 @@ import traceback
 from datetime import timedelta
 
 
+def group_error(rank, n, options):
+    """The ValueError text of making a scalecomm group with these Options
+    fields (a dict), or "no error". For run_ranks."""
+    import torch.distributed as dist
+
+    import pyscalecomm
+
+    try:
+        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(**options))
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 import torch.distributed as dist
-from dist_helpers import run_ranks
+from dist_helpers import group_error, run_ranks
 
 INT_TYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
 FLOAT_TYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -401,19 +401,8 @@ def test_pairwise_matches_gloo_and_refuses_what_it_cannot_take():
         assert "algorithm pairwise takes messages of at most 4032 bytes; this one has 4036" in big, big
 
 
-def _group_error(rank, n, algorithm):
-    """The ValueError of making a scalecomm group with this algorithm, or "no error"."""
-    import pyscalecomm
-
-    try:
-        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=algorithm))
-    except ValueError as e:
-        return str(e)
-    return "no error"
-
-
 def test_pairwise_is_refused_for_more_than_two_ranks_when_the_group_is_made():
-    for msg in run_ranks(3, _group_error, "pairwise"):
+    for msg in run_ranks(3, group_error, {"algorithm": "pairwise"}):
         assert "serves groups of at most 2 ranks; this group has 3" in msg, msg
 
 
@@ -495,7 +484,7 @@ def test_all_gather_coalesced():
 
 
 def test_unknown_algorithm_is_a_value_error_listing_the_known_ones():
-    for msg in run_ranks(2, _group_error, "nope"):
+    for msg in run_ranks(2, group_error, {"algorithm": "nope"}):
         assert "unknown allreduce algorithm 'nope'" in msg, msg
         assert "ring, rhd, tree, direct, pairwise, ps, hier" in msg, msg
 

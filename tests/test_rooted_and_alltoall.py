@@ -4,7 +4,7 @@
 import pytest
 import torch
 import torch.distributed as dist
-from dist_helpers import run_ranks
+from dist_helpers import group_error, run_ranks
 
 R = dist.ReduceOp
 
@@ -304,20 +304,10 @@ def test_a_tuned_winner_that_cannot_take_a_message_is_not_used_for_it(tmp_path):
         assert "allreduce:pairwise" in names and len(names) == 2, names
 
 
-def _bad_tuning(rank, n, path):
-    import pyscalecomm
-
-    try:
-        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(tuning_file=path))
-    except ValueError as e:
-        return str(e)
-    return "no error"
-
-
 def test_bad_tuning_file_is_a_value_error_with_the_line(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_text("world 2\nallreduce 8 warp-drive\n")
-    for msg in run_ranks(2, _bad_tuning, str(path)):
+    for msg in run_ranks(2, group_error, {"tuning_file": str(path)}):
         assert "line 2" in msg and "pyscalecomm.tune" in msg, msg
 
 

@@ -208,10 +208,10 @@ void Group::numberCall(Call& call, uint64_t& number) {
            "): a send/recv batch is built by startCoalescing()/endCoalescing(), not submitted");
     case CallKind::MonitoredBarrier:
       // Per-pair numbers: rank 0 sends to everyone, the others to rank 0.
-      call.sendCounts.assign(size_, 0);
+      call.pairSeqs.assign(size_, 0);
       for (int r = 0; r < size_; ++r) {
         if (r == rank_ || (rank_ != 0 && r != 0)) continue;
-        call.sendCounts[r] = static_cast<int64_t>(++sentTo_[r]);
+        call.pairSeqs[r] = ++sentTo_[r];
       }
       number = ++seq_;
       break;
@@ -360,8 +360,7 @@ void Group::runBody(Call& call, CollectiveOptions& o) {
     }
     case CallKind::Barrier: return barrier(comm, o);
     case CallKind::MonitoredBarrier: {
-      std::vector<uint64_t> outSeq(call.sendCounts.begin(), call.sendCounts.end());
-      return monitoredBarrier(comm, call.waitAllRanks, received_, outSeq, o);
+      return monitoredBarrier(comm, call.waitAllRanks, received_, call.pairSeqs, o);
     }
     case CallKind::Send: return sendTo(comm, call.data, call.count, call.dtype, call.peer, call.tag, o);
     case CallKind::Recv:

@@ -101,6 +101,7 @@ struct Call {
   int peer = -1;                                // send, recv
   int tag = 0;                                  // send, recv, recv from any source
   bool waitAllRanks = false;                    // monitored barrier
+  std::vector<uint64_t> pairSeqs;               // monitored barrier: its message number per peer (set by the group)
   std::vector<PointToPointOp> batch;            // send/recv batch (pairSeq filled in by the group)
   std::string algorithm;                        // empty: the group's selection
   int64_t timeoutMs = 0;                        // <= 0: the group's
