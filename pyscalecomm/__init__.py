@@ -36,9 +36,43 @@ if os.environ.get("SCALECOMM_LAUNCHER_ENV", "1") != "0":
 from pyscalecomm import compress, hooks  # noqa: E402  (pyscalecomm.hooks.compressed, ...)
 
 
-def params() -> list[tuple[str, str, str]]:
-    """Every ``SCALECOMM_*`` environment variable as ``(name, default, doc)``."""
+def params() -> list[dict]:
+    """Every declared setting, group settings first, as a dict: ``name`` (the
+    ``SCALECOMM_*`` variable), ``option`` (its ``Options`` field; empty for a
+    process-wide setting), ``type`` (``"int"`` or ``"str"``), ``default``
+    (text), ``lo``/``hi`` (int range; ``hi`` may be ``"world"``), ``choices``
+    (``"a|b"`` or empty for any text) and ``doc``."""
     return list(_C.params())
+
+
+def params_markdown() -> str:
+    """The settings table of docs/configuration.md, generated from ``params()``."""
+    rows = ["| variable | `Options` field | default | valid | meaning |", "| --- | --- | --- | --- | --- |"]
+    for p in params():
+        option = p["option"]
+        field = f"`{option[:-3]}`" if option.endswith("_ms") else (f"`{option}`" if option else "(process)")
+        if p["type"] == "int":
+            valid = f"{p['lo']} .. {p['hi']}" if p["hi"] is not None else f">= {p['lo']}"
+        else:
+            valid = ", ".join(p["choices"].split("|")) if p["choices"] else "text"
+        default = f"`{p['default']}`" if p["default"] else "(empty)"
+        rows.append(f"| `{p['name']}` | {field} | {default} | {valid} | {p['doc']} |")
+    return "\n".join(rows) + "\n"
+
+
+def algorithms(collective: str) -> list[str]:
+    """Algorithms that can be named for ``collective`` (allreduce, broadcast,
+    reduce, allgather, reduce_scatter, barrier) in ``Options(algorithm=...)``
+    or ``SCALECOMM_ALGO``, besides ``auto`` and ``mpi``; every one of this
+    build's, whatever the group (see ``allreduce_algorithms`` for those that
+    serve a given group)."""
+    names = list(_C.algorithms(collective))
+    if not names:
+        raise ValueError(
+            f"unknown collective {collective!r}; choose allreduce, broadcast, reduce, allgather, "
+            "reduce_scatter or barrier"
+        )
+    return names
 
 
 def allreduce_algorithms(world_size: int | None = None, nbytes: int | None = None) -> list[str]:
@@ -75,6 +109,7 @@ __all__ = [
     "BACKEND_NAME",
     "Options",
     "__version__",
+    "algorithms",
     "allreduce",
     "allreduce_algorithms",
     "built_with_cuda",
@@ -83,4 +118,5 @@ __all__ = [
     "compress",
     "hooks",
     "params",
+    "params_markdown",
 ]

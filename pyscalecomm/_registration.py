@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 
 import torch.distributed as dist
 
@@ -17,9 +16,10 @@ _log = logging.getLogger("pyscalecomm")
 
 def _create_backend(dist_opts, pg_options):
     """Creator called by torch.distributed for every group that uses scalecomm."""
-    config = _C.BackendConfig()  # defaults overridden by SCALECOMM_* variables
-    if not os.environ.get("SCALECOMM_TIMEOUT_MS") and dist_opts.timeout is not None:
+    config = _C.BackendConfig()  # declared defaults
+    if dist_opts.timeout is not None:
         config.timeout_ms = _to_ms(dist_opts.timeout)
+    config.load_environment()  # SCALECOMM_* variables override init_process_group's values
     if isinstance(pg_options, Options):
         pg_options.apply_to(config)
     elif pg_options is not None:

@@ -278,8 +278,8 @@ def run(args) -> int:
     size_list = sizes(
         parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, parse_size(args.stepbytes)
     )
-    cfg = pyscalecomm._C.BackendConfig()
     world_be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    cfg = world_be.config if hasattr(world_be, "config") else pyscalecomm._C.BackendConfig()
     probed = world_be.cost_params if hasattr(world_be, "cost_params") else {}
     segment = probed.get("segment_bytes") or cfg.segment_bytes  # 0 in the config: resolved by the group
     progress = _progress(args, rank)

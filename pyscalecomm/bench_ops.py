@@ -23,16 +23,6 @@ from dataclasses import dataclass
 
 COLLECTIVES = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"]
 
-# Which scalecomm algorithms each collective can be given (others run its default).
-ALGORITHMS = {
-    "allreduce": None,  # the build's allreduce algorithms, auto, mpi
-    "broadcast": {"auto", "chain", "tree", "mpi"},
-    "reduce": {"auto", "chain", "tree", "mpi"},
-    "allgather": {"ring", "mpi"},
-    "reduce_scatter": {"ring", "mpi"},
-    "alltoall": set(),
-}
-
 
 def busbw_factor(collective: str, n: int) -> float:
     """nccl-tests' bus bandwidth factors: allreduce 2(n-1)/n; reduce_scatter,
@@ -47,12 +37,12 @@ def busbw_factor(collective: str, n: int) -> float:
 
 
 def algorithm_applies(collective: str, algo: str) -> bool:
-    allowed = ALGORITHMS[collective]
-    if allowed is None:
-        from pyscalecomm import allreduce_algorithms
+    """Whether ``algo`` can be given to ``collective`` (others run its default)."""
+    if collective == "alltoall":
+        return False
+    from pyscalecomm import algorithms
 
-        allowed = {*allreduce_algorithms(), "auto", "mpi", "nccl"}
-    return algo in allowed
+    return algo in {*algorithms(collective), "auto", "mpi", *(["nccl"] if collective == "allreduce" else [])}
 
 
 def element_count(collective: str, nbytes: int, esize: int, n: int) -> int:

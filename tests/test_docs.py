@@ -1,19 +1,23 @@
 """Docs stay true: every declared SCALECOMM_* variable is documented with its default."""
 
+import dataclasses
 import os
+import re
+from datetime import timedelta
+
+import pytest
 
 import pyscalecomm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_every_parameter_is_documented_with_its_default():
+def test_the_settings_table_is_generated_from_the_declarations():
     text = open(os.path.join(ROOT, "docs", "configuration.md")).read()
-    for name, default, _doc in pyscalecomm.params():
-        row = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
-        assert row, f"{name} is missing from docs/configuration.md"
-        shown = f"`{default}`" if default else "(empty)"
-        assert shown in row[0], f"{name}: default {default!r} not in {row[0]}"
+    assert pyscalecomm.params_markdown() in text, (
+        "docs/configuration.md's settings table differs from the declarations in csrc/core/params.h; "
+        "paste the output of: python -c 'import pyscalecomm; print(pyscalecomm.params_markdown())'"
+    )
 
 
 def test_readme_opens_with_the_two_commands():
@@ -22,12 +26,80 @@ def test_readme_opens_with_the_two_commands():
     assert "bash scripts/run_tests.sh" in lines
 
 
-def test_options_fields_match_the_backend_config():
+def test_options_backend_config_and_params_agree():
+    """Every declared group setting is one Options field and one BackendConfig
+    attribute with the declared default; each process setting is neither."""
+    cfg = pyscalecomm._C.BackendConfig()
+    declared = [p for p in pyscalecomm.params() if p["option"]]
+    fields = [f.name for f in dataclasses.fields(pyscalecomm.Options)]
+    assert fields == [p["option"].removesuffix("_ms") for p in declared]
+    for p in declared:
+        value = getattr(cfg, p["option"])
+        assert str(value) == p["default"], (p["name"], value)
+    for p in pyscalecomm.params():
+        if not p["option"]:
+            assert not hasattr(cfg, p["name"].removeprefix("SCALECOMM_").lower()), p["name"]
+
+
+def test_options_reach_the_backend_config():
     cfg = pyscalecomm._C.BackendConfig()
     assert cfg.send_ahead_bytes == -1  # automatic until the group knows its hosts
     opts = pyscalecomm.Options(
-        algorithm="ring", transport="tcp", segment_bytes=4096, send_ahead_bytes=0, shm_ring_bytes=8192
+        algorithm="ring",
+        transport="tcp",
+        segment_bytes=4096,
+        send_ahead_bytes=0,
+        shm_ring_bytes=8192,
+        timeout=timedelta(seconds=2.5),
     )
     opts.apply_to(cfg)
-    got = (cfg.algorithm, cfg.transport, cfg.segment_bytes, cfg.send_ahead_bytes, cfg.shm_ring_bytes)
-    assert got == ("ring", "tcp", 4096, 0, 8192)
+    got = (
+        cfg.algorithm,
+        cfg.transport,
+        cfg.segment_bytes,
+        cfg.send_ahead_bytes,
+        cfg.shm_ring_bytes,
+        cfg.timeout_ms,
+    )
+    assert got == ("ring", "tcp", 4096, 0, 8192, 2500)
+
+
+@pytest.mark.parametrize(
+    "env,value,message",
+    [
+        (
+            "SCALECOMM_SEGMENT_BYTES",
+            "12k",
+            "segment_bytes (SCALECOMM_SEGMENT_BYTES)='12k' is not a whole number",
+        ),
+        ("SCALECOMM_SPIN_US", "99999999999999999999", "spin_us (SCALECOMM_SPIN_US)"),
+    ],
+)
+def test_a_malformed_variable_is_named(monkeypatch, env, value, message):
+    monkeypatch.setenv(env, value)
+    cfg = pyscalecomm._C.BackendConfig()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cfg.load_environment()
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("ps_servers", 5, "ps_servers (SCALECOMM_PS_SERVERS) must be in [1, 4], got 5"),
+        (
+            "transport",
+            "rdma",
+            "unknown transport (SCALECOMM_TRANSPORT) 'rdma'; choose one of auto/shm/tcp/mpi",
+        ),
+        ("mpi", "off", "unknown mpi (SCALECOMM_MPI) 'off'"),
+        ("send_ahead_bytes", -2, "send_ahead_bytes (SCALECOMM_SEND_AHEAD_BYTES) must be >= -1, got -2"),
+        ("shm_ring_bytes", 4100, "multiple of 64"),
+        ("timeout_ms", 0, "timeout_ms (SCALECOMM_TIMEOUT_MS) must be >= 1"),
+    ],
+)
+def test_a_setting_out_of_range_is_named(field, value, message):
+    cfg = pyscalecomm._C.BackendConfig()
+    cfg.check(4)
+    setattr(cfg, field, value)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cfg.check(4)

@@ -326,3 +326,19 @@ def test_tune_command_writes_a_file_that_auto_accepts(tmp_path):
     assert all(x[2] in ("ring", "rhd", "tree", "direct") for x in lines), lines
     for names, _ in run_ranks(2, _tuned, str(out), env={"SCALECOMM_TUNING_FILE": str(out)}):
         assert names and all(x.split(":")[1] in ("ring", "rhd", "tree", "direct") for x in names), names
+
+
+def test_each_collective_lists_its_algorithms_and_refuses_others_by_name():
+    import pyscalecomm
+
+    assert pyscalecomm.algorithms("broadcast") == ["chain", "tree"]
+    assert pyscalecomm.algorithms("reduce") == ["chain", "tree"]
+    assert pyscalecomm.algorithms("allgather") == ["ring"]
+    assert pyscalecomm.algorithms("barrier") == ["dissemination"]
+    assert pyscalecomm.algorithms("allreduce") == pyscalecomm.allreduce_algorithms()
+    with pytest.raises(ValueError, match="unknown collective 'allgatherv'"):
+        pyscalecomm.algorithms("allgatherv")
+    for msg in run_ranks(2, group_error, {"algorithm": "broadcast:ring"}):
+        assert "unknown broadcast algorithm 'ring'; choose one of auto, chain, tree, mpi" in msg, msg
+    for msg in run_ranks(2, group_error, {"algorithm": "reduce_scatter:tree"}):
+        assert "unknown reduce_scatter algorithm 'tree'; choose one of auto, ring, mpi" in msg, msg

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <functional>
 
+#include "algo/barrier.h"
+#include "algo/chain.h"
 #include "algo/direct.h"
 #include "algo/executor.h"
 #include "algo/mpi_native.h"
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/ring.h"
-#include "algo/rooted.h"
 #include "algo/tree.h"
 #include "comm/reducer.h"
 #include "core/error.h"
@@ -73,11 +74,6 @@ const std::vector<std::string>& allreduceAlgorithms() {
   return names;
 }
 
-const std::vector<std::string>& rootedAlgorithms() {
-  static const std::vector<std::string> names = {"chain", "tree"};
-  return names;
-}
-
 Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize,
                            const AlgoParams& params) {
   const AllreduceAlgorithm* a = findAllreduceAlgorithm(algorithm);
@@ -126,11 +122,7 @@ void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, in
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::Broadcast, opts.algorithm, count, dtype, root}, n, opts,
-      [&] {
-        return opts.algorithm == "tree" ? treeBroadcast(comm.rank(), n, root, count)
-                                        : chainBroadcast(comm.rank(), n, root, count);
-      },
-      local);
+      [&] { return findRootedAlgorithm(opts.algorithm).broadcast(comm.rank(), n, root, count); }, local);
   execute(p.plan, {static_cast<uint8_t*>(data)}, comm, ctx);
 }
 
@@ -189,11 +181,7 @@ void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, Reduc
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::Reduce, opts.algorithm, count, dtype, root, avg}, n, opts,
-      [&] {
-        return opts.algorithm == "tree" ? treeReduce(comm.rank(), n, root, count, avg)
-                                        : chainReduce(comm.rank(), n, root, count, avg);
-      },
-      local);
+      [&] { return findRootedAlgorithm(opts.algorithm).reduce(comm.rank(), n, root, count, avg); }, local);
   execute(p.plan, {static_cast<uint8_t*>(data)}, comm, ctx);
 }
 

@@ -124,7 +124,5 @@ void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const st
 const std::vector<std::string>& allreduceAlgorithms();
 Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize,
                            const AlgoParams& params = {});
-// Broadcast and reduce: "chain" (pipelined along the ring) or "tree".
-const std::vector<std::string>& rootedAlgorithms();
 
 }  // namespace scalecomm

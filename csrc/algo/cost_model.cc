@@ -155,12 +155,9 @@ double predictRootedSeconds(const std::string& algorithm, int n, int64_t bytes, 
   // closed form: the first segment crosses n-1 links, the rest streams.
   const double seg = params.segmentBytes > 0 ? std::min<double>(params.segmentBytes, bytes) : bytes;
   if (algorithm == "chain") return (n - 1) * (params.alpha + params.beta * seg) + params.beta * (bytes - seg);
-  if (algorithm == "tree") {
-    const int64_t count = std::max<int64_t>(bytes / 4, 1);
-    return predictSeconds([&](int r) { return treeBroadcast(r, n, 0, count); }, n, 4, params);
-  }
-  fail(ErrorKind::InvalidArgument, "scalecomm: unknown broadcast/reduce algorithm '", algorithm,
-       "'; this build has: chain, tree");
+  const RootedAlgorithm& a = findRootedAlgorithm(algorithm);
+  const int64_t count = std::max<int64_t>(bytes / 4, 1);
+  return predictSeconds([&](int r) { return a.broadcast(r, n, 0, count); }, n, 4, params);
 }
 
 std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params, const AlgoParams& algo,
@@ -185,8 +182,16 @@ std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params, cons
 }
 
 std::string chooseRooted(int n, int64_t bytes, const CostParams& params) {
-  return predictRootedSeconds("tree", n, bytes, params) < predictRootedSeconds("chain", n, bytes, params) ? "tree"
-                                                                                                          : "chain";
+  std::string best;
+  double bestTime = 0;
+  for (const auto& a : rootedRegistry()) {
+    const double t = predictRootedSeconds(a.name, n, bytes, params);
+    if (best.empty() || t < bestTime) {
+      best = a.name;
+      bestTime = t;
+    }
+  }
+  return best;
 }
 
 }  // namespace scalecomm

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
+#include "algo/chain.h"
 #include "algo/direct.h"
 #include "algo/hier.h"
 #include "algo/pairwise.h"
@@ -55,6 +58,42 @@ std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const Alg
     if (!a.autoCandidate || !allreduceServes(a.name, n, bytes)) continue;
     if (a.acrossHosts && !spansHosts(params.hostOf)) continue;
     out.push_back(a.name);
+  }
+  return out;
+}
+
+const std::vector<RootedAlgorithm>& rootedRegistry() {
+  static const std::vector<RootedAlgorithm> table = {
+      {"chain", "the ring opened at the root, pipelined in segments: n-1 hops for the first segment", &chainBroadcast,
+       &chainReduce},
+      {"tree", "pipelined binary tree rooted at the root: log2(n) hops for the first segment", &treeBroadcast,
+       &treeReduce},
+  };
+  return table;
+}
+
+const RootedAlgorithm& findRootedAlgorithm(const std::string& name) {
+  const auto& table = rootedRegistry();
+  if (name.empty() || name == "auto") return table.front();
+  for (const auto& a : table)
+    if (name == a.name) return a;
+  fail(ErrorKind::InvalidArgument, "scalecomm: unknown broadcast/reduce algorithm '", name, "'; choose one of: ", [&] {
+    std::string names;
+    for (const auto& a : table) names += strCat(names.empty() ? "" : ", ", a.name);
+    return names;
+  }());
+}
+
+std::vector<std::string> selectableAlgorithms(const std::string& collective) {
+  std::vector<std::string> out;
+  if (collective == "allreduce") {
+    for (const auto& a : allreduceRegistry()) out.push_back(a.name);
+  } else if (collective == "broadcast" || collective == "reduce") {
+    for (const auto& a : rootedRegistry()) out.push_back(a.name);
+  } else if (collective == "allgather" || collective == "reduce_scatter") {
+    out.push_back("ring");
+  } else if (collective == "barrier") {
+    out.push_back("dissemination");
   }
   return out;
 }

@@ -1,12 +1,14 @@
-// scalecomm algo: the allreduce algorithms this build has, one entry each.
+// scalecomm algo: the algorithms this build has, one entry each.
 //
 // Contract: every allreduce algorithm is one AllreduceAlgorithm entry in
 // registry.cc (name, one-line summary, schedule builder, the world sizes it
-// serves, whether auto considers it) plus its schedule file. Everything that
-// names allreduce algorithms reads this table: the selection parser and its
-// error text, the schedule dispatch, auto's candidates, the cost model,
-// pyscalecomm.allreduce_algorithms() (and through it the bench and simulate),
-// and the tests that run every algorithm. Immutable after static
+// serves, whether auto considers it) plus its schedule file; every broadcast/
+// reduce algorithm one RootedAlgorithm entry (both schedule builders).
+// Everything that names algorithms reads these tables: the selection parser
+// and its error text, the schedule dispatch, auto's candidates, the cost
+// model (which prices any schedule), pyscalecomm.algorithms() and
+// pyscalecomm.allreduce_algorithms() (and through them the bench and
+// simulate), and the tests that run every algorithm. Immutable after static
 // initialisation; safe from any thread.
 #pragma once
 
@@ -46,5 +48,23 @@ bool allreduceServes(const std::string& name, int n, int64_t bytes = -1);
 // The algorithms auto prices for a message of `bytes` in a group of n ranks
 // with this layout.
 std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const AlgoParams& params);
+
+// Broadcast and reduce (rooted) algorithms; auto prices every entry.
+struct RootedAlgorithm {
+  const char* name;
+  const char* summary;
+  Schedule (*broadcast)(int rank, int n, int root, int64_t count);
+  Schedule (*reduce)(int rank, int n, int root, int64_t count, bool finalize);
+};
+
+const std::vector<RootedAlgorithm>& rootedRegistry();
+// The entry named `name`; "auto" or "" name the first entry (the default
+// when no cost model chose); unknown names throw Error(InvalidArgument).
+const RootedAlgorithm& findRootedAlgorithm(const std::string& name);
+
+// The algorithms that can be named for `collective` (allreduce, broadcast,
+// reduce, allgather, reduce_scatter, barrier), registry order, without "auto"
+// and "mpi" (which every collective accepts); empty for an unknown collective.
+std::vector<std::string> selectableAlgorithms(const std::string& collective);
 
 }  // namespace scalecomm

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algo/collectives.h"
+#include "algo/registry.h"
 #include "core/error.h"
 
 namespace scalecomm {
@@ -38,6 +39,16 @@ std::vector<std::string> withMpi(std::vector<std::string> names) {
 
 }  // namespace
 
+std::string* AlgorithmSelection::slot(const std::string& collective) {
+  if (collective == "allreduce") return &allreduce;
+  if (collective == "broadcast") return &broadcast;
+  if (collective == "reduce") return &reduce;
+  if (collective == "allgather") return &allgather;
+  if (collective == "reduce_scatter") return &reduceScatter;
+  if (collective == "barrier") return &barrier;
+  return nullptr;
+}
+
 AlgorithmSelection AlgorithmSelection::parse(const std::string& spec) {
   AlgorithmSelection sel;
   std::stringstream in(spec);
@@ -51,19 +62,13 @@ AlgorithmSelection AlgorithmSelection::parse(const std::string& spec) {
     if (colon == std::string::npos && algo == "mpi") {
       sel.allreduce = sel.broadcast = sel.reduce = sel.allgather = sel.reduceScatter = sel.barrier = algo;
     } else if (collective == "allreduce") {
-      std::vector<std::string> known = withMpi(allreduceAlgorithms());
+      std::vector<std::string> known = withMpi(selectableAlgorithms(collective));
       known.push_back("nccl");  // NCCL's own allreduce, CUDA tensors only
       checkKnown(collective, algo, known);
       sel.allreduce = algo;
-    } else if (collective == "broadcast" || collective == "reduce") {
-      checkKnown(collective, algo, withMpi(rootedAlgorithms()));
-      (collective == "broadcast" ? sel.broadcast : sel.reduce) = algo;
-    } else if (collective == "allgather" || collective == "reduce_scatter") {
-      checkKnown(collective, algo, {"ring", "mpi"});
-      (collective == "allgather" ? sel.allgather : sel.reduceScatter) = algo;
-    } else if (collective == "barrier") {
-      checkKnown(collective, algo, {"dissemination", "mpi"});
-      sel.barrier = algo;
+    } else if (sel.slot(collective) != nullptr) {
+      checkKnown(collective, algo, withMpi(selectableAlgorithms(collective)));
+      *sel.slot(collective) = algo;
     } else {
       fail(ErrorKind::InvalidArgument, "scalecomm: cannot choose an algorithm for '", collective, "' in '", spec,
            "'; selectable collectives are allreduce, broadcast, reduce, allgather, reduce_scatter and barrier");

@@ -35,6 +35,9 @@ struct AlgorithmSelection {
   std::string reduceScatter = "auto";  // auto (= ring) | ring | mpi
   std::string barrier = "auto";        // auto (= dissemination) | dissemination | mpi
 
+  // The field for `collective` ("reduce_scatter" -> reduceScatter), or nullptr.
+  std::string* slot(const std::string& collective);
+
   static AlgorithmSelection parse(const std::string& spec);
   std::string str() const;  // canonical "allreduce:x,broadcast:y,reduce:z,..."
   bool usesMpi() const;     // some collective is set to "mpi"

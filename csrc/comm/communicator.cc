@@ -10,11 +10,9 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/transports.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "transport/mpi_link.h"
-#include "transport/shm.h"
-#include "transport/tcp.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -143,26 +141,45 @@ std::string waitKey(Store& store, const std::string& prefix, int r, int self, in
   }
 }
 
+// A communicator over the group when every rank is in the same MPI job: the
+// same world size everywhere and distinct world ranks (separate singleton MPI
+// worlds, e.g. mpi4py imported under torchrun, all say "0/1").
+std::shared_ptr<MpiGroup> mpiGroupOf(const Rendezvous& rv, bool withMpi) {
+  if (!withMpi) return nullptr;
+  const std::string& self = rv.infos[rv.rank].at("mpi");
+  const std::string worldSize = self.substr(self.find('/'));  // "/<n>"
+  std::vector<int> worldRanks(rv.size, -1);
+  std::set<int> seen;
+  for (int r = 0; r < rv.size; ++r) {
+    const std::string m = rv.field(r, "mpi");
+    const auto slash = m.find('/');
+    if (slash == std::string::npos || m.substr(slash) != worldSize) return nullptr;
+    worldRanks[r] = std::stoi(m.substr(0, slash));
+    if (!seen.insert(worldRanks[r]).second) return nullptr;
+  }
+  SC_LOG(Info, "rank ", rv.rank, ": MPI communicator over the group (MPI world ranks of the group's ranks known)");
+  return MpiGroup::create(worldRanks, rv.rank, static_cast<int>(std::hash<std::string>{}(rv.prefix) % 32749));
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std::string& groupKey, int rank, int size,
                                                         const MeshOptions& opts, const Deadline& deadline) {
-  if (opts.transport != "auto" && opts.transport != "shm" && opts.transport != "tcp" && opts.transport != "mpi") {
-    fail(ErrorKind::InvalidArgument, "scalecomm: unknown transport '", opts.transport,
-         "'; choose auto, shm, tcp or mpi (SCALECOMM_TRANSPORT or Options.transport)");
+  const auto& registry = transportRegistry();
+  bool known = opts.transport == "auto";
+  for (const auto& t : registry) known = known || opts.transport == t.name;
+  if (!known) {
+    fail(ErrorKind::InvalidArgument, "scalecomm: unknown transport '", opts.transport, "'; choose auto, ",
+         transportNames(), " (SCALECOMM_TRANSPORT or Options.transport)");
   }
   // Each creation of a group with this key is one generation; keys never collide
   // with an earlier, destroyed group that used the same store and name.
   const std::string base = "scalecomm/" + groupKey + "/";
   int64_t joined = store.add(base + "join", 1);
-  const std::string p = base + "g" + std::to_string((joined - 1) / size) + "/";
+  Rendezvous rv{store, base + "g" + std::to_string((joined - 1) / size) + "/", rank, size, opts, deadline};
+  rv.key = std::hash<std::string>{}(rv.prefix);
+  rv.infos.resize(size);
 
-  const std::string host = opts.hostIdentity.empty() ? hostIdentity() : opts.hostIdentity;
-  const bool offerShm = opts.transport != "tcp" && opts.transport != "mpi" && size > 1;
-  std::shared_ptr<ShmSegment> inbox;
-  if (offerShm) inbox = ShmSegment::create(rank, size, opts.shmRingBytes);
-  std::unique_ptr<TcpListener> listener;
-  std::string addr;
   const bool withMpi = (opts.useMpi || opts.transport == "mpi") && size > 1 && mpiEnsureInitialized();
   if (opts.transport == "mpi" && !withMpi) {
     fail(ErrorKind::InvalidArgument, "scalecomm: transport mpi needs ",
@@ -170,117 +187,71 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
                          : "a build with MPI (install libopenmpi-dev and rebuild)",
          "; rank ", rank, " has no MPI");
   }
-  const std::string mpiInfo = withMpi ? strCat(mpiWorldRank(), "/", mpiWorldSize()) : "";
-  if (opts.transport != "shm" && opts.transport != "mpi" && size > 1) {
-    addr = localAdvertiseAddress();
-    listener = std::make_unique<TcpListener>(std::getenv("SCALECOMM_SOCKET_IFNAME") ? addr : "");
+  // The transports this rank offers: the forced one, or every one.
+  std::vector<std::unique_ptr<Transport>> offered(registry.size());
+  auto& mine = rv.infos[rank];
+  mine["host"] = opts.hostIdentity.empty() ? hostIdentity() : opts.hostIdentity;
+  mine["transport"] = opts.transport;
+  mine["pid"] = std::to_string(getpid());
+  mine["mpi"] = withMpi ? strCat(mpiWorldRank(), "/", mpiWorldSize()) : "";
+  for (size_t i = 0; i < registry.size() && size > 1; ++i) {
+    if (opts.transport != "auto" && opts.transport != registry[i].name) continue;
+    offered[i] = registry[i].make();
+    offered[i]->publish(rv, mine);
   }
-  store.set(p + "info/" + std::to_string(rank),
-            strCat("host=", host, ";transport=", opts.transport, ";shm=", inbox ? inbox->name() : "", ";addr=", addr,
-                   ";port=", listener ? listener->port() : 0, ";pid=", getpid(), ";mpi=", mpiInfo));
-
-  std::vector<std::map<std::string, std::string>> infos(size);
+  std::string published;
+  for (const auto& [k, v] : mine) published += k + "=" + v + ";";
+  store.set(rv.prefix + "info/" + std::to_string(rank), published);
   for (int r = 0; r < size; ++r) {
-    if (r != rank) infos[r] = parseInfo(waitKey(store, p + "info/", r, rank, size, deadline, "address exchange"));
+    if (r != rank)
+      rv.infos[r] = parseInfo(waitKey(store, rv.prefix + "info/", r, rank, size, deadline, "address exchange"));
   }
-
-  // MPI: a communicator over the group when every rank is in the same MPI job.
-  std::shared_ptr<MpiGroup> mpiGroup;
-  {
-    // Same world size everywhere and distinct world ranks (separate singleton
-    // MPI worlds, e.g. mpi4py imported under torchrun, all say "0/1").
-    std::vector<int> worldRanks(size, -1);
-    std::set<int> seen;
-    bool all = withMpi;
-    const std::string worldSize = withMpi ? mpiInfo.substr(mpiInfo.find('/')) : "";  // "/<n>"
-    for (int r = 0; r < size && all; ++r) {
-      const std::string& m = r == rank ? mpiInfo : infos[r]["mpi"];
-      const auto slash = m.find('/');
-      all = slash != std::string::npos && m.substr(slash) == worldSize;
-      if (all) worldRanks[r] = std::stoi(m.substr(0, slash));
-      all = all && seen.insert(worldRanks[r]).second;
-    }
-    if (all) {
-      mpiGroup = MpiGroup::create(worldRanks, rank, static_cast<int>(std::hash<std::string>{}(p) % 32749));
-      SC_LOG(Info, "rank ", rank, ": MPI communicator over the group (MPI world ranks of the group's ranks known)");
-    } else if (opts.transport == "mpi") {
-      fail(ErrorKind::InvalidArgument, "scalecomm: transport mpi was forced but not every rank of the group runs in ",
-           "the same MPI job; start all ranks with one mpirun or use SCALECOMM_TRANSPORT=auto");
-    }
-  }
+  rv.mpiGroup = mpiGroupOf(rv, withMpi);
 
   std::vector<std::unique_ptr<Link>> links(size);
-  std::vector<int> tcpPeers;
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
-    auto& info = infos[r];
-    // The same decision on both ends of the pair: forced choices first (either side's), then shm, mpi, tcp.
-    const auto forced = [&](const char* t) { return opts.transport == t || info["transport"] == t; };
-    const bool shmPossible = info["host"] == host && inbox && !info["shm"].empty();
-    if (forced("mpi")) {
-      if (!mpiGroup) {
-        fail(ErrorKind::InvalidArgument, "scalecomm: transport mpi is forced for ranks ", rank, " and ", r,
-             " but they are not in one MPI job; start every rank with one mpirun or use SCALECOMM_TRANSPORT=auto");
-      }
-      links[r] = std::make_unique<MpiLink>(mpiGroup, rank, r, opts.mpiChunkBytes);
-    } else if (forced("tcp") || (!shmPossible && !mpiGroup)) {
-      if (forced("shm") || info["addr"].empty() || !listener) {
-        fail(ErrorKind::InvalidArgument, "scalecomm: transport shm was forced but rank ", r,
-             " is not on the same host as rank ", rank, " ('", info["host"], "' vs '", host,
-             "'); use SCALECOMM_TRANSPORT=auto or tcp");
-      }
-      tcpPeers.push_back(r);
-      continue;
-    } else if (shmPossible) {
-      auto peerInbox = ShmSegment::open(info["shm"], r, size);
-      links[r] = std::make_unique<ShmLink>(rank, r, inbox, peerInbox);
-    } else if (forced("shm")) {
-      fail(ErrorKind::InvalidArgument, "scalecomm: transport shm was forced but rank ", r,
-           " is not on the same host as rank ", rank, " ('", info["host"], "' vs '", host,
-           "'); use SCALECOMM_TRANSPORT=auto, tcp or mpi");
-    } else {
-      links[r] = std::make_unique<MpiLink>(mpiGroup, rank, r, opts.mpiChunkBytes);
+    const std::string theirs = rv.field(r, "transport");
+    if (opts.transport != "auto" && theirs != "auto" && theirs != opts.transport) {
+      fail(ErrorKind::InvalidArgument, "scalecomm: rank ", rank, " forces transport ", opts.transport, " but rank ", r,
+           " forces ", theirs, "; set the same SCALECOMM_TRANSPORT on every rank (or auto)");
     }
-    SC_LOG(Info, "rank ", rank, ": peer rank ", r, " via ", links[r]->kind(),
-           links[r]->kind() == std::string("shm") ? " (same host " + host + ")" : std::string());
-  }
-  // TCP: the higher rank connects, the lower accepts; connects go to lower ranks
-  // first, so every acceptor is eventually in its accept loop (no cycle).
-  uint64_t key = std::hash<std::string>{}(p);
-  for (int r : tcpPeers) {
-    if (r < rank) {
-      int fd = tcpConnectPeer(infos[r]["addr"], std::stoi(infos[r]["port"]), key, rank, r, deadline);
-      links[r] = std::make_unique<TcpLink>(rank, r, fd);
-      SC_LOG(Info, "rank ", rank, ": peer rank ", r, " via tcp (", infos[r]["addr"], ":", infos[r]["port"], ")");
-    }
-  }
-  for (int r : tcpPeers) {
-    if (r > rank) {
-      auto [fd, who] = listener->acceptPeer(key, deadline);
-      if (who <= rank || who >= size || links[who]) {
-        ::close(fd);
-        fail(ErrorKind::Io, "scalecomm rendezvous (rank ", rank, "): unexpected connection from rank ", who);
+    const std::string forced = opts.transport != "auto" ? opts.transport : theirs;
+    std::string reasons;
+    for (size_t i = 0; i < registry.size() && !links[r]; ++i) {
+      if (!offered[i] || (forced != "auto" && forced != registry[i].name)) continue;
+      const std::string why = offered[i]->whyNot(rv, r);
+      if (why.empty()) {
+        links[r] = offered[i]->connect(rv, r);
+      } else {
+        reasons += strCat(reasons.empty() ? "" : "; ", registry[i].name, ": ", why);
       }
-      links[who] = std::make_unique<TcpLink>(rank, who, fd);
-      SC_LOG(Info, "rank ", rank, ": peer rank ", who, " via tcp (accepted)");
     }
+    if (!links[r]) {
+      fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): no transport connects rank ", rank, " with rank ",
+           r, forced != "auto" ? strCat(" (transport ", forced, " is forced)") : std::string(), ": ", reasons,
+           ". Use SCALECOMM_TRANSPORT=auto or a transport both ranks can use.");
+    }
+    SC_LOG(Info, "rank ", rank, ": peer rank ", r, " via ", links[r]->kind());
   }
-  // Everyone has mapped every inbox it needs: remove the names now, so nothing
-  // in /dev/shm outlives the group even if a rank is killed later.
-  store.set(p + "ready/" + std::to_string(rank), "1");
+  // Everyone has made every link it needs: let the transports clean up (shm
+  // removes its names now, so nothing in /dev/shm outlives the group even if a
+  // rank is killed later).
+  store.set(rv.prefix + "ready/" + std::to_string(rank), "1");
   for (int r = 0; r < size; ++r) {
-    if (r != rank) waitKey(store, p + "ready/", r, rank, size, deadline, "connection setup");
+    if (r != rank) waitKey(store, rv.prefix + "ready/", r, rank, size, deadline, "connection setup");
   }
-  if (inbox) inbox->unlinkName();
+  for (auto& t : offered) {
+    if (t) t->finish(rv);
+  }
   std::map<std::string, int> hostIndex;
   std::vector<int> hostOf(size);
   for (int r = 0; r < size; ++r) {
-    const std::string& h = r == rank ? host : infos[r]["host"];
-    hostOf[r] = hostIndex.emplace(h, static_cast<int>(hostIndex.size())).first->second;
+    hostOf[r] = hostIndex.emplace(rv.field(r, "host"), static_cast<int>(hostIndex.size())).first->second;
   }
   auto comm = std::make_unique<Communicator>(rank, size, std::move(links), opts.spinMicros);
   comm->setHostOf(std::move(hostOf));
-  comm->setMpiGroup(std::move(mpiGroup));
+  comm->setMpiGroup(std::move(rv.mpiGroup));
   return comm;
 }
 

@@ -2,8 +2,8 @@
 //
 // Contract:
 // - Owns one Link per peer (nullptr for itself), built by connectMesh() through
-//   the store (shm for same-host peers; mpi between hosts when every rank runs
-//   in one MPI job, tcp otherwise; or what config forces), or handed in
+//   the store: per peer the first transport of comm/transports.h (shm, mpi,
+//   tcp) that can connect both ends, or the one config forces; or handed in
 //   directly (tests, loopback).
 // - When every rank runs in one MPI job (and SCALECOMM_MPI is not 0), it also
 //   holds an MPI communicator over the group (mpiGroup()), which the mpi link

@@ -1,30 +1,122 @@
-// scalecomm core: tunables.
+// scalecomm core: every setting, declared once.
 //
-// Contract: every SCALECOMM_* environment variable is declared exactly once, in
-// params.cc, with its default and a one-line doc. Reading an undeclared name is
-// an internal error, so a typo cannot silently read nothing. Values are read
-// from the environment at each call (cheap; called at group creation only).
-// Thread safe (read-only table; getenv is not raced by scalecomm).
+// Contract: each SCALECOMM_* variable is one line of the two lists below.
+// From that line alone come: the GroupConfig field (group/config.h) with its
+// default, loading it from the environment, its validation, the Python
+// `Options` field and the pybind `BackendConfig` attribute, the entry of
+// `pyscalecomm.params()` and the row of docs/configuration.md (checked by
+// tests/test_docs.py). Reading an undeclared name is an internal error, so a
+// typo cannot silently read nothing. Values are read from the environment at
+// each call (group creation only). Thread safe (read-only tables).
+//
+// A group setting: X(kind, field, option, env, default, lo, hi, choices, doc)
+//   kind    Int (int64_t, lo <= v <= hi; hi kWorld: the group size) or
+//           Text (std::string; choices "a|b|c" restrict it, "" any text)
+//   field   GroupConfig member; option: its Python name (Options, BackendConfig)
+// A process setting (read where it is used, no field):
+//   P(env, default, choices, doc)
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 namespace scalecomm {
 
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound: the group's size
+
+// clang-format off
+#define SCALECOMM_GROUP_PARAMS(X)                                                                                     \
+  X(Text, algorithm, "algorithm", "SCALECOMM_ALGO", "auto", 0, 0, "",                                                \
+    "Algorithm per collective, e.g. 'rhd' (allreduce) or 'allreduce:rhd,broadcast:tree'. allreduce: auto, ring, "    \
+    "rhd, tree, direct, pairwise (2 ranks, up to 4032 bytes), ps, hier, mpi; broadcast and reduce: auto, chain, "     \
+    "tree, mpi; allgather and reduce_scatter: ring, mpi; barrier: dissemination, mpi. 'mpi' alone: MPI's own "       \
+    "collectives for all. nccl (allreduce, CUDA tensors): NCCL's own allreduce. auto picks per call.")               \
+  X(Int, psServers, "ps_servers", "SCALECOMM_PS_SERVERS", 1, 1, kWorld, "",                                           \
+    "Parameter-server allreduce (ps): number of server ranks (ranks 0..S-1); 1 is a central server.")                \
+  X(Text, tuningFile, "tuning_file", "SCALECOMM_TUNING_FILE", "", 0, 0, "",                                           \
+    "File written by 'python -m pyscalecomm.tune': measured winners per size (and alpha, beta) for auto.")           \
+  X(Text, transport, "transport", "SCALECOMM_TRANSPORT", "auto", 0, 0, "auto|shm|tcp|mpi",                            \
+    "Transport per peer: auto (shm on the same host; between hosts mpi when all ranks run under one mpirun, else "   \
+    "tcp), shm, tcp, mpi.")                                                                                          \
+  X(Text, mpi, "mpi", "SCALECOMM_MPI", "auto", 0, 0, "auto|0|1",                                                      \
+    "0 turns MPI off: at build time builds without it, at run time never uses it (no MPI communicator, transport "   \
+    "or mpi algorithm). auto or 1: used when the ranks were started by an MPI launcher.")                            \
+  X(Text, cudaTransport, "cuda_transport", "SCALECOMM_CUDA_TRANSPORT", "auto", 0, 0, "auto|host",                     \
+    "CUDA tensors: auto (allreduce over NCCL send/recv with scalecomm's schedules when the build has NCCL, every "    \
+    "other collective staged through pinned host memory over the CPU transports), host (stage everything).")         \
+  X(Text, compression, "compression", "SCALECOMM_COMPRESSION", "", 0, 0, "",                                          \
+    "Group default codec for allreduce (SUM/AVG) of floating tensors: fp16, bf16, topk:<ratio>, "                   \
+    "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; empty or none: off. Error "        \
+    "feedback is on for the biased ones (topk, randomk, sign, powersgd).")                                           \
+  X(Int, segmentBytes, "segment_bytes", "SCALECOMM_SEGMENT_BYTES", 0, 0, kNoLimit, "",                                \
+    "Pipelining unit: each chunk moves in segments of at most this many bytes. 0: 256 KiB when every rank is on "    \
+    "one host, 1 MiB when the group spans hosts.")                                                                   \
+  X(Int, sendAheadBytes, "send_ahead_bytes", "SCALECOMM_SEND_AHEAD_BYTES", -1, -1, kNoLimit, "",                      \
+    "Pacing: within one step of an exchange with one peer (ring, rhd) a rank's sends run at most this many bytes "   \
+    "(rounded up to whole segments) ahead of what it has received in that step, so ranks that enter a collective "   \
+    "apart fall back into step. -1: 1 MiB when the group spans hosts, off on one host; 0: off.")                     \
+  X(Int, shmRingBytes, "shm_ring_bytes", "SCALECOMM_SHM_RING_BYTES", 4194304, 4096, int64_t{1} << 40, "",            \
+    "Bytes of each shared-memory ring (one per ordered pair of same-host ranks); a multiple of 64.")                 \
+  X(Int, mpiChunkBytes, "mpi_chunk_bytes", "SCALECOMM_MPI_CHUNK_BYTES", 1048576, 64, int64_t{1} << 30, "",            \
+    "mpi transport: largest MPI message; each link keeps 4 such buffers in flight per direction.")                   \
+  X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", 50, 0, 10000000, "",                                             \
+    "Microseconds a waiting thread spins before it yields or sleeps.")                                               \
+  X(Int, timeoutMs, "timeout_ms", "SCALECOMM_TIMEOUT_MS", 1800000, 1, kNoLimit, "",                                   \
+    "Group timeout in milliseconds: every collective and the rendezvous fail after it. Unset: "                     \
+    "init_process_group's timeout (whose own default is 30 minutes).")
+
+#define SCALECOMM_PROCESS_PARAMS(P)                                                                                   \
+  P("SCALECOMM_DEBUG", "WARN", "ERROR|WARN|INFO|DEBUG",                                                               \
+    "Log level: ERROR, WARN, INFO (effective settings and each choice made), DEBUG.")                                \
+  P("SCALECOMM_SOCKET_IFNAME", "", "",                                                                                \
+    "Network interface whose IPv4 address TCP peers connect to (default: the route to MASTER_ADDR).")                \
+  P("SCALECOMM_HOSTNAME", "", "",                                                                                     \
+    "Host identity used to decide which peers share memory (default: hostname and namespaces).")                     \
+  P("SCALECOMM_TIMELINE", "", "",                                                                                     \
+    "Write a Chrome/Perfetto trace per rank to this path ('{rank}' is replaced, else '.rank<r>' is inserted "        \
+    "before the extension): one span per collective and, inside, per step: send, recv, recv+reduce, wait.")          \
+  P("SCALECOMM_LAUNCHER_ENV", "1", "0|1",                                                                             \
+    "Python: 1 lets 'import pyscalecomm' fill RANK, WORLD_SIZE, MASTER_ADDR, ... from mpirun or srun (not "          \
+    "torchrun); 0 leaves the environment alone.")                                                                    \
+  P("SCALECOMM_NVTX", "0", "0|1",                                                                                     \
+    "1: an NVTX range per collective ('scalecomm:allreduce:ring seq 12 4194304 B') for Nsight Systems (CUDA "        \
+    "builds).")                                                                                                      \
+  P("SCALECOMM_CUDA", "auto", "auto|0",                                                                               \
+    "Build time: 0 builds without CUDA sources even when CUDA is present.")
+// clang-format on
+
+namespace params_detail {  // the C++ type of each kind
+using Int = int64_t;
+using Text = std::string;
+}  // namespace params_detail
+
 struct ParamSpec {
   const char* name;          // environment variable, e.g. "SCALECOMM_TRANSPORT"
-  const char* defaultValue;  // as text
-  const char* doc;           // one line
+  const char* option;        // GroupConfig / Options field ("" for a process setting)
+  bool integer;              // Int (else Text)
+  std::string defaultValue;  // as text
+  int64_t lo, hi;            // Int: valid range (hi may be kWorld)
+  const char* choices;       // Text: "a|b|c", or "" for any text
+  const char* doc;           // one paragraph
 };
 
+// Group settings first, in declaration order, then process settings.
 const std::vector<ParamSpec>& allParams();
+const ParamSpec& paramSpec(const char* name);
 
 // The value set in the environment, else the declared default.
 std::string paramString(const char* name);
-int64_t paramInt(const char* name);
 // True when the variable is set (non-empty) in the environment.
 bool paramIsSet(const char* name);
+
+// Parses `text` as the value of `spec` and checks it (size: the group's size
+// for kWorld bounds, 0 when not yet known). Throws Error(InvalidArgument)
+// naming the option, its variable and the valid values.
+int64_t parseIntParam(const ParamSpec& spec, const std::string& text);
+void checkIntParam(const ParamSpec& spec, int64_t v, int size);
+void checkTextParam(const ParamSpec& spec, const std::string& v);
 
 }  // namespace scalecomm

@@ -71,13 +71,11 @@ std::shared_ptr<Group> Group::create(Store& store, int rank, int size, GroupConf
            ", this group has ", size, " ranks: using its alpha/beta only");
     tuning.allreduce.clear();
   }
-  SC_LOG(Info, "rank ", rank, "/", size, " group '", config.groupName, "': algorithm=", selection.str(),
-         " transport=", config.transport, " segment_bytes=", config.segmentBytes,
-         " send_ahead_bytes=", config.sendAheadBytes, " shm_ring_bytes=", config.shmRingBytes,
-         " timeout_ms=", config.timeoutMs, " spin_us=", config.spinMicros);
+  SC_LOG(Info, "rank ", rank, "/", size, " group '", config.groupName, "': ", describe(config), "; algorithms ",
+         selection.str());
   MeshOptions mesh;
   mesh.transport = config.transport;
-  mesh.useMpi = config.useMpi || selection.usesMpi();
+  mesh.useMpi = config.mpiAllowed() || selection.usesMpi();
   mesh.shmRingBytes = static_cast<uint64_t>(config.shmRingBytes);
   mesh.mpiChunkBytes = static_cast<uint64_t>(config.mpiChunkBytes);
   mesh.spinMicros = config.spinMicros;
@@ -122,10 +120,11 @@ std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupCo
 }
 
 void Group::start() {
-  // One scalecomm algorithm each: "auto" is it.
-  if (selection_.allgather == "auto") selection_.allgather = "ring";
-  if (selection_.reduceScatter == "auto") selection_.reduceScatter = "ring";
-  if (selection_.barrier == "auto") selection_.barrier = "dissemination";
+  // Collectives with one scalecomm algorithm: "auto" is it.
+  for (const char* c : {"allgather", "reduce_scatter", "barrier"}) {
+    std::string& chosen = *selection_.slot(c);
+    if (chosen == "auto") chosen = selectableAlgorithms(c).front();
+  }
   if (config_.segmentBytes == 0) config_.segmentBytes = automaticSegmentBytes(comm_->hostOf());
   if (config_.sendAheadBytes < 0) config_.sendAheadBytes = automaticSendAheadBytes(comm_->hostOf());
   costs_.segmentBytes = config_.segmentBytes;

@@ -31,21 +31,36 @@ PYBIND11_MODULE(_C, m) {
   py::module::import("torch.distributed");
   m.doc() = "scalecomm: collective communication for PyTorch (compiled core)";
 
-  py::class_<scalecomm::GroupConfig>(m, "BackendConfig")
-      .def(py::init([] { return scalecomm::configFromEnvironment(); }),
-           "Defaults, overridden by SCALECOMM_* environment variables.")
-      .def_readwrite("algorithm", &scalecomm::GroupConfig::algorithm)
-      .def_readwrite("ps_servers", &scalecomm::GroupConfig::psServers)
-      .def_readwrite("tuning_file", &scalecomm::GroupConfig::tuningFile)
-      .def_readwrite("transport", &scalecomm::GroupConfig::transport)
-      .def_readwrite("segment_bytes", &scalecomm::GroupConfig::segmentBytes)
-      .def_readwrite("send_ahead_bytes", &scalecomm::GroupConfig::sendAheadBytes)
-      .def_readwrite("shm_ring_bytes", &scalecomm::GroupConfig::shmRingBytes)
-      .def_readwrite("spin_us", &scalecomm::GroupConfig::spinMicros)
-      .def_readwrite("timeout_ms", &scalecomm::GroupConfig::timeoutMs)
-      .def_readwrite("cuda_transport", &scalecomm::GroupConfig::cudaTransport)
-      .def_readwrite("compression", &scalecomm::GroupConfig::compression)
+  py::class_<scalecomm::GroupConfig> config(m, "BackendConfig",
+                                            "Settings of one group: one attribute per declared setting "
+                                            "(pyscalecomm.params()), initialised to its default.");
+  config.def(py::init<>())
+      .def(
+          "load_environment",
+          [](scalecomm::GroupConfig& c) {
+            try {
+              scalecomm::loadEnvironment(c);
+            } catch (const scalecomm::Error& e) {
+              throw py::value_error(e.what());
+            }
+          },
+          "Overwrites every setting whose SCALECOMM_* variable is set; ValueError names a malformed one.")
+      .def(
+          "check",
+          [](const scalecomm::GroupConfig& c, int size) {
+            try {
+              scalecomm::checkConfig(c, size);
+            } catch (const scalecomm::Error& e) {
+              throw py::value_error(e.what());
+            }
+          },
+          py::arg("size"), "Raises ValueError naming the first setting out of range for a group of `size` ranks.")
+      .def("__repr__", [](const scalecomm::GroupConfig& c) { return "BackendConfig(" + scalecomm::describe(c) + ")"; })
       .def_readwrite("group_name", &scalecomm::GroupConfig::groupName);
+#define SC_BIND_FIELD(kind, field, option, env, def, lo, hi, choices, doc) \
+  config.def_readwrite(option, &scalecomm::GroupConfig::field, doc);
+  SCALECOMM_GROUP_PARAMS(SC_BIND_FIELD)
+#undef SC_BIND_FIELD
 
   py::class_<scalecomm::ScalecommBackend, c10d::Backend, c10::intrusive_ptr<scalecomm::ScalecommBackend>>(
       m, "ScalecommBackend")
@@ -206,11 +221,25 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "params",
       [] {
-        std::vector<std::tuple<std::string, std::string, std::string>> out;
-        for (const auto& p : scalecomm::allParams()) out.emplace_back(p.name, p.defaultValue, p.doc);
+        py::list out;
+        for (const auto& p : scalecomm::allParams()) {
+          py::dict d;
+          d["name"] = p.name;
+          d["option"] = p.option;
+          d["type"] = p.integer ? "int" : "str";
+          d["default"] = p.defaultValue;
+          d["lo"] = p.integer ? py::object(py::int_(p.lo)) : py::none();
+          d["hi"] = !p.integer || p.hi == scalecomm::kNoLimit ? py::none()
+                    : p.hi == scalecomm::kWorld               ? py::object(py::str("world"))
+                                                              : py::object(py::int_(p.hi));
+          d["choices"] = p.choices;
+          d["doc"] = p.doc;
+          out.append(d);
+        }
         return out;
       },
-      "Every SCALECOMM_* variable: (name, default, doc).");
+      "Every declared setting (core/params.h) as a dict: name (the SCALECOMM_* variable), option (the "
+      "Options/BackendConfig field; empty for a process-wide setting), type, default, lo, hi, choices, doc.");
   m.def(
       "predict_allreduce",
       [](const std::string& algorithm, int world, int64_t bytes, double alpha, double beta, double overhead,
@@ -249,6 +278,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("world") = 0, py::arg("bytes") = -1,
       "Allreduce algorithms of this build (registry order); with world (and bytes), those that serve such a group "
       "(and message).");
+  m.def("algorithms", &scalecomm::selectableAlgorithms, py::arg("collective"),
+        "Algorithms that can be named for a collective (besides auto and mpi), registry order.");
   m.def(
       "allreduce_registry",
       [] {

@@ -197,7 +197,7 @@ TEST(broadcast_and_allgather_move_exact_bytes) {
     for (int root = 0; root < n; ++root) {
       std::vector<std::vector<int32_t>> bufs(n, std::vector<int32_t>(777, -1));
       for (int i = 0; i < 777; ++i) bufs[root][i] = i * 31 + root;
-      for (const std::string& algo : rootedAlgorithms()) {
+      for (const std::string& algo : selectableAlgorithms("broadcast")) {
         for (int r = 0; r < n; ++r)
           if (r != root) std::fill(bufs[r].begin(), bufs[r].end(), -1);
         auto errors = runRanks(n, 2048, [&](int r, Communicator& c) {

@@ -1,5 +1,6 @@
 // Rendezvous through a store: ranks as threads build real shm and tcp links,
 // run an allreduce over them, and a missing rank is reported by number.
+#include <functional>
 #include <thread>
 
 #include "algo/collectives.h"
@@ -11,19 +12,23 @@ using namespace scalecomm;
 
 namespace {
 
-void allreduceOverMesh(int n, const std::string& transport, const std::string& key, MemoryStore& store) {
+// Rank r's mesh options and the link kind it must get to each peer.
+using OptionsOf = std::function<MeshOptions(int rank)>;
+using KindOf = std::function<std::string(int rank, int peer)>;
+
+void allreduceOverMesh(int n, const OptionsOf& optionsOf, const KindOf& kindOf, const std::string& key,
+                       MemoryStore& store) {
   std::vector<std::vector<double>> bufs(n, std::vector<double>(100003));
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        MeshOptions mo;
-        mo.transport = transport;
+        MeshOptions mo = optionsOf(r);
         mo.shmRingBytes = 1 << 16;
         auto comm = Communicator::connectMesh(store, key, r, n, mo, Deadline::after(std::chrono::seconds(20)));
         for (int q = 0; q < n; ++q) {
-          if (q != r) CHECK_EQ(std::string(comm->link(q).kind()), transport == "tcp" ? "tcp" : "shm");
+          if (q != r) CHECK_EQ(std::string(comm->link(q).kind()), kindOf(r, q));
         }
         for (size_t i = 0; i < bufs[r].size(); ++i) bufs[r][i] = static_cast<double>(i % 17) * (r + 1);
         CollectiveOptions o;
@@ -44,6 +49,17 @@ void allreduceOverMesh(int n, const std::string& transport, const std::string& k
     for (size_t i = 0; i < bufs[r].size(); ++i) CHECK_EQ(bufs[r][i], tri * static_cast<double>(i % 17));
 }
 
+void allreduceOverMesh(int n, const std::string& transport, const std::string& key, MemoryStore& store) {
+  allreduceOverMesh(
+      n,
+      [&](int) {
+        MeshOptions mo;
+        mo.transport = transport;
+        return mo;
+      },
+      [&](int, int) { return transport == "tcp" ? "tcp" : "shm"; }, key, store);
+}
+
 }  // namespace
 
 TEST(shm_mesh_allreduce) {
@@ -54,6 +70,76 @@ TEST(shm_mesh_allreduce) {
 TEST(tcp_mesh_allreduce) {
   MemoryStore store;
   allreduceOverMesh(4, "tcp", "tcp-test", store);
+}
+
+// Two emulated hosts of two ranks: shm inside a host, tcp between hosts; rank
+// 1 accepts ranks 2 and 3 in whatever order they connect.
+TEST(mixed_mesh_picks_per_peer_by_priority) {
+  MemoryStore store;
+  auto host = [](int r) { return r < 2 ? 0 : 1; };
+  allreduceOverMesh(
+      4,
+      [&](int r) {
+        MeshOptions mo;
+        mo.hostIdentity = "emulated-host-" + std::to_string(host(r));
+        mo.useMpi = false;
+        return mo;
+      },
+      [&](int r, int q) { return host(r) == host(q) ? "shm" : "tcp"; }, "mixed-test", store);
+}
+
+// One rank forcing tcp makes its pairs tcp on both ends; the rest keep shm.
+TEST(a_transport_forced_by_one_end_holds_for_the_pair) {
+  MemoryStore store;
+  allreduceOverMesh(
+      3,
+      [&](int r) {
+        MeshOptions mo;
+        if (r == 2) mo.transport = "tcp";
+        return mo;
+      },
+      [&](int r, int q) { return r == 2 || q == 2 ? "tcp" : "shm"; }, "forced-test", store);
+}
+
+TEST(conflicting_forced_transports_are_named) {
+  MemoryStore store;
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      MeshOptions mo;
+      mo.transport = r == 0 ? "shm" : "tcp";
+      try {
+        Communicator::connectMesh(store, "conflict", r, 2, mo, Deadline::after(std::chrono::seconds(5)));
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(errors[0].find("rank 0 forces transport shm but rank 1 forces tcp") != std::string::npos);
+  CHECK(errors[1].find("rank 1 forces transport tcp but rank 0 forces shm") != std::string::npos);
+}
+
+TEST(shm_forced_across_hosts_says_why) {
+  MemoryStore store;
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      MeshOptions mo;
+      mo.transport = "shm";
+      mo.hostIdentity = "host-" + std::to_string(r);
+      try {
+        Communicator::connectMesh(store, "across", r, 2, mo, Deadline::after(std::chrono::seconds(5)));
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(errors[0].find("no transport connects rank 0 with rank 1 (transport shm is forced): shm: rank 1 is on "
+                       "another host") != std::string::npos);
 }
 
 TEST(missing_rank_is_named) {

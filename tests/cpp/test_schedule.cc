@@ -4,12 +4,13 @@
 #include <deque>
 #include <map>
 
+#include "algo/barrier.h"
+#include "algo/chain.h"
 #include "algo/collectives.h"
 #include "algo/direct.h"
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/ring.h"
-#include "algo/rooted.h"
 #include "algo/tree.h"
 #include "harness.h"
 

@@ -15,11 +15,13 @@
 #include <mutex>
 #include <thread>
 
+#include "algo/barrier.h"
+#include "algo/chain.h"
 #include "algo/collectives.h"
+#include "algo/direct.h"
 #include "algo/hier.h"
 #include "algo/registry.h"
 #include "algo/ring.h"
-#include "algo/rooted.h"
 #include "algo/step_executor.h"
 #include "algo/tree.h"
 #include "comm/reducer.h"

@@ -1,0 +1,131 @@
+#include "comm/transports.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "transport/mpi_link.h"
+#include "transport/shm.h"
+#include "transport/tcp.h"
+
+namespace scalecomm {
+
+std::string Rendezvous::field(int r, const std::string& k) const {
+  auto it = infos[r].find(k);
+  return it == infos[r].end() ? std::string() : it->second;
+}
+
+namespace {
+
+// Same host (identity from the rendezvous) and both ends offer a segment.
+class ShmTransport : public Transport {
+ public:
+  void publish(Rendezvous& rv, std::map<std::string, std::string>& info) override {
+    inbox_ = ShmSegment::create(rv.rank, rv.size, rv.opts.shmRingBytes);
+    info["shm"] = inbox_->name();
+  }
+  std::string whyNot(const Rendezvous& rv, int peer) const override {
+    if (rv.field(peer, "host") != rv.field(rv.rank, "host")) {
+      return strCat("rank ", peer, " is on another host ('", rv.field(peer, "host"), "' vs '",
+                    rv.field(rv.rank, "host"), "')");
+    }
+    if (rv.field(peer, "shm").empty() || rv.field(rv.rank, "shm").empty()) return "shm is off on one end";
+    return "";
+  }
+  std::unique_ptr<Link> connect(Rendezvous& rv, int peer) override {
+    auto peerInbox = ShmSegment::open(rv.field(peer, "shm"), peer, rv.size);
+    return std::make_unique<ShmLink>(rv.rank, peer, inbox_, peerInbox);
+  }
+  void finish(Rendezvous&) override { inbox_->unlinkName(); }
+
+ private:
+  std::shared_ptr<ShmSegment> inbox_;
+};
+
+// Every rank of the group in one MPI job (the rendezvous made the communicator).
+class MpiTransport : public Transport {
+ public:
+  void publish(Rendezvous&, std::map<std::string, std::string>&) override {}
+  std::string whyNot(const Rendezvous& rv, int) const override {
+    if (rv.mpiGroup) return "";
+    return mpiCompiledIn() ? "not every rank of the group runs in one MPI job (start all with one mpirun)"
+                           : "this build has no MPI (install libopenmpi-dev and rebuild)";
+  }
+  std::unique_ptr<Link> connect(Rendezvous& rv, int peer) override {
+    return std::make_unique<MpiLink>(rv.mpiGroup, rv.rank, peer, rv.opts.mpiChunkBytes);
+  }
+};
+
+// One socket per pair: the higher rank connects, the lower accepts.
+class TcpTransport : public Transport {
+ public:
+  ~TcpTransport() override {
+    for (auto& [who, fd] : accepted_) ::close(fd);
+  }
+  void publish(Rendezvous&, std::map<std::string, std::string>& info) override {
+    const std::string addr = localAdvertiseAddress();
+    listener_ = std::make_unique<TcpListener>(std::getenv("SCALECOMM_SOCKET_IFNAME") ? addr : "");
+    info["addr"] = addr;
+    info["port"] = std::to_string(listener_->port());
+  }
+  std::string whyNot(const Rendezvous& rv, int peer) const override {
+    if (rv.field(peer, "addr").empty() || rv.field(rv.rank, "addr").empty()) return "tcp is off on one end";
+    return "";
+  }
+  std::unique_ptr<Link> connect(Rendezvous& rv, int peer) override {
+    if (peer < rv.rank) {
+      int fd =
+          tcpConnectPeer(rv.field(peer, "addr"), std::stoi(rv.field(peer, "port")), rv.key, rv.rank, peer, rv.deadline);
+      return std::make_unique<TcpLink>(rv.rank, peer, fd);
+    }
+    // Higher peers connect in their own rank order, not ours: keep early ones.
+    while (accepted_.count(peer) == 0) {
+      auto [fd, who] = listener_->acceptPeer(rv.key, rv.deadline);
+      if (who <= rv.rank || who >= rv.size || accepted_.count(who) != 0) {
+        ::close(fd);
+        fail(ErrorKind::Io, "scalecomm rendezvous (rank ", rv.rank, "): unexpected connection from rank ", who);
+      }
+      accepted_[who] = fd;
+    }
+    int fd = accepted_[peer];
+    accepted_.erase(peer);
+    return std::make_unique<TcpLink>(rv.rank, peer, fd);
+  }
+  void finish(Rendezvous& rv) override {
+    if (!accepted_.empty()) {
+      fail(ErrorKind::Io, "scalecomm rendezvous (rank ", rv.rank, "): rank ", accepted_.begin()->first,
+           " connected over tcp but this rank chose another transport for it");
+    }
+    listener_.reset();
+  }
+
+ private:
+  std::unique_ptr<TcpListener> listener_;
+  std::map<int, int> accepted_;  // rank -> fd, accepted before its turn
+};
+
+template <typename T>
+std::unique_ptr<Transport> make() {
+  return std::make_unique<T>();
+}
+
+}  // namespace
+
+const std::vector<TransportEntry>& transportRegistry() {
+  static const std::vector<TransportEntry> table = {
+      {"shm", &make<ShmTransport>},
+      {"mpi", &make<MpiTransport>},
+      {"tcp", &make<TcpTransport>},
+  };
+  return table;
+}
+
+std::string transportNames() {
+  std::string out;
+  for (const auto& t : transportRegistry()) out += (out.empty() ? "" : ", ") + std::string(t.name);
+  return out;
+}
+
+}  // namespace scalecomm
