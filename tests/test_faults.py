@@ -9,6 +9,7 @@ import threading
 import time
 from datetime import timedelta
 
+import pytest
 import torch
 import torch.distributed as dist
 from dist_helpers import RankError, run_ranks
@@ -319,3 +320,141 @@ def test_exit_with_a_stuck_collective_is_prompt():
     elapsed, codes, outs = _exit_mid_collective(peer_joins=False)
     assert elapsed < 30, outs  # not the 60 s group timeout: aborted after a 2 s grace
     assert codes[0] == 0, outs[0][-3000:]
+
+
+def _tcp_group_with_secret(rank, n, secrets):
+    import pyscalecomm
+
+    os.environ["SCALECOMM_SECRET"] = secrets[rank]
+    try:
+        g = dist.new_group(
+            backend="scalecomm", pg_options=pyscalecomm.Options(transport="tcp", timeout=timedelta(seconds=3))
+        )
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        return f"{type(e).__name__}: {e}"
+    t = torch.full((5,), float(rank + 1))
+    dist.all_reduce(t, group=g)
+    return t.tolist()
+
+
+def test_tcp_peers_must_share_the_secret():
+    assert run_ranks(2, _tcp_group_with_secret, ["s3cret", "s3cret"]) == [[3.0] * 5] * 2
+    out = run_ranks(2, _tcp_group_with_secret, ["s3cret", "guess"])
+    assert "could not connect to rank 0" in out[1], out[1]
+    assert "timed out" in out[0], out[0]
+
+
+def _small_dev_shm(rank, n):
+    import pyscalecomm
+
+    try:
+        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(transport="shm"))
+        shm = "no error"
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        shm = f"{type(e).__name__}: {e}"
+    g = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(transport="tcp"))
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t, group=g)
+    return shm, t.tolist()
+
+
+def test_a_full_dev_shm_raises_at_creation_and_tcp_still_works():
+    """A 2 MiB /dev/shm (a private tmpfs in a mount namespace) cannot hold two
+    4 MiB rings: group creation raises naming the remedies, instead of the
+    SIGBUS that the first write to an unreserved page would raise."""
+    import subprocess
+    import sys
+
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("needs unshare --mount (root)")
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        f"import sys; sys.path.insert(0, {here!r}); from dist_helpers import run_ranks; import test_faults; "
+        "print('RESULT', run_ranks(2, test_faults._small_dev_shm, init='gloo', timeout_s=60, "
+        "expect_errors=True))"
+    )
+    script = f'mount -t tmpfs -o size=2m tmpfs /dev/shm && exec {sys.executable} -c "{code}"'
+    out = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    result = [line for line in out.stdout.splitlines() if line.startswith("RESULT")]
+    assert result, out.stdout + out.stderr
+    assert result[0].count("cannot reserve") == 2, result[0]
+    assert "SCALECOMM_TRANSPORT=tcp" in result[0], result[0]
+    assert result[0].count("[3.0, 3.0, 3.0]") == 2, result[0]
+
+
+def _fork_child_uses_and_exits(rank, n):
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)  # the group works before the fork
+    child_saw = ""
+    if rank == 0:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: try the parent's group, then exit as Python's atexit would
+            import pyscalecomm
+
+            os.close(r)
+            try:
+                dist.all_reduce(torch.ones(4))
+                msg = "no error"
+            except Exception as e:  # noqa: BLE001 - reported to the parent
+                msg = f"{type(e).__name__}: {e}"
+            pyscalecomm._C._shutdown_all_at_exit()  # what atexit runs at a normal exit
+            os.write(w, msg.encode())
+            os.close(w)
+            os._exit(0)  # not sys.exit: the test harness would report the child as rank 0
+        os.close(w)
+        os.waitpid(pid, 0)
+        child_saw = os.read(r, 4096).decode()
+        os.close(r)
+    dist.barrier()
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)  # the parent's links survived the child's exit
+    return child_saw, t.tolist()
+
+
+def test_a_forked_child_neither_uses_nor_closes_the_parents_group():
+    out = run_ranks(2, _fork_child_uses_and_exits)
+    child_saw = out[0][0]
+    assert "this is a forked child" in child_saw and "spawn" in child_saw, child_saw
+    assert out[0][1] == out[1][1] == [3.0] * 4
+
+
+def _rank_2_skips_a_collective(rank, n):
+    t = torch.ones(4)
+    dist.all_reduce(t)  # seq 1: everyone
+    if rank == 2:
+        time.sleep(6)  # busy elsewhere while the others wait in seq 2
+        return "slept"
+    try:
+        dist.all_reduce(t)
+    except dist.DistBackendError as e:
+        return str(e)
+    return "no error"
+
+
+def test_a_timeout_names_the_lagging_rank_and_the_dumps_merge(tmp_path):
+    import subprocess
+    import sys
+
+    out = run_ranks(
+        3,
+        _rank_2_skips_a_collective,
+        env={"SCALECOMM_TRACE_DIR": str(tmp_path)},
+        group_timeout_s=2,
+    )
+    for r in (0, 1):
+        assert "Desync report: rank(s) 2 lag: rank 2 is idle after seq 1 allreduce" in out[r], out[r]
+    assert out[2] == "slept"
+    dumps = sorted(p.name for p in tmp_path.iterdir())
+    assert dumps == [f"scalecomm-trace-0-rank{r}.json" for r in range(3)], dumps
+    merged = subprocess.run(
+        [sys.executable, "-m", "pyscalecomm.trace", str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "rank(s) 2 lag: rank 2 is idle after seq 1 allreduce" in merged, merged
+    assert "failed" in merged and "done" in merged, merged

@@ -12,7 +12,9 @@
 
 #include "comm/transports.h"
 #include "core/error.h"
+#include "core/hmac.h"
 #include "core/logging.h"
+#include "core/params.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -176,9 +178,13 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   // with an earlier, destroyed group that used the same store and name.
   const std::string base = "scalecomm/" + groupKey + "/";
   int64_t joined = store.add(base + "join", 1);
-  Rendezvous rv{store, base + "g" + std::to_string((joined - 1) / size) + "/", rank, size, opts, deadline};
-  rv.key = std::hash<std::string>{}(rv.prefix);
+  Rendezvous rv{store,  base + "g" + std::to_string((joined - 1) / size) + "/", rank, size, opts, deadline, {}, {},
+                nullptr};
   rv.infos.resize(size);
+  // The generation's key: rank 0's nonce, published before its address, so
+  // every rank can read it once the addresses are exchanged.
+  const std::string nonce = rank == 0 ? toHex(randomBytes(32).data(), 32) : std::string();
+  if (rank == 0) store.set(rv.prefix + "nonce", nonce);
 
   const bool withMpi = (opts.useMpi || opts.transport == "mpi") && size > 1 && mpiEnsureInitialized();
   if (opts.transport == "mpi" && !withMpi) {
@@ -207,6 +213,7 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
       rv.infos[r] = parseInfo(waitKey(store, rv.prefix + "info/", r, rank, size, deadline, "address exchange"));
   }
   rv.mpiGroup = mpiGroupOf(rv, withMpi);
+  rv.key = (rank == 0 ? nonce : store.get(rv.prefix + "nonce", deadline)) + paramString("SCALECOMM_SECRET");
 
   std::vector<std::unique_ptr<Link>> links(size);
   for (int r = 0; r < size; ++r) {
@@ -252,6 +259,7 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   auto comm = std::make_unique<Communicator>(rank, size, std::move(links), opts.spinMicros);
   comm->setHostOf(std::move(hostOf));
   comm->setMpiGroup(std::move(rv.mpiGroup));
+  comm->setStorePrefix(rv.prefix);
   return comm;
 }
 

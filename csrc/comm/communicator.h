@@ -51,6 +51,9 @@ class Communicator {
   const std::vector<int>& hostOf() const { return hostOf_; }
   void setHostOf(std::vector<int> hostOf);
   const std::shared_ptr<MpiGroup>& mpiGroup() const { return mpi_; }
+  // Store keys of this group's generation ("" unless made by connectMesh()).
+  const std::string& storePrefix() const { return storePrefix_; }
+  void setStorePrefix(std::string p) { storePrefix_ = std::move(p); }
   void setMpiGroup(std::shared_ptr<MpiGroup> g) { mpi_ = std::move(g); }
 
   // Idles briefly until something may have changed on the given peers' links:
@@ -74,6 +77,7 @@ class Communicator {
   int64_t spinMicros_;
   std::vector<int> hostOf_;
   std::shared_ptr<MpiGroup> mpi_;  // null without MPI; mpi links hold their own reference
+  std::string storePrefix_;
   std::atomic<bool> aborted_{false};
 };
 

@@ -66,7 +66,7 @@ class TcpTransport : public Transport {
   }
   void publish(Rendezvous&, std::map<std::string, std::string>& info) override {
     const std::string addr = localAdvertiseAddress();
-    listener_ = std::make_unique<TcpListener>(std::getenv("SCALECOMM_SOCKET_IFNAME") ? addr : "");
+    listener_ = std::make_unique<TcpListener>(addr);  // the advertised interface only
     info["addr"] = addr;
     info["port"] = std::to_string(listener_->port());
   }
@@ -82,7 +82,7 @@ class TcpTransport : public Transport {
     }
     // Higher peers connect in their own rank order, not ours: keep early ones.
     while (accepted_.count(peer) == 0) {
-      auto [fd, who] = listener_->acceptPeer(rv.key, rv.deadline);
+      auto [fd, who] = listener_->acceptPeer(rv.key, rv.rank, rv.size, rv.deadline);
       if (who <= rv.rank || who >= rv.size || accepted_.count(who) != 0) {
         ::close(fd);
         fail(ErrorKind::Io, "scalecomm rendezvous (rank ", rv.rank, "): unexpected connection from rank ", who);

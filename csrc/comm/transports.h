@@ -38,7 +38,9 @@ struct Rendezvous {
   int size = 0;
   const MeshOptions& opts;
   Deadline deadline;
-  uint64_t key = 0;                                       // this generation's handshake key
+  // This generation's secret: rank 0's random nonce (through the store) plus
+  // SCALECOMM_SECRET when set (never in the store). Proves membership to tcp peers.
+  std::string key;
   std::vector<std::map<std::string, std::string>> infos;  // what each rank published (infos[rank]: ours)
   std::shared_ptr<MpiGroup> mpiGroup;                     // null unless every rank is in one MPI job
 

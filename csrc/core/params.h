@@ -64,6 +64,9 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "mpi transport: largest MPI message; each link keeps 4 such buffers in flight per direction.")                   \
   X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", 50, 0, 10000000, "",                                             \
     "Microseconds a waiting thread spins before it yields or sleeps.")                                               \
+  X(Int, traceBuffer, "trace_buffer", "SCALECOMM_TRACE_BUFFER", 256, 0, 1048576, "",                                 \
+    "Flight recorder: the last this many calls of each group (state, sizes, algorithm, timings), dumped on a "       \
+    "timeout or error (see SCALECOMM_TRACE_DIR); 0: off.")                                                           \
   X(Int, timeoutMs, "timeout_ms", "SCALECOMM_TIMEOUT_MS", 1800000, 1, kNoLimit, "",                                   \
     "Group timeout in milliseconds: every collective and the rendezvous fail after it. Unset: "                     \
     "init_process_group's timeout (whose own default is 30 minutes).")
@@ -71,8 +74,15 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
 #define SCALECOMM_PROCESS_PARAMS(P)                                                                                   \
   P("SCALECOMM_DEBUG", "WARN", "ERROR|WARN|INFO|DEBUG",                                                               \
     "Log level: ERROR, WARN, INFO (effective settings and each choice made), DEBUG.")                                \
+  P("SCALECOMM_SECRET", "", "",                                                                                       \
+    "Shared secret mixed into the key every TCP connection must prove (set the same value on every rank). The "     \
+    "key's other half comes through the rendezvous store; set this when others can reach your store.")              \
+  P("SCALECOMM_TRACE_DIR", "", "",                                                                                    \
+    "Directory for flight-recorder dumps (scalecomm-trace-<group>-rank<r>.json, one per rank and group) written "   \
+    "on a timeout or error; merge them with 'python -m pyscalecomm.trace DIR'. Empty: a summary in the log.")       \
   P("SCALECOMM_SOCKET_IFNAME", "", "",                                                                                \
-    "Network interface whose IPv4 address TCP peers connect to (default: the route to MASTER_ADDR).")                \
+    "Network interface whose IPv4 address TCP peers connect to and the listener binds (default: the local end "      \
+    "of the route to MASTER_ADDR).")                \
   P("SCALECOMM_HOSTNAME", "", "",                                                                                     \
     "Host identity used to decide which peers share memory (default: hostname and namespaces).")                     \
   P("SCALECOMM_TIMELINE", "", "",                                                                                     \

@@ -1,6 +1,10 @@
 #include "group/group.h"
 
+#include <unistd.h>
+
+#include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -8,6 +12,7 @@
 #include "algo/registry.h"
 #include "algo/schedule.h"
 #include "core/logging.h"
+#include "core/params.h"
 #include "core/timeline.h"
 
 namespace scalecomm {
@@ -58,9 +63,14 @@ struct Span {
 }  // namespace
 
 Group::Group(std::unique_ptr<Communicator> comm, GroupConfig config)
-    : rank_(comm->rank()), size_(comm->size()), config_(std::move(config)), comm_(std::move(comm)) {}
+    : rank_(comm->rank()),
+      size_(comm->size()),
+      config_(std::move(config)),
+      comm_(std::move(comm)),
+      creatorPid_(static_cast<int>(getpid())),
+      recorder_(static_cast<size_t>(config_.traceBuffer)) {}
 
-std::shared_ptr<Group> Group::create(Store& store, int rank, int size, GroupConfig config) {
+std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int size, GroupConfig config) {
   checkConfig(config, size);
   AlgorithmSelection selection = AlgorithmSelection::parse(config.algorithm);
   checkServes(selection, rank, size);
@@ -79,14 +89,17 @@ std::shared_ptr<Group> Group::create(Store& store, int rank, int size, GroupConf
   mesh.shmRingBytes = static_cast<uint64_t>(config.shmRingBytes);
   mesh.mpiChunkBytes = static_cast<uint64_t>(config.mpiChunkBytes);
   mesh.spinMicros = config.spinMicros;
-  auto comm = Communicator::connectMesh(store, config.groupName, rank, size, mesh,
+  auto comm = Communicator::connectMesh(*store, config.groupName, rank, size, mesh,
                                         Deadline::after(std::chrono::milliseconds(config.timeoutMs)));
   if (selection.usesMpi() && size > 1 && !comm->mpiGroup()) {
     fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): algorithm mpi (", selection.str(),
          ") needs every rank started by one mpirun/mpiexec (or srun with MPI) and a build with MPI (",
          mpiCompiledIn() ? "this build has it" : "this build has none: install libopenmpi-dev, rebuild", ")");
   }
+  const std::string prefix = comm->storePrefix();
   std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
+  g->store_ = std::move(store);
+  g->storePrefix_ = prefix;
   g->selection_ = selection;
   g->tuning_ = std::move(tuning);
   const bool anyAuto = selection.allreduce == "auto" || selection.broadcast == "auto" || selection.reduce == "auto";
@@ -108,11 +121,15 @@ std::shared_ptr<Group> Group::create(Store& store, int rank, int size, GroupConf
   return g;
 }
 
-std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupConfig config, CostParams costs) {
+std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupConfig config, CostParams costs,
+                                     std::shared_ptr<Store> store) {
   checkConfig(config, comm->size());
   AlgorithmSelection selection = AlgorithmSelection::parse(config.algorithm);
   checkServes(selection, comm->rank(), comm->size());
+  const std::string prefix = "scalecomm/" + config.groupName + "/local/";
   std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
+  g->store_ = std::move(store);
+  g->storePrefix_ = prefix;
   g->selection_ = selection;
   g->costs_ = costs;
   g->start();
@@ -139,6 +156,7 @@ void Group::start() {
         TimelineRow{timeline, envRank && envRank[0] ? std::atoi(envRank) : rank_, groupsWithRows++, config_.groupName});
   }
   worker_ = std::make_unique<Worker>(config_.spinMicros);
+  watchdog_ = std::make_unique<std::thread>([this] { watchdogLoop(); });
   std::lock_guard<std::mutex> g(liveMu());
   auto& groups = live();
   groups.erase(std::remove_if(groups.begin(), groups.end(), [](const auto& w) { return w.expired(); }), groups.end());
@@ -219,6 +237,12 @@ void Group::numberCall(Call& call, uint64_t& number) {
 }
 
 void Group::checkUsable(const std::string& name) const {
+  if (static_cast<int>(getpid()) != creatorPid_) {
+    fail(ErrorKind::InvalidArgument, "scalecomm ", name, " (rank ", rank_, "): this group belongs to process ",
+         creatorPid_, "; this is a forked child (pid ", getpid(),
+         "), which shares its links and must not use them. Create process groups in the child itself (or start "
+         "workers with the 'spawn' method).");
+  }
   if (shutDown_.load()) fail(ErrorKind::Aborted, "scalecomm ", name, " (rank ", rank_, "): the group was shut down");
   if (state_->poisoned()) {
     fail(ErrorKind::Aborted, "scalecomm ", name, " (rank ", rank_, ", seq ", seq_.load() + 1,
@@ -267,22 +291,25 @@ uint64_t Group::submit(Call call) {
 
 void Group::dispatch(Call call, uint64_t number) {
   if (call.timeoutMs <= 0) call.timeoutMs = config_.timeoutMs;
+  const bool collective = call.kind != CallKind::Send && call.kind != CallKind::Recv &&
+                          call.kind != CallKind::RecvAnySource && call.kind != CallKind::SendRecvBatch;
+  const uint64_t id = recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs);
   if (call.blocking && !call.device && worker_->idle()) {
     std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
     if (exec.owns_lock()) {
       inlineCalls_.fetch_add(1, std::memory_order_relaxed);
-      std::optional<Error> error = execute(call, number);
+      std::optional<Error> error = execute(call, number, id);
       exec.unlock();  // completion callbacks may issue further calls
       if (call.done) call.done(error ? &*error : nullptr);
       return;
     }
   }
   workerCalls_.fetch_add(1, std::memory_order_relaxed);
-  worker_->post([self = shared_from_this(), call = std::move(call), number]() mutable {
+  worker_->post([self = shared_from_this(), call = std::move(call), number, id]() mutable {
     std::optional<Error> error;
     {
       std::lock_guard<std::mutex> exec(self->execMu_);
-      error = self->execute(call, number);
+      error = self->execute(call, number, id);
     }
     if (call.done) call.done(error ? &*error : nullptr);
   });
@@ -382,12 +409,15 @@ void Group::runBody(Call& call, CollectiveOptions& o) {
   }
 }
 
-std::optional<Error> Group::execute(Call& call, uint64_t number) {
+std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t recordId) {
   if (state_->poisoned()) {
-    return Error(ErrorKind::Aborted,
-                 strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number,
-                        "): not run because the group is unusable after an earlier failure: ", state_->reason()));
+    Error e(ErrorKind::Aborted,
+            strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number,
+                   "): not run because the group is unusable after an earlier failure: ", state_->reason()));
+    recorder_.ended(recordId, e.what());
+    return e;
   }
+  recorder_.started(recordId, call.algorithm);
   CollectiveOptions o;
   o.algorithm = call.algorithm;
   o.psServers = static_cast<int>(config_.psServers);
@@ -415,24 +445,42 @@ std::optional<Error> Group::execute(Call& call, uint64_t number) {
     if (timelineRow_) recordOperation(*timelineRow_, call.name, number, call.bytes, start, end, trace, *comm_, false);
     state_->record(call.name, call.bytes, std::chrono::duration<double>(end - start).count());
   } catch (const Error& e) {
-    SC_LOG(Warn, e.what());
-    state_->poison(e.what(), /*abortComm=*/false);
-    return e;
+    // A timeout: ask every rank where it is, so the message names who lags.
+    const std::string report = e.kind() == ErrorKind::Timeout ? desyncReport() : std::string();
+    Error err = report.empty() ? e : Error(e.kind(), strCat(e.what(), "\nDesync report: ", report));
+    SC_LOG(Warn, err.what());
+    recorder_.ended(recordId, e.what());
+    dumpFlightRecorder(err.what());
+    state_->poison(err.what(), /*abortComm=*/false);
+    return err;
   } catch (const std::exception& e) {
     // Not ours (a throw from before/after, e.g. a device copy): name the call.
     Error err(ErrorKind::Io, strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number, "): ", e.what()));
     SC_LOG(Warn, err.what());
+    recorder_.ended(recordId, err.what());
     state_->poison(err.what(), /*abortComm=*/false);
     return err;
   }
+  recorder_.ended(recordId, "");
   return std::nullopt;
 }
 
-void Group::abort(const std::string& why) { state_->poison(why, /*abortComm=*/true); }
+void Group::abort(const std::string& why) {
+  // A forked child must not close the links it shares with its parent.
+  state_->poison(why, /*abortComm=*/static_cast<int>(getpid()) == creatorPid_);
+}
 
 void Group::shutdown(std::chrono::milliseconds grace) {
   std::lock_guard<std::mutex> once(shutdownMu_);     // a second caller waits for the first
   if (shutDown_.exchange(true) || !worker_) return;  // (no worker: creation failed before start())
+  if (static_cast<int>(getpid()) != creatorPid_) {
+    // A forked child: the worker and watchdog threads do not exist here and
+    // the links belong to the parent. Leak them rather than join or close them.
+    (void)worker_.release();
+    (void)watchdog_.release();
+    (void)comm_.release();
+    return;
+  }
   if (grace.count() >= 0) {
     const auto until = std::chrono::steady_clock::now() + grace;
     while (!worker_->idle() && std::chrono::steady_clock::now() < until) {
@@ -444,8 +492,104 @@ void Group::shutdown(std::chrono::milliseconds grace) {
     }
   }
   worker_->stop();  // queued calls run (or fail at once when poisoned), each bounded by its deadline
+  {
+    std::lock_guard<std::mutex> g(watchdogMu_);
+    watchdogStop_ = true;
+  }
+  watchdogCv_.notify_all();
+  if (watchdog_ && watchdog_->joinable()) watchdog_->join();
   state_->detach();
   comm_->closeLinks();
+}
+
+// A call still running this long past its timeout is stuck where its own
+// deadline checks cannot see it (a hook, a blocking library call).
+constexpr auto kWatchdogGrace = std::chrono::seconds(5);
+
+void Group::watchdogLoop() {
+  auto nextStoreCheck = Clock::now();
+  std::unique_lock<std::mutex> lk(watchdogMu_);
+  while (!watchdogStop_) {
+    watchdogCv_.wait_for(lk, std::chrono::milliseconds(100));
+    if (watchdogStop_) break;
+    lk.unlock();
+    const std::string late = recorder_.overdue(kWatchdogGrace);
+    if (!late.empty() && !state_->poisoned()) {
+      const std::string why = strCat("scalecomm watchdog (rank ", rank_, "): ", late, "; aborting the group");
+      SC_LOG(Error, why);
+      dumpFlightRecorder(why);
+      state_->poison(why, /*abortComm=*/true);
+    }
+    if (store_ && !storeBroken_.load() && Clock::now() >= nextStoreCheck) {
+      answerDesyncRequests();
+      nextStoreCheck = Clock::now() + std::chrono::seconds(1);
+    }
+    lk.lock();
+  }
+}
+
+void Group::answerDesyncRequests() {
+  try {
+    const int64_t asked = store_->add(storePrefix_ + "desync", 0);
+    const int64_t answered = desyncAnswered_.load();
+    if (asked <= answered) return;
+    // Several ranks may have asked at once: answer every request.
+    const std::string where = recorder_.position(rank_).encode();
+    for (int64_t request = answered + 1; request <= asked; ++request) {
+      store_->set(strCat(storePrefix_, "desync/", request, "/", rank_), where);
+    }
+    desyncAnswered_ = asked;
+    dumpFlightRecorder(strCat("another rank timed out and asked where every rank is (request ", asked, ")"));
+  } catch (const std::exception& e) {
+    storeBroken_ = true;  // the store is gone (e.g. rank 0 exited): stop asking it
+    SC_LOG(Info, "rank ", rank_, ": watchdog stops polling the store: ", e.what());
+  }
+}
+
+std::string Group::desyncReport() {
+  if (!store_ || storeBroken_.load()) return "";
+  try {
+    const int64_t request = store_->add(storePrefix_ + "desync", 1);
+    const std::string base = strCat(storePrefix_, "desync/", request, "/");
+    store_->set(base + std::to_string(rank_), recorder_.position(rank_).encode());
+    // The other ranks' watchdogs answer within about a second.
+    const Deadline deadline = Deadline::after(std::chrono::seconds(3));
+    std::vector<RankPosition> positions(size_);
+    for (int r = 0; r < size_; ++r) {
+      positions[r].rank = r;
+      try {
+        positions[r] = RankPosition::decode(r, store_->get(base + std::to_string(r), deadline));
+      } catch (const Error&) {
+      }
+    }
+    return scalecomm::desyncReport(positions);
+  } catch (const std::exception& e) {
+    return strCat("(none: the store did not answer: ", e.what(), ")");
+  }
+}
+
+void Group::dumpFlightRecorder(const std::string& why) {
+  if (config_.traceBuffer == 0) return;
+  const std::string dir = paramString("SCALECOMM_TRACE_DIR");
+  if (dir.empty()) {
+    const RankPosition where = recorder_.position(rank_);
+    SC_LOG(Warn, "rank ", rank_, " flight recorder (group '", config_.groupName, "'): ", where.describe(),
+           "; set SCALECOMM_TRACE_DIR for the last ", config_.traceBuffer, " calls of every rank");
+    return;
+  }
+  std::string name = config_.groupName;
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  const std::string path = strCat(dir, "/scalecomm-trace-", name, "-rank", rank_, ".json");
+  std::string body = recorder_.json(rank_, size_, config_.groupName, why);
+  std::ofstream out(path);
+  if (!out) {
+    SC_LOG(Warn, "rank ", rank_, ": cannot write the flight recorder to ", path);
+    return;
+  }
+  out << body;
+  SC_LOG(Warn, "rank ", rank_, ": flight recorder written to ", path, " (", why.substr(0, 200), ")");
 }
 
 void Group::shutdownAllAtExit() {

@@ -36,12 +36,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -53,6 +55,7 @@
 #include "comm/worker.h"
 #include "core/store.h"
 #include "group/config.h"
+#include "group/flight_recorder.h"
 #include "group/group_state.h"
 #include "group/monitored_barrier.h"
 #include "group/timeline_record.h"
@@ -132,9 +135,12 @@ class Group : public std::enable_shared_from_this<Group> {
   // peer, measures the cost model's parameters when anything is auto. Throws
   // Error(InvalidArgument) for bad settings, Error(Io|Timeout) when peers do
   // not arrive.
-  static std::shared_ptr<Group> create(Store& store, int rank, int size, GroupConfig config);
+  // The group keeps `store` for the desync report (see the watchdog below).
+  static std::shared_ptr<Group> create(std::shared_ptr<Store> store, int rank, int size, GroupConfig config);
   // Over links made elsewhere (tests: loopback); no probe (costs as given).
-  static std::shared_ptr<Group> create(std::unique_ptr<Communicator> comm, GroupConfig config, CostParams costs = {});
+  // With a store, the desync report works as over a mesh.
+  static std::shared_ptr<Group> create(std::unique_ptr<Communicator> comm, GroupConfig config, CostParams costs = {},
+                                       std::shared_ptr<Store> store = nullptr);
   ~Group();
 
   // Numbers and runs `call` (see the contract above); returns its number:
@@ -194,7 +200,13 @@ class Group : public std::enable_shared_from_this<Group> {
   void dispatch(Call call, uint64_t number);
   // Runs the call on the executing thread (execMu_ held); the error, if any.
   // The caller runs call.done after releasing execMu_.
-  std::optional<Error> execute(Call& call, uint64_t number);
+  std::optional<Error> execute(Call& call, uint64_t number, uint64_t recordId);
+  // On a timeout: asks every rank where it is (through the store, answered by
+  // their watchdogs), and returns the desync verdict ("" without a store).
+  std::string desyncReport();
+  void answerDesyncRequests();  // watchdog: publish this rank's position when asked
+  void dumpFlightRecorder(const std::string& why);
+  void watchdogLoop();
   void runBody(Call& call, CollectiveOptions& o);
   std::string chooseAllreduce(int64_t bytes);
 
@@ -220,6 +232,19 @@ class Group : public std::enable_shared_from_this<Group> {
   std::vector<std::pair<Call, uint64_t>> pending_;  // the batch being coalesced, with pair numbers
   std::mutex shutdownMu_;
   std::atomic<bool> shutDown_{false};
+  const int creatorPid_;  // a forked child (another pid) may not use or close the group
+  // Flight recorder and watchdog: a thread that aborts a call stuck past its
+  // timeout (plus a grace period) even when the worker cannot notice, and
+  // answers other ranks' desync requests through the store.
+  FlightRecorder recorder_;
+  std::shared_ptr<Store> store_;
+  std::string storePrefix_;
+  std::unique_ptr<std::thread> watchdog_;  // a unique_ptr so a forked child can leak it
+  std::mutex watchdogMu_;
+  std::condition_variable watchdogCv_;
+  bool watchdogStop_ = false;
+  std::atomic<int64_t> desyncAnswered_{0};
+  std::atomic<bool> storeBroken_{false};
 };
 
 }  // namespace scalecomm

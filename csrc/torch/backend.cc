@@ -59,8 +59,7 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   if (config.compression == "none") config.compression.clear();
   try {
     if (!config.compression.empty()) CodecSpec::parse(config.compression);  // a bad spec fails here
-    C10dStoreAdapter adapter(store);
-    group_ = Group::create(adapter, rank, size, config);
+    group_ = Group::create(std::make_shared<C10dStoreAdapter>(store), rank, size, config);
   } catch (const Error& e) {
     rethrow(e);
   }

@@ -17,6 +17,7 @@
 #include "compress/sign_cpu.h"
 #include "compress/topk_cpu.h"
 #include "core/params.h"
+#include "group/flight_recorder.h"
 #include "torch/backend.h"
 #include "torch/nccl_groups.h"
 #include "transport/shm.h"
@@ -278,6 +279,20 @@ PYBIND11_MODULE(_C, m) {
       py::arg("world") = 0, py::arg("bytes") = -1,
       "Allreduce algorithms of this build (registry order); with world (and bytes), those that serve such a group "
       "(and message).");
+  m.def(
+      "desync_report",
+      [](int size, const std::map<int, std::string>& positions) {
+        std::vector<scalecomm::RankPosition> all(size);
+        for (int r = 0; r < size; ++r) {
+          all[r].rank = r;
+          auto it = positions.find(r);
+          if (it != positions.end()) all[r] = scalecomm::RankPosition::decode(r, it->second);
+        }
+        return scalecomm::desyncReport(all);
+      },
+      py::arg("size"), py::arg("positions"),
+      "The desync verdict from each rank's flight-recorder position (the 'position' field of its dump); ranks "
+      "missing from the dict count as not answering.");
   m.def("algorithms", &scalecomm::selectableAlgorithms, py::arg("collective"),
         "Algorithms that can be named for a collective (besides auto and mpi), registry order.");
   m.def(

@@ -85,6 +85,18 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uin
     fail(ErrorKind::Io, "scalecomm shm: cannot size ", name, " to ", bytes, " bytes: ", std::strerror(err),
          "; is /dev/shm large enough? Lower SCALECOMM_SHM_RING_BYTES or use SCALECOMM_TRANSPORT=tcp.");
   }
+  // Reserve the pages now: a full /dev/shm (Docker's default is 64 MiB) must
+  // fail here with a message, not with SIGBUS at the first write to a ring.
+  // Filesystems that cannot preallocate (EOPNOTSUPP, EINVAL) keep the sparse file.
+  const int reserved = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (reserved != 0 && reserved != EOPNOTSUPP && reserved != EINVAL) {
+    ::close(fd);
+    shm_unlink(name.c_str());
+    fail(ErrorKind::Io, "scalecomm shm (rank ", ownerRank, "): cannot reserve ", bytes, " bytes in /dev/shm for ",
+         worldSize, " rings of SCALECOMM_SHM_RING_BYTES=", ringBytes, ": ", std::strerror(reserved),
+         ". Free or enlarge /dev/shm (docker run --shm-size), lower SCALECOMM_SHM_RING_BYTES, or use "
+         "SCALECOMM_TRANSPORT=tcp.");
+  }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (base == MAP_FAILED) {

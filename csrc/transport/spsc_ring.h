@@ -14,6 +14,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/error.h"
+
 namespace scalecomm {
 
 struct RingControl {
@@ -43,7 +45,7 @@ class SpscRing {
   size_t write(const void* src, size_t bytes) {
     uint64_t head = ctl_->head.load(std::memory_order_relaxed);
     uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
-    uint64_t space = cap_ - (head - tail);
+    uint64_t space = cap_ - checkedFill(head, tail);
     uint64_t minChunk = bytes < cap_ / 8 ? bytes : cap_ / 8;
     if (space < minChunk || bytes == 0) return 0;
     size_t n = bytes < space ? bytes : static_cast<size_t>(space);
@@ -59,7 +61,7 @@ class SpscRing {
   std::pair<const uint8_t*, size_t> readable() const {
     uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
     uint64_t head = ctl_->head.load(std::memory_order_acquire);
-    uint64_t avail = head - tail;
+    uint64_t avail = checkedFill(head, tail);
     uint64_t pos = tail % cap_;
     uint64_t contiguous = cap_ - pos < avail ? cap_ - pos : avail;
     return {data_ + pos, static_cast<size_t>(contiguous)};
@@ -69,7 +71,7 @@ class SpscRing {
   size_t peek(void* out, size_t n) const {
     uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
     uint64_t head = ctl_->head.load(std::memory_order_acquire);
-    uint64_t avail = head - tail;
+    uint64_t avail = checkedFill(head, tail);
     size_t take = static_cast<size_t>(avail < n ? avail : n);
     uint64_t pos = tail % cap_;
     size_t first = static_cast<size_t>(cap_ - pos < take ? cap_ - pos : take);
@@ -96,6 +98,18 @@ class SpscRing {
   }
 
  private:
+  // head - tail, checked: the other end's index lives in memory it can write,
+  // so a fill level beyond the capacity (a corrupted or foreign peer) must not
+  // reach pointer arithmetic.
+  uint64_t checkedFill(uint64_t head, uint64_t tail) const {
+    const uint64_t fill = head - tail;
+    if (fill > cap_) {
+      fail(ErrorKind::Io, "scalecomm shm: inconsistent ring indices (written ", head, ", consumed ", tail,
+           ", capacity ", cap_, "): the peer's memory was corrupted or it is not a scalecomm process");
+    }
+    return fill;
+  }
+
   RingControl* ctl_ = nullptr;
   uint8_t* data_ = nullptr;
   uint64_t cap_ = 0;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/hmac.h"
 #include "core/logging.h"
 #include "core/params.h"
 
@@ -24,14 +25,33 @@ namespace scalecomm {
 
 namespace {
 
-constexpr uint64_t kHelloMagic = 0x53434f4d4d544350ULL;  // "SCOMMTCP"
+constexpr uint64_t kHelloMagic = 0x32434f4d4d544350ULL;  // "PCTMMOC2": handshake version 2
 
-struct Hello {
+struct Challenge {  // acceptor -> connector
   uint64_t magic;
-  uint64_t groupKey;
-  int32_t rank;
-  int32_t pad;
+  uint8_t nonce[16];
 };
+struct Hello {  // connector -> acceptor
+  uint64_t magic;
+  int32_t rank;
+  int32_t target;
+  uint8_t mac[32];
+};
+struct Ack {  // acceptor -> connector
+  uint64_t magic;
+  uint8_t mac[32];
+};
+
+// HMAC(key, label | challenge | rank | target): label keeps a hello's proof
+// from being replayed as an ack.
+Digest handshakeMac(const std::string& key, char label, const uint8_t nonce[16], int32_t rank, int32_t target) {
+  uint8_t msg[1 + 16 + 8];
+  msg[0] = static_cast<uint8_t>(label);
+  std::memcpy(msg + 1, nonce, 16);
+  std::memcpy(msg + 17, &rank, 4);
+  std::memcpy(msg + 21, &target, 4);
+  return hmacSha256(key, msg, sizeof(msg));
+}
 
 void setNonBlocking(int fd, bool on) {
   int flags = fcntl(fd, F_GETFL, 0);
@@ -88,37 +108,124 @@ TcpListener::TcpListener(const std::string& bindHost) {
   setNonBlocking(fd_, true);
 }
 
+struct TcpListener::Pending {
+  int fd;
+  uint8_t nonce[16];
+  Hello hello;
+  size_t got = 0;
+  Clock::time_point since;
+};
+
 TcpListener::~TcpListener() {
+  for (auto& p : pending_) ::close(p->fd);
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::pair<int, int> TcpListener::acceptPeer(uint64_t groupKey, const Deadline& deadline) {
-  for (;;) {
-    int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) {
-      Hello h{};
-      if (ioExact(fd, &h, sizeof(h), false, Deadline::after(std::chrono::milliseconds(5000))) &&
-          h.magic == kHelloMagic && h.groupKey == groupKey) {
-        Hello ack{kHelloMagic, groupKey, h.rank, 0};
-        if (ioExact(fd, &ack, sizeof(ack), true, deadline)) {
-          setNoDelay(fd);
-          return {fd, h.rank};
-        }
-      }
-      SC_LOG(Warn, "tcp: ignored a connection that did not send a valid scalecomm hello for this group");
-      ::close(fd);
-      continue;
+std::pair<int, int> TcpListener::acceptPeer(const std::string& key, int selfRank, int size, const Deadline& deadline) {
+  auto reject = [&](size_t i, const char* why) {
+    ::close(pending_[i]->fd);
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    ++rejected_;
+    if ((rejected_ & (rejected_ - 1)) == 0) {  // 1st, 2nd, 4th, ...: a retrying stranger cannot flood the log
+      SC_LOG(Warn, "tcp (rank ", selfRank, "): closed a connection that ", why, " (", rejected_,
+             " so far); only ranks of this group that know its key may connect");
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+  };
+  for (;;) {
+    // New connections: send each a fresh challenge (a few bytes into an empty socket).
+    for (int fd; (fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;) {
+      auto p = std::make_unique<Pending>();
+      p->fd = fd;
+      p->since = Clock::now();
+      const std::string nonce = randomBytes(sizeof(p->nonce));
+      std::memcpy(p->nonce, nonce.data(), sizeof(p->nonce));
+      Challenge c{kHelloMagic, {}};
+      std::memcpy(c.nonce, p->nonce, sizeof(c.nonce));
+      if (::send(fd, &c, sizeof(c), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(c))) {
+        ::close(fd);
+        continue;
+      }
+      if (pending_.size() >= 256) reject(0, "was the oldest of too many unfinished handshakes");
+      pending_.push_back(std::move(p));
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
       fail(ErrorKind::Io, "scalecomm tcp: accept(): ", std::strerror(errno));
     }
+    // Progress every handshake; the first one complete and proven wins.
+    for (size_t i = 0; i < pending_.size();) {
+      Pending& p = *pending_[i];
+      ssize_t n = ::recv(p.fd, reinterpret_cast<uint8_t*>(&p.hello) + p.got, sizeof(Hello) - p.got, 0);
+      if (n > 0) p.got += static_cast<size_t>(n);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        reject(i, "closed before its hello");
+        continue;
+      }
+      if (p.got < sizeof(Hello)) {
+        if (Clock::now() - p.since > std::chrono::milliseconds(kHandshakeMs)) {
+          reject(i, "sent no hello in time");
+          continue;
+        }
+        ++i;
+        continue;
+      }
+      const Hello& h = p.hello;
+      Digest mac;
+      std::memcpy(mac.data(), h.mac, mac.size());
+      if (h.magic != kHelloMagic || h.target != selfRank || h.rank < 0 || h.rank >= size ||
+          !macEqual(mac, handshakeMac(key, 'h', p.nonce, h.rank, h.target))) {
+        reject(i, "did not prove this group's key");
+        continue;
+      }
+      Ack ack{kHelloMagic, {}};
+      const Digest proof = handshakeMac(key, 'a', p.nonce, h.rank, h.target);
+      std::memcpy(ack.mac, proof.data(), proof.size());
+      const int fd = p.fd;
+      const int rank = h.rank;
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+      if (::send(fd, &ack, sizeof(ack), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(ack))) {
+        ::close(fd);
+        continue;
+      }
+      setNoDelay(fd);
+      return {fd, rank};
+    }
     if (deadline.expired()) fail(ErrorKind::Timeout, "scalecomm tcp: timed out waiting for peers to connect");
-    pollfd p{fd_, POLLIN, 0};
-    poll(&p, 1, static_cast<int>(std::min<int64_t>(deadline.remainingMs(), 100)));
+    std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+    for (const auto& p : pending_) fds.push_back({p->fd, POLLIN, 0});
+    poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(deadline.remainingMs(), 100)));
   }
 }
 
-int tcpConnectPeer(const std::string& host, int port, uint64_t groupKey, int selfRank, int peerRank,
+namespace {
+
+// Answers the listener's challenge and checks its proof; on failure says why in `why`.
+bool handshakeAsConnector(int fd, const std::string& key, int selfRank, int peerRank, const Deadline& deadline,
+                          std::string& why) {
+  Challenge c{};
+  if (!ioExact(fd, &c, sizeof(c), false, deadline) || c.magic != kHelloMagic) {
+    why = "no scalecomm handshake from the listener";
+    return false;
+  }
+  Hello h{kHelloMagic, selfRank, peerRank, {}};
+  const Digest proof = handshakeMac(key, 'h', c.nonce, selfRank, peerRank);
+  std::memcpy(h.mac, proof.data(), proof.size());
+  Ack ack{};
+  if (!ioExact(fd, &h, sizeof(h), true, deadline) || !ioExact(fd, &ack, sizeof(ack), false, deadline)) {
+    why = "the listener closed the connection during the handshake (a different group's key?)";
+    return false;
+  }
+  Digest mac;
+  std::memcpy(mac.data(), ack.mac, mac.size());
+  if (ack.magic != kHelloMagic || !macEqual(mac, handshakeMac(key, 'a', c.nonce, selfRank, peerRank))) {
+    why = "the listener did not prove this group's key (another process on that port?)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int tcpConnectPeer(const std::string& host, int port, const std::string& key, int selfRank, int peerRank,
                    const Deadline& deadline) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -126,29 +233,27 @@ int tcpConnectPeer(const std::string& host, int port, uint64_t groupKey, int sel
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
     fail(ErrorKind::Io, "scalecomm tcp: rank ", peerRank, " advertised a bad address '", host, "'");
   }
-  int lastErr = 0;
+  std::string lastErr = "none";
   int backoffMs = 1;
   while (!deadline.expired()) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
       setNonBlocking(fd, true);
-      Hello h{kHelloMagic, groupKey, selfRank, 0};
-      Hello ack{};
-      if (ioExact(fd, &h, sizeof(h), true, deadline) && ioExact(fd, &ack, sizeof(ack), false, deadline) &&
-          ack.magic == kHelloMagic && ack.rank == selfRank) {
+      const Deadline handshake = Deadline::after(
+          std::chrono::milliseconds(std::max<int64_t>(1, std::min<int64_t>(deadline.remainingMs(), kHandshakeMs))));
+      if (handshakeAsConnector(fd, key, selfRank, peerRank, handshake, lastErr)) {
         setNoDelay(fd);
         return fd;
       }
-      lastErr = ECONNRESET;
     } else {
-      lastErr = errno;
+      lastErr = std::strerror(errno);
     }
     ::close(fd);
     std::this_thread::sleep_for(std::chrono::milliseconds(backoffMs));
     backoffMs = std::min(backoffMs * 2, 100);
   }
   fail(ErrorKind::Timeout, "scalecomm tcp: rank ", selfRank, " could not connect to rank ", peerRank, " at ", host, ":",
-       port, " before the timeout (last error: ", std::strerror(lastErr),
+       port, " before the timeout (last error: ", lastErr,
        "); check that the address is reachable or set SCALECOMM_SOCKET_IFNAME");
 }
 

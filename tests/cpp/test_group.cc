@@ -22,10 +22,10 @@ namespace {
 struct Mesh {
   LoopbackFabric fabric;
   std::vector<std::shared_ptr<Group>> groups;
-  explicit Mesh(int n, GroupConfig cfg = {}) : fabric(n, 1 << 16) {
+  explicit Mesh(int n, GroupConfig cfg = {}, std::shared_ptr<Store> store = nullptr) : fabric(n, 1 << 16) {
     auto comms = loopbackCommunicators(fabric, 0);
-    cfg.timeoutMs = 20000;
-    for (auto& c : comms) groups.push_back(Group::create(std::move(c), cfg));
+    if (cfg.timeoutMs == GroupConfig{}.timeoutMs) cfg.timeoutMs = 20000;
+    for (auto& c : comms) groups.push_back(Group::create(std::move(c), cfg, {}, store));
   }
   ~Mesh() {
     for (auto& g : groups) g->shutdown();
@@ -423,6 +423,82 @@ TEST(size_limited_algorithms_are_refused_before_any_communication) {
     CHECK_EQ(g.lastSeq(), uint64_t{1});  // nothing numbered for the refused call
     CHECK(!g.poisoned());
   });
+}
+
+// Ranks 0 and 1 time out in an allreduce that rank 2 never calls: their
+// errors say that rank 2 lags and where it is (asked through the store,
+// answered by rank 2's watchdog while its thread does something else).
+TEST(a_timeout_names_the_lagging_rank) {
+  GroupConfig cfg;
+  cfg.timeoutMs = 600;
+  Mesh m(3, cfg, std::make_shared<MemoryStore>());
+  std::vector<std::string> errors(3);
+  onRanks(m, [&](int r, Group& g) {
+    std::vector<float> v(8, 1.0f);
+    CHECK_EQ(runCall(g, allreduceCall(v, true)), std::string());  // seq 1: everyone
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // busy elsewhere
+      return;
+    }
+    errors[r] = runCall(g, allreduceCall(v, true));  // seq 2: rank 2 never comes
+  });
+  for (int r : {0, 1}) {
+    CHECK(errors[r].find("Desync report: rank(s) 2 lag: rank 2 is idle after seq 1 allreduce") != std::string::npos);
+    CHECK(errors[r].find("rank(s) 0, 1 are further ahead (rank 0 is in seq 2 allreduce") != std::string::npos);
+  }
+}
+
+TEST(desync_verdicts) {
+  auto at = [](int rank, bool inside, uint64_t n, const char* state) {
+    RankPosition p;
+    p.rank = rank;
+    p.known = true;
+    p.inside = inside;
+    p.number = n;
+    p.name = "allreduce";
+    p.state = state;
+    return RankPosition::decode(rank, p.encode());  // through the store's text form
+  };
+  const std::string same = desyncReport({at(0, true, 7, "running 3 s"), at(1, true, 7, "running 3 s")});
+  CHECK(same.find("no rank lags: all are at seq 7 allreduce") != std::string::npos);
+  RankPosition gone;
+  gone.rank = 2;
+  const std::string silent = desyncReport({at(0, true, 7, "running"), at(1, true, 7, "running"), gone});
+  CHECK(silent.find("rank(s) 2 did not answer") != std::string::npos);
+  const std::string lag = desyncReport(
+      {at(0, true, 9, "running"), at(1, true, 9, "queued"), at(2, true, 8, "running"), at(3, false, 7, "idle")});
+  CHECK(lag.find(
+            "rank(s) 3 lag: rank 3 is idle after seq 7 allreduce; rank(s) 0-2 are further ahead (rank 0 is in seq 9") !=
+        std::string::npos);
+}
+
+// A call stuck where its own deadline cannot see it (here a before-hook that
+// sleeps) is aborted by the watchdog shortly after timeout + grace.
+TEST(the_watchdog_sees_a_call_stuck_past_its_timeout) {
+  GroupConfig cfg;
+  cfg.timeoutMs = 300;
+  Mesh m(1, cfg);
+  std::vector<float> v(4, 1.0f);
+  Call c = allreduceCall(v, false);
+  std::atomic<bool> release{false};
+  c.before = [&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!release && !m.groups[0]->state()->poisoned() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto done = std::make_shared<std::promise<std::string>>();
+  auto fut = done->get_future();
+  c.done = [done](const Error* e) { done->set_value(e ? e->what() : ""); };
+  m.groups[0]->submit(std::move(c));
+  CHECK(fut.wait_for(std::chrono::seconds(15)) == std::future_status::ready);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(took < 10.0);
+  CHECK(m.groups[0]->state()->poisoned());
+  CHECK(m.groups[0]->state()->reason().find("scalecomm watchdog (rank 0): allreduce seq 1 has run") !=
+        std::string::npos);
+  release = true;
 }
 
 TEST_MAIN()
