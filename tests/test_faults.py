@@ -458,3 +458,73 @@ def test_a_timeout_names_the_lagging_rank_and_the_dumps_merge(tmp_path):
     ).stdout
     assert "rank(s) 2 lag: rank 2 is idle after seq 1 allreduce" in merged, merged
     assert "failed" in merged and "done" in merged, merged
+
+
+def _destroy_with_a_stuck_collective(rank, n):
+    import pyscalecomm
+
+    g = dist.new_group(
+        backend="scalecomm", pg_options=pyscalecomm.Options(shutdown_grace=timedelta(seconds=1))
+    )
+    if rank == 1:
+        time.sleep(6)  # alive, but never joins the allreduce
+        return "idle"
+    work = dist.all_reduce(torch.ones(4), group=g, async_op=True)
+    start = time.monotonic()
+    dist.destroy_process_group(g)
+    took = time.monotonic() - start
+    try:
+        work.wait()
+        outcome = "no error"
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        outcome = str(e)
+    return took, outcome
+
+
+def test_destroying_a_group_with_a_stuck_collective_is_bounded_by_the_grace_period():
+    out = run_ranks(2, _destroy_with_a_stuck_collective, group_timeout_s=60)
+    took, outcome = out[0]
+    assert took < 10, took  # the grace period (1 s), not the 60 s timeout
+    assert "destroyed" in outcome and "grace period of 1000 ms" in outcome, outcome
+
+
+def _train_on_after_a_failure(rank, n):
+    """A group is poisoned by a timeout (rank 1 skips a collective); both
+    processes then make a new group and keep training with DDP on it."""
+    g = dist.new_group(backend="scalecomm", pg_options=pyscalecomm_options(timeout=timedelta(seconds=1)))
+    if rank == 0:
+        try:
+            dist.all_reduce(torch.ones(4), group=g)  # rank 1 never comes
+        except dist.DistBackendError:
+            pass
+        try:
+            dist.all_reduce(torch.ones(4), group=g)
+            poisoned = "no error"
+        except dist.DistBackendError as e:
+            poisoned = str(e)
+    else:
+        time.sleep(2)
+        poisoned = ""
+    dist.destroy_process_group(g)
+    fresh = dist.new_group(backend="scalecomm")
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2), process_group=fresh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        opt.zero_grad()
+        model(torch.full((4, 8), float(rank + step))).sum().backward()
+        opt.step()
+    return poisoned, [p.detach().flatten().tolist() for p in model.parameters()]
+
+
+def pyscalecomm_options(**kw):
+    import pyscalecomm
+
+    return pyscalecomm.Options(**kw)
+
+
+def test_the_same_processes_train_on_in_a_new_group_after_a_failure():
+    out = run_ranks(2, _train_on_after_a_failure)
+    assert "unusable after an earlier failure" in out[0][0], out[0][0]
+    for a, b in zip(out[0][1], out[1][1], strict=True):
+        assert a == b  # the replicas agree: the new group reduces correctly

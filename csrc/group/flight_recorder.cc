@@ -158,8 +158,18 @@ RankPosition FlightRecorder::position(int rank) const {
   p.rank = rank;
   p.known = true;
   p.state = "idle";
-  for (const FlightEntry& e : entriesLocked()) {  // the oldest collective not finished
-    if (!e.collective) continue;
+  // The oldest collective not finished; else the first one that failed (the
+  // rank stopped there: later calls on a poisoned group fail without running);
+  // else the last one done.
+  for (const FlightEntry& e : entriesLocked()) {
+    if (!e.collective || p.inside) continue;  // nothing after the first failure counts
+    if (e.state == FlightEntry::State::Failed) {
+      p.inside = true;
+      p.number = e.number;
+      p.name = e.name;
+      p.state = "failed";
+      continue;
+    }
     if (e.state == FlightEntry::State::Queued || e.state == FlightEntry::State::Running) {
       p.inside = true;
       p.number = e.number;

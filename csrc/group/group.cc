@@ -446,8 +446,13 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     state_->record(call.name, call.bytes, std::chrono::duration<double>(end - start).count());
   } catch (const Error& e) {
     // A timeout: ask every rank where it is, so the message names who lags.
+    // Already poisoned: this failure is its consequence (e.g. this rank was
+    // aborted or destroyed while the call ran): say why.
+    const std::string cause = state_->poisoned() ? strCat("; cause: ", state_->reason()) : std::string();
     const std::string report = e.kind() == ErrorKind::Timeout ? desyncReport() : std::string();
-    Error err = report.empty() ? e : Error(e.kind(), strCat(e.what(), "\nDesync report: ", report));
+    Error err = report.empty() && cause.empty()
+                    ? e
+                    : Error(e.kind(), strCat(e.what(), cause, report.empty() ? "" : "\nDesync report: ", report));
     SC_LOG(Warn, err.what());
     recorder_.ended(recordId, e.what());
     dumpFlightRecorder(err.what());
@@ -487,7 +492,9 @@ void Group::shutdown(std::chrono::milliseconds grace) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (!worker_->idle()) {
-      state_->poison(strCat("scalecomm (rank ", rank_, "): the process is exiting with this collective in flight"),
+      state_->poison(strCat("scalecomm (rank ", rank_, "): the group was destroyed (destroy_process_group or exit) ",
+                            "with this collective in flight; aborted after the grace period of ", grace.count(),
+                            " ms (SCALECOMM_SHUTDOWN_GRACE_MS)"),
                      /*abortComm=*/true);
     }
   }
@@ -529,9 +536,10 @@ void Group::watchdogLoop() {
 }
 
 void Group::answerDesyncRequests() {
+  std::lock_guard<std::mutex> g(desyncMu_);  // the watchdog and a timing-out call may both answer
   try {
     const int64_t asked = store_->add(storePrefix_ + "desync", 0);
-    const int64_t answered = desyncAnswered_.load();
+    const int64_t answered = desyncAnswered_;
     if (asked <= answered) return;
     // Several ranks may have asked at once: answer every request.
     const std::string where = recorder_.position(rank_).encode();
@@ -551,16 +559,25 @@ std::string Group::desyncReport() {
   try {
     const int64_t request = store_->add(storePrefix_ + "desync", 1);
     const std::string base = strCat(storePrefix_, "desync/", request, "/");
-    store_->set(base + std::to_string(rank_), recorder_.position(rank_).encode());
-    // The other ranks' watchdogs answer within about a second.
-    const Deadline deadline = Deadline::after(std::chrono::seconds(3));
     std::vector<RankPosition> positions(size_);
-    for (int r = 0; r < size_; ++r) {
-      positions[r].rank = r;
-      try {
-        positions[r] = RankPosition::decode(r, store_->get(base + std::to_string(r), deadline));
-      } catch (const Error&) {
+    for (int r = 0; r < size_; ++r) positions[r].rank = r;
+    // Poll without blocking (a blocking wait would hold the store client that
+    // this rank's watchdog needs) and answer the others' requests meanwhile:
+    // they may be asking at the same moment. Watchdogs answer within ~1 s.
+    const Deadline deadline = Deadline::after(std::chrono::seconds(3));
+    for (int missing = size_; missing > 0 && !deadline.expired();) {
+      answerDesyncRequests();
+      missing = 0;
+      for (int r = 0; r < size_; ++r) {
+        if (positions[r].known) continue;
+        const std::string key = base + std::to_string(r);
+        if (store_->check({key})) {
+          positions[r] = RankPosition::decode(r, store_->get(key, deadline));
+        } else {
+          ++missing;
+        }
       }
+      if (missing > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return scalecomm::desyncReport(positions);
   } catch (const std::exception& e) {
@@ -570,6 +587,7 @@ std::string Group::desyncReport() {
 
 void Group::dumpFlightRecorder(const std::string& why) {
   if (config_.traceBuffer == 0) return;
+  std::lock_guard<std::mutex> g(dumpMu_);
   const std::string dir = paramString("SCALECOMM_TRACE_DIR");
   if (dir.empty()) {
     const RankPosition where = recorder_.position(rank_);
@@ -602,7 +620,7 @@ void Group::shutdownAllAtExit() {
   }
   // Calls in flight get a short grace period (peers may be about to join
   // them); then they are aborted rather than waited for until their timeout.
-  for (auto& g : groups) g->shutdown(std::chrono::seconds(2));
+  for (auto& g : groups) g->shutdown(std::chrono::milliseconds(g->config().shutdownGraceMs));
 }
 
 Group::Counters Group::counters() const { return {inlineCalls_.load(), workerCalls_.load(), plans_.counters()}; }

@@ -243,7 +243,9 @@ class Group : public std::enable_shared_from_this<Group> {
   std::mutex watchdogMu_;
   std::condition_variable watchdogCv_;
   bool watchdogStop_ = false;
-  std::atomic<int64_t> desyncAnswered_{0};
+  std::mutex desyncMu_;         // answering desync requests (watchdog or a timing-out call)
+  int64_t desyncAnswered_ = 0;  // guarded by desyncMu_
+  std::mutex dumpMu_;           // one flight-recorder dump at a time
   std::atomic<bool> storeBroken_{false};
 };
 

@@ -77,7 +77,8 @@ void ScalecommBackend::shutdownAllAtExit() {
 
 void ScalecommBackend::shutdown() {
   ReleaseGilIfHeld noGil;
-  group_->shutdown();  // queued collectives finish or fail by their deadline
+  // Calls in flight get the grace period, then are aborted (not awaited until their timeout).
+  group_->shutdown(std::chrono::milliseconds(config().shutdownGraceMs));
 }
 
 void ScalecommBackend::abort() {
