@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/timeline.h"
 
 namespace scalecomm {
 
@@ -21,23 +22,6 @@ const char* stateName(FlightEntry::State s) {
     case FlightEntry::State::Failed: return "failed";
   }
   return "?";
-}
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 // "0-2, 5" for {0, 1, 2, 5}.

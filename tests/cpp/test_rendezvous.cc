@@ -101,43 +101,41 @@ TEST(a_transport_forced_by_one_end_holds_for_the_pair) {
       [&](int r, int q) { return r == 2 || q == 2 ? "tcp" : "shm"; }, "forced-test", store);
 }
 
-TEST(conflicting_forced_transports_are_named) {
+// The error each of two ranks gets from connecting with these options.
+std::vector<std::string> connectErrors(const OptionsOf& optionsOf) {
   MemoryStore store;
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      MeshOptions mo;
-      mo.transport = r == 0 ? "shm" : "tcp";
       try {
-        Communicator::connectMesh(store, "conflict", r, 2, mo, Deadline::after(std::chrono::seconds(5)));
+        Communicator::connectMesh(store, "refused", r, 2, optionsOf(r), Deadline::after(std::chrono::seconds(5)));
       } catch (const Error& e) {
         errors[r] = e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(conflicting_forced_transports_are_named) {
+  auto errors = connectErrors([](int r) {
+    MeshOptions mo;
+    mo.transport = r == 0 ? "shm" : "tcp";
+    return mo;
+  });
   CHECK(errors[0].find("rank 0 forces transport shm but rank 1 forces tcp") != std::string::npos);
   CHECK(errors[1].find("rank 1 forces transport tcp but rank 0 forces shm") != std::string::npos);
 }
 
 TEST(shm_forced_across_hosts_says_why) {
-  MemoryStore store;
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      MeshOptions mo;
-      mo.transport = "shm";
-      mo.hostIdentity = "host-" + std::to_string(r);
-      try {
-        Communicator::connectMesh(store, "across", r, 2, mo, Deadline::after(std::chrono::seconds(5)));
-      } catch (const Error& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  auto errors = connectErrors([](int r) {
+    MeshOptions mo;
+    mo.transport = "shm";
+    mo.hostIdentity = "host-" + std::to_string(r);
+    return mo;
+  });
   CHECK(errors[0].find("no transport connects rank 0 with rank 1 (transport shm is forced): shm: rank 1 is on "
                        "another host") != std::string::npos);
 }
