@@ -66,7 +66,7 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "Microseconds a waiting thread spins before it yields or sleeps.")                                               \
   X(Int, traceBuffer, "trace_buffer", "SCALECOMM_TRACE_BUFFER", 256, 0, 1048576, "",                                 \
     "Flight recorder: the last this many calls of each group (state, sizes, algorithm, timings), dumped on a "       \
-    "timeout or error (see SCALECOMM_TRACE_DIR); 0: off.")                                                           \
+    "timeout or error (see SCALECOMM_TRACE_DIR); 0: off, and no desync report.")                                       \
   X(Int, shutdownGraceMs, "shutdown_grace_ms", "SCALECOMM_SHUTDOWN_GRACE_MS", 2000, 0, kNoLimit, "",                \
     "destroy_process_group() and interpreter exit wait this long for calls in flight (a peer may be about to "      \
     "join them), then abort them instead of waiting for their timeout.")                                            \

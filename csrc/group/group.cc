@@ -527,7 +527,7 @@ void Group::watchdogLoop() {
       dumpFlightRecorder(why);
       state_->poison(why, /*abortComm=*/true);
     }
-    if (store_ && !storeBroken_.load() && Clock::now() >= nextStoreCheck) {
+    if (store_ && config_.traceBuffer > 0 && !storeBroken_.load() && Clock::now() >= nextStoreCheck) {
       answerDesyncRequests();
       nextStoreCheck = Clock::now() + std::chrono::seconds(1);
     }
@@ -555,7 +555,7 @@ void Group::answerDesyncRequests() {
 }
 
 std::string Group::desyncReport() {
-  if (!store_ || storeBroken_.load()) return "";
+  if (!store_ || config_.traceBuffer == 0 || storeBroken_.load()) return "";  // positions come from the recorder
   try {
     const int64_t request = store_->add(storePrefix_ + "desync", 1);
     const std::string base = strCat(storePrefix_, "desync/", request, "/");
