@@ -124,16 +124,11 @@ void FlightRecorder::ended(uint64_t id, const std::string& error) {
   }
 }
 
-std::vector<FlightEntry> FlightRecorder::entriesLocked() const {
-  std::vector<FlightEntry> out;
-  const uint64_t first = nextId_ > ring_.size() ? nextId_ - ring_.size() : 1;
-  for (uint64_t id = first; id < nextId_; ++id) out.push_back(ring_[(id - 1) % ring_.size()]);
-  return out;
-}
-
 std::vector<FlightEntry> FlightRecorder::snapshot() const {
   std::lock_guard<std::mutex> g(mu_);
-  return entriesLocked();
+  std::vector<FlightEntry> out;
+  visitLocked([&](const FlightEntry& e) { out.push_back(e); });
+  return out;
 }
 
 RankPosition FlightRecorder::position(int rank) const {
@@ -145,41 +140,35 @@ RankPosition FlightRecorder::position(int rank) const {
   // The oldest collective not finished; else the first one that failed (the
   // rank stopped there: later calls on a poisoned group fail without running);
   // else the last one done.
-  for (const FlightEntry& e : entriesLocked()) {
-    if (!e.collective || p.inside) continue;  // nothing after the first failure counts
-    if (e.state == FlightEntry::State::Failed) {
-      p.inside = true;
-      p.number = e.number;
-      p.name = e.name;
-      p.state = "failed";
-      continue;
-    }
-    if (e.state == FlightEntry::State::Queued || e.state == FlightEntry::State::Running) {
-      p.inside = true;
-      p.number = e.number;
-      p.name = e.name;
-      p.state = e.state == FlightEntry::State::Queued
-                    ? "queued"
-                    : strCat("running ", static_cast<int64_t>(seconds(Clock::now() - e.startedAt) * 10) / 10.0, " s");
-      return p;
-    }
+  visitLocked([&](const FlightEntry& e) {
+    if (!e.collective || p.inside) return;  // nothing after the first unfinished or failed one counts
     p.number = e.number;
     p.name = e.name;
-  }
+    switch (e.state) {
+      case FlightEntry::State::Done: return;
+      case FlightEntry::State::Failed: p.state = "failed"; break;
+      case FlightEntry::State::Queued: p.state = "queued"; break;
+      case FlightEntry::State::Running:
+        p.state = strCat("running ", static_cast<int64_t>(seconds(Clock::now() - e.startedAt) * 10) / 10.0, " s");
+        break;
+    }
+    p.inside = true;
+  });
   return p;
 }
 
 std::string FlightRecorder::overdue(std::chrono::milliseconds grace) const {
   std::lock_guard<std::mutex> g(mu_);
   const auto now = Clock::now();
-  for (const FlightEntry& e : entriesLocked()) {
-    if (e.state == FlightEntry::State::Running && e.timeoutMs > 0 &&
+  std::string late;
+  visitLocked([&](const FlightEntry& e) {
+    if (late.empty() && e.state == FlightEntry::State::Running && e.timeoutMs > 0 &&
         now - e.startedAt > std::chrono::milliseconds(e.timeoutMs) + grace) {
-      return strCat(e.name, " seq ", e.number, " has run ", static_cast<int64_t>(seconds(now - e.startedAt)),
+      late = strCat(e.name, " seq ", e.number, " has run ", static_cast<int64_t>(seconds(now - e.startedAt)),
                     " s, past its timeout of ", e.timeoutMs, " ms");
     }
-  }
-  return "";
+  });
+  return late;
 }
 
 std::string FlightRecorder::json(int rank, int size, const std::string& group, const std::string& why) const {

@@ -60,8 +60,13 @@ class FlightRecorder {
 
  private:
   FlightEntry* find(uint64_t id);
-  std::vector<FlightEntry> entriesLocked() const;  // oldest first
-  std::vector<FlightEntry> ring_;                  // entry `id` lives in slot (id - 1) % capacity
+  // Visits the entries oldest first without copying them (mu_ held).
+  template <typename F>
+  void visitLocked(F&& f) const {
+    const uint64_t first = nextId_ > ring_.size() ? nextId_ - ring_.size() : 1;
+    for (uint64_t id = first; id < nextId_; ++id) f(ring_[(id - 1) % ring_.size()]);
+  }
+  std::vector<FlightEntry> ring_;  // entry `id` lives in slot (id - 1) % capacity
   mutable std::mutex mu_;
   uint64_t nextId_ = 1;
   Clock::time_point origin_ = Clock::now();

@@ -1,5 +1,6 @@
 #include "group/group.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -18,6 +19,14 @@
 namespace scalecomm {
 
 namespace {
+
+// Bumped in every child of fork(): a group made in another generation belongs
+// to the parent. One relaxed load per call instead of a getpid() syscall.
+std::atomic<int> forkGeneration{0};
+const bool forkHookInstalled = [] {
+  pthread_atfork(nullptr, nullptr, [] { forkGeneration.fetch_add(1, std::memory_order_relaxed); });
+  return true;
+}();
 
 // Live groups, for shutdownAllAtExit.
 std::mutex& liveMu() {
@@ -68,6 +77,7 @@ Group::Group(std::unique_ptr<Communicator> comm, GroupConfig config)
       config_(std::move(config)),
       comm_(std::move(comm)),
       creatorPid_(static_cast<int>(getpid())),
+      creatorFork_(forkGeneration.load(std::memory_order_relaxed)),
       recorder_(static_cast<size_t>(config_.traceBuffer)) {}
 
 std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int size, GroupConfig config) {
@@ -236,8 +246,10 @@ void Group::numberCall(Call& call, uint64_t& number) {
   }
 }
 
+bool Group::forked() const { return forkGeneration.load(std::memory_order_relaxed) != creatorFork_; }
+
 void Group::checkUsable(const std::string& name) const {
-  if (static_cast<int>(getpid()) != creatorPid_) {
+  if (forked()) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", name, " (rank ", rank_, "): this group belongs to process ",
          creatorPid_, "; this is a forked child (pid ", getpid(),
          "), which shares its links and must not use them. Create process groups in the child itself (or start "
@@ -472,13 +484,13 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
 
 void Group::abort(const std::string& why) {
   // A forked child must not close the links it shares with its parent.
-  state_->poison(why, /*abortComm=*/static_cast<int>(getpid()) == creatorPid_);
+  state_->poison(why, /*abortComm=*/!forked());
 }
 
 void Group::shutdown(std::chrono::milliseconds grace) {
   std::lock_guard<std::mutex> once(shutdownMu_);     // a second caller waits for the first
   if (shutDown_.exchange(true) || !worker_) return;  // (no worker: creation failed before start())
-  if (static_cast<int>(getpid()) != creatorPid_) {
+  if (forked()) {
     // A forked child: the worker and watchdog threads do not exist here and
     // the links belong to the parent. Leak them rather than join or close them.
     (void)worker_.release();

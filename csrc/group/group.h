@@ -232,7 +232,9 @@ class Group : public std::enable_shared_from_this<Group> {
   std::vector<std::pair<Call, uint64_t>> pending_;  // the batch being coalesced, with pair numbers
   std::mutex shutdownMu_;
   std::atomic<bool> shutDown_{false};
-  const int creatorPid_;  // a forked child (another pid) may not use or close the group
+  const int creatorPid_;   // for messages
+  const int creatorFork_;  // fork generation at creation: a forked child may not use or close the group
+  bool forked() const;
   // Flight recorder and watchdog: a thread that aborts a call stuck past its
   // timeout (plus a grace period) even when the worker cannot notice, and
   // answers other ranks' desync requests through the store.
