@@ -16,7 +16,10 @@ travel). Columns:
 - mpi: `MPI_Allreduce` (`MPI_Barrier`) through mpi4py on the tensor's memory;
 - deepspeed (when installed, `--deepspeed`): DeepSpeed's CPU shared-memory
   allreduce op called directly (no torch dispatch);
-- memcpy: one copy of the same size (the memory yardstick).
+- memcpy: one copy of the same size (the memory yardstick);
+- scalecomm:ALGO (with `--algos ring,shared,...`): `dist.all_reduce` on a
+  scalecomm group whose allreduce algorithm is fixed to ALGO (sizes an
+  algorithm does not serve are left blank).
 
 Then the goal columns: (scalecomm - floor) / mpi, and scalecomm / mpi.
 `--json FILE` writes one record per size with every round's times.
@@ -72,7 +75,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--deepspeed", action="store_true", help="add DeepSpeed's CPU shm allreduce")
     ap.add_argument("--json", help="write per-size records here (rank 0)")
+    ap.add_argument(
+        "--algos", default="", help="also time scalecomm groups fixed to these allreduce algorithms"
+    )
     args = ap.parse_args()
+    algos = [a for a in args.algos.split(",") if a]
+    known = pyscalecomm.allreduce_algorithms()
+    for a in algos:
+        if a not in known:
+            ap.error(f"unknown allreduce algorithm {a!r}; choose from {', '.join(known)}")
 
     from mpi4py import MPI
 
@@ -112,6 +123,13 @@ def main() -> int:
         "gloo": allreduce_on(gloo),
         "mpi": mpi_allreduce,
     }
+    window = next(p for p in pyscalecomm.params() if p["option"] == "shm_window_bytes")["default"]
+    window = int(os.environ.get("SCALECOMM_SHM_WINDOW_BYTES", window))
+    fixed = {
+        a: dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=a)) for a in algos
+    }
+    for a, group in fixed.items():
+        impls[f"scalecomm:{a}"] = allreduce_on(group)
     if ds is not None:
         impls["deepspeed"] = ds_allreduce
     impls["memcpy"] = memcpy
@@ -136,6 +154,8 @@ def main() -> int:
         t = torch.ones(count, dtype=torch.float32)
         a = t.numpy()
         iters = args.iters if size <= (64 << 10) else max(20, args.iters // 4)
+        serving = pyscalecomm.allreduce_algorithms(n, size or 4, window)
+        table = {k: fn for k, fn in table.items() if not k.startswith("scalecomm:") or k[10:] in serving}
         times = {k: [] for k in table}
         for _ in range(args.rounds):
             for name, fn in table.items():

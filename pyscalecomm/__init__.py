@@ -75,12 +75,16 @@ def algorithms(collective: str) -> list[str]:
     return names
 
 
-def allreduce_algorithms(world_size: int | None = None, nbytes: int | None = None) -> list[str]:
-    """Allreduce algorithms this build implements (schedules run by scalecomm; ``mpi``
-    passthrough not included), in registry order. With ``world_size`` (and
-    ``nbytes``): only those that serve a group of that size (and a message of
-    that many bytes); ``pairwise``, for one, serves 2 ranks and up to 4032 bytes."""
-    return list(_C.allreduce_algorithms(world_size or 0, -1 if nbytes is None else nbytes))
+def allreduce_algorithms(
+    world_size: int | None = None, nbytes: int | None = None, window_bytes: int = 0
+) -> list[str]:
+    """Allreduce algorithms this build implements (``mpi`` passthrough not
+    included), in registry order. With ``world_size`` (and ``nbytes``): only
+    those that serve a group of that size (and a message of that many bytes);
+    ``pairwise``, for one, serves 2 ranks and up to 4032 bytes, and ``shared``
+    only ranks on one host whose shared windows (``window_bytes``, see
+    SCALECOMM_SHM_WINDOW_BYTES) hold the message."""
+    return list(_C.allreduce_algorithms(world_size or 0, -1 if nbytes is None else nbytes, window_bytes))
 
 
 def built_with_mpi() -> bool:

@@ -117,8 +117,11 @@ def main(argv=None) -> int:
 
     args = parse_args(argv)
     args.alpha_given = args.alpha if "--alpha" in " ".join(argv if argv is not None else sys.argv) else None
+    # ps is a baseline, hier needs hosts, shared runs on one host's memory (no links to model)
     default = [
-        a for a in pyscalecomm.allreduce_algorithms() if a != "ps" and (a != "hier" or args.ranks_per_host)
+        a
+        for a in pyscalecomm.allreduce_algorithms()
+        if a not in ("ps", "shared") and (a != "hier" or args.ranks_per_host)
     ]
     algos = [a for a in args.algos.split(",") if a] or default
     print(

@@ -407,6 +407,54 @@ def test_pairwise_is_refused_for_more_than_two_ranks_when_the_group_is_made():
         assert "serves groups of at most 2 ranks; this group has 3" in msg, msg
 
 
+def _shared_results(rank, n):
+    gloo = dist.new_group(backend="gloo")
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    window = 4096
+    for count in [0, 1, n + 1, 1000, window // 4]:
+        for dtype, op in [
+            (torch.float32, R.SUM),
+            (torch.float64, R.MIN),
+            (torch.int64, R.MAX),
+            (torch.bfloat16, R.PRODUCT),
+            (torch.float16, R.SUM),
+        ]:
+            if count * torch.tensor([], dtype=dtype).element_size() > window:
+                continue
+            a = _inputs(rank, count, dtype, op)
+            b = a.clone()
+            dist.all_reduce(a, op=op)
+            dist.all_reduce(b, op=op, group=gloo)
+            assert torch.equal(a, b), f"shared {dtype} {op} {count}"
+    a = _inputs(rank, 1000, torch.float32, R.SUM)
+    dist.all_reduce(a, op=R.AVG)
+    torch.testing.assert_close(a, _reference(n, 1000, torch.float32, R.AVG))
+    dist.barrier()
+    try:
+        dist.all_reduce(torch.ones(window // 4 + 1))  # above the window: refused, the group stays usable
+        big = "no error"
+    except ValueError as e:
+        big = str(e)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(n)))
+    return be.config.algorithm, be.algorithms.split(",")[-1], big
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_shared_matches_gloo_and_refuses_what_its_window_cannot_take(n):
+    env = {"SCALECOMM_ALGO": "shared", "SCALECOMM_SHM_WINDOW_BYTES": 4096}
+    for algo, barrier, big in run_ranks(n, _shared_results, env=env):
+        assert (algo, barrier) == ("shared", "barrier:shared")
+        want = "algorithm shared takes messages of at most SCALECOMM_SHM_WINDOW_BYTES (4096) bytes"
+        assert want in big, big
+
+
+def test_shared_needs_every_rank_on_one_host():
+    for msg in run_ranks(2, group_error, {"algorithm": "shared", "transport": "tcp"}):
+        assert "algorithm shared" in msg and "this group has no shared windows" in msg, msg
+
+
 def _where_calls_run(rank, n):
     be = dist.group.WORLD._get_backend(torch.device("cpu"))
     before = be.counters()

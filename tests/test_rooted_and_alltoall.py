@@ -250,7 +250,8 @@ def _auto(rank, n):
 
 def test_auto_picks_a_real_algorithm_per_call_and_names_it():
     for names in run_ranks(3, _auto, env={"SCALECOMM_ALGO": "auto"}):
-        assert names and all(x.split(":")[-1] in ("ring", "rhd", "tree", "direct") for x in names), names
+        real = ("ring", "rhd", "tree", "direct", "shared")
+        assert names and all(x.split(":")[-1] in real for x in names), names
 
 
 def _stats(rank, n):
@@ -334,7 +335,7 @@ def test_each_collective_lists_its_algorithms_and_refuses_others_by_name():
     assert pyscalecomm.algorithms("broadcast") == ["chain", "tree"]
     assert pyscalecomm.algorithms("reduce") == ["chain", "tree"]
     assert pyscalecomm.algorithms("allgather") == ["ring"]
-    assert pyscalecomm.algorithms("barrier") == ["dissemination"]
+    assert pyscalecomm.algorithms("barrier") == ["dissemination", "shared"]
     assert pyscalecomm.algorithms("allreduce") == pyscalecomm.allreduce_algorithms()
     with pytest.raises(ValueError, match="unknown collective 'allgatherv'"):
         pyscalecomm.algorithms("allgatherv")

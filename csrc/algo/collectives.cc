@@ -11,6 +11,7 @@
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/ring.h"
+#include "algo/shared.h"
 #include "algo/tree.h"
 #include "comm/reducer.h"
 #include "core/error.h"
@@ -38,19 +39,6 @@ const PreparedPlan& prepare(PlanKey key, int n, const CollectiveOptions& opts, c
   local.schedule = build();
   local.plan = compilePlan(local.schedule, n, key.segmentElems, key.paceSegments);
   return local;
-}
-
-ExecContext context(CollectiveKind kind, DataType dtype, int64_t count, const CollectiveOptions& opts) {
-  ExecContext ctx;
-  ctx.collective = kind;
-  ctx.seq = opts.seq;
-  ctx.dtype = dtype;
-  ctx.totalCount = count;
-  ctx.deadline = opts.deadline;
-  ctx.timeoutMs = opts.timeoutMs;
-  ctx.trace = opts.trace;
-  ctx.reducer = opts.reducer;
-  return ctx;
 }
 
 std::vector<uint8_t*> chunkPointers(void* data, const std::vector<int64_t>& counts, DataType dtype) {
@@ -83,6 +71,10 @@ Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_
     fail(ErrorKind::InvalidArgument, "scalecomm allreduce: unknown algorithm '", algorithm,
          "'; this build has: ", names);
   }
+  if (a->schedule == nullptr) {
+    fail(ErrorKind::InvalidArgument, "scalecomm allreduce: algorithm '", algorithm,
+         "' runs on shared windows and has no schedule (it serves CPU tensors of ranks on one host)");
+  }
   return a->schedule(rank, n, count, finalize, params);
 }
 
@@ -98,9 +90,10 @@ void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
     if (op == ReduceOp::Avg) divideInPlace(data, count, dtype, 1);
     return;
   }
-  ExecContext ctx = context(CollectiveKind::Allreduce, dtype, count, opts);
+  ExecContext ctx(opts, CollectiveKind::Allreduce, dtype, count);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
+  if (opts.algorithm == "shared") return sharedAllreduce(comm, data, count, ctx);
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
@@ -117,7 +110,7 @@ void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, in
   const int n = comm.size();
   if (n == 1 || count == 0) return;
   if (isMpiPassthrough(opts.algorithm)) return mpiBroadcast(comm, data, count, dtype, root, opts);
-  ExecContext ctx = context(CollectiveKind::Broadcast, dtype, count, opts);
+  ExecContext ctx(opts, CollectiveKind::Broadcast, dtype, count);
   ctx.root = root;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
@@ -132,7 +125,7 @@ void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t co
   SC_CHECK(static_cast<int>(outputs.size()) == n);
   if (n == 1 || count == 0) return;
   if (isMpiPassthrough(opts.algorithm)) return mpiAllgather(comm, outputs, count, dtype, opts);
-  ExecContext ctx = context(CollectiveKind::Allgather, dtype, count, opts);
+  ExecContext ctx(opts, CollectiveKind::Allgather, dtype, count);
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::Allgather, "ring", count, dtype}, n, opts, [&] { return ringAllgather(comm.rank(), n, count); },
@@ -147,7 +140,8 @@ void barrier(Communicator& comm, const CollectiveOptions& opts) {
   if (n == 1) return;
   if (isMpiPassthrough(opts.algorithm)) return mpiBarrier(comm, opts);
   uint8_t token = 0;
-  ExecContext ctx = context(CollectiveKind::Barrier, DataType::Opaque, 1, opts);
+  ExecContext ctx(opts, CollectiveKind::Barrier, DataType::Opaque, 1);
+  if (opts.algorithm == "shared") return sharedBarrier(comm, ctx);
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::Barrier, "dissemination", 1, DataType::Opaque, -1, false, 1}, n, opts,
@@ -173,7 +167,7 @@ void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, Reduc
   }
   if (op == ReduceOp::PremulSum) scaleInPlace(data, count, dtype, premulFactor);
   if (count == 0 || n == 1) return;
-  ExecContext ctx = context(CollectiveKind::Reduce, dtype, count, opts);
+  ExecContext ctx(opts, CollectiveKind::Reduce, dtype, count);
   ctx.op = op;
   ctx.root = root;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
@@ -193,7 +187,7 @@ void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dty
   }
   if (op == ReduceOp::PremulSum) scaleInPlace(work, perRank * n, dtype, premulFactor);
   if (perRank == 0 || n == 1) return;
-  ExecContext ctx = context(CollectiveKind::ReduceScatter, dtype, perRank, opts);
+  ExecContext ctx(opts, CollectiveKind::ReduceScatter, dtype, perRank);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
   const bool avg = op == ReduceOp::Avg;
@@ -210,7 +204,7 @@ void rooted(Communicator& comm, CollectiveKind kind, const std::vector<void*>& b
             int root, const CollectiveOptions& opts) {
   const int n = comm.size();
   if (perRank == 0 || n == 1) return;
-  ExecContext ctx = context(kind, dtype, perRank, opts);
+  ExecContext ctx(opts, kind, dtype, perRank);
   ctx.root = root;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
@@ -241,7 +235,7 @@ void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const st
   const int n = comm.size();
   if (n == 1) return;
   // Splits legitimately differ between ranks; each message's size is checked instead.
-  ExecContext ctx = context(CollectiveKind::Alltoall, dtype, 0, opts);
+  ExecContext ctx(opts, CollectiveKind::Alltoall, dtype, 0);
   // Per-call splits: compiled for this call only.
   CollectiveOptions uncached = opts;
   uncached.plans = nullptr;
@@ -255,7 +249,7 @@ void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const st
 }
 
 void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts) {
-  ExecContext ctx = context(CollectiveKind::SendRecv, DataType::Opaque, 0, opts);
+  ExecContext ctx(opts, CollectiveKind::SendRecv, DataType::Opaque, 0);
   Schedule s;
   s.algorithm = "direct";
   ScheduleStep step;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/options.h"
 #include "algo/plan_cache.h"
 #include "algo/schedule.h"
 #include "algo/trace.h"
@@ -26,24 +27,6 @@
 #include "core/reduce_op.h"
 
 namespace scalecomm {
-
-struct CollectiveOptions {
-  std::string algorithm = "ring";
-  int64_t segmentBytes = 256 << 10;
-  // Pacing (algo/plan.h): within a pairwise-exchange step a rank's sends run at
-  // most this many bytes (rounded up to whole segments) ahead of what it has
-  // received in that step; 0: unpaced.
-  int64_t sendAheadBytes = 0;
-  int64_t timeoutMs = 1800000;
-  Deadline deadline = Deadline::never();
-  uint64_t seq = 0;
-  int psServers = 1;           // see AlgoParams; the host map comes from the Communicator
-  ExecTrace* trace = nullptr;  // timeline: per-step spans of every execute() (see algo/trace.h)
-  Reducer* reducer = nullptr;  // null: the host reducer (comm/reducer.h)
-  // Compiled plans reused across calls of the same shape (algo/plan_cache.h);
-  // null: compiled for this call only. Only the executing thread touches it.
-  PlanCache* plans = nullptr;
-};
 
 // In place. For PremulSum, premulFactor multiplies each rank's input first.
 void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,

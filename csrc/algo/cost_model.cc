@@ -143,6 +143,19 @@ double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, s
 
 double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params,
                                const AlgoParams& algo) {
+  const AllreduceAlgorithm* entry = findAllreduceAlgorithm(algorithm);
+  if (entry != nullptr && entry->schedule == nullptr) {
+    // Shared windows (algo/shared.h), one host: one flag round (measured, or a
+    // message's latency), the input copied in once and n inputs read while
+    // reducing. A link byte costs two copies (into the ring and out), so a
+    // copy is half a beta.
+    const double alpha = params.windowAlpha >= 0  ? params.windowAlpha
+                         : params.intraAlpha >= 0 ? params.intraAlpha
+                                                  : params.alpha;
+    const double beta = params.intraBeta >= 0 ? params.intraBeta : params.beta;
+    const double b = static_cast<double>(std::max<int64_t>(bytes, 0));
+    return alpha + beta * b * (n + 1) / 2 + params.gamma * b * (n - 1);
+  }
   // Priced as float32 (empty blocks still cost their alpha; see priceStep).
   const int64_t count = std::max<int64_t>(bytes / 4, 1);
   return predictSeconds([&](int r) { return allreduceSchedule(algorithm, r, n, count, false, algo); }, n, 4, params,
@@ -165,7 +178,7 @@ std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params, cons
   std::string best;
   double bestTime = 0, ringTime = -1;
   for (const std::string& a : candidates.empty() ? allreduceAlgorithms() : candidates) {
-    if (!allreduceServes(a, n, bytes)) continue;
+    if (!allreduceServes(a, n, bytes, algo)) continue;
     const double t = predictAllreduceSeconds(a, n, bytes, params, algo);
     if (a == "ring") ringTime = t;
     if (best.empty() || t < bestTime) {

@@ -39,6 +39,7 @@ struct CostParams {
   double intraAlpha = -1;      // same-host links; < 0: as alpha
   double intraBeta = -1;       // same-host links; < 0: as beta
   int64_t segmentBytes = 0;    // pipelining unit; 0: none (bulk-synchronous)
+  double windowAlpha = -1;     // one flag round on the shared windows (algo/shared.h); < 0: as intraAlpha
 };
 
 // makeSchedule(rank) builds the schedule of one rank for a world of n ranks.

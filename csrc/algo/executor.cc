@@ -11,7 +11,7 @@
 namespace scalecomm {
 
 std::string describe(const ExecContext& ctx, int rank) {
-  return strCat("scalecomm ", collectiveName(ctx.collective), " (rank ", rank, ", seq ", ctx.seq, ")");
+  return strCat("scalecomm ", collectiveName(ctx.collective), " (rank ", rank, ", seq ", ctx.call.seq, ")");
 }
 
 namespace {
@@ -28,7 +28,7 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   h.reduceOp = static_cast<uint8_t>(ctx.op);
   h.rootOrTag = ctx.root;
   h.step = t.step;
-  h.seq = ctx.seq;
+  h.seq = ctx.call.seq;
   h.totalCount = ctx.totalCount;
   h.block = t.wireBlock;
   h.segment = t.segment;
@@ -43,8 +43,9 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   return h;
 }
 
-[[noreturn]] void failMismatch(const ExecContext& ctx, int rank, int peer, const WireHeader& got,
-                               const WireHeader& want) {
+}  // namespace
+
+void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHeader& got, const WireHeader& want) {
   const std::string who = describe(ctx, rank);
   if (got.magic != kWireMagic) {
     fail(ErrorKind::Io, who, ": received a corrupt message from rank ", peer,
@@ -84,6 +85,8 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
        " segment ", want.segment, " (", want.payloadBytes,
        " bytes); the ranks disagree on the algorithm or segment size (check SCALECOMM_* settings match)");
 }
+
+namespace {
 
 struct SendProgress {
   SendProgress() {}  // user-provided: buf is not zeroed per peer per call (it is filled before it is read)
@@ -156,7 +159,7 @@ class RecvProgress : public RecvConsumer {
       if (avail < sizeof(WireHeader)) return 0;
       WireHeader got;
       std::memcpy(&got, data, sizeof(got));
-      if (std::memcmp(&got, &want_, sizeof(got)) != 0) failMismatch(*ctx_, rank_, task_->peer, got, want_);
+      if (std::memcmp(&got, &want_, sizeof(got)) != 0) failHeaderMismatch(*ctx_, rank_, task_->peer, got, want_);
       used = sizeof(WireHeader);
       stage_ = payload_ > 0 ? Payload : (pad_ > 0 ? Pad : Done);
       pos_ = 0;
@@ -212,8 +215,8 @@ class RecvProgress : public RecvConsumer {
             << " block " << t.block << " segment " << t.segment << ")";
     first = false;
   }
-  fail(ErrorKind::Timeout, describe(ctx, rank), ": Timed out after ", ctx.timeoutMs, " ms waiting for ", waiting.str(),
-       ". That rank may not have called ", collectiveName(ctx.collective),
+  fail(ErrorKind::Timeout, describe(ctx, rank), ": Timed out after ", ctx.call.timeoutMs, " ms waiting for ",
+       waiting.str(), ". That rank may not have called ", collectiveName(ctx.collective),
        ", or is slow, stuck or dead. The group is unusable now: destroy it and create a new one "
        "(raise the timeout with init_process_group(timeout=...) if the peer is just slow).");
 }
@@ -222,7 +225,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
   const size_t es = elementSize(ctx.dtype);
   const int n = comm.size();
   const int rank = comm.rank();
-  Reducer& reducer = ctx.reducer ? *ctx.reducer : hostReducer();
+  Reducer& reducer = ctx.reducer();
   std::vector<uint8_t> done(plan.tasks.size(), 0);
   std::vector<size_t> sendHead(n, 0), recvHead(n, 0);
   size_t localHead = 0;
@@ -240,7 +243,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
     --remaining;
   };
 
-  ExecTrace* trace = ctx.trace;
+  ExecTrace* trace = ctx.call.trace;
   auto nowNs = [] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   };
@@ -309,7 +312,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
       idle = true;
       idleSince = Clock::now();
     }
-    if (ctx.deadline.expired()) failTimeout(plan, ctx, rank, sendHead, recvHead);
+    if (ctx.call.deadline.expired()) failTimeout(plan, ctx, rank, sendHead, recvHead);
     comm.idle(plan.peers, idleSince);
   }
 }
@@ -318,13 +321,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
 
 void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator& comm, const ExecContext& ctx) {
   SC_CHECK(blockPtrs.size() == plan.blockCounts.size());
-  try {
-    run(plan, blockPtrs, comm, ctx);
-  } catch (const Error& e) {
-    const std::string prefix = describe(ctx, comm.rank());
-    if (std::string(e.what()).rfind(prefix, 0) == 0) throw;
-    throw Error(e.kind(), prefix + ": " + e.what());
-  }
+  describedErrors(ctx, comm.rank(), [&] { run(plan, blockPtrs, comm, ctx); });
 }
 
 }  // namespace scalecomm

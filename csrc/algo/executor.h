@@ -7,11 +7,11 @@
 // Communicator when nothing moves. Every message carries a WireHeader that the
 // receiver checks against its own expectation (collective, seq, dtype, op,
 // count, root, step, block, segment): a mismatch raises Error(InvalidArgument)
-// with both sides' values. Past ctx.deadline it raises Error(Timeout) naming
+// with both sides' values. Past ctx.call.deadline it raises Error(Timeout) naming
 // the peers it was waiting for. On any error the caller must poison the group
 // (links may hold a partial message).
 // The executor never sees a device or a transport type: memory comes in as
-// block pointers, arithmetic through ctx.reducer, which may queue its work:
+// block pointers, arithmetic through ctx.reducer(), which may queue its work:
 // a receive-reduce or finalize task counts as done only after reducer.fence().
 // Thread safety: one call at a time per Communicator.
 #pragma once
@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/options.h"
 #include "algo/plan.h"
 #include "algo/trace.h"
 #include "comm/communicator.h"
@@ -27,6 +28,7 @@
 #include "comm/wire.h"
 #include "core/deadline.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/reduce_op.h"
 
 namespace scalecomm {
@@ -40,27 +42,47 @@ struct MessageId {
   DataType dtype;
 };
 
+// What one collective's execution needs besides its call options: the
+// collective and the shape every peer's headers are checked against.
 struct ExecContext {
+  const CollectiveOptions& call;  // seq, deadline, timeout, trace, reducer
   CollectiveKind collective;
-  uint64_t seq;
   DataType dtype;
   ReduceOp op = ReduceOp::None;  // for RecvReduce tasks
   int root = -1;
   int64_t totalCount = 0;       // this rank's element count, checked against peers'
   int64_t finalizeDivisor = 1;  // Finalize tasks divide by this (AVG)
-  Deadline deadline = Deadline::never();
-  int64_t timeoutMs = 0;  // for messages
   // Point-to-point batches: block b is one message whose header carries
   // messages[b] (seq, tag, count, dtype) instead of the fields above; the
   // plan then counts in bytes (dtype Opaque). Empty for collectives.
   std::vector<MessageId> messages;
-  ExecTrace* trace = nullptr;  // when set, filled with per-step spans (timeline)
-  Reducer* reducer = nullptr;  // arithmetic (comm/reducer.h); null: hostReducer()
+
+  ExecContext(const CollectiveOptions& opts, CollectiveKind kind, DataType type, int64_t count)
+      : call(opts), collective(kind), dtype(type), totalCount(count) {}
+  Reducer& reducer() const { return call.reducer != nullptr ? *call.reducer : hostReducer(); }
 };
 
 // Describes the collective for error messages: "scalecomm allreduce (rank 3, seq 41)".
 std::string describe(const ExecContext& ctx, int rank);
 
 void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator& comm, const ExecContext& ctx);
+
+// Raises the error for a peer's header `got` that differs from this rank's
+// `want`: which argument the ranks disagree on, with both values.
+[[noreturn]] void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHeader& got,
+                                     const WireHeader& want);
+
+// Runs f(); an Error it throws is rethrown prefixed with describe(ctx, rank)
+// (unless it already is).
+template <typename F>
+void describedErrors(const ExecContext& ctx, int rank, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string prefix = describe(ctx, rank);
+    if (std::string(e.what()).rfind(prefix, 0) == 0) throw;
+    throw Error(e.kind(), prefix + ": " + e.what());
+  }
+}
 
 }  // namespace scalecomm

@@ -73,13 +73,19 @@ CostParams probeCostParams(Communicator& comm, const Deadline& deadline) {
   const double steps = 2.0 * (n - 1);
   const double tTiny = timeAllreduce(comm, tiny, 20, opts);
   const double tBig = timeAllreduce(comm, big, 3, opts);
-  std::vector<double> measured = {tTiny / steps, 0.0};
+  std::vector<double> measured = {tTiny / steps, 0.0, -1.0};
   const double bytesPerRank = steps / n * static_cast<double>(big.size() * sizeof(float));
   measured[1] = std::max(1e-12, (tBig - tTiny) / bytesPerRank);
-  allreduce(comm, measured.data(), 2, DataType::Float64, ReduceOp::Max, 1, opts);  // agree on the slowest
+  if (comm.windows() != nullptr) {  // every rank has them, or none
+    CollectiveOptions shared = opts;
+    shared.algorithm = "shared";
+    measured[2] = timeAllreduce(comm, tiny, 20, shared);
+  }
+  allreduce(comm, measured.data(), 3, DataType::Float64, ReduceOp::Max, 1, opts);  // agree on the slowest
   params.alpha = measured[0];
   params.beta = measured[1];
   params.overhead = measured[0];
+  params.windowAlpha = measured[2];
   probeIntraHost(comm, opts, params);
   return params;
 }

@@ -37,6 +37,10 @@ const std::vector<AllreduceAlgorithm>& allreduceRegistry() {
       {"hier", "reduce within each host, ring between host leaders, broadcast within hosts",
        [](int r, int n, int64_t c, bool f, const AlgoParams& p) { return hierAllreduce(r, n, c, f, p.hostOf); }, 0, 0,
        true, true},
+      {"shared",
+       "every rank copies its input into its shared window once and reduces straight from its peers' windows: one "
+       "flag round (one host, messages up to SCALECOMM_SHM_WINDOW_BYTES)",
+       nullptr, 0, 0, true, false},
   };
   return table;
 }
@@ -47,15 +51,17 @@ const AllreduceAlgorithm* findAllreduceAlgorithm(const std::string& name) {
   return nullptr;
 }
 
-bool allreduceServes(const std::string& name, int n, int64_t bytes) {
+bool allreduceServes(const std::string& name, int n, int64_t bytes, const AlgoParams& params) {
   const AllreduceAlgorithm* a = findAllreduceAlgorithm(name);
-  return a != nullptr && (a->maxWorld == 0 || n <= a->maxWorld) && (a->maxBytes == 0 || bytes <= a->maxBytes);
+  if (a == nullptr || (a->maxWorld != 0 && n > a->maxWorld)) return false;
+  if (a->schedule == nullptr && (params.windowBytes <= 0 || bytes > params.windowBytes)) return false;
+  return a->maxBytes == 0 || bytes <= a->maxBytes;
 }
 
 std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const AlgoParams& params) {
   std::vector<std::string> out;
   for (const auto& a : allreduceRegistry()) {
-    if (!a.autoCandidate || !allreduceServes(a.name, n, bytes)) continue;
+    if (!a.autoCandidate || !allreduceServes(a.name, n, bytes, params)) continue;
     if (a.acrossHosts && !spansHosts(params.hostOf)) continue;
     out.push_back(a.name);
   }
@@ -93,7 +99,7 @@ std::vector<std::string> selectableAlgorithms(const std::string& collective) {
   } else if (collective == "allgather" || collective == "reduce_scatter") {
     out.push_back("ring");
   } else if (collective == "barrier") {
-    out.push_back("dissemination");
+    out = {"dissemination", "shared"};
   }
   return out;
 }

@@ -23,6 +23,9 @@ namespace scalecomm {
 struct AllreduceAlgorithm {
   const char* name;
   const char* summary;
+  // Null for an algorithm that runs on the shared windows (algo/shared.h)
+  // instead of a schedule: it serves a message only where the group has
+  // windows that hold it (AlgoParams::windowBytes).
   Schedule (*schedule)(int rank, int n, int64_t count, bool finalize, const AlgoParams& params);
   int maxWorld;  // the largest group it serves (0: any size)
   // The largest message (bytes of the whole buffer) it takes; 0: any. An
@@ -43,8 +46,8 @@ const AllreduceAlgorithm* findAllreduceAlgorithm(const std::string& name);
 constexpr int64_t kLinkBufferFloor = 4096 - 64;
 
 // Whether `name` exists and serves a group of n ranks (and, with bytes >= 0,
-// a message of that many bytes).
-bool allreduceServes(const std::string& name, int n, int64_t bytes = -1);
+// a message of that many bytes, given the group's windows in params).
+bool allreduceServes(const std::string& name, int n, int64_t bytes = -1, const AlgoParams& params = {});
 // The algorithms auto prices for a message of `bytes` in a group of n ranks
 // with this layout.
 std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const AlgoParams& params);
@@ -65,6 +68,7 @@ const RootedAlgorithm& findRootedAlgorithm(const std::string& name);
 // The algorithms that can be named for `collective` (allreduce, broadcast,
 // reduce, allgather, reduce_scatter, barrier), registry order, without "auto"
 // and "mpi" (which every collective accepts); empty for an unknown collective.
+// Barrier: dissemination (over the links), shared (on the windows).
 std::vector<std::string> selectableAlgorithms(const std::string& collective);
 
 }  // namespace scalecomm

@@ -55,6 +55,7 @@ struct Schedule {
 struct AlgoParams {
   std::vector<int> hostOf;  // host index per rank (hier); empty: one host
   int psServers = 1;        // ps: server ranks 0..S-1, at most the world size
+  int64_t windowBytes = 0;  // shared windows (algo/shared.h): bytes per call; 0: the ranks share none
 };
 
 // Whether ranks sit on more than one host (hostOf as in AlgoParams; empty: one host).

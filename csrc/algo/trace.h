@@ -1,6 +1,6 @@
 // scalecomm algo: what one execution of a plan spent its time on.
 //
-// Contract: an ExecTrace, when handed to the executor (ExecContext::trace),
+// Contract: an ExecTrace, when handed to the executor (CollectiveOptions::trace),
 // collects spans per (step, phase, peer): phase is "send", "recv",
 // "recv+reduce" (reduction fused with the receive) or "finalize"; a span runs
 // from the first of its tasks starting to the last finishing, with the bytes

@@ -178,8 +178,9 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   // with an earlier, destroyed group that used the same store and name.
   const std::string base = "scalecomm/" + groupKey + "/";
   int64_t joined = store.add(base + "join", 1);
-  Rendezvous rv{store,  base + "g" + std::to_string((joined - 1) / size) + "/", rank, size, opts, deadline, {}, {},
-                nullptr};
+  Rendezvous rv{
+      store,  base + "g" + std::to_string((joined - 1) / size) + "/", rank, size, opts, deadline, {}, {}, nullptr,
+      nullptr};
   rv.infos.resize(size);
   // The generation's key: rank 0's nonce, published before its address, so
   // every rank can read it once the addresses are exchanged.
@@ -259,6 +260,7 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   auto comm = std::make_unique<Communicator>(rank, size, std::move(links), opts.spinMicros);
   comm->setHostOf(std::move(hostOf));
   comm->setMpiGroup(std::move(rv.mpiGroup));
+  comm->setWindows(std::move(rv.windows));
   comm->setStorePrefix(rv.prefix);
   return comm;
 }

@@ -5,6 +5,8 @@
 //   the store: per peer the first transport of comm/transports.h (shm, mpi,
 //   tcp) that can connect both ends, or the one config forces; or handed in
 //   directly (tests, loopback).
+// - When every rank is linked by shm (one host), it holds every rank's shared
+//   window (windows()), which the `shared` algorithms use.
 // - When every rank runs in one MPI job (and SCALECOMM_MPI is not 0), it also
 //   holds an MPI communicator over the group (mpiGroup()), which the mpi link
 //   and the `mpi` passthrough algorithm use; otherwise mpiGroup() is null.
@@ -25,6 +27,7 @@
 #include "core/store.h"
 #include "transport/link.h"
 #include "transport/mpi_runtime.h"
+#include "transport/shm.h"
 
 namespace scalecomm {
 
@@ -33,7 +36,8 @@ struct MeshOptions {
   bool useMpi = true;                // build an MPI communicator when all ranks run under MPI
   uint64_t mpiChunkBytes = 1 << 20;  // largest message of an mpi link
   uint64_t shmRingBytes = 4 << 20;
-  std::string hostIdentity;  // empty: computed
+  uint64_t shmWindowBytes = 0;  // per window cell (transport/shm.h); 0: no windows
+  std::string hostIdentity;     // empty: computed
   int64_t spinMicros = 50;
 };
 
@@ -55,6 +59,10 @@ class Communicator {
   const std::string& storePrefix() const { return storePrefix_; }
   void setStorePrefix(std::string p) { storePrefix_ = std::move(p); }
   void setMpiGroup(std::shared_ptr<MpiGroup> g) { mpi_ = std::move(g); }
+  // Every rank's shared window (transport/shm.h) when all ranks share this
+  // host's memory over shm links and windows are on; else null.
+  ShmWindows* windows() const { return windows_.get(); }
+  void setWindows(std::shared_ptr<ShmWindows> w) { windows_ = std::move(w); }
 
   // Idles briefly until something may have changed on the given peers' links:
   // spins for spinMicros after idleSince, then yields until 200 us, then blocks
@@ -77,6 +85,7 @@ class Communicator {
   int64_t spinMicros_;
   std::vector<int> hostOf_;
   std::shared_ptr<MpiGroup> mpi_;  // null without MPI; mpi links hold their own reference
+  std::shared_ptr<ShmWindows> windows_;
   std::string storePrefix_;
   std::atomic<bool> aborted_{false};
 };

@@ -23,8 +23,10 @@ namespace {
 class ShmTransport : public Transport {
  public:
   void publish(Rendezvous& rv, std::map<std::string, std::string>& info) override {
-    inbox_ = ShmSegment::create(rv.rank, rv.size, rv.opts.shmRingBytes);
+    inbox_ = ShmSegment::create(rv.rank, rv.size, rv.opts.shmRingBytes, rv.opts.shmWindowBytes);
     info["shm"] = inbox_->name();
+    segments_.assign(rv.size, nullptr);
+    segments_[rv.rank] = inbox_;
   }
   std::string whyNot(const Rendezvous& rv, int peer) const override {
     if (rv.field(peer, "host") != rv.field(rv.rank, "host")) {
@@ -36,12 +38,22 @@ class ShmTransport : public Transport {
   }
   std::unique_ptr<Link> connect(Rendezvous& rv, int peer) override {
     auto peerInbox = ShmSegment::open(rv.field(peer, "shm"), peer, rv.size);
+    segments_[peer] = peerInbox;
     return std::make_unique<ShmLink>(rv.rank, peer, inbox_, peerInbox);
   }
-  void finish(Rendezvous&) override { inbox_->unlinkName(); }
+  // Windows when every peer is linked by shm with the same window size: the
+  // same answer on every rank (same host is transitive; sizes are in the
+  // segments every rank maps).
+  void finish(Rendezvous& rv) override {
+    inbox_->unlinkName();
+    bool all = inbox_->windowBytes() > 0;
+    for (const auto& s : segments_) all = all && s && s->windowBytes() == inbox_->windowBytes();
+    if (all) rv.windows = std::make_shared<ShmWindows>(rv.rank, segments_);
+  }
 
  private:
   std::shared_ptr<ShmSegment> inbox_;
+  std::vector<std::shared_ptr<ShmSegment>> segments_;  // by rank: those linked by shm
 };
 
 // Every rank of the group in one MPI job (the rendezvous made the communicator).

@@ -12,7 +12,8 @@
 //   a transport that needs one end to wait for the other (tcp: the higher rank
 //   connects, the lower accepts) relies on that order to avoid a cycle.
 // - finish() runs after every rank has made all its links (shm removes its
-//   segment's name here, so nothing outlives the group in /dev/shm).
+//   segment's name here, so nothing outlives the group in /dev/shm, and sets
+//   up the shared windows when every rank is linked by shm).
 // A new transport is one Transport subclass plus one registry entry.
 #pragma once
 
@@ -25,6 +26,7 @@
 #include "core/store.h"
 #include "transport/link.h"
 #include "transport/mpi_runtime.h"
+#include "transport/shm.h"
 
 namespace scalecomm {
 
@@ -43,6 +45,7 @@ struct Rendezvous {
   std::string key;
   std::vector<std::map<std::string, std::string>> infos;  // what each rank published (infos[rank]: ours)
   std::shared_ptr<MpiGroup> mpiGroup;                     // null unless every rank is in one MPI job
+  std::shared_ptr<ShmWindows> windows;                    // set by shm's finish() when every rank shares memory
 
   // Field `key` of rank r's info ("" when absent).
   std::string field(int r, const std::string& key) const;

@@ -60,6 +60,9 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "apart fall back into step. -1: 1 MiB when the group spans hosts, off on one host; 0: off.")                     \
   X(Int, shmRingBytes, "shm_ring_bytes", "SCALECOMM_SHM_RING_BYTES", 4194304, 4096, int64_t{1} << 40, "",            \
     "Bytes of each shared-memory ring (one per ordered pair of same-host ranks); a multiple of 64.")                 \
+  X(Int, shmWindowBytes, "shm_window_bytes", "SCALECOMM_SHM_WINDOW_BYTES", 65536, 0, int64_t{1} << 30, "",          \
+    "Bytes of each rank's shared window (two cells of this size, mapped by every rank of the group when all share " \
+    "one host): the largest message the shared algorithms carry; a multiple of 64. 0: no windows.")               \
   X(Int, mpiChunkBytes, "mpi_chunk_bytes", "SCALECOMM_MPI_CHUNK_BYTES", 1048576, 64, int64_t{1} << 30, "",            \
     "mpi transport: largest MPI message; each link keeps 4 such buffers in flight per direction.")                   \
   X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", 50, 0, 10000000, "",                                             \

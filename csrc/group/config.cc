@@ -38,6 +38,11 @@ void checkConfig(const GroupConfig& c, int size) {
     fail(ErrorKind::InvalidArgument,
          "scalecomm: shm_ring_bytes (SCALECOMM_SHM_RING_BYTES) must be a multiple of 64, got ", c.shmRingBytes, ".");
   }
+  if (c.shmWindowBytes % 64 != 0) {
+    fail(ErrorKind::InvalidArgument,
+         "scalecomm: shm_window_bytes (SCALECOMM_SHM_WINDOW_BYTES) must be a multiple of 64, got ", c.shmWindowBytes,
+         ".");
+  }
 }
 
 std::string describe(const GroupConfig& c) {

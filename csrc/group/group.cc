@@ -12,6 +12,7 @@
 #include "algo/probe.h"
 #include "algo/registry.h"
 #include "algo/schedule.h"
+#include "algo/shared.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "core/timeline.h"
@@ -51,7 +52,7 @@ int64_t automaticSendAheadBytes(const std::vector<int>& hostOf) { return spansHo
 // A configured allreduce algorithm must serve this group's size.
 void checkServes(const AlgorithmSelection& selection, int rank, int size) {
   const AllreduceAlgorithm* a = findAllreduceAlgorithm(selection.allreduce);
-  if (a != nullptr && !allreduceServes(a->name, size)) {
+  if (a != nullptr && a->maxWorld != 0 && size > a->maxWorld) {
     fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): allreduce algorithm ", a->name,
          " serves groups of at most ", a->maxWorld, " ranks; this group has ", size);
   }
@@ -97,6 +98,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   mesh.transport = config.transport;
   mesh.useMpi = config.mpiAllowed() || selection.usesMpi();
   mesh.shmRingBytes = static_cast<uint64_t>(config.shmRingBytes);
+  mesh.shmWindowBytes = static_cast<uint64_t>(config.shmWindowBytes);
   mesh.mpiChunkBytes = static_cast<uint64_t>(config.mpiChunkBytes);
   mesh.spinMicros = config.spinMicros;
   auto comm = Communicator::connectMesh(*store, config.groupName, rank, size, mesh,
@@ -125,8 +127,8 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   g->start();
   if (anyAuto) {
     SC_LOG(Info, "rank ", rank, ": auto: alpha=", g->costs_.alpha * 1e6, " us, bandwidth=", 1e-9 / g->costs_.beta,
-           " GB/s (", g->tuning_.hasCosts ? "tuning file" : "probe", "), ", g->tuning_.allreduce.size(),
-           " tuned allreduce sizes");
+           " GB/s, shared window round=", g->costs_.windowAlpha * 1e6, " us (",
+           g->tuning_.hasCosts ? "tuning file" : "probe", "), ", g->tuning_.allreduce.size(), " tuned allreduce sizes");
   }
   return g;
 }
@@ -147,10 +149,18 @@ std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupCo
 }
 
 void Group::start() {
-  // Collectives with one scalecomm algorithm: "auto" is it.
+  // Collectives with one scalecomm algorithm: "auto" is it; barrier's auto
+  // runs on the shared windows where the ranks have them.
+  const int64_t window = sharedWindowBytes(*comm_);
+  if (selection_.barrier == "auto" && window > 0) selection_.barrier = "shared";
   for (const char* c : {"allgather", "reduce_scatter", "barrier"}) {
     std::string& chosen = *selection_.slot(c);
     if (chosen == "auto") chosen = selectableAlgorithms(c).front();
+  }
+  if ((selection_.allreduce == "shared" || selection_.barrier == "shared") && window == 0 && size_ > 1) {
+    fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank_, "): algorithm shared (", selection_.str(),
+         ") needs every rank of the group on this host, linked by shared memory (transport auto or shm), and "
+         "SCALECOMM_SHM_WINDOW_BYTES > 0; this group has no shared windows");
   }
   if (config_.segmentBytes == 0) config_.segmentBytes = automaticSegmentBytes(comm_->hostOf());
   if (config_.sendAheadBytes < 0) config_.sendAheadBytes = automaticSendAheadBytes(comm_->hostOf());
@@ -175,18 +185,22 @@ void Group::start() {
 
 Group::~Group() { shutdown(); }
 
+AlgoParams Group::algoParams() const {
+  return {comm_->hostOf(), static_cast<int>(config_.psServers), sharedWindowBytes(*comm_)};
+}
+
 std::string Group::chooseAllreduce(int64_t bytes) {
   auto it = chosen_.find(bytes);
   if (it != chosen_.end()) return it->second;
   std::string algo = tuning_.lookup(bytes);
   const char* why = "tuning file";
-  if (!algo.empty() && !allreduceServes(algo, size_, bytes)) {
+  if (!algo.empty() && !allreduceServes(algo, size_, bytes, algoParams())) {
     // The table's winner at the nearest measured size cannot take this message.
     SC_LOG(Info, "rank ", rank_, ": tuning file's ", algo, " does not serve ", bytes, " bytes; using the cost model");
     algo.clear();
   }
   if (algo.empty()) {
-    AlgoParams params{comm_->hostOf(), static_cast<int>(config_.psServers)};
+    const AlgoParams params = algoParams();
     algo = scalecomm::chooseAllreduce(size_, bytes, costs_, params, autoAllreduceCandidates(size_, bytes, params));
     why = "cost model";
   }
@@ -272,6 +286,11 @@ uint64_t Group::submit(Call call) {
       fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_, "): algorithm ", a->name,
            " takes messages of at most ", a->maxBytes, " bytes; this one has ", bytes,
            " (choose auto, which uses it where it fits, or ring/rhd)");
+    }
+    if (a != nullptr && a->schedule == nullptr && size_ > 1 && bytes > sharedWindowBytes(*comm_) && !call.device) {
+      fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_, "): algorithm ", a->name,
+           " takes messages of at most SCALECOMM_SHM_WINDOW_BYTES (", sharedWindowBytes(*comm_),
+           ") bytes; this one has ", bytes, " (choose auto, which uses it where it fits, or raise the window)");
     }
   }
   if (!coalescing_) {

@@ -208,6 +208,7 @@ class Group : public std::enable_shared_from_this<Group> {
   void dumpFlightRecorder(const std::string& why);
   void watchdogLoop();
   void runBody(Call& call, CollectiveOptions& o);
+  AlgoParams algoParams() const;  // this group's layout, for schedules and auto
   std::string chooseAllreduce(int64_t bytes);
 
   int rank_, size_;

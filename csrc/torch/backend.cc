@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "algo/registry.h"
 #include "compress/codec.h"
 #include "core/logging.h"
 #include "cuda/nvtx_ranges.h"
@@ -160,9 +161,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceOnNccl(const at::Tensor& t, const ReductionArgs& r,
                                                                  const std::shared_ptr<DeviceCall>& device,
                                                                  const c10d::AllreduceOptions& opts) {
-  // auto: our ring (bandwidth-optimal; the CPU cost model does not describe GPUs).
+  // auto: our ring (bandwidth-optimal; the CPU cost model does not describe
+  // GPUs); so are algorithms without a device form (mpi, shared windows).
   const std::string& selected = group_->selection().allreduce;
-  const std::string algo = selected == "auto" || selected == "mpi" ? "ring" : selected;
+  const AllreduceAlgorithm* entry = findAllreduceAlgorithm(selected);
+  const std::string algo = entry == nullptr || entry->schedule == nullptr ? "ring" : selected;
   AlgoParams params{group_->communicator().hostOf(), static_cast<int>(config().psServers)};
   auto nccl = nccl_;
   Call call;

@@ -150,6 +150,10 @@ PYBIND11_MODULE(_C, m) {
           "Forgets every residual (they restart at zero).")
       .def_property_readonly("config", &scalecomm::ScalecommBackend::config)
       .def_property_readonly(
+          "algorithms", [](scalecomm::ScalecommBackend& b) { return b.group().selection().str(); },
+          "The algorithm of each collective for this group, as resolved at creation "
+          "(\"allreduce:auto,...,barrier:shared\"; allreduce's auto picks per message size).")
+      .def_property_readonly(
           "cost_params",
           [](const scalecomm::ScalecommBackend& b) {
             const scalecomm::CostParams& c = b.costParams();
@@ -157,6 +161,7 @@ PYBIND11_MODULE(_C, m) {
             d["alpha"] = c.alpha;
             d["beta"] = c.beta;
             d["segment_bytes"] = c.segmentBytes;
+            d["window_alpha"] = c.windowAlpha;
             return d;
           },
           "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
@@ -269,16 +274,18 @@ PYBIND11_MODULE(_C, m) {
       "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h).");
   m.def(
       "allreduce_algorithms",
-      [](int world, int64_t bytes) {
+      [](int world, int64_t bytes, int64_t windowBytes) {
+        scalecomm::AlgoParams params;
+        params.windowBytes = windowBytes;
         std::vector<std::string> out;
         for (const auto& a : scalecomm::allreduceRegistry()) {
-          if (world <= 0 || scalecomm::allreduceServes(a.name, world, bytes)) out.push_back(a.name);
+          if (world <= 0 || scalecomm::allreduceServes(a.name, world, bytes, params)) out.push_back(a.name);
         }
         return out;
       },
-      py::arg("world") = 0, py::arg("bytes") = -1,
+      py::arg("world") = 0, py::arg("bytes") = -1, py::arg("window_bytes") = 0,
       "Allreduce algorithms of this build (registry order); with world (and bytes), those that serve such a group "
-      "(and message).");
+      "(and message) whose ranks share windows of window_bytes (0: ranks on several hosts, or windows off).");
   m.def(
       "desync_report",
       [](int size, const std::map<int, std::string>& positions) {

@@ -29,9 +29,25 @@ struct alignas(64) SegmentHeader {
   int32_t worldSize;
   int32_t pad;
   uint64_t ringBytes;
+  uint64_t windowBytes;
+};
+
+struct alignas(64) WindowControl {
+  std::atomic<uint64_t> posted;
 };
 
 size_t slotBytes(uint64_t ringBytes) { return sizeof(RingControl) + ringBytes; }
+
+size_t cellBytes(uint64_t windowBytes) { return kWindowHeaderBytes + windowBytes; }
+
+size_t windowOffset(int worldSize, uint64_t ringBytes) {
+  return sizeof(SegmentHeader) + static_cast<size_t>(worldSize) * slotBytes(ringBytes);
+}
+
+size_t segmentBytes(int worldSize, uint64_t ringBytes, uint64_t windowBytes) {
+  return windowOffset(worldSize, ringBytes) +
+         (windowBytes > 0 ? sizeof(WindowControl) + 2 * cellBytes(windowBytes) : 0);
+}
 
 uint64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -70,14 +86,14 @@ int ShmSegment::removeStaleSegments() {
   return removed;
 }
 
-std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uint64_t ringBytes) {
-  SC_CHECK(ringBytes % 64 == 0 && ringBytes > 0);
+std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uint64_t ringBytes, uint64_t windowBytes) {
+  SC_CHECK(ringBytes % 64 == 0 && ringBytes > 0 && windowBytes % 64 == 0);
   removeStaleSegments();
   std::random_device rd;
   std::string name = strCat("/", kPrefix, getpid(), "-", std::hex, (static_cast<uint64_t>(rd()) << 32) ^ rd());
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) fail(ErrorKind::Io, "scalecomm shm: cannot create ", name, ": ", std::strerror(errno));
-  size_t bytes = sizeof(SegmentHeader) + static_cast<size_t>(worldSize) * slotBytes(ringBytes);
+  size_t bytes = segmentBytes(worldSize, ringBytes, windowBytes);
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int err = errno;
     ::close(fd);
@@ -113,6 +129,8 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uin
   hdr->ownerPid = getpid();
   hdr->worldSize = worldSize;
   hdr->ringBytes = ringBytes;
+  hdr->windowBytes = windowBytes;
+  if (windowBytes > 0) new (static_cast<uint8_t*>(base) + windowOffset(worldSize, ringBytes)) WindowControl{{0}};
   for (int s = 0; s < worldSize; ++s) {
     auto* ctl = reinterpret_cast<RingControl*>(static_cast<uint8_t*>(base) + sizeof(SegmentHeader) +
                                                static_cast<size_t>(s) * slotBytes(ringBytes));
@@ -144,7 +162,7 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& name, int expect
   seg->bytes_ = bytes;
   auto* hdr = static_cast<SegmentHeader*>(base);
   if (hdr->magic != kShmMagic || hdr->ownerRank != expectOwner || hdr->worldSize != worldSize ||
-      bytes != sizeof(SegmentHeader) + static_cast<size_t>(worldSize) * slotBytes(hdr->ringBytes)) {
+      bytes != segmentBytes(worldSize, hdr->ringBytes, hdr->windowBytes)) {
     fail(ErrorKind::Io, "scalecomm shm: segment ", name, " does not belong to rank ", expectOwner, " of a group of ",
          worldSize, " (stale or foreign segment)");
   }
@@ -173,6 +191,29 @@ SpscRing ShmSegment::ring(int sender) {
 
 int ShmSegment::ownerPid() const { return static_cast<SegmentHeader*>(base_)->ownerPid; }
 int ShmSegment::ownerRank() const { return static_cast<SegmentHeader*>(base_)->ownerRank; }
+uint64_t ShmSegment::windowBytes() const { return static_cast<SegmentHeader*>(base_)->windowBytes; }
+
+std::atomic<uint64_t>& ShmSegment::windowPosted() {
+  auto* hdr = static_cast<SegmentHeader*>(base_);
+  SC_CHECK(hdr->windowBytes > 0);
+  return reinterpret_cast<WindowControl*>(static_cast<uint8_t*>(base_) + windowOffset(hdr->worldSize, hdr->ringBytes))
+      ->posted;
+}
+
+uint8_t* ShmSegment::windowCell(int k) {
+  auto* hdr = static_cast<SegmentHeader*>(base_);
+  return static_cast<uint8_t*>(base_) + windowOffset(hdr->worldSize, hdr->ringBytes) + sizeof(WindowControl) +
+         static_cast<size_t>(k) * cellBytes(hdr->windowBytes);
+}
+
+ShmWindows::ShmWindows(int rank, std::vector<std::shared_ptr<ShmSegment>> segments)
+    : rank_(rank), segments_(std::move(segments)), windowBytes_(0) {
+  SC_CHECK(rank_ >= 0 && rank_ < size());
+  windowBytes_ = static_cast<int64_t>(segments_[rank_]->windowBytes());
+  for (const auto& s : segments_) {
+    SC_CHECK(s && static_cast<int64_t>(s->windowBytes()) == windowBytes_ && windowBytes_ > 0);
+  }
+}
 
 ShmLink::ShmLink(int self, int peer, std::shared_ptr<ShmSegment> myInbox, std::shared_ptr<ShmSegment> peerInbox)
     : Link(peer),

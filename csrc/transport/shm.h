@@ -9,14 +9,19 @@
 //   group; create() also removes stale names left by processes that died
 //   (kill -9) before unlinking. The segment is unmapped when the last owner
 //   (ShmSegment, shared by the links) is destroyed.
+// - After the rings the segment holds the owner's window: a `posted` counter
+//   (the number of the owner's last window call whose data is in place) and two
+//   cells of windowBytes each, used by alternate calls (see ShmWindows).
 // - A ShmLink detects a dead peer by its pid (gone or zombie) and a closed
 //   peer by the ring's closed flag; both raise Error(Io) naming the peer.
-// Thread safety: as Link.
+// Thread safety: as Link; ShmWindows as documented there.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport/link.h"
 #include "transport/spsc_ring.h"
@@ -25,8 +30,9 @@ namespace scalecomm {
 
 class ShmSegment {
  public:
-  // Creates and maps a fresh inbox for `worldSize` senders; the caller's rank owns it.
-  static std::shared_ptr<ShmSegment> create(int ownerRank, int worldSize, uint64_t ringBytes);
+  // Creates and maps a fresh inbox for `worldSize` senders plus a window of two
+  // cells of `windowBytes` (a multiple of 64; 0: no window); the caller's rank owns it.
+  static std::shared_ptr<ShmSegment> create(int ownerRank, int worldSize, uint64_t ringBytes, uint64_t windowBytes);
   // Maps a peer's inbox by name; validates its header.
   static std::shared_ptr<ShmSegment> open(const std::string& name, int expectOwner, int worldSize);
   ~ShmSegment();
@@ -36,6 +42,10 @@ class ShmSegment {
   SpscRing ring(int sender);
   int ownerPid() const;
   int ownerRank() const;
+  uint64_t windowBytes() const;
+  // The window's call counter and cell k (0 or 1): kWindowHeaderBytes then windowBytes of data.
+  std::atomic<uint64_t>& windowPosted();
+  uint8_t* windowCell(int k);
 
   // Removes /dev/shm/scalecomm-<pid>-* names whose process no longer exists.
   static int removeStaleSegments();
@@ -50,6 +60,38 @@ class ShmSegment {
 };
 
 bool processAlive(int pid);
+
+// Bytes before the data of every window cell (64-byte aligned).
+constexpr size_t kWindowHeaderBytes = 64;
+
+// Every rank's window, when all ranks of the group share this host's memory.
+// A window call (numbered 1, 2, ... per group, the same on every rank: ranks
+// make the same window calls in the same order) writes cell (call % 2) of its
+// own window (a kWindowHeaderBytes header the caller defines, then up to
+// windowBytes of data), then publishes `posted = call` (release); a rank reads
+// a peer's cell only after seeing its posted >= call (acquire). Two cells make a
+// trailing barrier unnecessary: a rank that starts call c has seen every
+// peer post c-1, and a peer posts c-1 only after it finished reading call
+// c-2, the last user of the cell that call c overwrites.
+// Thread safety: one thread at a time (the group's executing thread).
+class ShmWindows {
+ public:
+  ShmWindows(int rank, std::vector<std::shared_ptr<ShmSegment>> segments);
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(segments_.size()); }
+  // The largest message one call carries.
+  int64_t windowBytes() const { return windowBytes_; }
+  uint64_t nextCall() { return ++calls_; }
+  std::atomic<uint64_t>& posted(int r) { return segments_[r]->windowPosted(); }
+  uint8_t* header(int r, uint64_t call) { return segments_[r]->windowCell(static_cast<int>(call % 2)); }
+  uint8_t* data(int r, uint64_t call) { return header(r, call) + kWindowHeaderBytes; }
+
+ private:
+  int rank_;
+  std::vector<std::shared_ptr<ShmSegment>> segments_;  // by rank, ours included
+  int64_t windowBytes_;
+  uint64_t calls_ = 0;
+};
 
 class ShmLink : public Link {
  public:

@@ -10,7 +10,27 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/half.h"
+
 namespace sctest {
+
+// Element i of p (of dtype t) = v, converted as a C++ cast (fp16/bf16: rounded).
+inline void storeValue(void* p, int64_t i, scalecomm::DataType t, double v) {
+  using scalecomm::DataType;
+  switch (t) {
+    case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::Float64: static_cast<double*>(p)[i] = v; break;
+    case DataType::Float16: static_cast<uint16_t*>(p)[i] = scalecomm::floatToFp16(static_cast<float>(v)); break;
+    case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = scalecomm::floatToBf16(static_cast<float>(v)); break;
+    case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
+    case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    default: break;
+  }
+}
 
 struct Registry {
   std::vector<std::pair<std::string, std::function<void()>>> tests;

@@ -75,21 +75,6 @@ double expected(int n, int64_t i, ReduceOp op, double factor, bool integer) {
   return acc;
 }
 
-void store(void* p, int64_t i, DataType t, double v) {
-  switch (t) {
-    case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::Float64: static_cast<double*>(p)[i] = v; break;
-    case DataType::Float16: static_cast<uint16_t*>(p)[i] = floatToFp16(static_cast<float>(v)); break;
-    case DataType::BFloat16: static_cast<uint16_t*>(p)[i] = floatToBf16(static_cast<float>(v)); break;
-    case DataType::Int8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DataType::Int16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
-    case DataType::Int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DataType::Int64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DataType::UInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    default: break;
-  }
-}
-
 double load(const void* p, int64_t i, DataType t) {
   switch (t) {
     case DataType::Float32: return static_cast<const float*>(p)[i];
@@ -133,7 +118,7 @@ TEST(allreduce_every_algorithm_dtype_and_op_matches_closed_form) {
           const double factor = 2.0;
           std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(count * elementSize(t)));
           for (int r = 0; r < n; ++r)
-            for (int64_t i = 0; i < count; ++i) store(bufs[r].data(), i, t, inputValue(r, i, op));
+            for (int64_t i = 0; i < count; ++i) sctest::storeValue(bufs[r].data(), i, t, inputValue(r, i, op));
           auto errors = runRanks(n, 4096, [&](int r, Communicator& c) {
             CollectiveOptions o = opts(24);
             o.algorithm = algo;

@@ -1,0 +1,40 @@
+// scalecomm algo: the options of one collective call, from the group to the executor.
+//
+// Contract: the group fills one CollectiveOptions per call (its algorithm,
+// segmenting and pacing, sequence number, timeout and deadline, and where the
+// timeline, arithmetic and compiled plans go); the collective functions
+// (algo/collectives.h) and the executor (algo/executor.h) read this same
+// struct, never a copy of its fields. Value type; the pointers it holds are
+// borrowed for the call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/deadline.h"
+
+namespace scalecomm {
+
+class ExecTrace;
+class Reducer;
+class PlanCache;
+
+struct CollectiveOptions {
+  std::string algorithm = "ring";
+  int64_t segmentBytes = 256 << 10;
+  // Pacing (algo/plan.h): within a pairwise-exchange step a rank's sends run at
+  // most this many bytes (rounded up to whole segments) ahead of what it has
+  // received in that step; 0: unpaced.
+  int64_t sendAheadBytes = 0;
+  int64_t timeoutMs = 1800000;
+  Deadline deadline = Deadline::never();
+  uint64_t seq = 0;
+  int psServers = 1;           // see AlgoParams; the host map comes from the Communicator
+  ExecTrace* trace = nullptr;  // timeline: per-step spans of every execute() (see algo/trace.h)
+  Reducer* reducer = nullptr;  // null: the host reducer (comm/reducer.h)
+  // Compiled plans reused across calls of the same shape (algo/plan_cache.h);
+  // null: compiled for this call only. Only the executing thread touches it.
+  PlanCache* plans = nullptr;
+};
+
+}  // namespace scalecomm

@@ -1,0 +1,134 @@
+#include "algo/shared.h"
+
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "comm/reducer.h"
+#include "comm/wire.h"
+#include "core/error.h"
+
+namespace scalecomm {
+
+static_assert(sizeof(WireHeader) == kWindowHeaderBytes, "a window cell's header is a wire header");
+
+int64_t sharedWindowBytes(const Communicator& comm) {
+  return comm.windows() != nullptr ? comm.windows()->windowBytes() : 0;
+}
+
+namespace {
+
+ShmWindows& windowsOf(Communicator& comm, const ExecContext& ctx) {
+  ShmWindows* w = comm.windows();
+  if (w == nullptr) {
+    fail(ErrorKind::InvalidArgument, describe(ctx, comm.rank()),
+         ": algorithm shared needs every rank of the group on this host, linked by shared memory, with "
+         "SCALECOMM_SHM_WINDOW_BYTES > 0; choose auto or ring");
+  }
+  return *w;
+}
+
+WireHeader headerOf(const ExecContext& ctx, int64_t bytes) {
+  WireHeader h;
+  std::memset(&h, 0, sizeof(h));  // compared bytewise
+  h.magic = kWireMagic;
+  h.collective = static_cast<uint8_t>(ctx.collective);
+  h.dtype = static_cast<uint8_t>(ctx.dtype);
+  h.reduceOp = static_cast<uint8_t>(ctx.op);
+  h.rootOrTag = ctx.root;
+  h.seq = ctx.call.seq;
+  h.totalCount = ctx.totalCount;
+  h.payloadBytes = bytes;
+  return h;
+}
+
+[[noreturn]] void failTimeout(Communicator& comm, ShmWindows& w, uint64_t call, const ExecContext& ctx) {
+  std::ostringstream late;
+  for (int q = 0; q < w.size(); ++q) {
+    const uint64_t posted = w.posted(q).load(std::memory_order_acquire);
+    if (q == w.rank() || posted >= call) continue;
+    late << (late.tellp() > 0 ? ", " : "") << "rank " << q << " (" << call - posted << " shared call"
+         << (call - posted == 1 ? "" : "s") << " behind)";
+  }
+  fail(ErrorKind::Timeout, describe(ctx, comm.rank()), ": Timed out after ", ctx.call.timeoutMs, " ms waiting for ",
+       late.str(), " to publish its part in the shared window. That rank may not have called ",
+       collectiveName(ctx.collective),
+       ", or is slow, stuck or dead. The group is unusable now: destroy it and create a new one "
+       "(raise the timeout with init_process_group(timeout=...) if the peer is just slow).");
+}
+
+// Publishes this rank's cell of `call` and waits until every peer has
+// published theirs; then checks their headers against ours.
+void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader& mine, const ExecContext& ctx) {
+  const int n = w.size();
+  const int rank = w.rank();
+  std::memcpy(w.header(rank, call), &mine, sizeof(mine));
+  w.posted(rank).store(call, std::memory_order_release);
+  auto arrived = [&] {
+    for (int q = 0; q < n; ++q) {
+      if (q != rank && w.posted(q).load(std::memory_order_acquire) < call) return false;
+    }
+    return true;
+  };
+  if (!arrived()) {
+    const Clock::time_point since = Clock::now();
+    thread_local std::vector<int> late;
+    for (;;) {
+      late.clear();
+      for (int q = 0; q < n; ++q) {
+        if (q != rank && w.posted(q).load(std::memory_order_acquire) < call) late.push_back(q);
+      }
+      if (late.empty()) break;
+      for (int q : late) comm.link(q).checkPeer();
+      if (ctx.call.deadline.expired()) failTimeout(comm, w, call, ctx);
+      comm.idle(late, since);
+    }
+    if (ctx.call.trace != nullptr) {
+      ctx.call.trace->idle(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(since.time_since_epoch()).count(),
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+    }
+  }
+  for (int q = 0; q < n; ++q) {
+    if (q == rank) continue;
+    WireHeader got;
+    std::memcpy(&got, w.header(q, call), sizeof(got));
+    if (std::memcmp(&got, &mine, sizeof(got)) != 0) failHeaderMismatch(ctx, rank, q, got, mine);
+  }
+}
+
+void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const ExecContext& ctx) {
+  ShmWindows& w = windowsOf(comm, ctx);
+  const int n = w.size();
+  const int rank = w.rank();
+  const int64_t bytes = count * static_cast<int64_t>(elementSize(ctx.dtype));
+  SC_CHECK(bytes <= w.windowBytes(), "shared allreduce of ", bytes, " bytes exceeds the window (", w.windowBytes(),
+           ")");
+  const uint64_t call = w.nextCall();
+  std::memcpy(w.data(rank, call), data, static_cast<size_t>(bytes));
+  exchange(comm, w, call, headerOf(ctx, bytes), ctx);
+  Reducer& reducer = ctx.reducer();
+  if (n == 2) {
+    reducer.reduce(data, w.data(1 - rank, call), count, ctx.dtype, ctx.op);  // a op b == b op a
+  } else {
+    if (rank != 0) std::memcpy(data, w.data(0, call), static_cast<size_t>(bytes));
+    for (int q = 1; q < n; ++q) reducer.reduce(data, w.data(q, call), count, ctx.dtype, ctx.op);
+  }
+  if (ctx.finalizeDivisor > 1) reducer.divide(data, count, ctx.dtype, ctx.finalizeDivisor);
+  reducer.fence();
+}
+
+}  // namespace
+
+void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecContext& ctx) {
+  describedErrors(ctx, comm.rank(), [&] { allreduceOnWindows(comm, data, count, ctx); });
+}
+
+void sharedBarrier(Communicator& comm, const ExecContext& ctx) {
+  describedErrors(ctx, comm.rank(), [&] {
+    ShmWindows& w = windowsOf(comm, ctx);
+    exchange(comm, w, w.nextCall(), headerOf(ctx, 0), ctx);
+  });
+}
+
+}  // namespace scalecomm

@@ -1,0 +1,39 @@
+// scalecomm algo: collectives on the ranks' shared windows (one host).
+//
+// Contract: where every rank of the group shares this host's memory the
+// Communicator holds every rank's window (transport/shm.h). A `shared`
+// allreduce copies this rank's input into its own window once, publishes it,
+// waits until every peer has published the same call, and reduces straight
+// out of the peers' windows into its output: one flag round and one copy per
+// byte, where a ring over shm links takes 2(n-1) steps of two copies each.
+// Every rank folds the inputs in rank order (two ranks: a op b, commutative
+// in IEEE arithmetic), so all ranks hold bitwise the same result. A `shared`
+// barrier is the flag round alone.
+// Each call's cell header (a WireHeader: collective, seq, dtype, op, count)
+// is checked against every peer's, so ranks that disagree on the collective,
+// its order or its arguments get Error(InvalidArgument) naming both sides,
+// as over the links. Waiting: spin, yield, sleep (Communicator::idle); a dead
+// or closed peer raises Error(Io), abort() Error(Aborted), ctx.deadline
+// Error(Timeout) naming the ranks that have not arrived. After an error the
+// caller must poison the group (a window may hold a partial call).
+// Thread safety: one call at a time per Communicator.
+#pragma once
+
+#include <cstdint>
+
+#include "algo/executor.h"
+#include "comm/communicator.h"
+
+namespace scalecomm {
+
+// Bytes one shared call carries on this communicator; 0 without windows.
+int64_t sharedWindowBytes(const Communicator& comm);
+
+// In place, count * elementSize(dtype) <= sharedWindowBytes(comm); ctx.op is
+// the reduction (Avg divides by the world size at the end; PremulSum's
+// scaling is the caller's).
+void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecContext& ctx);
+
+void sharedBarrier(Communicator& comm, const ExecContext& ctx);
+
+}  // namespace scalecomm

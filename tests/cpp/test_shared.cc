@@ -1,0 +1,256 @@
+// The shared-window algorithms: ranks as threads connect a real shm mesh
+// (each maps every rank's window) and run allreduce and barrier on it.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "algo/collectives.h"
+#include "algo/registry.h"
+#include "algo/shared.h"
+#include "comm/communicator.h"
+#include "comm/reducer.h"
+#include "core/error.h"
+#include "harness.h"
+
+using namespace scalecomm;
+
+namespace {
+
+constexpr int64_t kWindow = 4096;
+
+using Body = std::function<void(int rank, Communicator& comm)>;
+using MeshOf = std::function<MeshOptions(int rank)>;
+
+MeshOptions sharedMesh(int) {
+  MeshOptions mo;
+  mo.transport = "shm";
+  mo.useMpi = false;
+  mo.shmRingBytes = 1 << 16;
+  mo.shmWindowBytes = kWindow;
+  return mo;
+}
+
+// Runs body on n threads, each with its own communicator; returns each rank's error ("" if none).
+std::vector<std::string> onMesh(int n, const Body& body, const MeshOf& meshOf = sharedMesh) {
+  static std::atomic<int> groups{0};
+  MemoryStore store;
+  const std::string key = "shared-" + std::to_string(groups++);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        auto comm = Communicator::connectMesh(store, key, r, n, meshOf(r), Deadline::after(std::chrono::seconds(20)));
+        body(r, *comm);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      } catch (const sctest::Failure& f) {
+        errors[r] = f.msg;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  return errors;
+}
+
+CollectiveOptions sharedOptions(uint64_t seq, int64_t timeoutMs = 20000) {
+  CollectiveOptions o;
+  o.algorithm = "shared";
+  o.seq = seq;
+  o.timeoutMs = timeoutMs;
+  o.deadline = Deadline::after(std::chrono::milliseconds(timeoutMs));
+  return o;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(windows_exist_only_when_every_rank_is_linked_by_shm_with_the_same_size) {
+  auto windowOf = [](const MeshOf& meshOf) {
+    std::vector<int64_t> seen(3, -1);
+    auto errors = onMesh(3, [&](int r, Communicator& c) { seen[r] = sharedWindowBytes(c); }, meshOf);
+    for (auto& e : errors) CHECK_EQ(e, std::string());
+    return seen;
+  };
+  CHECK(windowOf(sharedMesh) == std::vector<int64_t>(3, kWindow));
+  // One rank forcing tcp: its pairs are tcp, so no rank gets windows.
+  CHECK(windowOf([](int r) {
+          MeshOptions mo = sharedMesh(r);
+          mo.transport = r == 2 ? "tcp" : "auto";
+          return mo;
+        }) == std::vector<int64_t>(3, 0));
+  // Window sizes that differ between ranks: none.
+  CHECK(windowOf([](int r) {
+          MeshOptions mo = sharedMesh(r);
+          mo.shmWindowBytes = r == 1 ? 2 * kWindow : kWindow;
+          return mo;
+        }) == std::vector<int64_t>(3, 0));
+  CHECK(windowOf([](int r) {
+          MeshOptions mo = sharedMesh(r);
+          mo.shmWindowBytes = 0;
+          return mo;
+        }) == std::vector<int64_t>(3, 0));
+}
+
+// Every dtype and op at 2-4 ranks, counts up to the window, in place; the
+// result is the rank-order fold, bitwise equal on every rank.
+TEST(shared_allreduce_is_exact_and_bitwise_equal_on_every_rank) {
+  const std::vector<DataType> dtypes = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16,
+                                        DataType::Int32,   DataType::Int64,   DataType::UInt8};
+  for (int n = 2; n <= 4; ++n) {
+    std::vector<std::vector<std::vector<uint8_t>>> results(n);
+    std::vector<std::vector<std::vector<uint8_t>>> expected(n);
+    auto errors = onMesh(n, [&](int r, Communicator& comm) {
+      uint64_t seq = 0;
+      std::mt19937 gen(1234);  // the same stream on every rank: every rank knows every input
+      for (DataType dt : dtypes) {
+        const int64_t es = static_cast<int64_t>(elementSize(dt));
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min, ReduceOp::Product}) {
+          if (!reduceOpSupports(op, dt)) continue;
+          for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{100}, kWindow / es}) {
+            std::vector<std::vector<uint8_t>> inputs(n, std::vector<uint8_t>(static_cast<size_t>(count * es)));
+            for (auto& in : inputs) {
+              for (int64_t i = 0; i < count; ++i) {
+                // small values (exact products), fractions for floats (rounding visible)
+                const double v = static_cast<double>(gen() % 5) + (gen() % 2 ? 0.5 : 0.0) + 1;
+                sctest::storeValue(in.data(), i, dt, v);
+              }
+            }
+            std::vector<uint8_t> want = inputs[0];
+            for (int q = 1; q < n; ++q) reduceInto(want.data(), inputs[q].data(), count, dt, op);
+            if (op == ReduceOp::Avg) divideInPlace(want.data(), count, dt, n);
+            std::vector<uint8_t> data = inputs[r];
+            allreduce(comm, data.data(), count, dt, op, 1.0, sharedOptions(++seq));
+            results[r].push_back(data);
+            expected[r].push_back(want);
+          }
+        }
+      }
+    });
+    for (auto& e : errors) CHECK_EQ(e, std::string());
+    for (int r = 0; r < n; ++r) {
+      CHECK_EQ(results[r].size(), results[0].size());
+      for (size_t k = 0; k < results[r].size(); ++k) {
+        CHECK(results[r][k] == results[0][k]);  // bitwise equal across ranks
+        CHECK(results[r][k] == expected[r][k]);
+      }
+    }
+  }
+}
+
+// Back-to-back calls with no barrier between them, one rank jittering: the
+// two cells per window must never be overwritten while a peer still reads.
+TEST(consecutive_calls_never_overwrite_a_cell_a_peer_still_reads) {
+  const int n = 3;
+  const int calls = 3000;
+  auto errors = onMesh(n, [&](int r, Communicator& comm) {
+    std::mt19937 jitter(r + 7);
+    std::vector<double> data(64);
+    for (int k = 1; k <= calls; ++k) {
+      for (size_t i = 0; i < data.size(); ++i) data[i] = k * 1000.0 + r * 10.0 + static_cast<double>(i);
+      if (jitter() % 8 == 0) std::this_thread::yield();
+      if (k % 5 == 0) {
+        barrier(comm, sharedOptions(k));
+        continue;
+      }
+      allreduce(comm, data.data(), static_cast<int64_t>(data.size()), DataType::Float64, ReduceOp::Sum, 1.0,
+                sharedOptions(k));
+      for (size_t i = 0; i < data.size(); ++i) {
+        const double want = n * (k * 1000.0 + static_cast<double>(i)) + 10.0 * (0 + 1 + 2);
+        if (data[i] != want) {
+          throw Error(ErrorKind::Internal, strCat("call ", k, " element ", i, ": ", data[i], " != ", want));
+        }
+      }
+    }
+  });
+  for (auto& e : errors) CHECK_EQ(e, std::string());
+}
+
+TEST(ranks_that_disagree_get_an_error_naming_both_sides) {
+  // Different counts.
+  auto errors = onMesh(2, [&](int r, Communicator& comm) {
+    std::vector<float> data(r == 0 ? 5 : 6, 1.0f);
+    allreduce(comm, data.data(), static_cast<int64_t>(data.size()), DataType::Float32, ReduceOp::Sum, 1.0,
+              sharedOptions(1));
+  });
+  for (auto& e : errors) {
+    CHECK(contains(e, "scalecomm allreduce (rank "));
+    CHECK(contains(e, "same shape and dtype"));
+  }
+  // A barrier against an allreduce: an error, not wrong data or a hang.
+  errors = onMesh(2, [&](int r, Communicator& comm) {
+    std::vector<float> data(4, 1.0f);
+    if (r == 0) {
+      barrier(comm, sharedOptions(1));
+    } else {
+      allreduce(comm, data.data(), 4, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(1));
+    }
+  });
+  for (auto& e : errors) CHECK(contains(e, "all ranks must call the same collectives in the same order"));
+}
+
+TEST(a_missing_peer_times_out_by_name_and_abort_ends_the_wait) {
+  auto errors = onMesh(3, [&](int r, Communicator& comm) {
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));  // never calls; keeps its links open
+      return;
+    }
+    std::vector<float> data(4, 1.0f);
+    allreduce(comm, data.data(), 4, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(1, 300));
+  });
+  for (int r = 0; r < 2; ++r) {
+    CHECK(contains(errors[r], "Timed out after 300 ms waiting for rank 2 (1 shared call behind)"));
+  }
+  CHECK_EQ(errors[2], std::string());
+  // abort() from another thread wakes the waiting rank.
+  errors = onMesh(2, [&](int r, Communicator& comm) {
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      return;
+    }
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comm.abort();
+    });
+    try {
+      barrier(comm, sharedOptions(1));
+    } catch (...) {
+      aborter.join();
+      throw;
+    }
+    aborter.join();
+  });
+  CHECK(contains(errors[0], "aborted"));
+}
+
+TEST(a_peer_that_leaves_is_reported_not_waited_for) {
+  auto errors = onMesh(2, [&](int r, Communicator& comm) {
+    if (r == 1) {
+      comm.closeLinks();  // what a rank that fails or is destroyed does
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    barrier(comm, sharedOptions(1));
+  });
+  CHECK(contains(errors[0], "scalecomm barrier (rank 0, seq 1)"));
+  CHECK(contains(errors[0], "closed its shared-memory link"));
+}
+
+TEST(auto_prices_shared_where_the_group_has_windows_and_the_message_fits) {
+  AlgoParams none;
+  AlgoParams windows;
+  windows.windowBytes = kWindow;
+  auto has = [](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), "shared") != v.end(); };
+  CHECK(!has(autoAllreduceCandidates(4, 1024, none)));
+  CHECK(has(autoAllreduceCandidates(4, 1024, windows)));
+  CHECK(!has(autoAllreduceCandidates(4, kWindow + 1, windows)));
+  CHECK(!allreduceServes("shared", 2, 64));
+  CHECK(allreduceServes("shared", 2, 64, windows));
+}
+
+TEST_MAIN()
