@@ -123,8 +123,6 @@ def main() -> int:
         "gloo": allreduce_on(gloo),
         "mpi": mpi_allreduce,
     }
-    window = next(p for p in pyscalecomm.params() if p["option"] == "shm_window_bytes")["default"]
-    window = int(os.environ.get("SCALECOMM_SHM_WINDOW_BYTES", window))
     fixed = {
         a: dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=a)) for a in algos
     }
@@ -154,8 +152,12 @@ def main() -> int:
         t = torch.ones(count, dtype=torch.float32)
         a = t.numpy()
         iters = args.iters if size <= (64 << 10) else max(20, args.iters // 4)
-        serving = pyscalecomm.allreduce_algorithms(n, size or 4, window)
-        table = {k: fn for k, fn in table.items() if not k.startswith("scalecomm:") or k[10:] in serving}
+        table = {
+            k: fn
+            for k, fn in table.items()
+            if not k.startswith("scalecomm:")
+            or k[10:] in fixed[k[10:]]._get_backend(torch.device("cpu")).allreduce_algorithms(size or 4)
+        }
         times = {k: [] for k in table}
         for _ in range(args.rounds):
             for name, fn in table.items():

@@ -237,6 +237,11 @@ def _runner(impl, case, args, dist):
         )
     if impl.kind == "mpi":
         return mpi_runner(case, impl.handle, args.op)
+    fixed = impl.algo not in ("", "auto", "mpi", "nccl")
+    if impl.kind == "scalecomm" and case.collective == "allreduce" and fixed:
+        be = impl.handle._get_backend(case.inp.device)
+        if impl.algo not in be.allreduce_algorithms(case.count * case.inp.element_size()):
+            return None  # e.g. pairwise above 4032 bytes, shared above its window
     if impl.kind == "gloo" and args.op == "avg" and case.collective in _REDUCING:
         return None  # gloo has no AVG
     op = {

@@ -475,10 +475,13 @@ def test_synchronous_calls_run_inline_async_ones_on_the_worker_and_plans_are_reu
     for before, mid, after, algos in run_ranks(2, _where_calls_run):
         assert mid["inline_calls"] - before["inline_calls"] == 50, (before, mid)
         assert after["worker_calls"] - mid["worker_calls"] == 20, (mid, after)
+        assert "allreduce:shared" in algos, algos  # auto's pick for small messages on one host
+    # Schedules compile once per shape (shared runs none; without windows auto picks schedules).
+    for before, mid, after, algos in run_ranks(2, _where_calls_run, env={"SCALECOMM_SHM_WINDOW_BYTES": 0}):
         # two shapes: each compiled once (the probe and the run's other calls may add their own)
         assert after["plan_misses"] - before["plan_misses"] <= 2, (before, after)
         assert after["plan_hits"] - before["plan_hits"] >= 68, (before, after)
-        assert "allreduce:pairwise" in algos, algos  # auto's pick for 32 bytes at 2 ranks
+        assert "allreduce:pairwise" in algos, algos  # auto's pick for 32 bytes at 2 ranks without windows
 
 
 def _non_contiguous(rank, n):

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "algo/shared.h"
 #include "comm/reducer.h"
 #include "core/error.h"
 
@@ -44,6 +45,11 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
 }
 
 }  // namespace
+
+WireHeader collectiveHeader(const ExecContext& ctx) {
+  Task none{};
+  return expectedHeader(ctx, none, 0);
+}
 
 void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHeader& got, const WireHeader& want) {
   const std::string who = describe(ctx, rank);
@@ -256,6 +262,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
 
   bool idle = false;
   Clock::time_point idleSince;
+  uint64_t idleRounds = 0;
   while (remaining > 0) {
     bool moved = false;
     for (int p : plan.peers) {
@@ -313,6 +320,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
       idleSince = Clock::now();
     }
     if (ctx.call.deadline.expired()) failTimeout(plan, ctx, rank, sendHead, recvHead);
+    if (++idleRounds % 256 == 0) checkPeersNotOnWindows(comm, plan.peers, ctx);
     comm.idle(plan.peers, idleSince);
   }
 }

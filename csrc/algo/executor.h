@@ -67,6 +67,11 @@ std::string describe(const ExecContext& ctx, int rank);
 
 void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator& comm, const ExecContext& ctx);
 
+// The header this rank's part of the collective carries (step, block,
+// segment and payload 0): what a peer's header is checked against when the
+// peer ran the collective on another channel (algo/shared.h).
+WireHeader collectiveHeader(const ExecContext& ctx);
+
 // Raises the error for a peer's header `got` that differs from this rank's
 // `want`: which argument the ranks disagree on, with both values.
 [[noreturn]] void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHeader& got,

@@ -79,7 +79,10 @@ CostParams probeCostParams(Communicator& comm, const Deadline& deadline) {
   if (comm.windows() != nullptr) {  // every rank has them, or none
     CollectiveOptions shared = opts;
     shared.algorithm = "shared";
-    measured[2] = timeAllreduce(comm, tiny, 20, shared);
+    // Far below a link message's latency, so one descheduled rank would swamp
+    // a single batch: the fastest of five.
+    measured[2] = timeAllreduce(comm, tiny, 40, shared);
+    for (int batch = 1; batch < 5; ++batch) measured[2] = std::min(measured[2], timeAllreduce(comm, tiny, 40, shared));
   }
   allreduce(comm, measured.data(), 3, DataType::Float64, ReduceOp::Max, 1, opts);  // agree on the slowest
   params.alpha = measured[0];

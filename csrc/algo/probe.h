@@ -6,9 +6,9 @@
 // slowest rank's values with one more allreduce, so every rank returns the
 // same parameters (and so later picks the same algorithm). The per-extra-
 // message overhead is set to alpha: one thread progresses a step's messages
-// one after another. Where the ranks share windows it also times 20 shared
-// allreduces of 8 bytes (windowAlpha). Collective: every rank must call it at the same point.
-// Uses sequence number 0 in headers (real collectives start at 1).
+// one after another. Where the ranks share windows it also times shared
+// allreduces of 8 bytes (windowAlpha: the fastest of 5 batches of 40). Collective: every rank must call it at the same
+// point. Uses sequence number 0 in headers (real collectives start at 1).
 #pragma once
 
 #include "algo/collectives.h"

@@ -7,6 +7,7 @@
 #include "comm/reducer.h"
 #include "comm/wire.h"
 #include "core/error.h"
+#include "core/spin.h"
 
 namespace scalecomm {
 
@@ -17,6 +18,8 @@ int64_t sharedWindowBytes(const Communicator& comm) {
 }
 
 namespace {
+
+constexpr int kQuickPolls = 512;
 
 ShmWindows& windowsOf(Communicator& comm, const ExecContext& ctx) {
   ShmWindows* w = comm.windows();
@@ -29,17 +32,20 @@ ShmWindows& windowsOf(Communicator& comm, const ExecContext& ctx) {
 }
 
 WireHeader headerOf(const ExecContext& ctx, int64_t bytes) {
-  WireHeader h;
-  std::memset(&h, 0, sizeof(h));  // compared bytewise
-  h.magic = kWireMagic;
-  h.collective = static_cast<uint8_t>(ctx.collective);
-  h.dtype = static_cast<uint8_t>(ctx.dtype);
-  h.reduceOp = static_cast<uint8_t>(ctx.op);
-  h.rootOrTag = ctx.root;
-  h.seq = ctx.call.seq;
-  h.totalCount = ctx.totalCount;
+  WireHeader h = collectiveHeader(ctx);
   h.payloadBytes = bytes;
   return h;
+}
+
+// Whether the peer's next message over its link belongs to this collective:
+// then it runs the collective over the links while this rank is on the windows.
+void checkPeerNotOnLinks(Communicator& comm, int peer, const WireHeader& mine, const ExecContext& ctx) {
+  WireHeader next;
+  if (comm.link(peer).peek(&next, sizeof(next)) != sizeof(next)) return;
+  if (next.magic == kWireMagic && next.seq == mine.seq &&
+      next.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) {
+    failHeaderMismatch(ctx, comm.rank(), peer, next, mine);
+  }
 }
 
 [[noreturn]] void failTimeout(Communicator& comm, ShmWindows& w, uint64_t call, const ExecContext& ctx) {
@@ -70,6 +76,10 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
     }
     return true;
   };
+  // A peer already in this call arrives within a few cache-line transfers:
+  // poll with nothing else in the loop first, then take the slow path
+  // (clock, liveness, abort, the idle ladder).
+  for (int i = 0; i < kQuickPolls && !arrived(); ++i) SC_CPU_RELAX();
   if (!arrived()) {
     const Clock::time_point since = Clock::now();
     thread_local std::vector<int> late;
@@ -79,7 +89,10 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
         if (q != rank && w.posted(q).load(std::memory_order_acquire) < call) late.push_back(q);
       }
       if (late.empty()) break;
-      for (int q : late) comm.link(q).checkPeer();
+      for (int q : late) {
+        comm.link(q).checkPeer();
+        if (mine.seq != 0) checkPeerNotOnLinks(comm, q, mine, ctx);
+      }
       if (ctx.call.deadline.expired()) failTimeout(comm, w, call, ctx);
       comm.idle(late, since);
     }
@@ -119,6 +132,19 @@ void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const Exe
 }
 
 }  // namespace
+
+void checkPeersNotOnWindows(Communicator& comm, const std::vector<int>& peers, const ExecContext& ctx) {
+  ShmWindows* w = comm.windows();
+  if (w == nullptr || ctx.call.seq == 0 || ctx.collective == CollectiveKind::SendRecv) return;
+  for (int q : peers) {
+    const uint64_t posted = w->posted(q).load(std::memory_order_acquire);
+    if (posted == 0) continue;
+    WireHeader got;
+    std::memcpy(&got, w->header(q, posted), sizeof(got));
+    if (got.magic == kWireMagic && got.seq == ctx.call.seq)
+      failHeaderMismatch(ctx, comm.rank(), q, got, collectiveHeader(ctx));
+  }
+}
 
 void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecContext& ctx) {
   describedErrors(ctx, comm.rank(), [&] { allreduceOnWindows(comm, data, count, ctx); });

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "algo/executor.h"
 #include "comm/communicator.h"
@@ -35,5 +36,15 @@ int64_t sharedWindowBytes(const Communicator& comm);
 void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecContext& ctx);
 
 void sharedBarrier(Communicator& comm, const ExecContext& ctx);
+
+// Ranks that pick different algorithms for one collective (different message
+// sizes choose differently, or different settings) would wait on different
+// channels until the timeout. A rank waiting over the links calls this now
+// and then: when a peer it waits for has published this collective (same
+// group number) on its window, it raises the mismatch error naming both
+// sides; a rank waiting on the windows looks at its late peers' links the
+// same way. Collectives only (point-to-point numbers are per pair) and not
+// for number 0 (the probe's). No-op without windows.
+void checkPeersNotOnWindows(Communicator& comm, const std::vector<int>& peers, const ExecContext& ctx);
 
 }  // namespace scalecomm

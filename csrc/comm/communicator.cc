@@ -15,15 +15,7 @@
 #include "core/hmac.h"
 #include "core/logging.h"
 #include "core/params.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define SC_CPU_RELAX() _mm_pause()
-#elif defined(__aarch64__)
-#define SC_CPU_RELAX() asm volatile("yield" ::: "memory")
-#else
-#define SC_CPU_RELAX() ((void)0)
-#endif
+#include "core/spin.h"
 
 namespace scalecomm {
 

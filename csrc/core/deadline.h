@@ -13,7 +13,12 @@ using Clock = std::chrono::steady_clock;
 
 class Deadline {
  public:
-  static Deadline after(std::chrono::milliseconds ms) { return Deadline(Clock::now() + ms); }
+  static Deadline after(std::chrono::milliseconds ms, Clock::time_point from = Clock::now()) {
+    return Deadline(
+        ms.count() >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - from).count()
+            ? Clock::time_point::max()
+            : from + ms);
+  }
   static Deadline never() { return Deadline(Clock::time_point::max()); }
 
   bool expired() const { return Clock::now() >= at_; }

@@ -102,9 +102,8 @@ FlightEntry* FlightRecorder::find(uint64_t id) {
   return e.id == id ? &e : nullptr;
 }
 
-void FlightRecorder::started(uint64_t id, const std::string& algorithm) {
+void FlightRecorder::started(uint64_t id, const std::string& algorithm, Clock::time_point now) {
   if (id == 0) return;
-  const auto now = Clock::now();
   std::lock_guard<std::mutex> g(mu_);
   if (FlightEntry* e = find(id)) {
     e->state = FlightEntry::State::Running;
@@ -113,9 +112,8 @@ void FlightRecorder::started(uint64_t id, const std::string& algorithm) {
   }
 }
 
-void FlightRecorder::ended(uint64_t id, const std::string& error) {
+void FlightRecorder::ended(uint64_t id, const std::string& error, Clock::time_point now) {
   if (id == 0) return;
-  const auto now = Clock::now();
   std::lock_guard<std::mutex> g(mu_);
   if (FlightEntry* e = find(id)) {
     e->state = error.empty() ? FlightEntry::State::Done : FlightEntry::State::Failed;

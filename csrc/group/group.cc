@@ -448,7 +448,8 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     recorder_.ended(recordId, e.what());
     return e;
   }
-  recorder_.started(recordId, call.algorithm);
+  const auto start = Clock::now();
+  recorder_.started(recordId, call.algorithm, start);
   CollectiveOptions o;
   o.algorithm = call.algorithm;
   o.psServers = static_cast<int>(config_.psServers);
@@ -456,12 +457,12 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
   o.sendAheadBytes = config_.sendAheadBytes;
   o.timeoutMs = call.timeoutMs;
   o.seq = number;
-  o.deadline = Deadline::after(std::chrono::milliseconds(call.timeoutMs));
+  o.deadline = Deadline::after(std::chrono::milliseconds(call.timeoutMs), start);
   o.plans = &plans_;
   Span span(observer_.get(), call.name, number, call.bytes);
   ExecTrace trace;
   if (timelineRow_) o.trace = &trace;
-  const auto start = Clock::now();
+  Clock::time_point end;
   try {
     try {
       if (call.before) call.before();
@@ -472,7 +473,7 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
         recordOperation(*timelineRow_, call.name, number, call.bytes, start, Clock::now(), trace, *comm_, true);
       throw;
     }
-    const auto end = Clock::now();
+    end = Clock::now();
     if (timelineRow_) recordOperation(*timelineRow_, call.name, number, call.bytes, start, end, trace, *comm_, false);
     state_->record(call.name, call.bytes, std::chrono::duration<double>(end - start).count());
   } catch (const Error& e) {
@@ -497,7 +498,7 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     state_->poison(err.what(), /*abortComm=*/false);
     return err;
   }
-  recorder_.ended(recordId, "");
+  recorder_.ended(recordId, "", end);
   return std::nullopt;
 }
 

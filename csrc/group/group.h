@@ -153,6 +153,8 @@ class Group : public std::enable_shared_from_this<Group> {
   const GroupConfig& config() const { return config_; }
   const CostParams& costParams() const { return costs_; }
   const AlgorithmSelection& selection() const { return selection_; }
+  // This group's layout (hosts, ps servers, shared windows), for schedules and auto.
+  AlgoParams algoParams() const;
   Communicator& communicator() { return *comm_; }
   const std::shared_ptr<GroupState>& state() const { return state_; }
   uint64_t lastSeq() const { return seq_.load(); }
@@ -208,7 +210,6 @@ class Group : public std::enable_shared_from_this<Group> {
   void dumpFlightRecorder(const std::string& why);
   void watchdogLoop();
   void runBody(Call& call, CollectiveOptions& o);
-  AlgoParams algoParams() const;  // this group's layout, for schedules and auto
   std::string chooseAllreduce(int64_t bytes);
 
   int rank_, size_;

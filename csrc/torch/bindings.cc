@@ -149,6 +149,17 @@ PYBIND11_MODULE(_C, m) {
           "reset_compression_state", [](scalecomm::ScalecommBackend& b) { b.compressionState().reset(); },
           "Forgets every residual (they restart at zero).")
       .def_property_readonly("config", &scalecomm::ScalecommBackend::config)
+      .def(
+          "allreduce_algorithms",
+          [](scalecomm::ScalecommBackend& b, int64_t nbytes) {
+            const scalecomm::AlgoParams params = b.group().algoParams();
+            std::vector<std::string> out;
+            for (const auto& a : scalecomm::allreduceRegistry()) {
+              if (scalecomm::allreduceServes(a.name, b.group().size(), nbytes, params)) out.push_back(a.name);
+            }
+            return out;
+          },
+          py::arg("nbytes"), "The allreduce algorithms that serve a message of nbytes on this group.")
       .def_property_readonly(
           "algorithms", [](scalecomm::ScalecommBackend& b) { return b.group().selection().str(); },
           "The algorithm of each collective for this group, as resolved at creation "

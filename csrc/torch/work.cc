@@ -8,10 +8,6 @@ namespace scalecomm {
 
 namespace {
 
-// The profiling title only matters when a profiler is listening; without
-// callbacks c10d's Work would build and drop a RecordFunction per call.
-const char* titleIfProfiling(const std::string& title) { return at::hasCallbacks() ? title.c_str() : nullptr; }
-
 c10::TypePtr futureType() {
   static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());
   return type;
@@ -22,8 +18,10 @@ c10::TypePtr futureType() {
 ScalecommWork::ScalecommWork(int rank, c10d::OpType type, std::string collective, uint64_t seq,
                              std::vector<at::Tensor> outputs, std::shared_ptr<GroupState> group)
     // The profiling title ("scalecomm:allreduce:ring") names the op in
-    // torch.profiler traces; c10d records it when profiling is on.
-    : c10d::Work(rank, type, titleIfProfiling(strCat("scalecomm:", collective))),
+    // torch.profiler traces. Only when a profiler listens: without callbacks
+    // c10d's Work would build and drop a RecordFunction per call, and the
+    // title is not even formatted (the temporary outlives the base's constructor).
+    : c10d::Work(rank, type, at::hasCallbacks() ? ("scalecomm:" + collective).c_str() : nullptr),
       collective_(std::move(collective)),
       seq_(seq),
       outputs_(std::move(outputs)),

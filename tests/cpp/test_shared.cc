@@ -68,6 +68,18 @@ CollectiveOptions sharedOptions(uint64_t seq, int64_t timeoutMs = 20000) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// A failed rank's group keeps its links open until it is destroyed: hold the
+// communicator a moment after an error, so the peer finds its own error
+// rather than the closed links.
+void keepLinksAfterError(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (...) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    throw;
+  }
+}
+
 }  // namespace
 
 TEST(windows_exist_only_when_every_rank_is_linked_by_shm_with_the_same_size) {
@@ -192,6 +204,33 @@ TEST(ranks_that_disagree_get_an_error_naming_both_sides) {
     }
   });
   for (auto& e : errors) CHECK(contains(e, "all ranks must call the same collectives in the same order"));
+}
+
+// Ranks whose messages differ in size can pick different algorithms (auto
+// chooses per size): one waits on the windows, the other on the links. Both
+// must get the mismatch error, not wait for the timeout.
+TEST(ranks_on_different_channels_get_the_mismatch_error_not_a_timeout) {
+  for (const char* linked : {"pairwise", "ring"}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto errors = onMesh(2, [&](int r, Communicator& comm) {
+      std::vector<float> data(r == 0 ? 5 : 6, 1.0f);
+      CollectiveOptions o = sharedOptions(1, 10000);
+      if (r == 0) o.algorithm = linked;
+      keepLinksAfterError([&] {
+        allreduce(comm, data.data(), static_cast<int64_t>(data.size()), DataType::Float32, ReduceOp::Sum, 1.0, o);
+      });
+    });
+    for (auto& e : errors) CHECK(contains(e, "same shape and dtype"));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  }
+  // Same shape, different algorithms (settings that differ per rank).
+  auto errors = onMesh(2, [&](int r, Communicator& comm) {
+    std::vector<float> data(6, 1.0f);
+    CollectiveOptions o = sharedOptions(1, 10000);
+    if (r == 1) o.algorithm = "ring";
+    keepLinksAfterError([&] { allreduce(comm, data.data(), 6, DataType::Float32, ReduceOp::Sum, 1.0, o); });
+  });
+  for (auto& e : errors) CHECK(contains(e, "disagree on the algorithm"));
 }
 
 TEST(a_missing_peer_times_out_by_name_and_abort_ends_the_wait) {
