@@ -477,7 +477,7 @@ def test_synchronous_calls_run_inline_async_ones_on_the_worker_and_plans_are_reu
         assert after["worker_calls"] - mid["worker_calls"] == 20, (mid, after)
         assert "allreduce:shared" in algos, algos  # auto's pick for small messages on one host
     # Schedules compile once per shape (shared runs none; without windows auto picks schedules).
-    for before, mid, after, algos in run_ranks(2, _where_calls_run, env={"SCALECOMM_SHM_WINDOW_BYTES": 0}):
+    for before, _mid, after, algos in run_ranks(2, _where_calls_run, env={"SCALECOMM_SHM_WINDOW_BYTES": 0}):
         # two shapes: each compiled once (the probe and the run's other calls may add their own)
         assert after["plan_misses"] - before["plan_misses"] <= 2, (before, after)
         assert after["plan_hits"] - before["plan_hits"] >= 68, (before, after)
