@@ -370,34 +370,43 @@ def test_parameter_server_and_hierarchical_match_gloo(env):
     assert run_ranks(4, _algorithm_results, env=env) == [env["SCALECOMM_ALGO"]] * 4
 
 
-def _pairwise_results(rank, n):
+def _size_limited_results(rank, n, counts, cases, limit):
+    """An algorithm that takes messages up to `limit` bytes: exact against gloo
+    below it (and AVG); a message above it is refused and the group stays usable."""
     gloo = dist.new_group(backend="gloo")
     be = dist.group.WORLD._get_backend(torch.device("cpu"))
-    for count in [0, 1, 2, 3, 1000, 1008]:  # 1008 float32 = 4032 bytes, the largest it takes
-        for dtype, op in [(torch.float32, R.SUM), (torch.int64, R.MAX), (torch.bfloat16, R.PRODUCT)]:
-            if count * torch.tensor([], dtype=dtype).element_size() > 4032:
+    for count in counts:
+        for dtype, op in cases:
+            if count * torch.tensor([], dtype=dtype).element_size() > limit:
                 continue
             a = _inputs(rank, count, dtype, op)
             b = a.clone()
             dist.all_reduce(a, op=op)
             dist.all_reduce(b, op=op, group=gloo)
-            assert torch.equal(a, b), f"pairwise {dtype} {op} {count}"
+            assert torch.equal(a, b), f"{be.config.algorithm} {dtype} {op} {count}"
     a = _inputs(rank, 1000, torch.float32, R.SUM)
     dist.all_reduce(a, op=R.AVG)
     torch.testing.assert_close(a, _reference(n, 1000, torch.float32, R.AVG))
+    dist.barrier()
     try:
-        dist.all_reduce(torch.ones(1009))  # above its size: refused, the group stays usable
+        dist.all_reduce(torch.ones(limit // 4 + 1))  # above its size: refused, the group stays usable
         big = "no error"
     except ValueError as e:
         big = str(e)
     t = torch.ones(3)
     dist.all_reduce(t)
-    assert torch.equal(t, torch.full((3,), 2.0))
-    return be.config.algorithm, big
+    assert torch.equal(t, torch.full((3,), float(n)))
+    return be.config.algorithm, be.algorithms.split(",")[-1], big
+
+
+def _pairwise_results(rank, n):
+    # 1008 float32 = 4032 bytes, the largest it takes
+    cases = [(torch.float32, R.SUM), (torch.int64, R.MAX), (torch.bfloat16, R.PRODUCT)]
+    return _size_limited_results(rank, n, [0, 1, 2, 3, 1000, 1008], cases, 4032)
 
 
 def test_pairwise_matches_gloo_and_refuses_what_it_cannot_take():
-    for algo, big in run_ranks(2, _pairwise_results, env={"SCALECOMM_ALGO": "pairwise"}):
+    for algo, _barrier, big in run_ranks(2, _pairwise_results, env={"SCALECOMM_ALGO": "pairwise"}):
         assert algo == "pairwise"
         assert "algorithm pairwise takes messages of at most 4032 bytes; this one has 4036" in big, big
 
@@ -408,37 +417,14 @@ def test_pairwise_is_refused_for_more_than_two_ranks_when_the_group_is_made():
 
 
 def _shared_results(rank, n):
-    gloo = dist.new_group(backend="gloo")
-    be = dist.group.WORLD._get_backend(torch.device("cpu"))
-    window = 4096
-    for count in [0, 1, n + 1, 1000, window // 4]:
-        for dtype, op in [
-            (torch.float32, R.SUM),
-            (torch.float64, R.MIN),
-            (torch.int64, R.MAX),
-            (torch.bfloat16, R.PRODUCT),
-            (torch.float16, R.SUM),
-        ]:
-            if count * torch.tensor([], dtype=dtype).element_size() > window:
-                continue
-            a = _inputs(rank, count, dtype, op)
-            b = a.clone()
-            dist.all_reduce(a, op=op)
-            dist.all_reduce(b, op=op, group=gloo)
-            assert torch.equal(a, b), f"shared {dtype} {op} {count}"
-    a = _inputs(rank, 1000, torch.float32, R.SUM)
-    dist.all_reduce(a, op=R.AVG)
-    torch.testing.assert_close(a, _reference(n, 1000, torch.float32, R.AVG))
-    dist.barrier()
-    try:
-        dist.all_reduce(torch.ones(window // 4 + 1))  # above the window: refused, the group stays usable
-        big = "no error"
-    except ValueError as e:
-        big = str(e)
-    t = torch.ones(3)
-    dist.all_reduce(t)
-    assert torch.equal(t, torch.full((3,), float(n)))
-    return be.config.algorithm, be.algorithms.split(",")[-1], big
+    cases = [
+        (torch.float32, R.SUM),
+        (torch.float64, R.MIN),
+        (torch.int64, R.MAX),
+        (torch.bfloat16, R.PRODUCT),
+        (torch.float16, R.SUM),
+    ]
+    return _size_limited_results(rank, n, [0, 1, n + 1, 1000, 1024], cases, 4096)
 
 
 @pytest.mark.parametrize("n", [2, 3])
