@@ -32,6 +32,23 @@ inline void storeValue(void* p, int64_t i, scalecomm::DataType t, double v) {
   }
 }
 
+// Element i of p (of dtype t) as a double.
+inline double loadValue(const void* p, int64_t i, scalecomm::DataType t) {
+  using scalecomm::DataType;
+  switch (t) {
+    case DataType::Float32: return static_cast<const float*>(p)[i];
+    case DataType::Float64: return static_cast<const double*>(p)[i];
+    case DataType::Float16: return scalecomm::fp16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DataType::BFloat16: return scalecomm::bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DataType::Int8: return static_cast<const int8_t*>(p)[i];
+    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
+    case DataType::Int32: return static_cast<const int32_t*>(p)[i];
+    case DataType::Int64: return static_cast<const int64_t*>(p)[i];
+    case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
+    default: return 0;
+  }
+}
+
 struct Registry {
   std::vector<std::pair<std::string, std::function<void()>>> tests;
   static Registry& get() {

@@ -75,21 +75,6 @@ double expected(int n, int64_t i, ReduceOp op, double factor, bool integer) {
   return acc;
 }
 
-double load(const void* p, int64_t i, DataType t) {
-  switch (t) {
-    case DataType::Float32: return static_cast<const float*>(p)[i];
-    case DataType::Float64: return static_cast<const double*>(p)[i];
-    case DataType::Float16: return fp16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DataType::BFloat16: return bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DataType::Int8: return static_cast<const int8_t*>(p)[i];
-    case DataType::Int16: return static_cast<const int16_t*>(p)[i];
-    case DataType::Int32: return static_cast<const int32_t*>(p)[i];
-    case DataType::Int64: return static_cast<const int64_t*>(p)[i];
-    case DataType::UInt8: return static_cast<const uint8_t*>(p)[i];
-    default: return 0;
-  }
-}
-
 const DataType kTypes[] = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16, DataType::Int8,
                            DataType::Int16,   DataType::Int32,   DataType::Int64,   DataType::UInt8};
 const ReduceOp kOps[] = {ReduceOp::Sum,       ReduceOp::Avg,  ReduceOp::Min, ReduceOp::Max, ReduceOp::Product,
@@ -130,12 +115,12 @@ TEST(allreduce_every_algorithm_dtype_and_op_matches_closed_form) {
               double want = expected(n, i, op, factor, isInteger(t));
               if (t == DataType::UInt8) want = static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(want)));
               if (t == DataType::Int8) want = static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(want)));
-              double got = load(bufs[r].data(), i, t);
+              double got = sctest::loadValue(bufs[r].data(), i, t);
               bool ok = isFloating(t) ? std::fabs(got - want) <= 1e-2 * std::max(1.0, std::fabs(want)) : got == want;
               if (!ok) {
                 throw sctest::Failure{strCat(algo, " n=", n, " dtype=", dataTypeName(t), " op=", reduceOpName(op),
-                                             " rank ", r, " element ", i, ": got ", load(bufs[r].data(), i, t),
-                                             " want ", want)};
+                                             " rank ", r, " element ", i, ": got ",
+                                             sctest::loadValue(bufs[r].data(), i, t), " want ", want)};
               }
             }
           }

@@ -4,9 +4,12 @@
 // order); poison after a failure; coalesced send/recv; abort; shutdown from
 // several threads.
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <future>
+#include <iterator>
 #include <memory>
+#include <random>
 #include <thread>
 
 #include "algo/registry.h"
@@ -499,6 +502,150 @@ TEST(the_watchdog_sees_a_call_stuck_past_its_timeout) {
   CHECK(m.groups[0]->state()->reason().find("scalecomm watchdog (rank 0): allreduce seq 1 has run") !=
         std::string::npos);
   release = true;
+}
+
+// Random arguments for every collective (the same draw on every rank, so the
+// ranks agree on whether it is valid): each call either raises
+// InvalidArgument at submit, leaving the group usable, or returns the exact
+// result. Never a crash, a hang or a write outside the buffers (the ASan
+// build runs this too).
+TEST(random_arguments_give_an_error_at_submit_or_the_exact_result) {
+  const int n = 3;
+  Mesh m(n);
+  const CallKind kinds[] = {CallKind::Allreduce,     CallKind::Broadcast, CallKind::Reduce,  CallKind::Allgather,
+                            CallKind::ReduceScatter, CallKind::Gather,    CallKind::Scatter, CallKind::Alltoall};
+  const DataType dtypes[] = {DataType::Float32, DataType::Int64, DataType::BFloat16, DataType::UInt8};
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::BAnd, ReduceOp::Avg, ReduceOp::PremulSum};
+  // INT64_MAX / 2 + 1 elements of 2 or more bytes overflow 64 bits (1-byte
+  // dtypes draw -2 instead: a raw-pointer API cannot know a buffer's size).
+  const int64_t counts[] = {-2, 0, 1, 5, 33, INT64_MAX / 2 + 1};
+  const int roots[] = {-1, 0, 2, 3, 99};
+  std::atomic<int> valid{0}, invalid{0};
+  onRanks(m, [&](int rank, Group& g) {
+    std::mt19937 gen(20261124);  // the same draws on every rank
+    for (int iter = 0; iter < 300; ++iter) {
+      auto pick = [&](const auto& options) { return options[gen() % std::size(options)]; };
+      Call c;
+      c.kind = pick(kinds);
+      c.name = "random";
+      c.dtype = pick(dtypes);
+      c.op = pick(ops);
+      c.count = pick(counts);
+      if (c.count > 1000 && elementSize(c.dtype) == 1) c.count = -2;
+      c.root = pick(roots);
+      const bool dropBlock = gen() % 10 == 0, nullData = gen() % 10 == 0, badSplit = gen() % 6 == 0;
+      const int64_t split = static_cast<int64_t>(gen() % 3);
+      c.algorithm = c.kind == CallKind::Allreduce                                 ? "ring"
+                    : c.kind == CallKind::Broadcast || c.kind == CallKind::Reduce ? "chain"
+                                                                                  : "";
+      c.blocking = true;
+      // The valid outcome, from the draw alone.
+      const bool rooted = c.kind == CallKind::Broadcast || c.kind == CallKind::Reduce || c.kind == CallKind::Gather ||
+                          c.kind == CallKind::Scatter;
+      const bool reduces =
+          c.kind == CallKind::Allreduce || c.kind == CallKind::Reduce || c.kind == CallKind::ReduceScatter;
+      const bool blocky = c.kind == CallKind::Allgather || c.kind == CallKind::Gather || c.kind == CallKind::Scatter ||
+                          c.kind == CallKind::Alltoall;
+      bool ok = c.kind == CallKind::Alltoall ? !badSplit : c.count >= 0 && c.count < 1000;
+      if (rooted && (c.root < 0 || c.root >= n)) ok = false;
+      if (reduces && !reduceOpSupports(c.op, c.dtype)) ok = false;
+      if (blocky && dropBlock) ok = false;
+      if (!blocky && nullData && c.count > 0) ok = false;
+      if (c.kind == CallKind::Alltoall && nullData && split > 0) ok = false;
+      // Buffers sized for the valid shapes (a huge count is refused before any byte moves).
+      const size_t es = elementSize(c.dtype);
+      const int64_t elems = c.count >= 0 && c.count < 1000 ? c.count : 0;
+      const int64_t total = c.kind == CallKind::ReduceScatter ? elems * n : elems;
+      std::vector<uint8_t> data(static_cast<size_t>(total) * es + 1);
+      std::vector<std::vector<uint8_t>> blocks(2 * n,
+                                               std::vector<uint8_t>(static_cast<size_t>(elems + split) * es + 1));
+      for (int64_t i = 0; i < total; ++i) sctest::storeValue(data.data(), i, c.dtype, rank + 1);
+      if (c.kind == CallKind::Allgather || c.kind == CallKind::Gather) {
+        for (int64_t i = 0; i < elems; ++i) sctest::storeValue(blocks[rank].data(), i, c.dtype, rank + 1);
+      }
+      if (c.kind == CallKind::Scatter && rank == c.root) {
+        for (int q = 0; q < n; ++q)
+          for (int64_t i = 0; i < elems; ++i) sctest::storeValue(blocks[q].data(), i, c.dtype, q + 1);
+      }
+      if (c.kind == CallKind::Alltoall) {
+        c.count = 0;
+        for (int q = 0; q < n; ++q) {
+          c.sendCounts.push_back(q == rank ? 0 : split);
+          c.recvCounts.push_back(q == rank ? 0 : split);
+          for (int64_t i = 0; i < split; ++i) sctest::storeValue(blocks[q].data(), i, c.dtype, rank * 10 + q);
+        }
+        if (badSplit) {  // negative on every rank: one send and one receive split
+          c.sendCounts[(rank + 1) % n] = -1;
+          c.recvCounts[(rank + n - 1) % n] = -1;
+        }
+        for (int q = 0; q < 2 * n; ++q) c.blocks.push_back(nullData && q != rank ? nullptr : blocks[q].data());
+      } else if (blocky) {
+        for (int q = 0; q < n; ++q) c.blocks.push_back(blocks[q].data());
+      }
+      if (dropBlock && !c.blocks.empty()) c.blocks.pop_back();
+      if (!blocky) c.data = nullData ? nullptr : data.data();
+      std::string error;
+      try {
+        error = runCall(g, c);
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::InvalidArgument);
+        error = e.what();
+      }
+      if (!ok) {
+        if (error.empty()) throw sctest::Failure{strCat("iteration ", iter, ": an invalid call succeeded")};
+        CHECK(!g.poisoned());
+        if (rank == 0) ++invalid;
+        continue;
+      }
+      if (!error.empty()) throw sctest::Failure{strCat("iteration ", iter, ": a valid call failed: ", error)};
+      if (rank == 0) ++valid;
+      // The exact result: rank r contributed r + 1 everywhere.
+      const double sum = n * (n + 1) / 2.0;
+      auto reduced = [&] {
+        switch (c.op) {
+          case ReduceOp::Max: return static_cast<double>(n);
+          case ReduceOp::BAnd: return static_cast<double>(1 & 2 & 3);
+          case ReduceOp::Avg: return isInteger(c.dtype) ? std::trunc(sum / n) : sum / n;
+          default: return sum;
+        }
+      };
+      auto expect = [&](const void* p, int64_t i, double want) {
+        const double got = sctest::loadValue(p, i, c.dtype);
+        if (got != want) {
+          throw sctest::Failure{strCat("iteration ", iter, " kind ", static_cast<int>(c.kind), " rank ", rank,
+                                       " element ", i, ": got ", got, ", want ", want)};
+        }
+      };
+      for (int64_t i = 0; i < elems; ++i) {
+        switch (c.kind) {
+          case CallKind::Allreduce: expect(data.data(), i, reduced()); break;
+          case CallKind::Broadcast: expect(data.data(), i, c.root + 1); break;
+          case CallKind::Reduce:
+            if (rank == c.root) expect(data.data(), i, reduced());
+            break;
+          case CallKind::ReduceScatter: expect(data.data(), rank * elems + i, reduced()); break;
+          case CallKind::Allgather:
+            for (int q = 0; q < n; ++q) expect(blocks[q].data(), i, q + 1);
+            break;
+          case CallKind::Gather:
+            if (rank == c.root)
+              for (int q = 0; q < n; ++q)
+                if (q != rank) expect(blocks[q].data(), i, q + 1);
+            break;
+          case CallKind::Scatter:
+            if (rank != c.root) expect(blocks[rank].data(), i, rank + 1);
+            break;
+          default: break;
+        }
+      }
+      if (c.kind == CallKind::Alltoall) {
+        for (int q = 0; q < n; ++q)
+          for (int64_t i = 0; q != rank && i < split; ++i) expect(blocks[n + q].data(), i, q * 10 + rank);
+      }
+    }
+  });
+  CHECK(valid > 40);
+  CHECK(invalid > 40);
 }
 
 TEST_MAIN()
