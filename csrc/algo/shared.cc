@@ -90,7 +90,14 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
       }
       if (late.empty()) break;
       for (int q : late) {
-        comm.link(q).checkPeer();
+        try {
+          comm.link(q).checkPeer();
+        } catch (const Error&) {
+          // A peer may publish, finish and close its links (destroy its group)
+          // between our look at its counter and this check: its cell stays
+          // mapped here, so only a peer that never published is an error.
+          if (w.posted(q).load(std::memory_order_acquire) < call) throw;
+        }
         if (mine.seq != 0) checkPeerNotOnLinks(comm, q, mine, ctx);
       }
       if (ctx.call.deadline.expired()) failTimeout(comm, w, call, ctx);
