@@ -22,6 +22,7 @@ What is measured, per configuration:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import resource
@@ -235,6 +236,11 @@ def run_configs(
                 json.dump(result, f)
     dist.barrier()
     dist.destroy_process_group()
+    # Drop the last references to the gloo group now, while the interpreter is
+    # whole: its destructor joins gloo's worker threads, which otherwise may
+    # release a finished work's tensors during interpreter shutdown, when
+    # taking the GIL aborts the process (a torch race seen under mpirun).
+    gc.collect()
 
 
 def main() -> int:
