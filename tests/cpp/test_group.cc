@@ -367,6 +367,17 @@ TEST(a_refused_call_inside_a_batch_abandons_it_and_gives_its_numbers_back) {
       CHECK_EQ(runCall(g, p2p(CallKind::Send)), std::string());
     }
     CHECK_EQ(in[1], peer);
+    // A part with a bad argument abandons the batch too (the group does not stay coalescing).
+    g.startCoalescing();
+    Call bad = p2p(CallKind::Send);
+    bad.count = -1;
+    try {
+      g.submit(std::move(bad));
+      CHECK(false);
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("count is -1") != std::string::npos);
+    }
+    CHECK(!g.coalescing());
   });
 }
 
