@@ -58,6 +58,14 @@ bool allreduceServes(const std::string& name, int n, int64_t bytes, const AlgoPa
   return a->maxBytes == 0 || bytes <= a->maxBytes;
 }
 
+std::vector<std::string> allreduceAlgorithmsServing(int n, int64_t bytes, const AlgoParams& params) {
+  std::vector<std::string> out;
+  for (const auto& a : allreduceRegistry()) {
+    if (allreduceServes(a.name, n, bytes, params)) out.push_back(a.name);
+  }
+  return out;
+}
+
 std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const AlgoParams& params) {
   std::vector<std::string> out;
   for (const auto& a : allreduceRegistry()) {

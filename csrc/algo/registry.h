@@ -48,6 +48,9 @@ constexpr int64_t kLinkBufferFloor = 4096 - 64;
 // Whether `name` exists and serves a group of n ranks (and, with bytes >= 0,
 // a message of that many bytes, given the group's windows in params).
 bool allreduceServes(const std::string& name, int n, int64_t bytes = -1, const AlgoParams& params = {});
+// Every algorithm that serves a message of `bytes` in a group of n ranks with
+// this layout (registry order).
+std::vector<std::string> allreduceAlgorithmsServing(int n, int64_t bytes, const AlgoParams& params);
 // The algorithms auto prices for a message of `bytes` in a group of n ranks
 // with this layout.
 std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const AlgoParams& params);

@@ -152,12 +152,7 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "allreduce_algorithms",
           [](scalecomm::ScalecommBackend& b, int64_t nbytes) {
-            const scalecomm::AlgoParams params = b.group().algoParams();
-            std::vector<std::string> out;
-            for (const auto& a : scalecomm::allreduceRegistry()) {
-              if (scalecomm::allreduceServes(a.name, b.group().size(), nbytes, params)) out.push_back(a.name);
-            }
-            return out;
+            return scalecomm::allreduceAlgorithmsServing(b.group().size(), nbytes, b.group().algoParams());
           },
           py::arg("nbytes"), "The allreduce algorithms that serve a message of nbytes on this group.")
       .def_property_readonly(
@@ -286,13 +281,10 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "allreduce_algorithms",
       [](int world, int64_t bytes, int64_t windowBytes) {
+        if (world <= 0) return std::vector<std::string>(scalecomm::allreduceAlgorithms());
         scalecomm::AlgoParams params;
         params.windowBytes = windowBytes;
-        std::vector<std::string> out;
-        for (const auto& a : scalecomm::allreduceRegistry()) {
-          if (world <= 0 || scalecomm::allreduceServes(a.name, world, bytes, params)) out.push_back(a.name);
-        }
-        return out;
+        return scalecomm::allreduceAlgorithmsServing(world, bytes, params);
       },
       py::arg("world") = 0, py::arg("bytes") = -1, py::arg("window_bytes") = 0,
       "Allreduce algorithms of this build (registry order); with world (and bytes), those that serve such a group "
