@@ -248,14 +248,25 @@ def test_stale_segments_of_dead_processes_are_removed():
 
     import pyscalecomm
 
-    # A name left by a process killed with -9 before it could unlink it.
+    # A name left by a process killed with -9 before it could unlink it:
+    # scalecomm-<pid>-<pid namespace>-<nonce>. The same pid in another PID
+    # namespace (a container sharing /dev/shm) says nothing about that process.
     dead = subprocess.Popen(["sleep", "0"])
     dead.wait()
-    path = f"/dev/shm/scalecomm-{dead.pid}-deadbeef"
-    with open(path, "wb") as f:
-        f.write(b"\0" * 64)
-    assert pyscalecomm._C.remove_stale_shm_segments() >= 1
-    assert not os.path.exists(path)
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    path = f"/dev/shm/scalecomm-{dead.pid}-{ns:x}-deadbeef"
+    foreign = f"/dev/shm/scalecomm-{dead.pid}-{ns + 1:x}-deadbeef"
+    for p in (path, foreign):
+        with open(p, "wb") as f:
+            f.write(b"\0" * 64)
+    try:
+        assert pyscalecomm._C.remove_stale_shm_segments() >= 1
+        assert not os.path.exists(path)
+        assert os.path.exists(foreign)
+    finally:
+        for p in (path, foreign):
+            if os.path.exists(p):
+                os.unlink(p)
 
 
 def test_errors_carry_the_type_torch_users_catch():
@@ -528,3 +539,178 @@ def test_the_same_processes_train_on_in_a_new_group_after_a_failure():
     assert "unusable after an earlier failure" in out[0][0], out[0][0]
     for a, b in zip(out[0][1], out[1][1], strict=True):
         assert a == b  # the replicas agree: the new group reduces correctly
+
+
+def _shrink_after_a_rank_dies(rank, n):
+    """Rank 2 dies; the survivors see the failure, read it from get_error(),
+    shrink the default group to themselves and go on with correct results."""
+    dist.all_reduce(torch.ones(4))  # everyone is connected
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        dist.all_reduce(torch.ones(4))
+        failed = "no error"
+    except dist.DistBackendError as e:
+        failed = str(e)
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    error = backend.get_error()
+    shrunk = dist.shrink_group([2])
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)  # on the new default group
+    # torch labels a shrunk CPU group "gloo"; the backend doing the work is ours
+    name = shrunk._get_backend(torch.device("cpu")).name()
+    return failed, str(error), dist.get_world_size(), shrunk.size(), t.tolist(), name
+
+
+def test_survivors_shrink_the_group_and_go_on():
+    out = run_ranks(3, _shrink_after_a_rank_dies, group_timeout_s=30, expect_errors=True, allow_missing=(2,))
+    for rank in (0, 1):
+        failed, error, world, size, values, name = out[rank]
+        assert "died" in failed or "closed" in failed, failed
+        assert error.endswith("REMOTE_ERROR"), error
+        assert (world, size) == (2, 2)
+        assert values == [3.0] * 4  # 1 + 2: rank 2 is gone
+        assert name == "scalecomm", name
+
+
+def test_get_error_is_success_on_a_healthy_group_and_timeout_after_one():
+    out = run_ranks(2, _error_kinds, group_timeout_s=60)
+    assert out[0] == ("ErrorType.SUCCESS", "ErrorType.TIMEOUT"), out[0]
+
+
+def _error_kinds(rank, n):
+    g = dist.new_group(backend="scalecomm", pg_options=pyscalecomm_options(timeout=timedelta(seconds=1)))
+    backend = g._get_backend(torch.device("cpu"))
+    before = str(backend.get_error())
+    if rank == 0:
+        try:
+            dist.all_reduce(torch.ones(4), group=g)  # rank 1 never comes
+        except dist.DistBackendError:
+            pass
+        after = str(backend.get_error())
+    else:
+        time.sleep(2)
+        after = ""
+    dist.destroy_process_group(g)
+    return before, after
+
+
+_RESTARTED_JOB = """
+import os, signal, sys, torch, torch.distributed as dist
+import pyscalecomm
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+dist.init_process_group("scalecomm")
+rank = dist.get_rank()
+t = torch.ones(4)
+dist.all_reduce(t)
+if attempt == 0 and rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)  # a rank dies: torchrun restarts the job
+for _ in range(3):
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+with open(os.path.join(sys.argv[1], f"rank{rank}-attempt{attempt}"), "w") as f:
+    f.write(repr(t.tolist()))
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_max_restarts_brings_the_job_back_after_a_rank_is_killed(tmp_path):
+    import subprocess
+    import sys
+
+    from dist_helpers import free_port
+
+    script = tmp_path / "job.py"
+    script.write_text(_RESTARTED_JOB)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1"]
+    cmd += ["--master-port", str(free_port()), "--monitor-interval", "0.2", str(script), str(tmp_path)]
+    drop = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["SCALECOMM_TIMEOUT_MS"] = "20000"
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    done = sorted(f.name for f in tmp_path.iterdir() if f.name.startswith("rank"))
+    assert done == ["rank0-attempt1", "rank1-attempt1"], done  # attempt 0 never finished
+    for name in done:
+        assert (tmp_path / name).read_text() == repr([3.0] * 4)
+
+
+_PID_NAMESPACE_JOB = """
+import os, signal, sys, time, torch, torch.distributed as dist
+import pyscalecomm
+rank, victim = int(os.environ["RANK"]), int(sys.argv[1])
+if rank == 1:
+    time.sleep(1)  # rank 0's segment exists before rank 1 looks for stale ones
+dist.init_process_group("scalecomm", timeout=__import__("datetime").timedelta(seconds=60))
+for i in range(3):
+    if rank == 0:
+        time.sleep(0.3)  # rank 1 waits for rank 0 in every call: it checks that rank 0 lives
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    assert t.tolist() == [3.0] * 4, t
+stats = dist.group.WORLD._get_backend(torch.device("cpu")).stats()
+assert "allreduce:shared" in stats, stats  # over shared memory (windows need every rank on shm)
+print("ok", flush=True)
+if rank == victim:
+    os.kill(os.getpid(), signal.SIGKILL)
+start = time.monotonic()
+try:
+    dist.all_reduce(torch.ones(4))
+    print("no error", flush=True)
+except dist.DistBackendError as e:
+    print(f"raised after {time.monotonic() - start:.1f}s: {e}", flush=True)
+"""
+
+
+def _pid_namespaces_usable():
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    p = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True)
+    return p.returncode == 0
+
+
+@pytest.mark.skipif(not _pid_namespaces_usable(), reason="needs root and unshare(1) for a PID namespace")
+@pytest.mark.parametrize("victim", [0, 1])
+def test_ranks_in_different_pid_namespaces_share_memory_and_notice_a_death(tmp_path, victim):
+    """Rank 1 runs in its own PID namespace (a container with the host's IPC):
+    no false "rank died", no removal of the other's segment, and a killed rank
+    is noticed by its heartbeat within seconds, not at the 60 s timeout."""
+    import subprocess
+    import sys
+
+    from dist_helpers import free_port
+
+    script = tmp_path / "job.py"
+    script.write_text(_PID_NAMESPACE_JOB)
+    env = {k: v for k, v in os.environ.items()}
+    env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"})
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    procs = []
+    for rank in (0, 1):
+        cmd = [sys.executable, str(script), str(victim)]
+        if rank == 1:  # under a shell, so that python is not the namespace's init (which SIGKILL spares)
+            cmd = ["unshare", "-p", "-f", "--mount-proc", "sh", "-c", '"$@"; exit $?', "sh", *cmd]
+        procs.append(
+            subprocess.Popen(
+                cmd, env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        outs.append((out, err))
+    survivor = 1 - victim
+    out, err = outs[survivor]
+    assert out.startswith("ok\n"), out + err[-3000:]
+    assert outs[victim][0] == "ok\n", outs[victim][0] + outs[victim][1][-3000:]
+    line = out.splitlines()[1]
+    assert line.startswith("raised after"), out + err[-3000:]
+    assert float(line.split()[2].rstrip("s:")) < 15, line
+    assert f"rank {victim}" in line and "died" in line, line

@@ -50,6 +50,11 @@ class Communicator {
   int size() const { return size_; }
   Link& link(int peer) const { return *links_[peer]; }
   bool hasLink(int peer) const { return links_[peer] != nullptr; }
+  // Every link's Link::heartbeat (the group's watchdog, every 100 ms; any thread).
+  void heartbeat() {
+    for (auto& l : links_)
+      if (l) l->heartbeat();
+  }
   // Host index of every rank (0 = rank 0's host, numbered by first rank);
   // all zeros unless set by connectMesh() or a test.
   const std::vector<int>& hostOf() const { return hostOf_; }

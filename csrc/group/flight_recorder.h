@@ -49,8 +49,9 @@ struct RankPosition {
 class FlightRecorder {
  public:
   explicit FlightRecorder(size_t capacity) : ring_(capacity) {}
-  uint64_t queued(const std::string& name, uint64_t number, bool collective, uint64_t bytes, int64_t timeoutMs);
   // `at`: when (the caller's clock reading; one per transition is enough).
+  uint64_t queued(const std::string& name, uint64_t number, bool collective, uint64_t bytes, int64_t timeoutMs,
+                  Clock::time_point at = Clock::now());
   void started(uint64_t id, const std::string& algorithm, Clock::time_point at = Clock::now());
   void ended(uint64_t id, const std::string& error, Clock::time_point at = Clock::now());  // error empty: done
   std::vector<FlightEntry> snapshot() const;

@@ -313,16 +313,17 @@ uint64_t Group::submit(Call call) {
   return number;
 }
 
-void Group::dispatch(Call call, uint64_t number) {
+void Group::dispatch(Call&& call, uint64_t number) {
   if (call.timeoutMs <= 0) call.timeoutMs = config_.timeoutMs;
   const bool collective = call.kind != CallKind::Send && call.kind != CallKind::Recv &&
                           call.kind != CallKind::RecvAnySource && call.kind != CallKind::SendRecvBatch;
-  const uint64_t id = recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs);
+  const auto now = Clock::now();  // queued and, on this thread, started
+  const uint64_t id = recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs, now);
   if (call.blocking && !call.device && worker_->idle()) {
     std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
     if (exec.owns_lock()) {
       inlineCalls_.fetch_add(1, std::memory_order_relaxed);
-      std::optional<Error> error = execute(call, number, id);
+      std::optional<Error> error = execute(call, number, id, now);
       exec.unlock();  // completion callbacks may issue further calls
       if (call.done) call.done(error ? &*error : nullptr);
       return;
@@ -333,7 +334,7 @@ void Group::dispatch(Call call, uint64_t number) {
     std::optional<Error> error;
     {
       std::lock_guard<std::mutex> exec(self->execMu_);
-      error = self->execute(call, number, id);
+      error = self->execute(call, number, id, Clock::now());
     }
     if (call.done) call.done(error ? &*error : nullptr);
   });
@@ -433,7 +434,7 @@ void Group::runBody(Call& call, CollectiveOptions& o) {
   }
 }
 
-std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t recordId) {
+std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start) {
   if (state_->poisoned()) {
     Error e(ErrorKind::Aborted,
             strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number,
@@ -441,7 +442,6 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     recorder_.ended(recordId, e.what());
     return e;
   }
-  const auto start = Clock::now();
   recorder_.started(recordId, call.algorithm, start);
   CollectiveOptions o;
   o.algorithm = call.algorithm;
@@ -481,14 +481,14 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     SC_LOG(Warn, err.what());
     recorder_.ended(recordId, e.what());
     dumpFlightRecorder(err.what());
-    state_->poison(err.what(), /*abortComm=*/false);
+    state_->poison(err.kind(), err.what(), /*abortComm=*/false);
     return err;
   } catch (const std::exception& e) {
     // Not ours (a throw from before/after, e.g. a device copy): name the call.
     Error err(ErrorKind::Io, strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number, "): ", e.what()));
     SC_LOG(Warn, err.what());
     recorder_.ended(recordId, err.what());
-    state_->poison(err.what(), /*abortComm=*/false);
+    state_->poison(err.kind(), err.what(), /*abortComm=*/false);
     return err;
   }
   recorder_.ended(recordId, "", end);
@@ -497,7 +497,7 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
 
 void Group::abort(const std::string& why) {
   // A forked child must not close the links it shares with its parent.
-  state_->poison(why, /*abortComm=*/!forked());
+  state_->poison(ErrorKind::Aborted, why, /*abortComm=*/!forked());
 }
 
 void Group::shutdown(std::chrono::milliseconds grace) {
@@ -517,7 +517,8 @@ void Group::shutdown(std::chrono::milliseconds grace) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (!worker_->idle()) {
-      state_->poison(strCat("scalecomm (rank ", rank_, "): the group was destroyed (destroy_process_group or exit) ",
+      state_->poison(ErrorKind::Aborted,
+                     strCat("scalecomm (rank ", rank_, "): the group was destroyed (destroy_process_group or exit) ",
                             "with this collective in flight; aborted after the grace period of ", grace.count(),
                             " ms (SCALECOMM_SHUTDOWN_GRACE_MS)"),
                      /*abortComm=*/true);
@@ -545,12 +546,13 @@ void Group::watchdogLoop() {
     watchdogCv_.wait_for(lk, std::chrono::milliseconds(100));
     if (watchdogStop_) break;
     lk.unlock();
+    comm_->heartbeat();  // peers that cannot see this process (another PID namespace) watch this
     const std::string late = recorder_.overdue(kWatchdogGrace);
     if (!late.empty() && !state_->poisoned()) {
       const std::string why = strCat("scalecomm watchdog (rank ", rank_, "): ", late, "; aborting the group");
       SC_LOG(Error, why);
       dumpFlightRecorder(why);
-      state_->poison(why, /*abortComm=*/true);
+      state_->poison(ErrorKind::Timeout, why, /*abortComm=*/true);
     }
     if (store_ && config_.traceBuffer > 0 && !storeBroken_.load() && Clock::now() >= nextStoreCheck) {
       answerDesyncRequests();

@@ -199,10 +199,10 @@ class Group : public std::enable_shared_from_this<Group> {
   void checkUsable(const std::string& name) const;
   [[noreturn]] void abandonBatch(const std::string& why);
   void numberCall(Call& call, uint64_t& number);
-  void dispatch(Call call, uint64_t number);
-  // Runs the call on the executing thread (execMu_ held); the error, if any.
-  // The caller runs call.done after releasing execMu_.
-  std::optional<Error> execute(Call& call, uint64_t number, uint64_t recordId);
+  void dispatch(Call&& call, uint64_t number);  // moved from only when handed to the worker
+  // Runs the call on the executing thread (execMu_ held), starting at `start`
+  // (now); the error, if any. The caller runs call.done after releasing execMu_.
+  std::optional<Error> execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start);
   // On a timeout: asks every rank where it is (through the store, answered by
   // their watchdogs), and returns the desync verdict ("" without a store).
   std::string desyncReport();

@@ -1,6 +1,7 @@
 // scalecomm group: poison state shared by a Group and its completion handles.
 //
-// Contract: records whether the group is poisoned and why. poison() is
+// Contract: records whether the group is poisoned, why and the kind of the
+// first failure. poison() is
 // idempotent (the first reason wins), closes the communicator's links so peers
 // notice at once, and may be called from any thread (worker, a waiter whose
 // wait() expired, abort()). A Work may outlive its backend: detach() (called by
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/error.h"
 
 namespace scalecomm {
 
@@ -24,10 +26,11 @@ class GroupState {
  public:
   GroupState(int rank, Communicator* comm) : rank_(rank), comm_(comm) {}
 
-  void poison(const std::string& why, bool abortComm) {
+  void poison(ErrorKind kind, const std::string& why, bool abortComm) {
     std::lock_guard<std::mutex> g(mu_);
     if (!poisoned_.load()) {
       reason_ = why;
+      kind_ = kind;
       poisoned_.store(true, std::memory_order_release);
     }
     if (abortComm) {
@@ -45,6 +48,10 @@ class GroupState {
   std::string reason() const {
     std::lock_guard<std::mutex> g(mu_);
     return reason_;
+  }
+  ErrorKind kind() const {  // of the first failure; meaningful once poisoned()
+    std::lock_guard<std::mutex> g(mu_);
+    return kind_;
   }
   void detach() {
     std::lock_guard<std::mutex> g(mu_);
@@ -81,6 +88,7 @@ class GroupState {
   Communicator* comm_;
   std::atomic<bool> poisoned_{false};
   std::string reason_;
+  ErrorKind kind_ = ErrorKind::Internal;
   std::map<std::string, OpStats> stats_;
   std::vector<std::function<void()>> abortHooks_;
 };

@@ -55,7 +55,7 @@ uint64_t totalBytes(const std::vector<at::Tensor>& ts) {
 
 ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    BackendConfig config)
-    : c10d::Backend(rank, size) {
+    : c10d::Backend(rank, size), store_(store) {
   warnIfBoundToOneCore(rank);
   if (config.compression == "none") config.compression.clear();
   try {

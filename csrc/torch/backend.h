@@ -115,6 +115,16 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+  // shrink_group: a new scalecomm group of this group's ranks less
+  // `excluded` (e.g. ranks that died), rendezvousing under this group's store;
+  // every surviving rank calls it with the same list. SHRINK_ABORT (flag 1)
+  // first aborts this group, ending calls that still wait for the excluded.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& excluded, int flags,
+                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  // SUCCESS, or why the group became unusable: TIMEOUT, REMOTE_ERROR (a peer
+  // died, left or aborted), COMM_ERROR (anything else).
+  c10d::ErrorType getError() override;
 
   // Coalescing (batch_isend_irecv): sends and receives issued between start
   // and end run as one batch that progresses all of them together; other
@@ -178,6 +188,7 @@ class ScalecommBackend : public c10d::Backend {
     return algo == "mpi" ? std::string(collective) + ":mpi" : std::string(collective);
   }
 
+  c10::intrusive_ptr<c10d::Store> store_;  // this group's (torch's prefix store): shrink rendezvous under it
   std::shared_ptr<Group> group_;
   std::shared_ptr<NcclGroups> nccl_;  // CUDA allreduce; communicators made on first use
   std::shared_ptr<CompressionStore> compression_ = std::make_shared<CompressionStore>();

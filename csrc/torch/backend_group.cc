@@ -1,5 +1,7 @@
-// ScalecommBackend: group-level operations (monitored barrier, coalescing, split_group).
+// ScalecommBackend: group-level operations (monitored barrier, coalescing, split_group, shrink_group).
 #include <c10/util/Exception.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 
@@ -87,6 +89,49 @@ c10::intrusive_ptr<c10d::Backend> ScalecommBackend::split(const c10::intrusive_p
   ReleaseGilIfHeld noGil;
   return c10::make_intrusive<ScalecommBackend>(store, static_cast<int>(it - ranks.begin()),
                                                static_cast<int>(ranks.size()), child);
+}
+
+c10::intrusive_ptr<c10d::Backend> ScalecommBackend::shrink(const std::vector<int64_t>& excluded, int flags,
+                                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  const int n = getSize(), rank = getRank();
+  std::vector<bool> out(n, false);
+  for (int64_t r : excluded) {
+    TORCH_CHECK_VALUE(r >= 0 && r < n, "scalecomm shrink_group (rank ", rank, "): rank ", r,
+                      " to exclude is not in this group (0..", n - 1, ")");
+    TORCH_CHECK_VALUE(r != rank, "scalecomm shrink_group (rank ", rank,
+                      "): this rank is in ranks_to_exclude; only the remaining ranks call shrink_group");
+    out[r] = true;
+  }
+  std::vector<int> survivors;
+  std::string tag = "shrink";
+  for (int r = 0; r < n; ++r) {
+    if (out[r]) {
+      tag += strCat("-", r);
+    } else {
+      survivors.push_back(r);
+    }
+  }
+  TORCH_CHECK_VALUE(survivors.size() < static_cast<size_t>(n), "scalecomm shrink_group (rank ", rank,
+                    "): ranks_to_exclude is empty");
+  if (flags & 1) abort();  // SHRINK_ABORT: end calls that still wait for the excluded ranks
+  BackendConfig child = config();
+  child.groupName = config().groupName + "-" + tag;
+  if (opts && opts->timeout.count() > 0) child.timeoutMs = opts->timeout.count();
+  const int newRank = static_cast<int>(std::find(survivors.begin(), survivors.end(), rank) - survivors.begin());
+  // The survivors meet under a prefix named by who was excluded: keys of this
+  // group's own rendezvous (and of a shrink excluding others) cannot collide.
+  auto store = c10::make_intrusive<c10d::PrefixStore>(tag, store_);
+  ReleaseGilIfHeld noGil;
+  return c10::make_intrusive<ScalecommBackend>(store, newRank, static_cast<int>(survivors.size()), child);
+}
+
+c10d::ErrorType ScalecommBackend::getError() {
+  if (!group_->poisoned()) return c10d::ErrorType::SUCCESS;
+  switch (group_->state()->kind()) {
+    case ErrorKind::Timeout: return c10d::ErrorType::TIMEOUT;
+    case ErrorKind::Io: return c10d::ErrorType::REMOTE_ERROR;  // a peer died, closed or reset its link
+    default: return c10d::ErrorType::COMM_ERROR;
+  }
 }
 
 }  // namespace scalecomm

@@ -326,7 +326,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("host_identity", &scalecomm::hostIdentity,
         "This process's host identity (what decides shm vs tcp; SCALECOMM_HOSTNAME overrides it).");
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,
-        "Removes /dev/shm/scalecomm-* segments left by dead processes; returns how many.");
+        "Removes /dev/shm/scalecomm-* segments left by dead processes of this PID namespace; returns how many.");
   m.attr("built_with_mpi") = scalecomm::mpiCompiledIn();
   m.def(
       "mpi_library_version", [] { return scalecomm::mpiActive() ? scalecomm::mpiLibraryVersion() : std::string(); },

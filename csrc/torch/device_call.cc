@@ -19,8 +19,7 @@ static void cudaCheck(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail(ErrorKind::Io, "scalecomm: ", what, " failed: ", cudaGetErrorString(e));
 }
 
-std::shared_ptr<DeviceCall> DeviceCall::begin(const std::vector<at::Tensor>& tensors, const char* collective,
-                                              int rank) {
+std::shared_ptr<DeviceCall> DeviceCall::begin(c10::ArrayRef<at::Tensor> tensors, const char* collective, int rank) {
   int device = -1;
   for (const auto& t : tensors) {
     if (!t.defined() || !t.is_cuda()) continue;
@@ -36,7 +35,7 @@ std::shared_ptr<DeviceCall> DeviceCall::begin(const std::vector<at::Tensor>& ten
   }
   std::shared_ptr<DeviceCall> call(new DeviceCall());
   call->device_ = device;
-  call->tensors_ = tensors;
+  call->tensors_ = tensors.vec();
   c10::cuda::CUDAGuard guard(device);
   cudaEvent_t ready, done;
   cudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
@@ -114,8 +113,7 @@ void HostStage::toDevice() {
 
 #else  // no CUDA in this build
 
-std::shared_ptr<DeviceCall> DeviceCall::begin(const std::vector<at::Tensor>& tensors, const char* collective,
-                                              int rank) {
+std::shared_ptr<DeviceCall> DeviceCall::begin(c10::ArrayRef<at::Tensor> tensors, const char* collective, int rank) {
   for (const auto& t : tensors) {
     TORCH_CHECK_VALUE(!t.defined() || t.device().is_cpu(), "scalecomm ", collective, " (rank ", rank,
                       "): tensor is on ", t.device(),

@@ -35,7 +35,7 @@ namespace scalecomm {
 
 class DeviceCall {
  public:
-  static std::shared_ptr<DeviceCall> begin(const std::vector<at::Tensor>& tensors, const char* collective, int rank);
+  static std::shared_ptr<DeviceCall> begin(c10::ArrayRef<at::Tensor> tensors, const char* collective, int rank);
   ~DeviceCall();
   int device() const { return device_; }
   // Worker side. `stream` is a cudaStream_t.
@@ -61,7 +61,7 @@ class HostStage {
   // A stage for a call on `tensors` (`call`: their DeviceCall, null for CPU
   // tensors); for contiguous CPU tensors one shared, stateless instance, so
   // that path allocates nothing per call.
-  static std::shared_ptr<HostStage> forCall(std::shared_ptr<DeviceCall> call, const std::vector<at::Tensor>& tensors) {
+  static std::shared_ptr<HostStage> forCall(std::shared_ptr<DeviceCall> call, c10::ArrayRef<at::Tensor> tensors) {
     static const auto cpuOnly = std::make_shared<HostStage>(nullptr);
     if (call) return std::make_shared<HostStage>(std::move(call));
     for (const auto& t : tensors)

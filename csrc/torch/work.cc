@@ -85,6 +85,12 @@ std::exception_ptr ScalecommWork::exception() const {
 std::vector<at::Tensor> ScalecommWork::result() { return outputs_; }
 
 bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
+  // Complete already (a call run on the caller's thread): no lock, no clock.
+  // error_ is written before done_'s release store and never again.
+  if (!call_ && done_.load(std::memory_order_acquire)) {
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
   // No spinning here: with as many ranks as cores, a spinning caller steals
   // the core its own worker needs (measured: 8-byte latency 28 us -> 120 us).
   std::unique_lock<std::mutex> g(mu_);
@@ -109,7 +115,7 @@ bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
                              "): wait() Timed out after ", timeout.count(),
                              " ms; the collective was aborted on this rank and the group is now "
                              "unusable: destroy it and create a new one.");
-    group_->poison(msg, /*abortComm=*/true);
+    group_->poison(ErrorKind::Timeout, msg, /*abortComm=*/true);
     C10_THROW_ERROR(DistBackendError, msg);
   }
   if (error_) std::rethrow_exception(error_);
@@ -132,6 +138,7 @@ c10::intrusive_ptr<c10::ivalue::Future> ScalecommWork::getFuture() {
 
 void ScalecommWork::abort() {
   group_->poison(
+      ErrorKind::Aborted,
       strCat("scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_.load(), "): Work.abort() was called"),
       /*abortComm=*/true);
 }

@@ -38,6 +38,9 @@ class Link {
   // Checks that the peer is still there; throws Error(Io) if not. Cheap enough
   // to call every few milliseconds while waiting.
   virtual void checkPeer() = 0;
+  // Tells the peer this process lives, for transports that cannot see it
+  // otherwise (shm across PID namespaces). Any thread, about every 100 ms.
+  virtual void heartbeat() {}
   // Marks the link closed in both directions (idempotent, any thread).
   virtual void close() = 0;
   virtual int waitFd() const { return -1; }

@@ -25,12 +25,15 @@ constexpr const char* kPrefix = "scalecomm-";
 struct alignas(64) SegmentHeader {
   uint64_t magic;
   int32_t ownerRank;
-  int32_t ownerPid;
+  int32_t ownerPid;  // in the owner's PID namespace
   int32_t worldSize;
   int32_t pad;
   uint64_t ringBytes;
   uint64_t windowBytes;
+  uint64_t pidNamespace;            // the owner's (pidNamespaceId())
+  std::atomic<uint64_t> heartbeat;  // the owner's beat count (ShmSegment::beat)
 };
+static_assert(sizeof(SegmentHeader) == 64);
 
 struct alignas(64) WindowControl {
   std::atomic<uint64_t> posted;
@@ -56,6 +59,14 @@ uint64_t nowNs() {
 
 }  // namespace
 
+uint64_t pidNamespaceId() {
+  static const uint64_t id = [] {
+    struct stat st{};
+    return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : uint64_t{0};
+  }();
+  return id;
+}
+
 bool processAlive(int pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   if (!f) return false;
@@ -71,11 +82,19 @@ int ShmSegment::removeStaleSegments() {
   int removed = 0;
   DIR* dir = opendir("/dev/shm");
   if (dir == nullptr) return 0;
+  const uint64_t ours = pidNamespaceId();
   while (dirent* e = readdir(dir)) {
     std::string n = e->d_name;
     if (n.rfind(kPrefix, 0) != 0) continue;
-    int pid = std::atoi(n.c_str() + std::strlen(kPrefix));
-    if (pid > 0 && !processAlive(pid)) {
+    // scalecomm-<pid>-<pid namespace, hex>-<nonce>: a pid means something only
+    // in its own namespace, so segments of other namespaces are left alone.
+    char* end = nullptr;
+    const long pid = std::strtol(n.c_str() + std::strlen(kPrefix), &end, 10);
+    if (end == nullptr || *end != '-') continue;
+    char* nsEnd = nullptr;
+    const uint64_t ns = std::strtoull(end + 1, &nsEnd, 16);
+    if (nsEnd == nullptr || *nsEnd != '-' || ns != ours || ours == 0) continue;
+    if (pid > 0 && !processAlive(static_cast<int>(pid))) {
       if (shm_unlink(("/" + n).c_str()) == 0) {
         ++removed;
         SC_LOG(Info, "removed stale shared-memory segment /dev/shm/", n, " of dead process ", pid);
@@ -90,7 +109,8 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uin
   SC_CHECK(ringBytes % 64 == 0 && ringBytes > 0 && windowBytes % 64 == 0);
   removeStaleSegments();
   std::random_device rd;
-  std::string name = strCat("/", kPrefix, getpid(), "-", std::hex, (static_cast<uint64_t>(rd()) << 32) ^ rd());
+  std::string name =
+      strCat("/", kPrefix, getpid(), "-", std::hex, pidNamespaceId(), "-", (static_cast<uint64_t>(rd()) << 32) ^ rd());
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) fail(ErrorKind::Io, "scalecomm shm: cannot create ", name, ": ", std::strerror(errno));
   size_t bytes = segmentBytes(worldSize, ringBytes, windowBytes);
@@ -127,6 +147,8 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uin
   auto* hdr = static_cast<SegmentHeader*>(base);
   hdr->ownerRank = ownerRank;
   hdr->ownerPid = getpid();
+  hdr->pidNamespace = pidNamespaceId();
+  new (&hdr->heartbeat) std::atomic<uint64_t>(1);
   hdr->worldSize = worldSize;
   hdr->ringBytes = ringBytes;
   hdr->windowBytes = windowBytes;
@@ -190,6 +212,11 @@ SpscRing ShmSegment::ring(int sender) {
 }
 
 int ShmSegment::ownerPid() const { return static_cast<SegmentHeader*>(base_)->ownerPid; }
+uint64_t ShmSegment::ownerPidNamespace() const { return static_cast<SegmentHeader*>(base_)->pidNamespace; }
+void ShmSegment::beat() { static_cast<SegmentHeader*>(base_)->heartbeat.fetch_add(1, std::memory_order_relaxed); }
+uint64_t ShmSegment::heartbeat() const {
+  return static_cast<SegmentHeader*>(base_)->heartbeat.load(std::memory_order_relaxed);
+}
 int ShmSegment::ownerRank() const { return static_cast<SegmentHeader*>(base_)->ownerRank; }
 uint64_t ShmSegment::windowBytes() const { return static_cast<SegmentHeader*>(base_)->windowBytes; }
 
@@ -219,11 +246,16 @@ ShmLink::ShmLink(int self, int peer, std::shared_ptr<ShmSegment> myInbox, std::s
     : Link(peer),
       self_(self),
       peerPid_(peerInbox->ownerPid()),
+      peerSeesPid_(peerInbox->ownerPidNamespace() == pidNamespaceId() && pidNamespaceId() != 0),
       myInbox_(std::move(myInbox)),
       peerInbox_(std::move(peerInbox)) {
   in_ = myInbox_->ring(peer);
   out_ = peerInbox_->ring(self);
+  lastBeat_ = peerInbox_->heartbeat();
+  lastBeatChangeNs_ = nowNs();
 }
+
+void ShmLink::heartbeat() { myInbox_->beat(); }
 
 ShmLink::~ShmLink() { close(); }
 
@@ -257,11 +289,24 @@ void ShmLink::checkPeer() {
   if (out_.closed()) throwClosed(out_);
   if (in_.closed() && in_.empty()) throwClosed(in_);
   uint64_t now = nowNs();
-  if (now - lastAliveCheckNs_ > 5'000'000) {  // every 5 ms
-    lastAliveCheckNs_ = now;
+  if (now - lastAliveCheckNs_ <= 5'000'000) return;  // every 5 ms
+  lastAliveCheckNs_ = now;
+  myInbox_->beat();  // a waiting rank beats too (the group's watchdog starts after the probe)
+  if (peerSeesPid_) {
     if (!processAlive(peerPid_)) {
       fail(ErrorKind::Io, "rank ", peer_, " (pid ", peerPid_, ") died: its process exited or was killed");
     }
+    return;
+  }
+  // Another PID namespace (a container sharing the host's IPC): its pid means
+  // nothing here, so the peer's liveness is its heartbeat word.
+  const uint64_t beat = peerInbox_->heartbeat();
+  if (beat != lastBeat_) {
+    lastBeat_ = beat;
+    lastBeatChangeNs_ = now;
+  } else if (now - lastBeatChangeNs_ > kShmHeartbeatStaleNs) {
+    fail(ErrorKind::Io, "rank ", peer_, " (pid ", peerPid_, " in another PID namespace) died: its heartbeat stopped ",
+         (now - lastBeatChangeNs_) / 1'000'000, " ms ago (its process exited, was killed or is stopped)");
   }
 }
 

@@ -12,8 +12,13 @@
 // - After the rings the segment holds the owner's window: a `posted` counter
 //   (the number of the owner's last window call whose data is in place) and two
 //   cells of windowBytes each, used by alternate calls (see ShmWindows).
-// - A ShmLink detects a dead peer by its pid (gone or zombie) and a closed
-//   peer by the ring's closed flag; both raise Error(Io) naming the peer.
+// - A ShmLink detects a closed peer by the ring's closed flag, and a dead
+//   peer by its pid (gone or zombie) when both share a PID namespace; across
+//   PID namespaces (containers sharing the host's IPC) pids mean nothing, so
+//   by the peer's heartbeat word, which the owner's group advances every
+//   100 ms (ShmLink::heartbeat): unchanged for kShmHeartbeatStaleNs = dead.
+//   Both raise Error(Io) naming the peer. Segment names carry the creator's
+//   pid and PID namespace; stale-name cleanup looks only at its own namespace.
 // Thread safety: as Link; ShmWindows as documented there.
 #pragma once
 
@@ -41,13 +46,17 @@ class ShmSegment {
   void unlinkName();  // idempotent
   SpscRing ring(int sender);
   int ownerPid() const;
+  uint64_t ownerPidNamespace() const;
+  void beat();  // the owner advances its heartbeat word
+  uint64_t heartbeat() const;
   int ownerRank() const;
   uint64_t windowBytes() const;
   // The window's call counter and cell k (0 or 1): kWindowHeaderBytes then windowBytes of data.
   std::atomic<uint64_t>& windowPosted();
   uint8_t* windowCell(int k);
 
-  // Removes /dev/shm/scalecomm-<pid>-* names whose process no longer exists.
+  // Removes /dev/shm/scalecomm-<pid>-<pid namespace>-* names of this PID
+  // namespace whose process no longer exists.
   static int removeStaleSegments();
 
  private:
@@ -60,6 +69,10 @@ class ShmSegment {
 };
 
 bool processAlive(int pid);
+// This process's PID namespace (inode of /proc/self/ns/pid; 0 if unknown).
+uint64_t pidNamespaceId();
+// A peer in another PID namespace whose heartbeat has not moved this long is dead.
+constexpr uint64_t kShmHeartbeatStaleNs = 4'000'000'000;
 
 // Bytes before the data of every window cell (64-byte aligned).
 constexpr size_t kWindowHeaderBytes = 64;
@@ -101,6 +114,7 @@ class ShmLink : public Link {
   size_t tryRecv(RecvConsumer& consumer) override;
   size_t peek(void* out, size_t n) override;
   void checkPeer() override;
+  void heartbeat() override;
   void close() override;
   const char* kind() const override { return "shm"; }
 
@@ -108,6 +122,8 @@ class ShmLink : public Link {
   void throwClosed(const SpscRing& ring);
   int self_;
   int peerPid_;
+  bool peerSeesPid_;  // same PID namespace: liveness by pid, else by heartbeat
+  uint64_t lastBeat_ = 0, lastBeatChangeNs_ = 0;
   std::shared_ptr<ShmSegment> myInbox_, peerInbox_;
   SpscRing in_, out_;
   uint64_t lastAliveCheckNs_ = 0;
