@@ -714,3 +714,62 @@ def test_ranks_in_different_pid_namespaces_share_memory_and_notice_a_death(tmp_p
     assert line.startswith("raised after"), out + err[-3000:]
     assert float(line.split()[2].rstrip("s:")) < 15, line
     assert f"rank {victim}" in line and "died" in line, line
+
+
+_STORE_DIES_JOB = """
+import os, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+from pyscalecomm import _C
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+store = dist.TCPStore("127.0.0.1", port, 3, rank == 0, timeout=timedelta(seconds=60))
+if rank == 2:
+    time.sleep(60)  # never joins: ranks 0 and 1 wait in the rendezvous
+config = _C.BackendConfig()
+config.timeout_ms = 60000
+print("waiting", flush=True)
+start = time.monotonic()
+try:
+    _C.ScalecommBackend(store, rank, 3, config)
+    print("no error", flush=True)
+except Exception as e:
+    print(f"raised after {time.monotonic() - start:.1f}s: {type(e).__name__}: {e}", flush=True)
+"""
+
+
+def test_the_store_dying_during_rendezvous_fails_within_seconds(tmp_path):
+    """Rank 0 (which hosts the TCPStore, as with env://) is killed while rank 1
+    waits in the rendezvous for rank 2: rank 1 raises at once, not at the 60 s timeout."""
+    import subprocess
+    import sys
+
+    from dist_helpers import free_port
+
+    script = tmp_path / "job.py"
+    script.write_text(_STORE_DIES_JOB)
+    port = str(free_port())
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), port],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(3)
+    ]
+    try:
+        assert procs[1].stdout.readline() == "waiting\n"
+        assert procs[0].stdout.readline() == "waiting\n"
+        time.sleep(1)
+        procs[0].kill()
+        out, err = procs[1].communicate(timeout=45)
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    assert out.startswith("raised after"), out + err[-3000:]
+    assert float(out.split()[2].rstrip("s:")) < 10, out
+    assert "DistNetworkError" in out or "DistBackendError" in out, out
+    assert "scalecomm rendezvous (rank 1 of 3" in out and "the store cannot be reached" in out, out

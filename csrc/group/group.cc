@@ -102,8 +102,14 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   mesh.shmWindowBytes = static_cast<uint64_t>(config.shmWindowBytes);
   mesh.mpiChunkBytes = static_cast<uint64_t>(config.mpiChunkBytes);
   mesh.spinMicros = config.spinMicros;
-  auto comm = Communicator::connectMesh(*store, config.groupName, rank, size, mesh,
-                                        Deadline::after(std::chrono::milliseconds(config.timeoutMs)));
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = Communicator::connectMesh(*store, config.groupName, rank, size, mesh,
+                                     Deadline::after(std::chrono::milliseconds(config.timeoutMs)));
+  } catch (const Error& e) {
+    if (std::string(e.what()).rfind("scalecomm", 0) == 0) throw;
+    fail(e.kind(), "scalecomm rendezvous (rank ", rank, " of ", size, ", group '", config.groupName, "'): ", e.what());
+  }
   if (selection.usesMpi() && size > 1 && !comm->mpiGroup()) {
     fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): algorithm mpi (", selection.str(),
          ") needs every rank started by one mpirun/mpiexec (or srun with MPI) and a build with MPI (",
