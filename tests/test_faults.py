@@ -133,6 +133,30 @@ def test_mismatched_shapes_dtypes_and_ops_fail_every_rank_with_both_values():
         assert all(x in joined for x in needles), joined
 
 
+def _configured(rank, n):
+    return _error_of(lambda: dist.all_reduce(torch.ones(64 << 10)))
+
+
+def test_ranks_configured_differently_fail_naming_the_setting():
+    for env, either in [
+        (
+            {"SCALECOMM_ALGO": ["ring", "rhd"]},
+            [
+                "runs it with algorithm rhd but this rank with ring",
+                "runs it with algorithm ring but this rank with rhd",
+            ],
+        ),
+        (
+            {"SCALECOMM_ALGO": "ring", "SCALECOMM_SEGMENT_BYTES": [16384, 65536]},
+            ["cuts its messages differently: its SCALECOMM_SEGMENT_BYTES"],
+        ),
+    ]:
+        out = run_ranks(2, _configured, env=env)
+        for rank in (0, 1):
+            assert f"scalecomm allreduce (rank {rank}, seq 1)" in out[rank], out[rank]
+        assert any(x in out[0] + out[1] for x in either), out
+
+
 def _absent_peer(rank, n):
     if rank == 1:
         time.sleep(4)  # never calls the collective, then leaves

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "algo/registry.h"
 #include "algo/shared.h"
 #include "comm/reducer.h"
 #include "core/error.h"
@@ -20,6 +21,18 @@ namespace {
 constexpr size_t kSmallMessage = 8192;
 const uint8_t kZeros[kWireAlign] = {0};
 
+// The algorithm whose wireId is `id`, for messages; "another algorithm" when unknown.
+std::string algorithmNamed(uint32_t id) {
+  if (id == 0) return "(none)";
+  for (const char* c : {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier"}) {
+    for (const std::string& name : selectableAlgorithms(c))
+      if (wireId(name.data(), name.size()) == id) return name;
+  }
+  for (const char* name : {"auto", "mpi"})
+    if (wireId(name, std::strlen(name)) == id) return name;
+  return "another algorithm";
+}
+
 WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   WireHeader h;
   std::memset(&h, 0, sizeof(h));  // padding too: headers are compared bytewise
@@ -34,6 +47,8 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   h.block = t.wireBlock;
   h.segment = t.segment;
   h.payloadBytes = t.count * static_cast<int64_t>(es);
+  h.algorithm = ctx.algorithmId;
+  h.settings = ctx.settingsId;
   if (!ctx.messages.empty()) {
     const MessageId& m = ctx.messages[t.block];
     h.seq = m.seq;
@@ -80,6 +95,17 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
   if (got.rootOrTag != want.rootOrTag) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " used root/src ", got.rootOrTag, " but this rank used ",
          want.rootOrTag, "; all ranks must pass the same root");
+  }
+  if (got.algorithm != want.algorithm) {
+    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " runs it with algorithm ", algorithmNamed(got.algorithm),
+         " but this rank with ", ctx.call.algorithm.empty() ? "(none)" : ctx.call.algorithm,
+         "; every rank must select the same algorithm (the same SCALECOMM_ALGO, options and per-call choice)");
+  }
+  if (got.settings != want.settings) {
+    fail(ErrorKind::InvalidArgument, who, ": rank ", peer,
+         " cuts its messages differently: its SCALECOMM_SEGMENT_BYTES or SCALECOMM_PS_SERVERS differ from this "
+         "rank's (",
+         ctx.call.segmentBytes, " and ", ctx.call.psServers, "); set the same values on every rank");
   }
   if (ctx.collective == CollectiveKind::Alltoall && got.payloadBytes != want.payloadBytes) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent a block of ", got.payloadBytes,

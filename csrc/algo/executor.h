@@ -56,9 +56,15 @@ struct ExecContext {
   // messages[b] (seq, tag, count, dtype) instead of the fields above; the
   // plan then counts in bytes (dtype Opaque). Empty for collectives.
   std::vector<MessageId> messages;
+  // The header's identity fields (comm/wire.h), from call's algorithm and settings.
+  uint32_t algorithmId = 0, settingsId = 0;
 
   ExecContext(const CollectiveOptions& opts, CollectiveKind kind, DataType type, int64_t count)
-      : call(opts), collective(kind), dtype(type), totalCount(count) {}
+      : call(opts), collective(kind), dtype(type), totalCount(count) {
+    algorithmId = wireId(opts.algorithm.data(), opts.algorithm.size());
+    const int64_t settings[] = {opts.segmentBytes, opts.psServers};
+    settingsId = wireId(reinterpret_cast<const char*>(settings), sizeof(settings));
+  }
   Reducer& reducer() const { return call.reducer != nullptr ? *call.reducer : hostReducer(); }
 };
 

@@ -53,8 +53,22 @@ struct alignas(64) WireHeader {
   int64_t block;       // schedule block
   int64_t segment;     // segment within the block
   int64_t payloadBytes;
+  // What must agree for the messages to match (wireId of each; 0: none): the
+  // algorithm's name, and the settings that shape its messages (segment
+  // size, parameter-server count). Ranks configured differently fail with
+  // a message naming the difference instead of a step/segment mismatch.
+  uint32_t algorithm;
+  uint32_t settings;
 };
 static_assert(sizeof(WireHeader) == 64, "wire header must be 64 bytes");
+
+// A 32-bit FNV-1a digest of `text` for the header's identity fields; 0 for "".
+inline uint32_t wireId(const char* text, size_t n) {
+  if (n == 0) return 0;
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint8_t>(text[i])) * 16777619u;
+  return h == 0 ? 1 : h;
+}
 
 inline uint64_t paddedMessageBytes(int64_t payloadBytes) {
   uint64_t total = sizeof(WireHeader) + static_cast<uint64_t>(payloadBytes);
