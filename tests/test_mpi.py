@@ -77,6 +77,11 @@ def test_mpirun_passthrough_times_out_when_a_rank_is_missing():
     _mpirun(2, "timeout", {"SCALECOMM_ALGO": "mpi"}, timeout=120)
 
 
+@needs_mpi
+def test_an_abandoned_mpi_request_never_writes_into_freed_memory():
+    _mpirun(2, "late", {"SCALECOMM_ALGO": "mpi"}, timeout=120)
+
+
 def _try_mpi_algorithm(rank, n):
     return "unreachable"
 

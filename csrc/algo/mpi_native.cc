@@ -132,11 +132,16 @@ void finish(Communicator& comm, MPI_Request& req, const char* collective, const 
     }
     if (done) return;
     if (opts.deadline.expired()) {
+      noteMpiRequestAbandoned();  // MPI may still write into the buffers: their owner keeps them
       fail(ErrorKind::Timeout, "scalecomm ", collective, ":mpi (rank ", comm.rank(), ", seq ", opts.seq,
            "): MPI's collective did not complete within the timeout (", opts.timeoutMs,
-           " ms); a rank did not call it or is stuck. The MPI operation is abandoned.");
+           " ms); a rank did not call it or is stuck. The MPI operation is abandoned (its buffers stay "
+           "allocated until the process exits).");
     }
-    if (comm.aborted()) fail(ErrorKind::Aborted, "scalecomm ", collective, ":mpi (rank ", comm.rank(), "): aborted");
+    if (comm.aborted()) {
+      noteMpiRequestAbandoned();
+      fail(ErrorKind::Aborted, "scalecomm ", collective, ":mpi (rank ", comm.rank(), "): aborted");
+    }
     sched_yield();
   }
 }

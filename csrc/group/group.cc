@@ -17,6 +17,7 @@
 #include "core/params.h"
 #include "core/timeline.h"
 #include "group/call_checks.h"
+#include "transport/mpi_runtime.h"
 
 namespace scalecomm {
 
@@ -440,6 +441,20 @@ void Group::runBody(Call& call, CollectiveOptions& o) {
   }
 }
 
+namespace {
+
+// A call during which an MPI request was abandoned: MPI may write into its
+// buffers whenever this process next calls MPI, so the call (its buffers, and
+// through `done` the tensors its Work holds) is kept until the process exits.
+void keepBuffersOfAbandonedMpiCall(const Call& call) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::unique_ptr<Call>>();  // never destroyed: MPI may outlive statics
+  std::lock_guard<std::mutex> g(mu);
+  kept->push_back(std::make_unique<Call>(call));
+}
+
+}  // namespace
+
 std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start) {
   if (state_->poisoned()) {
     Error e(ErrorKind::Aborted,
@@ -449,6 +464,7 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     return e;
   }
   recorder_.started(recordId, call.algorithm, start);
+  const uint64_t abandonedBefore = mpiRequestsAbandoned();
   CollectiveOptions o;
   o.algorithm = call.algorithm;
   o.psServers = static_cast<int>(config_.psServers);
@@ -488,6 +504,7 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     recorder_.ended(recordId, e.what());
     dumpFlightRecorder(err.what());
     state_->poison(err.kind(), err.what(), /*abortComm=*/false);
+    if (mpiRequestsAbandoned() != abandonedBefore) keepBuffersOfAbandonedMpiCall(call);
     return err;
   } catch (const std::exception& e) {
     // Not ours (a throw from before/after, e.g. a device copy): name the call.

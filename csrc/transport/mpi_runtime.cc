@@ -1,5 +1,6 @@
 #include "transport/mpi_runtime.h"
 
+#include <atomic>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -10,6 +11,13 @@
 #endif
 
 namespace scalecomm {
+
+namespace {
+std::atomic<uint64_t> abandonedRequests{0};
+}  // namespace
+
+uint64_t mpiRequestsAbandoned() { return abandonedRequests.load(std::memory_order_acquire); }
+void noteMpiRequestAbandoned() { abandonedRequests.fetch_add(1, std::memory_order_acq_rel); }
 
 bool mpiLaunched() {
   // A torchrun worker inside an MPI allocation inherits one MPI process's

@@ -15,6 +15,10 @@
 //   otherwise.
 // - MPI cannot detect a dead peer; scalecomm's deadlines bound every wait
 //   instead (a timed-out MPI request is abandoned and the group poisoned).
+//   MPI may still complete an abandoned request later (inside any MPI call of
+//   this process) and write into its buffers: whoever abandons one counts it
+//   with noteMpiRequestAbandoned(), and the owner of the buffers keeps them
+//   allocated when the count moved during its call (group/group.cc).
 // Thread safety: all functions may be called from any thread.
 #pragma once
 
@@ -38,6 +42,9 @@ int mpiWorldRank();
 int mpiWorldSize();
 // "Open MPI v4.1.4, ..." or "" without MPI.
 std::string mpiLibraryVersion();
+// Requests abandoned so far in this process (see above). Any thread.
+uint64_t mpiRequestsAbandoned();
+void noteMpiRequestAbandoned();
 
 class MpiCallGuard {
  public:

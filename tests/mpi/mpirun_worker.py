@@ -7,6 +7,9 @@ CASE:
              tiny MPI messages so headers and elements straddle them)
   passthrough  algorithm mpi: MPI's own collectives through the backend
   timeout    rank 1 skips an mpi allreduce; the others must fail within the timeout
+  late       rank 1 joins an mpi allreduce after rank 0 timed out of it and dropped its
+             tensor (64 MiB: unmapped when freed); rank 0's next MPI call completes the
+             abandoned operation, which must not write into freed memory
   hosts      ranks 2k and 2k+1 pretend to share a host (SCALECOMM_HOSTNAME): auto picks
              shm inside a host and the mpi transport between hosts; every algorithm, hier too
 """
@@ -26,7 +29,7 @@ import pyscalecomm  # noqa: E402, F401  (registers the backend and fills the ren
 case = sys.argv[1]
 if case == "hosts":
     os.environ["SCALECOMM_HOSTNAME"] = f"host{int(os.environ['OMPI_COMM_WORLD_RANK']) // 2}"
-dist.init_process_group("scalecomm", timeout=timedelta(seconds=30 if case != "timeout" else 3))
+dist.init_process_group("scalecomm", timeout=timedelta(seconds=30 if case not in ("timeout", "late") else 3))
 r, n = dist.get_rank(), dist.get_world_size()
 assert r == int(os.environ["OMPI_COMM_WORLD_RANK"]) and n == int(os.environ["OMPI_COMM_WORLD_SIZE"])
 
@@ -132,9 +135,32 @@ elif case == "timeout":
         import time
 
         time.sleep(5)
+elif case == "late":
+    import gc
+    import time
+
+    from mpi4py import MPI
+
+    big = 16 << 20  # floats: 64 MiB, above glibc's largest mmap threshold
+    if r == 0:
+        x = torch.ones(big)
+        try:
+            dist.all_reduce(x)
+            raise AssertionError("an allreduce that rank 1 had not joined returned")
+        except dist.DistBackendError as e:
+            assert "timeout" in str(e), e
+        del x
+        gc.collect()
+    else:
+        time.sleep(5)  # past rank 0's 3 s timeout
+        y = torch.ones(big)
+        dist.all_reduce(y)  # matches rank 0's abandoned MPI_Iallreduce
+        assert bool((y == 2).all()), y[:4]
+    MPI.COMM_WORLD.Barrier()  # rank 0: MPI progresses (and completes) the abandoned request here
+    torch.ones(big)  # rank 0 is still alive and can allocate
 else:
     raise SystemExit(f"unknown case {case}")
 
 print(f"OK rank {r}", flush=True)
-if case != "timeout":
+if case not in ("timeout", "late"):
     dist.destroy_process_group()
