@@ -71,7 +71,7 @@ Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_
     fail(ErrorKind::InvalidArgument, "scalecomm allreduce: unknown algorithm '", algorithm,
          "'; this build has: ", names);
   }
-  if (a->schedule == nullptr) {
+  if (a->onWindows()) {
     fail(ErrorKind::InvalidArgument, "scalecomm allreduce: algorithm '", algorithm,
          "' runs on shared windows and has no schedule (it serves CPU tensors of ranks on one host)");
   }
@@ -93,7 +93,7 @@ void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
   ExecContext ctx(opts, CollectiveKind::Allreduce, dtype, count);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  if (opts.algorithm == "shared") return sharedAllreduce(comm, data, count, ctx);
+  if (runsOnWindows(opts.algorithm)) return sharedAllreduce(comm, data, count, ctx);
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
   const PreparedPlan& p = prepare(

@@ -144,7 +144,7 @@ double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, s
 double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params,
                                const AlgoParams& algo) {
   const AllreduceAlgorithm* entry = findAllreduceAlgorithm(algorithm);
-  if (entry != nullptr && entry->schedule == nullptr) {
+  if (entry != nullptr && entry->onWindows()) {
     // Shared windows (algo/shared.h), one host: one flag round (measured, or a
     // message's latency), the input copied in once and n inputs read while
     // reducing. A link byte costs two copies (into the ring and out), so a

@@ -51,10 +51,21 @@ const AllreduceAlgorithm* findAllreduceAlgorithm(const std::string& name) {
   return nullptr;
 }
 
+bool runsOnWindows(const std::string& name) {  // on every allreduce call: compares only the windows entries' names
+  for (const auto& a : allreduceRegistry())
+    if (a.onWindows() && name == a.name) return true;
+  return false;
+}
+
+std::string deviceAllreduceAlgorithm(const std::string& selected) {
+  const AllreduceAlgorithm* a = findAllreduceAlgorithm(selected);
+  return a == nullptr || a->onWindows() ? "ring" : selected;
+}
+
 bool allreduceServes(const std::string& name, int n, int64_t bytes, const AlgoParams& params) {
   const AllreduceAlgorithm* a = findAllreduceAlgorithm(name);
   if (a == nullptr || (a->maxWorld != 0 && n > a->maxWorld)) return false;
-  if (a->schedule == nullptr && (params.windowBytes <= 0 || bytes > params.windowBytes)) return false;
+  if (a->onWindows() && (params.windowBytes <= 0 || bytes > params.windowBytes)) return false;
   return a->maxBytes == 0 || bytes <= a->maxBytes;
 }
 

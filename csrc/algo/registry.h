@@ -35,11 +35,20 @@ struct AllreduceAlgorithm {
   int64_t maxBytes;
   bool autoCandidate;  // auto prices it (where it serves the group)
   bool acrossHosts;    // auto considers it only when the group spans hosts
+
+  bool onWindows() const { return schedule == nullptr; }
 };
 
 const std::vector<AllreduceAlgorithm>& allreduceRegistry();
 // The entry named `name`, or nullptr.
 const AllreduceAlgorithm* findAllreduceAlgorithm(const std::string& name);
+// Whether `name` is an algorithm that runs on the shared windows.
+bool runsOnWindows(const std::string& name);
+// The allreduce algorithm a CUDA call over NCCL runs for the group's
+// selection `selected`: the selection where it has a schedule; ring
+// (bandwidth-optimal) for auto, whose cost model describes CPUs, not GPUs,
+// and for algorithms without a device form (mpi, shared windows).
+std::string deviceAllreduceAlgorithm(const std::string& selected);
 // What every transport buffers per direction without the peer reading: the
 // smallest shm ring (4096 bytes) less one wire header. TCP's smallest send
 // buffer (4608 bytes) and the mpi link's buffers are larger.

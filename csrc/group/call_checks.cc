@@ -107,7 +107,7 @@ void checkAlgorithmTakes(const Call& call, int rank, int size, int64_t windowByt
          " takes messages of at most ", a->maxBytes, " bytes; this one has ", bytes,
          " (choose auto, which uses it where it fits, or ring/rhd)");
   }
-  if (a->schedule == nullptr && size > 1 && bytes > windowBytes) {
+  if (a->onWindows() && size > 1 && bytes > windowBytes) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank, "): algorithm ", a->name,
          " takes messages of at most SCALECOMM_SHM_WINDOW_BYTES (", windowBytes, ") bytes; this one has ", bytes,
          " (choose auto, which uses it where it fits, or raise the window)");

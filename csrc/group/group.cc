@@ -165,7 +165,7 @@ void Group::start() {
     std::string& chosen = *selection_.slot(c);
     if (chosen == "auto") chosen = selectableAlgorithms(c).front();
   }
-  if ((selection_.allreduce == "shared" || selection_.barrier == "shared") && window == 0 && size_ > 1) {
+  if ((runsOnWindows(selection_.allreduce) || selection_.barrier == "shared") && window == 0 && size_ > 1) {
     fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank_, "): algorithm shared (", selection_.str(),
          ") needs every rank of the group on this host, linked by shared memory (transport auto or shm), and "
          "SCALECOMM_SHM_WINDOW_BYTES > 0; this group has no shared windows");

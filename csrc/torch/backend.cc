@@ -161,11 +161,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceOnNccl(const at::Tensor& t, const ReductionArgs& r,
                                                                  const std::shared_ptr<DeviceCall>& device,
                                                                  const c10d::AllreduceOptions& opts) {
-  // auto: our ring (bandwidth-optimal; the CPU cost model does not describe
-  // GPUs); so are algorithms without a device form (mpi, shared windows).
-  const std::string& selected = group_->selection().allreduce;
-  const AllreduceAlgorithm* entry = findAllreduceAlgorithm(selected);
-  const std::string algo = entry == nullptr || entry->schedule == nullptr ? "ring" : selected;
+  const std::string algo = deviceAllreduceAlgorithm(group_->selection().allreduce);
   AlgoParams params{group_->communicator().hostOf(), static_cast<int>(config().psServers)};
   auto nccl = nccl_;
   Call call;
