@@ -78,11 +78,6 @@ def test_mpirun_passthrough_times_out_when_a_rank_is_missing():
 
 
 @needs_mpi
-def test_an_abort_over_the_mpi_transport_reaches_the_peer():
-    _mpirun(2, "abort", {"SCALECOMM_TRANSPORT": "mpi"}, timeout=120)
-
-
-@needs_mpi
 def test_an_abandoned_mpi_request_never_writes_into_freed_memory():
     _mpirun(2, "late", {"SCALECOMM_ALGO": "mpi"}, timeout=120)
 

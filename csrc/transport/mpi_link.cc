@@ -17,7 +17,6 @@ namespace scalecomm {
 
 namespace {
 constexpr int kStreamTag = 0x5c;
-constexpr int kClosedTag = 0x5d;       // one empty message: "this rank closed its link to you"
 constexpr size_t kCarryCap = 1 << 16;  // far above any header or element
 }  // namespace
 
@@ -40,8 +39,6 @@ struct MpiLink::State {
   std::vector<RecvSlot> recvs;  // posted in order, consumed in order
   size_t recvHead = 0;
   std::vector<uint8_t> carry;
-  MPI_Request closedRecv = MPI_REQUEST_NULL;  // the peer's close notice, pre-posted
-  bool peerClosed = false;
 
   void post(RecvSlot& s) {
     s.ready = false;
@@ -107,7 +104,6 @@ MpiLink::MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, size_t chu
     s_->post(r);
   }
   for (auto& sl : s_->sends) sl.buf.resize(chunkBytes);
-  mpiCheck(MPI_Irecv(nullptr, 0, MPI_BYTE, peer, kClosedTag, s_->comm, &s_->closedRecv), "MPI_Irecv (close notice)");
 }
 
 MpiLink::~MpiLink() {
@@ -118,11 +114,6 @@ MpiLink::~MpiLink() {
     return;
   }
   MpiCallGuard guard;
-  for (MPI_Request* r : {&s_->closedRecv}) {
-    if (*r == MPI_REQUEST_NULL) continue;
-    MPI_Cancel(r);
-    MPI_Wait(r, MPI_STATUS_IGNORE);
-  }
   for (auto& r : s_->recvs) {
     if (r.req == MPI_REQUEST_NULL) continue;
     MPI_Cancel(&r.req);
@@ -165,7 +156,6 @@ size_t MpiLink::trySend(const void* data, size_t bytes) {
     ++s.sendsBusy;
     sent += n;
   }
-  if (sent == 0) failIfPeerClosed();  // every buffer still in flight: is anyone receiving?
   return sent;
 }
 
@@ -186,10 +176,7 @@ size_t MpiLink::tryRecv(RecvConsumer& consumer) {
       continue;
     }
     State::RecvSlot* head = s.head();
-    if (head == nullptr) {
-      failIfPeerClosed();  // nothing arrived: maybe nothing will
-      return 0;
-    }
+    if (head == nullptr) return 0;
     const size_t used = consumer.consume(head->buf.data() + head->off, head->count - head->off);
     if (used > 0) {
       head->off += used;
@@ -211,33 +198,9 @@ size_t MpiLink::peek(void* out, size_t n) {
   return copied;
 }
 
-void MpiLink::checkPeer() {
-  checkOpen();
-  MpiCallGuard guard;
-  failIfPeerClosed();
-}
+void MpiLink::checkPeer() { checkOpen(); }
 
-void MpiLink::failIfPeerClosed() {
-  State& s = *s_;
-  if (!s.peerClosed && s.closedRecv != MPI_REQUEST_NULL) {
-    int done = 0;
-    mpiCheck(MPI_Test(&s.closedRecv, &done, MPI_STATUS_IGNORE), "MPI_Test (close notice)");
-    s.peerClosed = done != 0;
-  }
-  if (s.peerClosed) {
-    fail(ErrorKind::Io, "rank ", peer_, " closed its mpi link to rank ", self_,
-         " (it aborted, hit an error or was destroyed; see that rank's error for the cause)");
-  }
-}
-
-void MpiLink::close() {
-  if (closed_.exchange(true, std::memory_order_acq_rel) || !mpiActive()) return;
-  // Tell the peer (MPI reports nothing on its own). An empty eager message:
-  // it completes locally, so the request is released at once.
-  MpiCallGuard guard;
-  MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Isend(nullptr, 0, MPI_BYTE, peer_, kClosedTag, s_->comm, &req) == MPI_SUCCESS) MPI_Request_free(&req);
-}
+void MpiLink::close() { closed_.store(true, std::memory_order_release); }
 
 #else  // !SCALECOMM_WITH_MPI
 
@@ -254,7 +217,6 @@ size_t MpiLink::peek(void*, size_t) { return 0; }
 void MpiLink::checkPeer() {}
 void MpiLink::close() {}
 void MpiLink::checkOpen() const {}
-void MpiLink::failIfPeerClosed() {}
 
 #endif
 

@@ -10,13 +10,10 @@
 //   element split across two) is offered a small contiguous carry buffer,
 //   filled from the next message a byte at a time, so every span it sees is
 //   contiguous and no consumer ever needs more than the carry's cap.
-// - MPI reports no peer death: the caller's deadline bounds every wait.
-//   close() (any thread; abort, errors, destruction) marks the link closed and
-//   sends the peer an empty close notice on its own tag, which the peer's
-//   checkPeer() sees (a pre-posted receive) and raises Error(Io) naming this
-//   rank: an abort propagates as over shm and tcp. The destructor cancels
-//   pre-posted receives and abandons unfinished sends (their buffers are
-//   leaked on purpose: MPI may still read them).
+// - MPI reports no peer death: checkPeer() only sees close(); the caller's
+//   deadline bounds every wait. close() marks the link closed (any thread);
+//   the destructor cancels pre-posted receives and abandons unfinished sends
+//   (their buffers are leaked on purpose: MPI may still read them).
 // Thread safety: as Link; every MPI call holds MpiCallGuard.
 #pragma once
 
@@ -44,7 +41,6 @@ class MpiLink : public Link {
 
  private:
   void checkOpen() const;
-  void failIfPeerClosed();  // MpiCallGuard held
   std::shared_ptr<MpiGroup> group_;
   int self_;
   std::unique_ptr<State> s_;
