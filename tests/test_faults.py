@@ -712,6 +712,7 @@ def test_ranks_in_different_pid_namespaces_share_memory_and_notice_a_death(tmp_p
     env = {k: v for k, v in os.environ.items()}
     env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"})
     env["SCALECOMM_ALGO"] = "shared"  # needs every rank on shared memory (auto may pick pairwise under load)
+    env["SCALECOMM_TRANSPORT"] = "shm"  # (the suite also runs with tcp links)
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     procs = []
     for rank in (0, 1):
