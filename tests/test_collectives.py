@@ -156,6 +156,50 @@ def test_async_work_future_and_sequence_numbers():
     assert seqs[0] == seqs[1] == 9
 
 
+def _completed_work_keeps_no_tensor(rank, n):
+    import gc
+    import weakref
+
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False  # what dist.all_reduce(t) passes: the call may complete on the caller's thread
+    t = torch.ones(4)
+    w = be.allreduce([t], opts)
+    w.wait()
+    assert w.is_completed()
+    # result() and the Future give the caller's tensor while the caller holds it
+    assert w.result()[0].data_ptr() == t.data_ptr() and torch.equal(w.result()[0], torch.full((4,), float(n)))
+    v = torch.ones(2)
+    assert be.allreduce([v], opts).get_future().value()[0].data_ptr() == v.data_ptr()
+    # a completed Work does not keep the tensor alive (freeing it from the
+    # Work's destructor would take the GIL on every call)
+    alive = weakref.ref(t)
+    del t
+    gc.collect()
+    freed = alive() is None
+    try:
+        w.result()
+        after = "no error"
+    except RuntimeError as e:
+        after = str(e)
+    # an asynchronous call keeps its tensors until the caller is done with the Work
+    opts.asyncOp = True
+    u = torch.ones(4)
+    wa = be.allreduce([u], opts)
+    kept = weakref.ref(u)
+    del u
+    wa.wait()
+    gc.collect()
+    return freed, after, kept() is not None and torch.equal(wa.result()[0], torch.full((4,), float(n)))
+
+
+def test_a_completed_synchronous_work_keeps_no_tensor_alive():
+    for freed, after, kept in run_ranks(2, _completed_work_keeps_no_tensor):
+        assert freed
+        assert "output tensors of this completed call were freed" in after, after
+        assert kept
+
+
 def _subgroups(rank, n):
     sub = dist.new_group([0, 2], backend="scalecomm")
     t = torch.full((7,), float(rank))

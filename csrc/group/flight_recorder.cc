@@ -76,7 +76,7 @@ void copyName(char (&out)[N], const std::string& in) {
 }  // namespace
 
 uint64_t FlightRecorder::queued(const std::string& name, uint64_t number, bool collective, uint64_t bytes,
-                                int64_t timeoutMs, Clock::time_point now) {
+                                int64_t timeoutMs, Clock::time_point now, const std::string* running) {
   if (ring_.empty()) return 0;
   std::lock_guard<std::mutex> g(mu_);
   const uint64_t id = nextId_++;
@@ -86,11 +86,13 @@ uint64_t FlightRecorder::queued(const std::string& name, uint64_t number, bool c
   e.collective = collective;
   copyName(e.name, name);
   e.algorithm[0] = '\0';
+  if (running) copyName(e.algorithm, *running);
   e.bytes = bytes;
   e.timeoutMs = timeoutMs;
-  e.state = FlightEntry::State::Queued;
+  e.state = running ? FlightEntry::State::Running : FlightEntry::State::Queued;
   e.queuedAt = now;
-  e.startedAt = e.endedAt = Clock::time_point();
+  e.startedAt = running ? now : Clock::time_point();
+  e.endedAt = Clock::time_point();
   e.error.clear();
   return id;
 }

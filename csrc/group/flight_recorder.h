@@ -50,8 +50,9 @@ class FlightRecorder {
  public:
   explicit FlightRecorder(size_t capacity) : ring_(capacity) {}
   // `at`: when (the caller's clock reading; one per transition is enough).
+  // With `running` (its algorithm), the call starts at once (queued and started at `at`).
   uint64_t queued(const std::string& name, uint64_t number, bool collective, uint64_t bytes, int64_t timeoutMs,
-                  Clock::time_point at = Clock::now());
+                  Clock::time_point at = Clock::now(), const std::string* running = nullptr);
   void started(uint64_t id, const std::string& algorithm, Clock::time_point at = Clock::now());
   void ended(uint64_t id, const std::string& error, Clock::time_point at = Clock::now());  // error empty: done
   std::vector<FlightEntry> snapshot() const;

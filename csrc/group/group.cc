@@ -285,7 +285,7 @@ void Group::checkUsable(const std::string& name) const {
   }
 }
 
-uint64_t Group::submit(Call call) {
+uint64_t Group::submit(Call&& call) {
   checkUsable(call.name);
   try {
     checkCall(call, rank_, size_, sharedWindowBytes(*comm_));
@@ -325,23 +325,25 @@ void Group::dispatch(Call&& call, uint64_t number) {
   const bool collective = call.kind != CallKind::Send && call.kind != CallKind::Recv &&
                           call.kind != CallKind::RecvAnySource && call.kind != CallKind::SendRecvBatch;
   const auto now = Clock::now();  // queued and, on this thread, started
-  const uint64_t id = recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs, now);
   if (call.blocking && !call.device && worker_->idle()) {
     std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
     if (exec.owns_lock()) {
       inlineCalls_.fetch_add(1, std::memory_order_relaxed);
-      std::optional<Error> error = execute(call, number, id, now);
+      const uint64_t id =
+          recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs, now, &call.algorithm);
+      std::optional<Error> error = execute(call, number, id, now, /*recordStart=*/false);
       exec.unlock();  // completion callbacks may issue further calls
       if (call.done) call.done(error ? &*error : nullptr);
       return;
     }
   }
+  const uint64_t id = recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs, now);
   workerCalls_.fetch_add(1, std::memory_order_relaxed);
   worker_->post([self = shared_from_this(), call = std::move(call), number, id]() mutable {
     std::optional<Error> error;
     {
       std::lock_guard<std::mutex> exec(self->execMu_);
-      error = self->execute(call, number, id, Clock::now());
+      error = self->execute(call, number, id, Clock::now(), /*recordStart=*/true);
     }
     if (call.done) call.done(error ? &*error : nullptr);
   });
@@ -455,7 +457,8 @@ void keepBuffersOfAbandonedMpiCall(const Call& call) {
 
 }  // namespace
 
-std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start) {
+std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start,
+                                    bool recordStart) {
   if (state_->poisoned()) {
     Error e(ErrorKind::Aborted,
             strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number,
@@ -463,7 +466,7 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     recorder_.ended(recordId, e.what());
     return e;
   }
-  recorder_.started(recordId, call.algorithm, start);
+  if (recordStart) recorder_.started(recordId, call.algorithm, start);
   const uint64_t abandonedBefore = mpiRequestsAbandoned();
   CollectiveOptions o;
   o.algorithm = call.algorithm;

@@ -145,7 +145,7 @@ class Group : public std::enable_shared_from_this<Group> {
 
   // Numbers and runs `call` (see the contract above); returns its number:
   // the group's sequence number, or for point-to-point the pair's.
-  uint64_t submit(Call call);
+  uint64_t submit(Call&& call);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -201,8 +201,10 @@ class Group : public std::enable_shared_from_this<Group> {
   void numberCall(Call& call, uint64_t& number);
   void dispatch(Call&& call, uint64_t number);  // moved from only when handed to the worker
   // Runs the call on the executing thread (execMu_ held), starting at `start`
-  // (now); the error, if any. The caller runs call.done after releasing execMu_.
-  std::optional<Error> execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start);
+  // (now; recorded as its start unless the recorder has it already); the
+  // error, if any. The caller runs call.done after releasing execMu_.
+  std::optional<Error> execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start,
+                               bool recordStart);
   // On a timeout: asks every rank where it is (through the store, answered by
   // their watchdogs), and returns the desync verdict ("" without a store).
   std::string desyncReport();

@@ -86,7 +86,7 @@ void ScalecommBackend::abort() {
   group_->abort(strCat("scalecomm (rank ", getRank(), "): the group was aborted with abort()"));
 }
 
-c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vector<at::Tensor> outputs, Call call,
+c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vector<at::Tensor> outputs, Call&& call,
                                                      const std::shared_ptr<HostStage>& stage,
                                                      const std::shared_ptr<DeviceCall>& device) {
   if (call.bytes == 0) call.bytes = totalBytes(outputs);
@@ -117,6 +117,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vec
       SC_LOG(Warn, "scalecomm: a completion callback of ", work->collective(), " threw: ", ex.what());
     }
   };
+  const bool blocking = call.blocking;
   uint64_t seq = 0;
   try {
     seq = group_->submit(std::move(call));
@@ -127,6 +128,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vec
   }
   work->setSequence(seq);
   if (device) work->setDeviceCall(device);
+  if (blocking && !device && work->isCompleted()) work->holdOutputsWeakly();
   return work;
 }
 

@@ -169,7 +169,7 @@ class ScalecommBackend : public c10d::Backend {
   // before the call and up after it; `device` makes the Work's wait() order
   // the current stream after the collective.
   // call.name is the Work's profiling title.
-  c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, std::vector<at::Tensor> outputs, Call call,
+  c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, std::vector<at::Tensor> outputs, Call&& call,
                                      const std::shared_ptr<HostStage>& stage = nullptr,
                                      const std::shared_ptr<DeviceCall>& device = nullptr);
   // The host stage for a collective's tensors (inactive when all are on the CPU).

@@ -41,7 +41,7 @@ void ScalecommWork::completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>
   if (error_) {
     f->setError(error_);
   } else {
-    f->markCompleted(c10::IValue(outputs_));
+    f->markCompleted(c10::IValue(outputs()));
   }
 }
 
@@ -82,7 +82,29 @@ std::exception_ptr ScalecommWork::exception() const {
   return error_;
 }
 
-std::vector<at::Tensor> ScalecommWork::result() { return outputs_; }
+void ScalecommWork::holdOutputsWeakly() {
+  for (const at::Tensor& t : outputs_)
+    if (!t.defined()) return;
+  for (const at::Tensor& t : outputs_) weakOutputs_.emplace_back(t.getIntrusivePtr());
+  outputs_.clear();
+  weak_ = true;
+}
+
+std::vector<at::Tensor> ScalecommWork::outputs() const {
+  if (!weak_) return outputs_;
+  std::vector<at::Tensor> out;
+  out.reserve(weakOutputs_.size());
+  for (const auto& w : weakOutputs_) {
+    auto impl = w.lock();
+    TORCH_CHECK(impl, "scalecomm ", collective_, " (rank ", group_->rank(), ", seq ", seq_.load(),
+                "): the output tensors of this completed call were freed; keep them while you use result() or the "
+                "Future of a synchronous call");
+    out.emplace_back(std::move(impl));
+  }
+  return out;
+}
+
+std::vector<at::Tensor> ScalecommWork::result() { return outputs(); }
 
 bool ScalecommWork::wait(std::chrono::milliseconds timeout) {
   // Complete already (a call run on the caller's thread): no lock, no clock.

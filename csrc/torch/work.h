@@ -13,6 +13,7 @@
 // raises "Timed out". All methods are thread safe.
 #pragma once
 
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
@@ -48,6 +49,12 @@ class ScalecommWork : public c10d::Work {
   int sourceRank() const override;
   void setSourceProvider(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
   void setDeviceCall(std::shared_ptr<DeviceCall> call) { call_ = std::move(call); }
+  // A call that completed before its Work was returned: the Work keeps its
+  // outputs by weak reference only (result() and the Future still return
+  // them while the caller holds them). Dropping the last C++ reference to a
+  // tensor that Python owns takes the GIL; this way the caller's frame, not
+  // the Work's destructor, drops it. Before the Work is shared, on the caller.
+  void holdOutputsWeakly();
   void abort() override;
 
  private:
@@ -56,6 +63,9 @@ class ScalecommWork : public c10d::Work {
   std::string collective_;
   std::atomic<uint64_t> seq_;
   std::vector<at::Tensor> outputs_;
+  c10::SmallVector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>, 1> weakOutputs_;
+  bool weak_ = false;
+  std::vector<at::Tensor> outputs() const;
   std::shared_ptr<GroupState> group_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made on first getFuture()
   mutable std::mutex mu_;
