@@ -82,6 +82,12 @@ def test_an_abandoned_mpi_request_never_writes_into_freed_memory():
     _mpirun(2, "late", {"SCALECOMM_ALGO": "mpi"}, timeout=120)
 
 
+@needs_mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_an_abort_reaches_peers_over_the_mpi_transport_at_once(n):
+    _mpirun(n, "abort", {"SCALECOMM_TRANSPORT": "mpi", "SCALECOMM_ALGO": "ring"}, timeout=120)
+
+
 def _try_mpi_algorithm(rank, n):
     return "unreachable"
 

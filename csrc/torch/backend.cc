@@ -128,7 +128,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vec
   }
   work->setSequence(seq);
   if (device) work->setDeviceCall(device);
-  if (blocking && !device && work->isCompleted()) work->holdOutputsWeakly();
+  if (blocking && !device) work->holdOutputsWeaklyIfSucceeded();
   return work;
 }
 

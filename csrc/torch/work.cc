@@ -82,7 +82,9 @@ std::exception_ptr ScalecommWork::exception() const {
   return error_;
 }
 
-void ScalecommWork::holdOutputsWeakly() {
+void ScalecommWork::holdOutputsWeaklyIfSucceeded() {
+  // error_ is written before done_'s release store and never again.
+  if (!done_.load(std::memory_order_acquire) || error_) return;
   for (const at::Tensor& t : outputs_)
     if (!t.defined()) return;
   for (const at::Tensor& t : outputs_) weakOutputs_.emplace_back(t.getIntrusivePtr());

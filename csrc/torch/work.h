@@ -49,12 +49,13 @@ class ScalecommWork : public c10d::Work {
   int sourceRank() const override;
   void setSourceProvider(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
   void setDeviceCall(std::shared_ptr<DeviceCall> call) { call_ = std::move(call); }
-  // A call that completed before its Work was returned: the Work keeps its
-  // outputs by weak reference only (result() and the Future still return
+  // A call that already succeeded when its Work is returned: the Work keeps
+  // its outputs by weak reference only (result() and the Future still return
   // them while the caller holds them). Dropping the last C++ reference to a
   // tensor that Python owns takes the GIL; this way the caller's frame, not
-  // the Work's destructor, drops it. Before the Work is shared, on the caller.
-  void holdOutputsWeakly();
+  // the Work's destructor, drops it. A failed call keeps them: an abandoned
+  // MPI request may still write into them. Before the Work is shared, on the caller.
+  void holdOutputsWeaklyIfSucceeded();
   void abort() override;
 
  private:

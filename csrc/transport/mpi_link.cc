@@ -1,6 +1,8 @@
 #include "transport/mpi_link.h"
 
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,7 +18,6 @@ namespace scalecomm {
 #ifdef SCALECOMM_WITH_MPI
 
 namespace {
-constexpr int kStreamTag = 0x5c;
 constexpr size_t kCarryCap = 1 << 16;  // far above any header or element
 }  // namespace
 
@@ -33,7 +34,9 @@ struct MpiLink::State {
   };
   MPI_Comm comm;
   int peer;
+  int tag;
   size_t chunk;
+  bool peerClosed = false;      // the peer's close notice is the next message
   std::vector<SendSlot> sends;  // used round-robin, in order
   size_t sendHead = 0, sendsBusy = 0;
   std::vector<RecvSlot> recvs;  // posted in order, consumed in order
@@ -43,22 +46,39 @@ struct MpiLink::State {
   void post(RecvSlot& s) {
     s.ready = false;
     s.count = s.off = 0;
-    mpiCheck(MPI_Irecv(s.buf.data(), static_cast<int>(chunk), MPI_BYTE, peer, kStreamTag, comm, &s.req), "MPI_Irecv");
+    mpiCheck(MPI_Irecv(s.buf.data(), static_cast<int>(chunk), MPI_BYTE, peer, tag, comm, &s.req), "MPI_Irecv");
   }
-  // The oldest unconsumed message, or null if it has not arrived.
+  // Whether slot s's message has arrived (tests it once if not known yet).
+  bool arrived(RecvSlot& s) {
+    if (s.ready) return true;
+    int done = 0;
+    MPI_Status st;
+    mpiCheck(MPI_Test(&s.req, &done, &st), "MPI_Test (receive)");
+    if (!done) return false;
+    int n = 0;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    s.ready = true;
+    s.count = static_cast<size_t>(n);
+    return true;
+  }
+  // The oldest unconsumed message, or null if it has not arrived or is the
+  // peer's close notice (then peerClosed is set and the slot stays as it is).
   RecvSlot* head() {
     RecvSlot& s = recvs[recvHead];
-    if (!s.ready) {
-      int done = 0;
-      MPI_Status st;
-      mpiCheck(MPI_Test(&s.req, &done, &st), "MPI_Test (receive)");
-      if (!done) return nullptr;
-      int n = 0;
-      MPI_Get_count(&st, MPI_BYTE, &n);
-      s.ready = true;
-      s.count = static_cast<size_t>(n);
+    if (!arrived(s)) return nullptr;
+    if (s.count == 0) {
+      peerClosed = true;
+      return nullptr;
     }
     return &s;
+  }
+  // Looks through the messages that arrived, in order, for the close notice.
+  void scan() {
+    for (size_t i = 0; i < recvs.size() && !peerClosed; ++i) {
+      RecvSlot& s = recvs[(recvHead + i) % recvs.size()];
+      if (!arrived(s)) return;  // receives match in posting order: none later has arrived
+      if (s.count == 0) peerClosed = true;
+    }
   }
   void advanceIfDone(RecvSlot& s) {
     if (s.off < s.count) return;
@@ -90,11 +110,16 @@ struct MpiLink::State {
   }
 };
 
-MpiLink::MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, size_t chunkBytes, int depth)
+int MpiLink::streamTagFor(const std::string& key) {
+  return 1 + static_cast<int>(std::hash<std::string>{}(key) % 32000);
+}
+
+MpiLink::MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, int streamTag, size_t chunkBytes, int depth)
     : Link(peer), group_(std::move(group)), self_(self), s_(std::make_unique<State>()) {
-  SC_CHECK(depth >= 1 && chunkBytes >= 64 && chunkBytes <= (1u << 30));
+  SC_CHECK(depth >= 1 && chunkBytes >= 64 && chunkBytes <= (1u << 30) && streamTag > 0 && streamTag <= 32767);
   s_->comm = mpiComm(*group_);
   s_->peer = peer;
+  s_->tag = streamTag;
   s_->chunk = chunkBytes;
   s_->sends.resize(static_cast<size_t>(depth));
   s_->recvs.resize(static_cast<size_t>(depth));
@@ -139,6 +164,16 @@ void MpiLink::checkOpen() const {
   }
 }
 
+void MpiLink::failPeerClosed() const {
+  fail(ErrorKind::Io, "rank ", peer_, " closed its mpi link to rank ", self_,
+       " (it aborted, failed, or shut down the group) before sending what this rank waits for");
+}
+
+void MpiLink::scanForCloseNotice() {
+  s_->scan();
+  if (s_->peerClosed) failPeerClosed();
+}
+
 size_t MpiLink::trySend(const void* data, size_t bytes) {
   checkOpen();
   if (bytes == 0) return 0;
@@ -150,12 +185,12 @@ size_t MpiLink::trySend(const void* data, size_t bytes) {
     auto& slot = s.sends[s.sendHead];
     const size_t n = std::min(bytes - sent, s.chunk);
     std::memcpy(slot.buf.data(), static_cast<const uint8_t*>(data) + sent, n);
-    mpiCheck(MPI_Isend(slot.buf.data(), static_cast<int>(n), MPI_BYTE, s.peer, kStreamTag, s.comm, &slot.req),
-             "MPI_Isend");
+    mpiCheck(MPI_Isend(slot.buf.data(), static_cast<int>(n), MPI_BYTE, s.peer, s.tag, s.comm, &slot.req), "MPI_Isend");
     s.sendHead = (s.sendHead + 1) % s.sends.size();
     ++s.sendsBusy;
     sent += n;
   }
+  if (sent == 0) scanForCloseNotice();  // stuck: has the peer gone?
   return sent;
 }
 
@@ -172,11 +207,18 @@ size_t MpiLink::tryRecv(RecvConsumer& consumer) {
       }
       // The consumer needs more contiguous bytes: extend the carry by one byte,
       // so it ends exactly where the consumer's unit (header, element) ends.
-      if (s.carry.size() >= kCarryCap || s.pullIntoCarry(1) == 0) return 0;
+      if (s.carry.size() >= kCarryCap) return 0;
+      if (s.pullIntoCarry(1) == 0) {
+        if (s.peerClosed) failPeerClosed();
+        return 0;
+      }
       continue;
     }
     State::RecvSlot* head = s.head();
-    if (head == nullptr) return 0;
+    if (head == nullptr) {
+      if (s.peerClosed) failPeerClosed();
+      return 0;
+    }
     const size_t used = consumer.consume(head->buf.data() + head->off, head->count - head->off);
     if (used > 0) {
       head->off += used;
@@ -198,15 +240,28 @@ size_t MpiLink::peek(void* out, size_t n) {
   return copied;
 }
 
-void MpiLink::checkPeer() { checkOpen(); }
+void MpiLink::checkPeer() {
+  checkOpen();
+  MpiCallGuard guard;
+  scanForCloseNotice();
+}
 
-void MpiLink::close() { closed_.store(true, std::memory_order_release); }
+void MpiLink::close() {
+  if (closed_.exchange(true, std::memory_order_acq_rel) || !mpiActive()) return;
+  // The notice: empty, on the stream tag, after everything sent so far. An
+  // empty message completes without the peer's help; the request is freed.
+  MpiCallGuard guard;
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Isend(nullptr, 0, MPI_BYTE, s_->peer, s_->tag, s_->comm, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+}
 
 #else  // !SCALECOMM_WITH_MPI
 
 struct MpiLink::State {};
 
-MpiLink::MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, size_t, int)
+int MpiLink::streamTagFor(const std::string&) { return 1; }
+
+MpiLink::MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, int, size_t, int)
     : Link(peer), group_(std::move(group)), self_(self) {
   fail(ErrorKind::InvalidArgument, "scalecomm was built without MPI; rebuild with an MPI installed");
 }

@@ -10,9 +10,18 @@
 //   element split across two) is offered a small contiguous carry buffer,
 //   filled from the next message a byte at a time, so every span it sees is
 //   contiguous and no consumer ever needs more than the carry's cap.
-// - MPI reports no peer death: checkPeer() only sees close(); the caller's
-//   deadline bounds every wait. close() marks the link closed (any thread);
-//   the destructor cancels pre-posted receives and abandons unfinished sends
+// - Every message travels on `streamTag`, which the group's ranks agree on per
+//   creation (derived from the rendezvous secret), so a message of an earlier
+//   group whose communicator id MPI recycled does not match this one's receives.
+// - close() (any thread, once) marks the link closed and sends the peer a
+//   close notice: an empty message on the stream tag (data messages are never
+//   empty). MPI keeps messages of one tag in order, so the notice arrives
+//   after every byte sent before it: the peer fails with "rank X closed its
+//   link" only when it waits for bytes that will never come (in tryRecv, or
+//   in trySend/checkPeer while its sends are stuck), at once instead of at
+//   its timeout. MPI reports no peer death: a peer that dies without closing
+//   (SIGKILL) is seen at the caller's deadline.
+// - The destructor cancels pre-posted receives and abandons unfinished sends
 //   (their buffers are leaked on purpose: MPI may still read them).
 // Thread safety: as Link; every MPI call holds MpiCallGuard.
 #pragma once
@@ -20,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "transport/link.h"
 #include "transport/mpi_runtime.h"
@@ -28,7 +38,10 @@ namespace scalecomm {
 
 class MpiLink : public Link {
  public:
-  MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, size_t chunkBytes = 1 << 20, int depth = 4);
+  MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, int streamTag, size_t chunkBytes = 1 << 20,
+          int depth = 4);
+  // The stream tag of a group whose rendezvous secret is `key` (1..32000, MPI allows up to 32767 everywhere).
+  static int streamTagFor(const std::string& key);
   ~MpiLink() override;
   size_t trySend(const void* data, size_t bytes) override;
   size_t tryRecv(RecvConsumer& consumer) override;
@@ -41,6 +54,8 @@ class MpiLink : public Link {
 
  private:
   void checkOpen() const;
+  [[noreturn]] void failPeerClosed() const;
+  void scanForCloseNotice();  // fails if the peer's close notice has arrived
   std::shared_ptr<MpiGroup> group_;
   int self_;
   std::unique_ptr<State> s_;

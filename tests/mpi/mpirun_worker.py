@@ -10,6 +10,8 @@ CASE:
   late       rank 1 joins an mpi allreduce after rank 0 timed out of it and dropped its
              tensor (64 MiB: unmapped when freed); rank 0's next MPI call completes the
              abandoned operation, which must not write into freed memory
+  abort      over the mpi transport, rank 1 aborts its group while the others wait for it in
+             an allreduce: they must fail at once, naming rank 1, not at the 30 s timeout
   hosts      ranks 2k and 2k+1 pretend to share a host (SCALECOMM_HOSTNAME): auto picks
              shm inside a host and the mpi transport between hosts; every algorithm, hier too
 """
@@ -158,9 +160,31 @@ elif case == "late":
         assert bool((y == 2).all()), y[:4]
     MPI.COMM_WORLD.Barrier()  # rank 0: MPI progresses (and completes) the abandoned request here
     torch.ones(big)  # rank 0 is still alive and can allocate
+elif case == "abort":
+    import time
+
+    from mpi4py import MPI
+
+    x = torch.ones(1 << 12)
+    dist.all_reduce(x)  # the links work
+    assert bool((x == n).all())
+    if r == 1:
+        dist.group.WORLD._get_backend(torch.device("cpu")).abort()
+    else:
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(1 << 12))
+            raise AssertionError("an allreduce that rank 1 aborted returned")
+        except dist.DistBackendError as e:
+            took = time.monotonic() - start
+            msg = str(e)
+        assert "closed its mpi link" in msg, msg
+        assert took < 10, f"took {took:.1f} s (the group's timeout is 30 s): {msg}"
+        print(f"rank {r} failed after {took:.2f} s: {msg[:200]}", flush=True)
+    MPI.COMM_WORLD.Barrier()
 else:
     raise SystemExit(f"unknown case {case}")
 
 print(f"OK rank {r}", flush=True)
-if case not in ("timeout", "late"):
+if case not in ("timeout", "late", "abort"):
     dist.destroy_process_group()
