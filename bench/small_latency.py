@@ -11,7 +11,9 @@ interleaved in every round (the VM is noisy: only ratios within one round
 travel). Columns:
 
 - floor: `dist.all_reduce` of 8 bytes on torch's fake process group (world 1):
-  torch's own dispatch, which no backend can beat through `dist.all_reduce`;
+  torch's own dispatch, which no backend can beat through `dist.all_reduce`
+  (below the table: `dist.barrier` on the same group, torch's own barrier
+  dispatch, which allocates a tensor per call);
 - scalecomm, gloo: `dist.all_reduce` (`dist.barrier`) on a group of that backend;
 - mpi: `MPI_Allreduce` (`MPI_Barrier`) through mpi4py on the tensor's memory;
 - deepspeed (when installed, `--deepspeed`): DeepSpeed's CPU shared-memory
@@ -136,6 +138,9 @@ def main() -> int:
         "scalecomm": lambda _t, _a: dist.barrier(),
         "gloo": lambda _t, _a: dist.barrier(group=gloo),
         "mpi": lambda _t, _a: comm.Barrier(),
+        # torch's own barrier dispatch (it allocates a tensor per call): the
+        # floor no backend can beat through dist.barrier; printed below the table
+        "barrier floor": lambda _t, _a: dist.barrier(group=fake),
     }
 
     rows = [(f"{size}", size, impls) for size in _sizes(args.sizes)] + [("barrier", 0, barrier_impls)]
@@ -182,6 +187,14 @@ def main() -> int:
             records.append(
                 {"bytes": size, "what": "barrier" if label == "barrier" else "allreduce", "us": times}
             )
+            if label == "barrier":
+                bf = med["barrier floor"]
+                print(
+                    f"# barrier floor (dist.barrier on the fake group): {bf:.1f} "
+                    f"[{min(times['barrier floor']):.1f}-{max(times['barrier floor']):.1f}]; "
+                    f"scalecomm - barrier floor - mpi = {med['scalecomm'] - bf - med['mpi']:.1f} us",
+                    flush=True,
+                )
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
             for r in records:
