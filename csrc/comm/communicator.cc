@@ -171,7 +171,7 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   const std::string base = "scalecomm/" + groupKey + "/";
   int64_t joined = store.add(base + "join", 1);
   Rendezvous rv{
-      store,  base + "g" + std::to_string((joined - 1) / size) + "/", rank, size, opts, deadline, {}, {}, nullptr,
+      store,  base + "g" + std::to_string((joined - 1) / size) + "/", rank, size, opts, deadline, {}, {}, {}, nullptr,
       nullptr};
   rv.infos.resize(size);
   // The generation's key: rank 0's nonce, published before its address, so
@@ -206,7 +206,8 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
       rv.infos[r] = parseInfo(waitKey(store, rv.prefix + "info/", r, rank, size, deadline, "address exchange"));
   }
   rv.mpiGroup = mpiGroupOf(rv, withMpi);
-  rv.key = (rank == 0 ? nonce : store.get(rv.prefix + "nonce", deadline)) + paramString("SCALECOMM_SECRET");
+  rv.nonce = rank == 0 ? nonce : store.get(rv.prefix + "nonce", deadline);
+  rv.key = rv.nonce + paramString("SCALECOMM_SECRET");
 
   std::vector<std::unique_ptr<Link>> links(size);
   for (int r = 0; r < size; ++r) {

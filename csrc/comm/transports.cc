@@ -66,7 +66,8 @@ class MpiTransport : public Transport {
                            : "this build has no MPI (install libopenmpi-dev and rebuild)";
   }
   std::unique_ptr<Link> connect(Rendezvous& rv, int peer) override {
-    return std::make_unique<MpiLink>(rv.mpiGroup, rv.rank, peer, MpiLink::streamTagFor(rv.key), rv.opts.mpiChunkBytes);
+    return std::make_unique<MpiLink>(rv.mpiGroup, rv.rank, peer, MpiLink::streamTagFor(rv.nonce),
+                                     rv.opts.mpiChunkBytes);
   }
 };
 

@@ -40,8 +40,11 @@ struct Rendezvous {
   int size = 0;
   const MeshOptions& opts;
   Deadline deadline;
-  // This generation's secret: rank 0's random nonce (through the store) plus
-  // SCALECOMM_SECRET when set (never in the store). Proves membership to tcp peers.
+  // This generation's random nonce (rank 0's, through the store): the same on
+  // every rank, new for every creation of the group.
+  std::string nonce;
+  // This generation's secret: the nonce plus SCALECOMM_SECRET when set (never
+  // in the store). Proves membership to tcp peers.
   std::string key;
   std::vector<std::map<std::string, std::string>> infos;  // what each rank published (infos[rank]: ours)
   std::shared_ptr<MpiGroup> mpiGroup;                     // null unless every rank is in one MPI job

@@ -110,8 +110,8 @@ struct MpiLink::State {
   }
 };
 
-int MpiLink::streamTagFor(const std::string& key) {
-  return 1 + static_cast<int>(std::hash<std::string>{}(key) % 32000);
+int MpiLink::streamTagFor(const std::string& nonce) {
+  return 1 + static_cast<int>(std::hash<std::string>{}(nonce) % 32000);
 }
 
 MpiLink::MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, int streamTag, size_t chunkBytes, int depth)

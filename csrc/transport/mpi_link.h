@@ -11,7 +11,7 @@
 //   filled from the next message a byte at a time, so every span it sees is
 //   contiguous and no consumer ever needs more than the carry's cap.
 // - Every message travels on `streamTag`, which the group's ranks agree on per
-//   creation (derived from the rendezvous secret), so a message of an earlier
+//   creation (derived from the rendezvous nonce), so a message of an earlier
 //   group whose communicator id MPI recycled does not match this one's receives.
 // - close() (any thread, once) marks the link closed and sends the peer a
 //   close notice: an empty message on the stream tag (data messages are never
@@ -40,8 +40,8 @@ class MpiLink : public Link {
  public:
   MpiLink(std::shared_ptr<MpiGroup> group, int self, int peer, int streamTag, size_t chunkBytes = 1 << 20,
           int depth = 4);
-  // The stream tag of a group whose rendezvous secret is `key` (1..32000, MPI allows up to 32767 everywhere).
-  static int streamTagFor(const std::string& key);
+  // The stream tag of a group whose rendezvous nonce is `nonce` (1..32000; MPI allows up to 32767 everywhere).
+  static int streamTagFor(const std::string& nonce);
   ~MpiLink() override;
   size_t trySend(const void* data, size_t bytes) override;
   size_t tryRecv(RecvConsumer& consumer) override;
