@@ -15,6 +15,10 @@ travel). Columns:
   (below the table: `dist.barrier` on the same group, torch's own barrier
   dispatch, which allocates a tensor per call);
 - scalecomm, gloo: `dist.all_reduce` (`dist.barrier`) on a group of that backend;
+- floor+mpi: the floor's call and then `MPI_Allreduce` in one loop (barrier
+  row: torch's barrier dispatch and then `MPI_Barrier`): what a backend with
+  Open MPI's transport and no cost of its own would take through torch, both
+  ranks paying torch's dispatch before they meet;
 - mpi: `MPI_Allreduce` (`MPI_Barrier`) through mpi4py on the tensor's memory;
 - deepspeed (when installed, `--deepspeed`): DeepSpeed's CPU shared-memory
   allreduce op called directly (no torch dispatch);
@@ -23,7 +27,12 @@ travel). Columns:
   scalecomm group whose allreduce algorithm is fixed to ALGO (sizes an
   algorithm does not serve are left blank).
 
-Then the goal columns: (scalecomm - floor) / mpi, and scalecomm / mpi.
+Then the goal columns, each the median over rounds of the quantity computed
+within one round (paired: a round's columns run back to back, so the VM's
+drift between rounds cancels): (scalecomm - floor) / mpi; scalecomm - floor
+(us); scalecomm - (floor+mpi) (us: what scalecomm adds beyond that ideal
+backend); scalecomm / mpi. Below the table, the barrier against the floor plus
+`MPI_Barrier`, and against torch's barrier dispatch plus `MPI_Barrier`.
 `--json FILE` writes one record per size with every round's times.
 """
 
@@ -53,6 +62,13 @@ def _sizes(spec: str) -> list[int]:
                 s, mult = s[:-1], m
         out.append(int(s) * mult)
     return out
+
+
+def _paired(times: dict[str, list[float]], stat) -> float:
+    """Median over rounds of `stat` applied to one round's times (columns of a
+    round ran back to back, so their differences cancel the VM's drift)."""
+    rounds = len(next(iter(times.values())))
+    return statistics.median(stat({k: v[i] for k, v in times.items()}) for i in range(rounds))
 
 
 def _deepspeed_op(rank: int, n: int):
@@ -119,8 +135,13 @@ def main() -> int:
     def floor(_t, _a):
         dist.all_reduce(floor_t, group=fake)
 
+    def floor_then_mpi(t, a):
+        dist.all_reduce(floor_t, group=fake)
+        comm.Allreduce(MPI.IN_PLACE, a)
+
     impls = {
         "floor": floor,
+        "floor+mpi": floor_then_mpi,
         "scalecomm": allreduce_on(None),
         "gloo": allreduce_on(gloo),
         "mpi": mpi_allreduce,
@@ -138,6 +159,7 @@ def main() -> int:
         "scalecomm": lambda _t, _a: dist.barrier(),
         "gloo": lambda _t, _a: dist.barrier(group=gloo),
         "mpi": lambda _t, _a: comm.Barrier(),
+        "floor+mpi": lambda _t, _a: (dist.barrier(group=fake), comm.Barrier()),
         # torch's own barrier dispatch (it allocates a tensor per call): the
         # floor no backend can beat through dist.barrier; printed below the table
         "barrier floor": lambda _t, _a: dist.barrier(group=fake),
@@ -149,7 +171,9 @@ def main() -> int:
         print(f"# us per synchronous call: median over {args.rounds} rounds [min-max], max over ranks")
         cols = list(impls)
         print(
-            f"{'bytes':>8} " + " ".join(f"{c:>22}" for c in cols) + f" {'(sc-floor)/mpi':>15} {'sc/mpi':>8}"
+            f"{'bytes':>8} "
+            + " ".join(f"{c:>22}" for c in cols)
+            + f" {'(sc-floor)/mpi':>15} {'sc-floor':>9} {'sc-(f+mpi)':>10} {'sc/mpi':>8}"
         )
     records = []
     for label, size, table in rows:
@@ -181,18 +205,34 @@ def main() -> int:
                 f"{med[k]:>8.1f} [{min(times[k]):>5.1f}-{max(times[k]):>6.1f}]" if k in med else f"{'':>22}"
                 for k in impls
             )
-            over = (med["scalecomm"] - med["floor"]) / med["mpi"]
-            ratio = med["scalecomm"] / med["mpi"]
-            print(f"{label:>8} {cells} {over:>15.2f} {ratio:>8.2f}", flush=True)
+            goals = {
+                "over": _paired(times, lambda r: (r["scalecomm"] - r["floor"]) / r["mpi"]),
+                "above": _paired(times, lambda r: r["scalecomm"] - r["floor"]),
+                "beyond": _paired(times, lambda r: r["scalecomm"] - r["floor+mpi"]),
+                "ratio": _paired(times, lambda r: r["scalecomm"] / r["mpi"]),
+            }
+            print(
+                f"{label:>8} {cells} {goals['over']:>15.2f} {goals['above']:>9.1f} {goals['beyond']:>10.1f} "
+                f"{goals['ratio']:>8.2f}",
+                flush=True,
+            )
             records.append(
-                {"bytes": size, "what": "barrier" if label == "barrier" else "allreduce", "us": times}
+                {
+                    "bytes": size,
+                    "what": "barrier" if label == "barrier" else "allreduce",
+                    "us": times,
+                    "paired_medians": goals,
+                }
             )
             if label == "barrier":
                 bf = med["barrier floor"]
                 print(
                     f"# barrier floor (dist.barrier on the fake group): {bf:.1f} "
                     f"[{min(times['barrier floor']):.1f}-{max(times['barrier floor']):.1f}]; "
-                    f"scalecomm - barrier floor - mpi = {med['scalecomm'] - bf - med['mpi']:.1f} us",
+                    "scalecomm - floor - mpi (paired median) = "
+                    f"{_paired(times, lambda r: r['scalecomm'] - r['floor'] - r['mpi']):.1f} us; "
+                    "scalecomm - barrier floor - mpi = "
+                    f"{_paired(times, lambda r: r['scalecomm'] - r['barrier floor'] - r['mpi']):.1f} us",
                     flush=True,
                 )
     if rank == 0 and args.json:

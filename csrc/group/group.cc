@@ -197,9 +197,10 @@ AlgoParams Group::algoParams() const {
   return {comm_->hostOf(), static_cast<int>(config_.psServers), sharedWindowBytes(*comm_)};
 }
 
-std::string Group::chooseAllreduce(int64_t bytes) {
+Label Group::chooseAllreduce(int64_t bytes) {
   auto it = chosen_.find(bytes);
   if (it != chosen_.end()) return it->second;
+  if (chosen_.size() >= kMaxPrepared) chosen_.clear();  // bounded like the prepared sites
   std::string algo = tuning_.lookup(bytes);
   const char* why = "tuning file";
   if (!algo.empty() && !allreduceServes(algo, size_, bytes, algoParams())) {
@@ -213,26 +214,46 @@ std::string Group::chooseAllreduce(int64_t bytes) {
     why = "cost model";
   }
   SC_LOG(Info, "rank ", rank_, ": auto picks ", algo, " for allreduce of ", bytes, " bytes (", why, ")");
-  return chosen_.emplace(bytes, algo).first->second;
+  return chosen_.emplace(bytes, Label(algo)).first->second;
 }
 
-std::string Group::algorithmFor(CallKind kind, int64_t bytes, const std::string& override) {
+Label Group::algorithmFor(CallKind kind, int64_t bytes, const std::string& override) {
   switch (kind) {
     case CallKind::Allreduce: {
       const std::string& a = override.empty() ? selection_.allreduce : override;
-      return a == "auto" ? chooseAllreduce(bytes) : a;
+      return a == "auto" ? chooseAllreduce(bytes) : Label(a);
     }
     case CallKind::Broadcast:
     case CallKind::Reduce: {
       const std::string& configured = kind == CallKind::Broadcast ? selection_.broadcast : selection_.reduce;
       const std::string& a = override.empty() ? configured : override;
-      return a == "auto" ? chooseRooted(size_, bytes, costs_) : a;
+      return Label(a == "auto" ? chooseRooted(size_, bytes, costs_) : a);
     }
-    case CallKind::Allgather: return override.empty() ? selection_.allgather : override;
-    case CallKind::ReduceScatter: return override.empty() ? selection_.reduceScatter : override;
-    case CallKind::Barrier: return override.empty() ? selection_.barrier : override;
-    default: return override;
+    case CallKind::Allgather: return Label(override.empty() ? selection_.allgather : override);
+    case CallKind::ReduceScatter: return Label(override.empty() ? selection_.reduceScatter : override);
+    case CallKind::Barrier: return Label(override.empty() ? selection_.barrier : override);
+    default: return Label(override);
   }
+}
+
+const Group::Prepared& Group::prepare(CallKind kind, const char* collective, int64_t bytes) {
+  const std::string* configured = kind == CallKind::Allreduce   ? &selection_.allreduce
+                                  : kind == CallKind::Broadcast ? &selection_.broadcast
+                                  : kind == CallKind::Reduce    ? &selection_.reduce
+                                                                : nullptr;
+  const bool bySize = configured != nullptr && *configured == "auto";
+  const SiteKey key{kind, collective, bySize ? bytes : -1};
+  auto it = prepared_.find(key);
+  if (it != prepared_.end()) return it->second;
+  // Bounded: a job with ever new message sizes under auto re-prepares (Labels stay valid).
+  if (prepared_.size() >= kMaxPrepared) prepared_.clear();
+  const Label algorithm = algorithmFor(kind, bytes);
+  // Allreduce, broadcast and reduce name their schedule; the others only
+  // the MPI passthrough.
+  const bool named =
+      kind == CallKind::Allreduce || kind == CallKind::Broadcast || kind == CallKind::Reduce || algorithm == "mpi";
+  const Label title = named && !algorithm.empty() ? Label(strCat(collective, ":", algorithm)) : Label(collective);
+  return prepared_.emplace(key, Prepared{algorithm, title}).first->second;
 }
 
 void Group::numberCall(Call& call, uint64_t& number) {
@@ -330,7 +351,7 @@ void Group::dispatch(Call&& call, uint64_t number) {
     if (exec.owns_lock()) {
       inlineCalls_.fetch_add(1, std::memory_order_relaxed);
       const uint64_t id =
-          recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs, now, &call.algorithm);
+          recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs, now, &call.algorithm.str());
       std::optional<Error> error = execute(call, number, id, now, /*recordStart=*/false);
       exec.unlock();  // completion callbacks may issue further calls
       if (call.done) call.done(error ? &*error : nullptr);

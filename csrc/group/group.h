@@ -53,6 +53,7 @@
 #include "algo/selection.h"
 #include "comm/communicator.h"
 #include "comm/worker.h"
+#include "core/label.h"
 #include "core/store.h"
 #include "group/config.h"
 #include "group/flight_recorder.h"
@@ -83,7 +84,7 @@ enum class CallKind : uint8_t {
 // One call, described as data. Fields a kind does not use are ignored.
 struct Call {
   CallKind kind = CallKind::Custom;
-  std::string name;  // errors, stats, timeline: "allreduce", "all_gather_into_tensor", ...
+  Label name;  // errors, stats, timeline: "allreduce:ring", "all_gather_into_tensor:ring", "send", ...
   DataType dtype = DataType::Opaque;
   ReduceOp op = ReduceOp::None;
   double premulFactor = 1.0;
@@ -106,7 +107,7 @@ struct Call {
   bool waitAllRanks = false;                    // monitored barrier
   std::vector<uint64_t> pairSeqs;               // monitored barrier: its message number per peer (set by the group)
   std::vector<PointToPointOp> batch;            // send/recv batch (pairSeq filled in by the group)
-  std::string algorithm;                        // empty: the group's selection
+  Label algorithm;                              // empty: the group's selection
   int64_t timeoutMs = 0;                        // <= 0: the group's
   uint64_t bytes = 0;                           // for stats and the timeline
   bool blocking = false;                        // the caller waits right away: may run on its thread
@@ -161,9 +162,18 @@ class Group : public std::enable_shared_from_this<Group> {
   bool poisoned() const { return state_->poisoned(); }
   bool isShutDown() const { return shutDown_.load(); }
 
-  // The algorithm a call would run (after auto's choice); the title of a
-  // call's profiling range is "<name>:<algorithm>".
-  std::string algorithmFor(CallKind kind, int64_t bytes, const std::string& override = "");
+  // The algorithm a call would run (after auto's choice).
+  Label algorithmFor(CallKind kind, int64_t bytes, const std::string& override = "");
+  // A prepared call site: the algorithm a call of `kind` and `bytes` runs with
+  // the group's selection, and its title "<collective>:<algorithm>" (errors,
+  // stats, timeline, profiler). Made once per (kind, collective, bytes where
+  // the choice depends on them) and kept (bounded); the returned reference
+  // is valid until the next prepare(). `collective` must be a string literal
+  // (sites are keyed by its address). Submit thread.
+  struct Prepared {
+    Label algorithm, title;
+  };
+  const Prepared& prepare(CallKind kind, const char* collective, int64_t bytes);
 
   // Coalescing (batch_isend_irecv): sends and receives submitted between
   // startCoalescing() and endCoalescing() are numbered at once and run as one
@@ -212,7 +222,7 @@ class Group : public std::enable_shared_from_this<Group> {
   void dumpFlightRecorder(const std::string& why);
   void watchdogLoop();
   void runBody(Call& call, CollectiveOptions& o);
-  std::string chooseAllreduce(int64_t bytes);
+  Label chooseAllreduce(int64_t bytes);
 
   int rank_, size_;
   GroupConfig config_;
@@ -223,8 +233,22 @@ class Group : public std::enable_shared_from_this<Group> {
   std::shared_ptr<GroupState> state_;
   std::unique_ptr<Worker> worker_;
   PlanCache plans_;
-  std::mutex execMu_;                                // held by whichever thread runs a call
-  std::unordered_map<int64_t, std::string> chosen_;  // auto's allreduce choice by bytes (submit thread)
+  std::mutex execMu_;                          // held by whichever thread runs a call
+  std::unordered_map<int64_t, Label> chosen_;  // auto's allreduce choice by bytes (submit thread)
+  struct SiteKey {
+    CallKind kind;
+    const char* collective;
+    int64_t bytes;  // -1 where the choice does not depend on them
+    bool operator==(const SiteKey& o) const { return kind == o.kind && collective == o.collective && bytes == o.bytes; }
+  };
+  struct SiteHash {
+    size_t operator()(const SiteKey& k) const {
+      return std::hash<const void*>()(k.collective) ^
+             (std::hash<int64_t>()(k.bytes) * 31 + static_cast<size_t>(k.kind));
+    }
+  };
+  static constexpr size_t kMaxPrepared = 4096;
+  std::unordered_map<SiteKey, Prepared, SiteHash> prepared_;  // submit thread
   std::atomic<uint64_t> seq_{0};
   std::vector<uint64_t> sentTo_, receivedLabel_;  // point-to-point numbers per peer (submit thread)
   std::vector<uint64_t> received_;                // receives executed per peer (executing thread)

@@ -15,10 +15,12 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "core/label.h"
 
 namespace scalecomm {
 
@@ -70,7 +72,7 @@ class GroupState {
     uint64_t bytes = 0;
     double seconds = 0;  // on the worker, from start to completion
   };
-  void record(const std::string& name, uint64_t bytes, double seconds) {
+  void record(Label name, uint64_t bytes, double seconds) {
     std::lock_guard<std::mutex> g(mu_);
     OpStats& s = stats_[name];
     s.calls += 1;
@@ -79,7 +81,9 @@ class GroupState {
   }
   std::map<std::string, OpStats> stats() const {
     std::lock_guard<std::mutex> g(mu_);
-    return stats_;
+    std::map<std::string, OpStats> out;
+    for (const auto& [name, s] : stats_) out.emplace(name.str(), s);
+    return out;
   }
 
  private:
@@ -89,7 +93,7 @@ class GroupState {
   std::atomic<bool> poisoned_{false};
   std::string reason_;
   ErrorKind kind_ = ErrorKind::Internal;
-  std::map<std::string, OpStats> stats_;
+  std::unordered_map<Label, OpStats> stats_;  // keyed by the interned name: a pointer hash per call
   std::vector<std::function<void()>> abortHooks_;
 };
 

@@ -149,9 +149,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
                     "this tensor is on ", t.device(), ": choose a scalecomm algorithm such as ring");
   auto stage = HostStage::forCall(device, {t});
   at::Tensor tensor = stage->inout(t);
-  Call call = callFor(CallKind::Allreduce, "", opts);
-  call.algorithm = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(t.nbytes()));
-  call.name = "allreduce:" + call.algorithm;
+  Call call = preparedCall(CallKind::Allreduce, "allreduce", static_cast<int64_t>(t.nbytes()), opts);
   call.data = tensor.data_ptr();
   call.count = tensor.numel();
   call.dtype = r.dtype;
@@ -167,7 +165,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceOnNccl(const at::Tenso
   AlgoParams params{group_->communicator().hostOf(), static_cast<int>(config().psServers)};
   auto nccl = nccl_;
   Call call;
-  call.name = "allreduce:" + algo + ":cuda";
+  call.name = strCat("allreduce:", algo, ":cuda");
   call.timeoutMs = opts.timeout.count();
   call.body = [nccl, device, tensor = t, r, params, algo](Communicator&, const CollectiveOptions& o) {
     nccl->allreduce(*device, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, algo, params,
@@ -191,9 +189,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();
   at::Tensor flat = at::empty({count}, ts[0].options().device(at::kCPU));
-  Call call = callFor(CallKind::Allreduce, "", opts);
-  call.algorithm = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(flat.nbytes()));
-  call.name = "allreduce_coalesced";
+  Call call = callFor(CallKind::Allreduce, "allreduce_coalesced", opts);
+  call.algorithm = group_->prepare(CallKind::Allreduce, "allreduce", static_cast<int64_t>(flat.nbytes())).algorithm;
   call.data = flat.data_ptr();
   call.count = count;
   call.dtype = r.dtype;
@@ -222,9 +219,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tenso
   WireShape shape = wireShape(t);
   auto stage = stageFor("broadcast", {t});
   at::Tensor tensor = stage->inout(t);
-  Call call = callFor(CallKind::Broadcast, "", opts);
-  call.algorithm = group_->algorithmFor(CallKind::Broadcast, static_cast<int64_t>(t.nbytes()));
-  call.name = "broadcast:" + call.algorithm;
+  Call call = preparedCall(CallKind::Broadcast, "broadcast", static_cast<int64_t>(t.nbytes()), opts);
   call.data = tensor.data_ptr();
   call.count = shape.count;
   call.dtype = shape.dtype;
@@ -250,9 +245,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
   auto stage = stageFor("allgather", all);
   at::Tensor input = stage->input(in);
   std::vector<at::Tensor> outList = stage->outputs(outs);
-  Call call = callFor(CallKind::Allgather, "", opts);
-  call.algorithm = group_->algorithmFor(CallKind::Allgather, 0);
-  call.name = titled("allgather", call.algorithm);
+  Call call = preparedCall(CallKind::Allgather, "allgather", 0, opts);
   for (const auto& t : outList) call.blocks.push_back(t.data_ptr());
   call.count = shape.count;
   call.dtype = shape.dtype;
@@ -272,9 +265,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
   WireShape shape = wireShape(input);
   auto stage = stageFor("all_gather_into_tensor", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
-  Call call = callFor(CallKind::Allgather, "", opts);
-  call.algorithm = group_->algorithmFor(CallKind::Allgather, 0);
-  call.name = titled("all_gather_into_tensor", call.algorithm);
+  Call call = preparedCall(CallKind::Allgather, "all_gather_into_tensor", 0, opts);
   auto* first = static_cast<uint8_t*>(out.data_ptr());
   for (int r = 0; r < getSize(); ++r) call.blocks.push_back(first + r * in.nbytes());
   call.count = shape.count;
@@ -320,9 +311,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_into_tensor_coalesced
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::barrier(const c10d::BarrierOptions& opts) {
-  Call call = callFor(CallKind::Barrier, "", opts);
-  call.algorithm = group_->algorithmFor(CallKind::Barrier, 0);
-  call.name = titled("barrier", call.algorithm);
+  Call call = preparedCall(CallKind::Barrier, "barrier", 0, opts);
   return run(c10d::OpType::BARRIER, {}, std::move(call));
 }
 

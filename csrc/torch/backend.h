@@ -43,10 +43,10 @@ using BackendConfig = GroupConfig;
 // A Call of `kind` named `name` with c10d's per-call timeout and whether the
 // caller waits right away (asyncOp false: it may run on the caller's thread).
 template <typename Opts>
-Call callFor(CallKind kind, std::string name, const Opts& opts) {
+Call callFor(CallKind kind, Label name, const Opts& opts) {
   Call call;
   call.kind = kind;
-  call.name = std::move(name);
+  call.name = name;
   call.timeoutMs = opts.timeout.count();
   call.blocking = !opts.asyncOp;
   return call;
@@ -183,9 +183,14 @@ class ScalecommBackend : public c10d::Backend {
                                                  const std::shared_ptr<DeviceCall>& call,
                                                  const c10d::AllreduceOptions& opts);
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
-  // "allgather", or "allgather:mpi" for the passthrough.
-  static std::string titled(const char* collective, const std::string& algo) {
-    return algo == "mpi" ? std::string(collective) + ":mpi" : std::string(collective);
+  // A Call of `kind` with the group's algorithm for `bytes` and its title
+  // (the group's prepared call site).
+  template <typename Opts>
+  Call preparedCall(CallKind kind, const char* collective, int64_t bytes, const Opts& opts) {
+    const Group::Prepared& site = group_->prepare(kind, collective, bytes);
+    Call call = callFor(kind, site.title, opts);
+    call.algorithm = site.algorithm;
+    return call;
   }
 
   c10::intrusive_ptr<c10d::Store> store_;  // this group's (torch's prefix store): shrink rendezvous under it

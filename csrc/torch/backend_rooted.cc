@@ -77,9 +77,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
   const int root = static_cast<int>(opts.rootRank), rank = getRank();
   auto stage = stageFor("reduce", {t});
   at::Tensor tensor = rank == root ? stage->inout(t) : stage->input(t);
-  Call call = callFor(CallKind::Reduce, "", opts);
-  call.algorithm = group_->algorithmFor(CallKind::Reduce, static_cast<int64_t>(t.nbytes()));
-  call.name = "reduce:" + call.algorithm;
+  Call call = preparedCall(CallKind::Reduce, "reduce", static_cast<int64_t>(t.nbytes()), opts);
   call.count = t.numel();
   call.dtype = r.dtype;
   call.op = r.op.op;
@@ -95,14 +93,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
   return run(c10d::OpType::REDUCE, {t}, std::move(call), stage);
 }
 
-// Reduce-scatter of `contributions` (world size x out.numel() elements of this
-// rank, copied into a scratch work buffer by `fill` when the call runs); this
-// rank's reduced block is copied into `out`.
-static Call reduceScatterCall(const std::string& name, const c10d::ReduceScatterOptions& opts, const ReductionArgs& r,
-                              const at::Tensor& out, int rank, int size, std::function<void(at::Tensor&)> fill) {
+// Completes `call` (kind, title and algorithm set) as a reduce-scatter of
+// world size x out.numel() elements of this rank, copied into a scratch work
+// buffer by `fill` when the call runs; this rank's reduced block is copied
+// into `out`.
+static Call reduceScatterCall(Call call, const ReductionArgs& r, const at::Tensor& out, int rank, int size,
+                              std::function<void(at::Tensor&)> fill) {
   const int64_t per = out.numel();
   at::Tensor work = at::empty({per * size}, out.options().device(at::kCPU));
-  Call call = callFor(CallKind::ReduceScatter, name, opts);
   call.data = work.data_ptr();
   call.count = per;
   call.dtype = r.dtype;
@@ -123,10 +121,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_reduce_scatter_base(at::Tensor
                     output.numel(), " elements of ", output.scalar_type(), ")");
   auto stage = stageFor("reduce_scatter_tensor", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
-  const std::string algo = group_->algorithmFor(CallKind::ReduceScatter, 0);
-  Call call = reduceScatterCall(titled("reduce_scatter_tensor", algo), opts, r, out, getRank(), getSize(),
-                                [in](at::Tensor& work) { work.copy_(in.reshape({-1})); });
-  call.algorithm = algo;
+  Call call = reduceScatterCall(preparedCall(CallKind::ReduceScatter, "reduce_scatter_tensor", 0, opts), r, out,
+                                getRank(), getSize(), [in](at::Tensor& work) { work.copy_(in.reshape({-1})); });
   return run(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, std::move(call), stage);
 }
 
@@ -144,10 +140,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::
   auto stage = stageFor("reduce_scatter", all);
   std::vector<at::Tensor> ins = stage->inputs(inputs[0]);
   at::Tensor output = stage->output(out);
-  const std::string algo = group_->algorithmFor(CallKind::ReduceScatter, 0);
-  Call call = reduceScatterCall(titled("reduce_scatter", algo), opts, r, output, getRank(), getSize(),
-                                [ins](at::Tensor& work) { at::cat_out(work, flattenAll(ins)); });
-  call.algorithm = algo;
+  Call call = reduceScatterCall(preparedCall(CallKind::ReduceScatter, "reduce_scatter", 0, opts), r, output, getRank(),
+                                getSize(), [ins](at::Tensor& work) { at::cat_out(work, flattenAll(ins)); });
   return run(c10d::OpType::REDUCE_SCATTER, {out}, std::move(call), stage);
 }
 

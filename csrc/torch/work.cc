@@ -15,7 +15,7 @@ c10::TypePtr futureType() {
 
 }  // namespace
 
-ScalecommWork::ScalecommWork(int rank, c10d::OpType type, std::string collective, uint64_t seq,
+ScalecommWork::ScalecommWork(int rank, c10d::OpType type, Label collective, uint64_t seq,
                              std::vector<at::Tensor> outputs, std::shared_ptr<GroupState> group)
     // The profiling title ("scalecomm:allreduce:ring") names the op in
     // torch.profiler traces. Only when a profiler listens to the scope c10d's
@@ -26,9 +26,9 @@ ScalecommWork::ScalecommWork(int rank, c10d::OpType type, std::string collective
     // (at::hasCallbacks() costs ~200 instructions per call).
     : c10d::Work(rank, type,
                  at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value()
-                     ? ("scalecomm:" + collective).c_str()
+                     ? ("scalecomm:" + collective.str()).c_str()
                      : nullptr),
-      collective_(std::move(collective)),
+      collective_(collective),
       seq_(seq),
       outputs_(std::move(outputs)),
       group_(std::move(group)) {}

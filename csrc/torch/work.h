@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/label.h"
 #include "group/group_state.h"
 #include "torch/device_call.h"
 
@@ -28,7 +29,7 @@ namespace scalecomm {
 
 class ScalecommWork : public c10d::Work {
  public:
-  ScalecommWork(int rank, c10d::OpType type, std::string collective, uint64_t seq, std::vector<at::Tensor> outputs,
+  ScalecommWork(int rank, c10d::OpType type, Label collective, uint64_t seq, std::vector<at::Tensor> outputs,
                 std::shared_ptr<GroupState> group);
 
   void finish();
@@ -43,7 +44,7 @@ class ScalecommWork : public c10d::Work {
   uint64_t getSequencenumber() const override { return seq_.load(); }
   // The group numbers the call after the Work exists (torch/backend.cc run()).
   void setSequence(uint64_t seq) { seq_.store(seq); }
-  const std::string& collective() const { return collective_; }
+  const std::string& collective() const { return collective_.str(); }
   // Receive from any source: the rank the message came from, which the
   // worker stores in `source` before it completes the Work.
   int sourceRank() const override;
@@ -61,7 +62,7 @@ class ScalecommWork : public c10d::Work {
  private:
   void endProfilingRange();
   void completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>& f);
-  std::string collective_;
+  Label collective_;
   std::atomic<uint64_t> seq_;
   std::vector<at::Tensor> outputs_;
   c10::SmallVector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>, 1> weakOutputs_;

@@ -1,5 +1,6 @@
 // The torch-free Group over loopback links: every collective kind through
 // submit(), exact results; numbering; the plan cache (one compile per shape);
+// prepared call sites and their interned names;
 // where calls run (inline when blocking and idle, else the worker, in issue
 // order); poison after a failure; coalesced send/recv; abort; shutdown from
 // several threads.
@@ -195,6 +196,47 @@ TEST(plans_are_compiled_once_per_shape) {
     CHECK_EQ(c.plans.misses, uint64_t{2});
     CHECK_EQ(c.plans.hits, uint64_t{198});
     CHECK_EQ(c.plans.entries, uint64_t{2});
+  });
+}
+
+TEST(labels_are_interned_and_outlive_whoever_made_them) {
+  CHECK(Label() == Label(""));
+  CHECK(Label().empty());
+  const Label a("allreduce:ring");
+  Label b;
+  std::thread([&] { b = Label(std::string("allreduce:") + "ring"); }).join();
+  CHECK(a == b);               // the same text from another thread: the same entry
+  CHECK_EQ(a.key(), b.key());  // equal keys, so stats and hash maps merge them
+  CHECK(a != Label("allreduce:rhd"));
+  CHECK_EQ(std::string("x:") + a, std::string("x:allreduce:ring"));
+  CHECK_EQ(strCat(a), std::string("allreduce:ring"));
+}
+
+TEST(prepared_call_sites_are_made_once_and_name_their_algorithm) {
+  Mesh m(2);
+  onRanks(m, [&](int, Group& g) {
+    const Group::Prepared& ar = g.prepare(CallKind::Allreduce, "allreduce", 4096);
+    CHECK(ar.algorithm == g.algorithmFor(CallKind::Allreduce, 4096));
+    CHECK_EQ(ar.title.str(), "allreduce:" + ar.algorithm.str());
+    CHECK(&g.prepare(CallKind::Allreduce, "allreduce", 4096) == &ar);  // a hit returns the same site
+    const Label kept = ar.title;
+    // Broadcast and reduce name their schedule; barrier and allgather only the MPI passthrough.
+    CHECK_EQ(g.prepare(CallKind::Broadcast, "broadcast", 64).title.str(),
+             "broadcast:" + g.algorithmFor(CallKind::Broadcast, 64).str());
+    const Group::Prepared& bar = g.prepare(CallKind::Barrier, "barrier", 0);
+    CHECK_EQ(bar.title.str(), bar.algorithm == "mpi" ? std::string("barrier:mpi") : std::string("barrier"));
+    // Bounded: thousands of message sizes under auto re-prepare; earlier titles stay valid.
+    for (int64_t bytes = 8; bytes < 8 * 6000; bytes += 8) g.prepare(CallKind::Allreduce, "allreduce", bytes);
+    CHECK_EQ(kept.str(), "allreduce:" + g.algorithmFor(CallKind::Allreduce, 4096).str());
+    // Calls named by one site add up in stats() under its title.
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> v(16, 1.0f);
+      Call c = allreduceCall(v, true);
+      c.name = kept;
+      c.algorithm = g.algorithmFor(CallKind::Allreduce, 64);
+      CHECK_EQ(runCall(g, std::move(c)), std::string());
+    }
+    CHECK_EQ(g.stats().at(kept.str()).calls, uint64_t{3});
   });
 }
 
