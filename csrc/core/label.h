@@ -9,7 +9,9 @@
 // text up under a lock: do it once per distinct name (a group's prepared call
 // sites), not once per call. The table grows by the distinct names a process
 // uses (collectives x algorithms: tens), which is why it may be immortal.
-// The default Label is the empty text.
+// The default Label is the empty text. SC_LABEL("send") is the Label of a
+// string literal, made once per place it is written (a per-call path names
+// its calls with it).
 #pragma once
 
 #include <cstddef>
@@ -52,6 +54,12 @@ class Label {
 };
 
 }  // namespace scalecomm
+
+#define SC_LABEL(literal)                       \
+  ([]() -> ::scalecomm::Label {                 \
+    static const ::scalecomm::Label l(literal); \
+    return l;                                   \
+  }())
 
 template <>
 struct std::hash<scalecomm::Label> {

@@ -189,7 +189,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();
   at::Tensor flat = at::empty({count}, ts[0].options().device(at::kCPU));
-  Call call = callFor(CallKind::Allreduce, "allreduce_coalesced", opts);
+  Call call = callFor(CallKind::Allreduce, SC_LABEL("allreduce_coalesced"), opts);
   call.algorithm = group_->prepare(CallKind::Allreduce, "allreduce", static_cast<int64_t>(flat.nbytes())).algorithm;
   call.data = flat.data_ptr();
   call.count = count;
@@ -325,7 +325,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::pointToPoint(bool sending, std:
   at::Tensor tensor = sending ? stage->input(t) : stage->output(t);
   Call call;
   call.kind = sending ? CallKind::Send : CallKind::Recv;
-  call.name = what;
+  call.name = sending ? SC_LABEL("send") : SC_LABEL("recv");
   call.data = tensor.data_ptr();
   call.count = shape.count;
   call.dtype = shape.dtype;
@@ -356,7 +356,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::recvAnysource(std::vector<at::T
   auto source = std::make_shared<std::atomic<int>>(-1);
   Call call;
   call.kind = CallKind::RecvAnySource;
-  call.name = "recv_anysource";
+  call.name = SC_LABEL("recv_anysource");
   call.data = tensor.data_ptr();
   call.count = shape.count;
   call.dtype = shape.dtype;

@@ -21,7 +21,7 @@ void ScalecommBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool w
   }
   Call call;
   call.kind = CallKind::MonitoredBarrier;
-  call.name = "monitored_barrier";
+  call.name = SC_LABEL("monitored_barrier");
   call.waitAllRanks = waitAllRanks;
   call.timeoutMs = opts.timeout.count();
   auto work = run(c10d::OpType::BARRIER, {}, std::move(call));
@@ -50,7 +50,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::endCoalescing() {
   // (that would desynchronise later collectives): its Work shows the first
   // message's per-pair number, and every message carries its own.
   Call call;
-  call.name = "batch_isend_irecv";
+  call.name = SC_LABEL("batch_isend_irecv");
   call.done = [work](const Error* e) {
     if (e == nullptr) {
       work->finish();

@@ -169,7 +169,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::gather(std::vector<std::vector<
   auto stage = stageFor("gather", all);
   at::Tensor input = stage->input(in);
   std::vector<at::Tensor> outs = stage->outputs(userOuts);
-  Call call = callFor(CallKind::Gather, "gather", opts);
+  Call call = callFor(CallKind::Gather, SC_LABEL("gather"), opts);
   call.blocks = rootedBlocks(outs, input, rank, root, size);
   call.count = shape.count;
   call.dtype = shape.dtype;
@@ -192,7 +192,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::scatter(std::vector<at::Tensor>
   auto stage = stageFor("scatter", all);
   ins = stage->inputs(ins);
   at::Tensor output = stage->output(out);
-  Call call = callFor(CallKind::Scatter, "scatter", opts);
+  Call call = callFor(CallKind::Scatter, SC_LABEL("scatter"), opts);
   call.blocks = rootedBlocks(ins, output, rank, root, size);
   call.count = shape.count;
   call.dtype = shape.dtype;
@@ -230,7 +230,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
   const size_t unitBytes = elementSize(dtype);
   auto stage = stageFor("all_to_all_single", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
-  Call call = callFor(CallKind::Alltoall, "all_to_all_single", opts);
+  Call call = callFor(CallKind::Alltoall, SC_LABEL("all_to_all_single"), opts);
   call.dtype = dtype;
   call.blocks.resize(2 * n);
   call.sendCounts.resize(n);
@@ -274,7 +274,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall(std::vector<at::Tensor
   all.insert(all.end(), outputs.begin(), outputs.end());
   auto stage = stageFor("all_to_all", all);
   std::vector<at::Tensor> ins = stage->inputs(inputs), outs = stage->outputs(outputs);
-  Call call = callFor(CallKind::Alltoall, "all_to_all", opts);
+  Call call = callFor(CallKind::Alltoall, SC_LABEL("all_to_all"), opts);
   call.dtype = dtype;
   for (const auto& t : ins) call.blocks.push_back(t.data_ptr());
   for (const auto& t : outs) call.blocks.push_back(t.data_ptr());
