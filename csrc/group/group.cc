@@ -197,65 +197,6 @@ AlgoParams Group::algoParams() const {
   return {comm_->hostOf(), static_cast<int>(config_.psServers), sharedWindowBytes(*comm_)};
 }
 
-Label Group::chooseAllreduce(int64_t bytes) {
-  auto it = chosen_.find(bytes);
-  if (it != chosen_.end()) return it->second;
-  if (chosen_.size() >= kMaxPrepared) chosen_.clear();  // bounded like the prepared sites
-  std::string algo = tuning_.lookup(bytes);
-  const char* why = "tuning file";
-  if (!algo.empty() && !allreduceServes(algo, size_, bytes, algoParams())) {
-    // The table's winner at the nearest measured size cannot take this message.
-    SC_LOG(Info, "rank ", rank_, ": tuning file's ", algo, " does not serve ", bytes, " bytes; using the cost model");
-    algo.clear();
-  }
-  if (algo.empty()) {
-    const AlgoParams params = algoParams();
-    algo = scalecomm::chooseAllreduce(size_, bytes, costs_, params, autoAllreduceCandidates(size_, bytes, params));
-    why = "cost model";
-  }
-  SC_LOG(Info, "rank ", rank_, ": auto picks ", algo, " for allreduce of ", bytes, " bytes (", why, ")");
-  return chosen_.emplace(bytes, Label(algo)).first->second;
-}
-
-Label Group::algorithmFor(CallKind kind, int64_t bytes, const std::string& override) {
-  switch (kind) {
-    case CallKind::Allreduce: {
-      const std::string& a = override.empty() ? selection_.allreduce : override;
-      return a == "auto" ? chooseAllreduce(bytes) : Label(a);
-    }
-    case CallKind::Broadcast:
-    case CallKind::Reduce: {
-      const std::string& configured = kind == CallKind::Broadcast ? selection_.broadcast : selection_.reduce;
-      const std::string& a = override.empty() ? configured : override;
-      return Label(a == "auto" ? chooseRooted(size_, bytes, costs_) : a);
-    }
-    case CallKind::Allgather: return Label(override.empty() ? selection_.allgather : override);
-    case CallKind::ReduceScatter: return Label(override.empty() ? selection_.reduceScatter : override);
-    case CallKind::Barrier: return Label(override.empty() ? selection_.barrier : override);
-    default: return Label(override);
-  }
-}
-
-const Group::Prepared& Group::prepare(CallKind kind, const char* collective, int64_t bytes) {
-  const std::string* configured = kind == CallKind::Allreduce   ? &selection_.allreduce
-                                  : kind == CallKind::Broadcast ? &selection_.broadcast
-                                  : kind == CallKind::Reduce    ? &selection_.reduce
-                                                                : nullptr;
-  const bool bySize = configured != nullptr && *configured == "auto";
-  const SiteKey key{kind, collective, bySize ? bytes : -1};
-  auto it = prepared_.find(key);
-  if (it != prepared_.end()) return it->second;
-  // Bounded: a job with ever new message sizes under auto re-prepares (Labels stay valid).
-  if (prepared_.size() >= kMaxPrepared) prepared_.clear();
-  const Label algorithm = algorithmFor(kind, bytes);
-  // Allreduce, broadcast and reduce name their schedule; the others only
-  // the MPI passthrough.
-  const bool named =
-      kind == CallKind::Allreduce || kind == CallKind::Broadcast || kind == CallKind::Reduce || algorithm == "mpi";
-  const Label title = named && !algorithm.empty() ? Label(strCat(collective, ":", algorithm)) : Label(collective);
-  return prepared_.emplace(key, Prepared{algorithm, title}).first->second;
-}
-
 void Group::numberCall(Call& call, uint64_t& number) {
   auto checkPeer = [&](int peer) {
     if (peer < 0 || peer >= size_ || peer == rank_) {
