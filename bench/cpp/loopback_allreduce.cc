@@ -11,6 +11,7 @@
 
 #include "algo/collectives.h"
 #include "comm/loopback_mesh.h"
+#include "comm/stream_channel.h"
 
 using namespace scalecomm;
 
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
         CollectiveOptions o;
         o.segmentBytes = seg;
         o.seq = it;
-        allreduce(*comms[r], bufs[r].data(), count, DataType::Float32, ReduceOp::Sum, 1, o);
+        allreduce(comms[r]->channel(), bufs[r].data(), count, DataType::Float32, ReduceOp::Sum, 1, o);
       });
     }
     for (auto& t : ts) t.join();

@@ -1,6 +1,7 @@
 #include "algo/collectives.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 
 #include "algo/barrier.h"
@@ -13,7 +14,10 @@
 #include "algo/ring.h"
 #include "algo/shared.h"
 #include "algo/tree.h"
+#include "comm/communicator.h"
+#include "comm/queued_channel.h"
 #include "comm/reducer.h"
+#include "core/logging.h"
 #include "core/error.h"
 
 namespace scalecomm {
@@ -39,6 +43,44 @@ const PreparedPlan& prepare(PlanKey key, int n, const CollectiveOptions& opts, c
   local.schedule = build();
   local.plan = compilePlan(local.schedule, n, key.segmentElems, key.paceSegments);
   return local;
+}
+
+// The stream channel's Communicator, for what runs only on host links.
+Communicator& hostLinks(Channel& ch, const char* collective, const std::string& algorithm) {
+  if (Communicator* c = ch.communicator()) return *c;
+  fail(ErrorKind::InvalidArgument, "scalecomm ", collective, " (rank ", ch.rank(), "): algorithm ", algorithm,
+       " runs on host memory over the group's links, not on device memory; choose a schedule (ring, rhd, tree, ...) "
+       "or nccl");
+}
+
+// PREMUL_SUM's pre-multiplication, on the channel's memory.
+void scaleLocal(Channel& ch, void* data, int64_t count, DataType dtype, double factor) {
+  ch.reducer().scale(data, count, dtype, factor);
+  ch.reducer().fence();
+}
+
+bool isNative(const std::string& algorithm) { return algorithm == "nccl"; }
+
+// The queued channel's own collective (algorithm "nccl"); PREMUL_SUM is
+// scaled first and then summed.
+void runNative(Channel& ch, NativeCall call, double premulFactor) {
+  const char* what = collectiveName(call.kind);
+  if (!ch.queued()) {
+    fail(ErrorKind::InvalidArgument, "scalecomm ", what, " (rank ", ch.rank(),
+         "): algorithm nccl takes CUDA tensors (and a build with NCCL); choose a scalecomm algorithm such as ring");
+  }
+  auto& q = static_cast<QueuedChannel&>(ch);
+  if (call.op == ReduceOp::PremulSum) {
+    const int64_t elems = call.kind == CollectiveKind::ReduceScatter ? call.count * ch.size() : call.count;
+    scaleLocal(ch, const_cast<void*>(call.send), elems, call.dtype, premulFactor);
+    call.op = ReduceOp::Sum;
+  }
+  if (!q.hasNative(call.kind, call.dtype, call.op)) {
+    fail(ErrorKind::InvalidArgument, "scalecomm ", what, ":nccl (rank ", ch.rank(), "): NCCL has no ",
+         reduceOpName(call.op), " on ", dataTypeName(call.dtype),
+         "; choose a scalecomm algorithm (ring, rhd, tree, ...) for this op and dtype");
+  }
+  q.native(call);
 }
 
 std::vector<uint8_t*> chunkPointers(void* data, const std::vector<int64_t>& counts, DataType dtype) {
@@ -78,75 +120,97 @@ Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_
   return a->schedule(rank, n, count, finalize, params);
 }
 
-void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
+void allreduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
                const CollectiveOptions& opts) {
-  const int n = comm.size();
+  const int n = ch.size();
   if (isMpiPassthrough(opts.algorithm) && n > 1 && count > 0) {
-    return mpiAllreduce(comm, data, count, dtype, op, premulFactor, opts);
+    return mpiAllreduce(hostLinks(ch, "allreduce", opts.algorithm), data, count, dtype, op, premulFactor, opts);
   }
-  if (op == ReduceOp::PremulSum) scaleInPlace(data, count, dtype, premulFactor);
-  if (count == 0) return;
-  if (n == 1) {
-    if (op == ReduceOp::Avg) divideInPlace(data, count, dtype, 1);
+  if (isNative(opts.algorithm)) {
+    if (count > 0) runNative(ch, {CollectiveKind::Allreduce, data, data, count, dtype, op, -1}, premulFactor);
     return;
   }
+  if (op == ReduceOp::PremulSum) scaleLocal(ch, data, count, dtype, premulFactor);
+  if (count == 0 || n == 1) return;  // AVG over one rank divides by 1
   ExecContext ctx(opts, CollectiveKind::Allreduce, dtype, count);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  if (runsOnWindows(opts.algorithm)) return sharedAllreduce(comm, data, count, ctx);
+  if (runsOnWindows(opts.algorithm)) return sharedAllreduce(hostLinks(ch, "allreduce", opts.algorithm), data, count, ctx);
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::Allreduce, opts.algorithm, count, dtype, -1, avg, 0, 0, opts.psServers}, n, opts,
       [&] {
-        AlgoParams params{comm.hostOf(), opts.psServers};
-        return allreduceSchedule(opts.algorithm, comm.rank(), n, count, avg, params);
+        AlgoParams params{ch.hostOf(), opts.psServers};
+        return allreduceSchedule(opts.algorithm, ch.rank(), n, count, avg, params);
       },
       local);
-  execute(p.plan, chunkPointers(data, p.schedule.blockCounts, dtype), comm, ctx);
+  execute(p.plan, chunkPointers(data, p.schedule.blockCounts, dtype), ch, ctx);
 }
 
-void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root, const CollectiveOptions& opts) {
-  const int n = comm.size();
+void broadcast(Channel& ch, void* data, int64_t count, DataType dtype, int root, const CollectiveOptions& opts) {
+  const int n = ch.size();
   if (n == 1 || count == 0) return;
-  if (isMpiPassthrough(opts.algorithm)) return mpiBroadcast(comm, data, count, dtype, root, opts);
+  if (isMpiPassthrough(opts.algorithm)) {
+    return mpiBroadcast(hostLinks(ch, "broadcast", opts.algorithm), data, count, dtype, root, opts);
+  }
+  if (isNative(opts.algorithm)) {
+    return runNative(ch, {CollectiveKind::Broadcast, data, data, count, dtype, ReduceOp::None, root}, 1);
+  }
   ExecContext ctx(opts, CollectiveKind::Broadcast, dtype, count);
   ctx.root = root;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::Broadcast, opts.algorithm, count, dtype, root}, n, opts,
-      [&] { return findRootedAlgorithm(opts.algorithm).broadcast(comm.rank(), n, root, count); }, local);
-  execute(p.plan, {static_cast<uint8_t*>(data)}, comm, ctx);
+      [&] { return findRootedAlgorithm(opts.algorithm).broadcast(ch.rank(), n, root, count); }, local);
+  execute(p.plan, {static_cast<uint8_t*>(data)}, ch, ctx);
 }
 
-void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t count, DataType dtype,
+void allgather(Channel& ch, const std::vector<void*>& outputs, int64_t count, DataType dtype,
                const CollectiveOptions& opts) {
-  const int n = comm.size();
+  const int n = ch.size();
   SC_CHECK(static_cast<int>(outputs.size()) == n);
   if (n == 1 || count == 0) return;
-  if (isMpiPassthrough(opts.algorithm)) return mpiAllgather(comm, outputs, count, dtype, opts);
+  if (isMpiPassthrough(opts.algorithm)) {
+    return mpiAllgather(hostLinks(ch, "allgather", opts.algorithm), outputs, count, dtype, opts);
+  }
+  if (isNative(opts.algorithm)) {
+    const int64_t block = count * static_cast<int64_t>(elementSize(dtype));
+    bool contiguous = true;
+    for (int q = 0; q < n; ++q) contiguous = contiguous && static_cast<uint8_t*>(outputs[q]) == static_cast<uint8_t*>(outputs[0]) + q * block;
+    if (contiguous) {
+      return runNative(ch, {CollectiveKind::Allgather, outputs[ch.rank()], outputs[0], count, dtype, ReduceOp::None, -1},
+                       1);
+    }
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      SC_LOG(Info, "scalecomm allgather:nccl: the outputs are separate tensors, which NCCL's allgather cannot fill; "
+                   "they are gathered with the ring schedule over NCCL send/recv instead");
+    }
+  }
   ExecContext ctx(opts, CollectiveKind::Allgather, dtype, count);
   PreparedPlan local;
   const PreparedPlan& p = prepare(
-      {CollectiveKind::Allgather, "ring", count, dtype}, n, opts, [&] { return ringAllgather(comm.rank(), n, count); },
+      {CollectiveKind::Allgather, "ring", count, dtype}, n, opts, [&] { return ringAllgather(ch.rank(), n, count); },
       local);
   std::vector<uint8_t*> ptrs;
   for (void* q : outputs) ptrs.push_back(static_cast<uint8_t*>(q));
-  execute(p.plan, ptrs, comm, ctx);
+  execute(p.plan, ptrs, ch, ctx);
 }
 
-void barrier(Communicator& comm, const CollectiveOptions& opts) {
-  const int n = comm.size();
+void barrier(Channel& ch, const CollectiveOptions& opts) {
+  const int n = ch.size();
   if (n == 1) return;
-  if (isMpiPassthrough(opts.algorithm)) return mpiBarrier(comm, opts);
+  if (isMpiPassthrough(opts.algorithm)) return mpiBarrier(hostLinks(ch, "barrier", opts.algorithm), opts);
   uint8_t token = 0;
   ExecContext ctx(opts, CollectiveKind::Barrier, DataType::Opaque, 1);
-  if (opts.algorithm == "shared") return sharedBarrier(comm, ctx);
+  if (opts.algorithm == "shared") return sharedBarrier(hostLinks(ch, "barrier", opts.algorithm), ctx);
+  SC_CHECK(!ch.queued(), "a barrier runs on the host links (it has no device memory to move)");
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::Barrier, "dissemination", 1, DataType::Opaque, -1, false, 1}, n, opts,
-      [&] { return disseminationBarrier(comm.rank(), n); }, local);
-  execute(p.plan, {&token}, comm, ctx);
+      [&] { return disseminationBarrier(ch.rank(), n); }, local);
+  execute(p.plan, {&token}, ch, ctx);
 }
 
 namespace {
@@ -159,13 +223,17 @@ std::vector<uint8_t*> bytePointers(const std::vector<void*>& ptrs) {
 
 }  // namespace
 
-void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor, int root,
+void reduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor, int root,
             const CollectiveOptions& opts) {
-  const int n = comm.size();
+  const int n = ch.size();
   if (isMpiPassthrough(opts.algorithm) && n > 1 && count > 0) {
-    return mpiReduce(comm, data, count, dtype, op, premulFactor, root, opts);
+    return mpiReduce(hostLinks(ch, "reduce", opts.algorithm), data, count, dtype, op, premulFactor, root, opts);
   }
-  if (op == ReduceOp::PremulSum) scaleInPlace(data, count, dtype, premulFactor);
+  if (isNative(opts.algorithm)) {
+    if (count > 0) runNative(ch, {CollectiveKind::Reduce, data, data, count, dtype, op, root}, premulFactor);
+    return;
+  }
+  if (op == ReduceOp::PremulSum) scaleLocal(ch, data, count, dtype, premulFactor);
   if (count == 0 || n == 1) return;
   ExecContext ctx(opts, CollectiveKind::Reduce, dtype, count);
   ctx.op = op;
@@ -175,17 +243,23 @@ void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, Reduc
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::Reduce, opts.algorithm, count, dtype, root, avg}, n, opts,
-      [&] { return findRootedAlgorithm(opts.algorithm).reduce(comm.rank(), n, root, count, avg); }, local);
-  execute(p.plan, {static_cast<uint8_t*>(data)}, comm, ctx);
+      [&] { return findRootedAlgorithm(opts.algorithm).reduce(ch.rank(), n, root, count, avg); }, local);
+  execute(p.plan, {static_cast<uint8_t*>(data)}, ch, ctx);
 }
 
-void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
+void reduceScatter(Channel& ch, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
                    const CollectiveOptions& opts) {
-  const int n = comm.size();
+  const int n = ch.size();
   if (isMpiPassthrough(opts.algorithm) && n > 1 && perRank > 0) {
-    return mpiReduceScatter(comm, work, perRank, dtype, op, premulFactor, opts);
+    return mpiReduceScatter(hostLinks(ch, "reduce_scatter", opts.algorithm), work, perRank, dtype, op, premulFactor,
+                            opts);
   }
-  if (op == ReduceOp::PremulSum) scaleInPlace(work, perRank * n, dtype, premulFactor);
+  if (isNative(opts.algorithm)) {
+    if (perRank == 0) return;
+    auto* mine = static_cast<uint8_t*>(work) + ch.rank() * perRank * static_cast<int64_t>(elementSize(dtype));
+    return runNative(ch, {CollectiveKind::ReduceScatter, work, mine, perRank, dtype, op, -1}, premulFactor);
+  }
+  if (op == ReduceOp::PremulSum) scaleLocal(ch, work, perRank * n, dtype, premulFactor);
   if (perRank == 0 || n == 1) return;
   ExecContext ctx(opts, CollectiveKind::ReduceScatter, dtype, perRank);
   ctx.op = op;
@@ -194,15 +268,15 @@ void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dty
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::ReduceScatter, "ring", perRank, dtype, -1, avg}, n, opts,
-      [&] { return ringReduceScatter(comm.rank(), n, perRank, avg); }, local);
-  execute(p.plan, chunkPointers(work, p.schedule.blockCounts, dtype), comm, ctx);
+      [&] { return ringReduceScatter(ch.rank(), n, perRank, avg); }, local);
+  execute(p.plan, chunkPointers(work, p.schedule.blockCounts, dtype), ch, ctx);
 }
 
 namespace {
 
-void rooted(Communicator& comm, CollectiveKind kind, const std::vector<void*>& blocks, int64_t perRank, DataType dtype,
+void rooted(Channel& ch, CollectiveKind kind, const std::vector<void*>& blocks, int64_t perRank, DataType dtype,
             int root, const CollectiveOptions& opts) {
-  const int n = comm.size();
+  const int n = ch.size();
   if (perRank == 0 || n == 1) return;
   ExecContext ctx(opts, kind, dtype, perRank);
   ctx.root = root;
@@ -210,29 +284,29 @@ void rooted(Communicator& comm, CollectiveKind kind, const std::vector<void*>& b
   const PreparedPlan& p = prepare(
       {kind, "direct", perRank, dtype, root}, n, opts,
       [&] {
-        return kind == CollectiveKind::Gather ? directGather(comm.rank(), n, root, perRank)
-                                              : directScatter(comm.rank(), n, root, perRank);
+        return kind == CollectiveKind::Gather ? directGather(ch.rank(), n, root, perRank)
+                                              : directScatter(ch.rank(), n, root, perRank);
       },
       local);
-  execute(p.plan, bytePointers(blocks), comm, ctx);
+  execute(p.plan, bytePointers(blocks), ch, ctx);
 }
 
 }  // namespace
 
-void gather(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
+void gather(Channel& ch, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
             const CollectiveOptions& opts) {
-  rooted(comm, CollectiveKind::Gather, blocks, perRank, dtype, root, opts);
+  rooted(ch, CollectiveKind::Gather, blocks, perRank, dtype, root, opts);
 }
 
-void scatter(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
+void scatter(Channel& ch, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
              const CollectiveOptions& opts) {
-  rooted(comm, CollectiveKind::Scatter, blocks, perRank, dtype, root, opts);
+  rooted(ch, CollectiveKind::Scatter, blocks, perRank, dtype, root, opts);
 }
 
-void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const std::vector<int64_t>& sendCounts,
+void alltoall(Channel& ch, const std::vector<void*>& sendBlocks, const std::vector<int64_t>& sendCounts,
               const std::vector<void*>& recvBlocks, const std::vector<int64_t>& recvCounts, DataType dtype,
               const CollectiveOptions& opts) {
-  const int n = comm.size();
+  const int n = ch.size();
   if (n == 1) return;
   // Splits legitimately differ between ranks; each message's size is checked instead.
   ExecContext ctx(opts, CollectiveKind::Alltoall, dtype, 0);
@@ -242,13 +316,13 @@ void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const st
   PreparedPlan local;
   const PreparedPlan& p = prepare(
       {CollectiveKind::Alltoall, "direct", 0, dtype}, n, uncached,
-      [&] { return directAlltoall(comm.rank(), n, sendCounts, recvCounts); }, local);
+      [&] { return directAlltoall(ch.rank(), n, sendCounts, recvCounts); }, local);
   std::vector<void*> ptrs = sendBlocks;
   ptrs.insert(ptrs.end(), recvBlocks.begin(), recvBlocks.end());
-  execute(p.plan, bytePointers(ptrs), comm, ctx);
+  execute(p.plan, bytePointers(ptrs), ch, ctx);
 }
 
-void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts) {
+void pointToPointBatch(Channel& ch, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts) {
   ExecContext ctx(opts, CollectiveKind::SendRecv, DataType::Opaque, 0);
   Schedule s;
   s.algorithm = "direct";
@@ -263,12 +337,13 @@ void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& op
   }
   s.steps.push_back(step);
   // Segments in bytes, as the executor counts them for dtype Opaque.
-  execute(compilePlan(s, comm.size(), std::max<int64_t>(1, opts.segmentBytes)), ptrs, comm, ctx);
+  execute(compilePlan(s, ch.size(), std::max<int64_t>(1, opts.segmentBytes)), ptrs, ch, ctx);
 }
 
-int recvFromAny(Communicator& comm, void* data, int64_t count, DataType dtype, int tag, std::vector<uint64_t>& recvSeq,
+int recvFromAny(Channel& ch, void* data, int64_t count, DataType dtype, int tag, std::vector<uint64_t>& recvSeq,
                 int startPeer, const CollectiveOptions& opts) {
-  const int n = comm.size(), rank = comm.rank();
+  Communicator& comm = hostLinks(ch, "recv from any source", "(any source)");
+  const int n = ch.size(), rank = ch.rank();
   std::vector<int> peers;
   for (int k = 0; k < n; ++k) {
     const int p = modRank(startPeer + k, n);
@@ -283,7 +358,7 @@ int recvFromAny(Communicator& comm, void* data, int64_t count, DataType dtype, i
       if (h.seq != recvSeq[p] + 1 || h.rootOrTag != tag) continue;
       CollectiveOptions o = opts;
       o.seq = ++recvSeq[p];
-      recvFrom(comm, data, count, dtype, p, tag, o);
+      recvFrom(ch, data, count, dtype, p, tag, o);
       return p;
     }
     if (opts.deadline.expired()) {
@@ -295,15 +370,15 @@ int recvFromAny(Communicator& comm, void* data, int64_t count, DataType dtype, i
   }
 }
 
-void sendTo(Communicator& comm, const void* data, int64_t count, DataType dtype, int peer, int tag,
+void sendTo(Channel& ch, const void* data, int64_t count, DataType dtype, int peer, int tag,
             const CollectiveOptions& opts) {
   // The executor only reads blocks that it sends.
-  pointToPointBatch(comm, {{true, const_cast<void*>(data), count, dtype, peer, tag, opts.seq}}, opts);
+  pointToPointBatch(ch, {{true, const_cast<void*>(data), count, dtype, peer, tag, opts.seq}}, opts);
 }
 
-void recvFrom(Communicator& comm, void* data, int64_t count, DataType dtype, int peer, int tag,
+void recvFrom(Channel& ch, void* data, int64_t count, DataType dtype, int peer, int tag,
               const CollectiveOptions& opts) {
-  pointToPointBatch(comm, {{false, data, count, dtype, peer, tag, opts.seq}}, opts);
+  pointToPointBatch(ch, {{false, data, count, dtype, peer, tag, opts.seq}}, opts);
 }
 
 }  // namespace scalecomm

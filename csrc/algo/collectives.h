@@ -1,12 +1,20 @@
 // scalecomm algo: collectives on host-addressable memory, torch-free.
 //
-// Contract: each function runs one collective to completion on the calling
-// thread over `comm`, choosing the schedule for `opts.algorithm`, cutting it
-// into segments of opts.segmentBytes (paced by opts.sendAheadBytes) and
-// running it with the executor. Buffers are raw memory of `count` elements of
-// `dtype`; world size 1 and count 0 move no bytes. Arguments must already be
-// validated (the torch adapter does it and raises InvalidArgument);
-// mismatches across ranks are detected on the wire.
+// Contract: each function runs one collective on the calling thread over the
+// channel `ch` (comm/channel.h), choosing the schedule for `opts.algorithm`,
+// cutting it into segments of opts.segmentBytes (paced by
+// opts.sendAheadBytes) and running it with the one executor. Buffers are raw
+// memory of `count` elements of `dtype`, on the channel's device; world size
+// 1 and count 0 move no bytes. On the stream channel the collective is
+// complete on return and mismatches across ranks are detected on the wire; on
+// a queued channel it is issued on return (the caller waits for the queue)
+// and arguments must agree across ranks (as with NCCL). Algorithm "nccl"
+// runs the queued channel's native collective (allreduce, broadcast, reduce,
+// allgather with contiguous outputs, reduce_scatter; the others have no
+// native form and run their direct schedule, as NCCL's users do). Host-only
+// algorithms (mpi, shared windows) and receive-from-any-source need the
+// stream channel. Arguments must already be validated (the torch adapter does
+// it and raises InvalidArgument).
 // Errors: Error(Io|Timeout|InvalidArgument|Aborted) prefixed with
 // "scalecomm <collective> (rank r, seq s)". After an error the caller must
 // poison the group. Thread safety: one collective at a time per Communicator.
@@ -20,7 +28,7 @@
 #include "algo/plan_cache.h"
 #include "algo/schedule.h"
 #include "algo/trace.h"
-#include "comm/communicator.h"
+#include "comm/channel.h"
 #include "comm/reducer.h"
 #include "core/deadline.h"
 #include "core/dtype.h"
@@ -29,35 +37,35 @@
 namespace scalecomm {
 
 // In place. For PremulSum, premulFactor multiplies each rank's input first.
-void allreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
+void allreduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
                const CollectiveOptions& opts);
 
 // In place; `data` holds `count` elements on every rank, the root's are sent.
-void broadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root, const CollectiveOptions& opts);
+void broadcast(Channel& ch, void* data, int64_t count, DataType dtype, int root, const CollectiveOptions& opts);
 
 // outputs[r] receives rank r's `count` elements; outputs[rank] must already
 // hold this rank's contribution (the caller copies it in).
-void allgather(Communicator& comm, const std::vector<void*>& outputs, int64_t count, DataType dtype,
+void allgather(Channel& ch, const std::vector<void*>& outputs, int64_t count, DataType dtype,
                const CollectiveOptions& opts);
 
-void barrier(Communicator& comm, const CollectiveOptions& opts);
+void barrier(Channel& ch, const CollectiveOptions& opts);
 
 // Reduces every rank's `data` into the root's `data` (chain, pipelined). On
 // other ranks `data` is used as scratch and ends unspecified: pass a copy.
-void reduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor, int root,
+void reduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor, int root,
             const CollectiveOptions& opts);
 
 // `work` holds n blocks of `perRank` elements (this rank's contributions) and
 // is overwritten; afterwards block `rank` of it holds the reduced block.
-void reduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
+void reduceScatter(Channel& ch, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
                    const CollectiveOptions& opts);
 
 // blocks[r] is rank r's block of `perRank` elements; only blocks[rank] (and,
 // at the root, all) need to be valid memory. gather fills the root's blocks;
 // scatter fills blocks[rank] on every non-root rank from the root's.
-void gather(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
+void gather(Channel& ch, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
             const CollectiveOptions& opts);
-void scatter(Communicator& comm, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
+void scatter(Channel& ch, const std::vector<void*>& blocks, int64_t perRank, DataType dtype, int root,
              const CollectiveOptions& opts);
 
 // Point-to-point: one message to / from `peer`, in order per pair of ranks.
@@ -66,9 +74,9 @@ void scatter(Communicator& comm, const std::vector<void*>& blocks, int64_t perRa
 // Blocking on the worker: a send completes once its bytes are in the
 // transport's buffer (shm ring, socket), so two ranks that both send more
 // than that before receiving wait until the timeout (and then fail clearly).
-void sendTo(Communicator& comm, const void* data, int64_t count, DataType dtype, int peer, int tag,
+void sendTo(Channel& ch, const void* data, int64_t count, DataType dtype, int peer, int tag,
             const CollectiveOptions& opts);
-void recvFrom(Communicator& comm, void* data, int64_t count, DataType dtype, int peer, int tag,
+void recvFrom(Channel& ch, void* data, int64_t count, DataType dtype, int peer, int tag,
               const CollectiveOptions& opts);
 
 // A batch of sends and receives progressed together (batch_isend_irecv): all
@@ -85,7 +93,7 @@ struct PointToPointOp {
   int tag;
   uint64_t pairSeq;
 };
-void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts);
+void pointToPointBatch(Channel& ch, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts);
 
 // Receive from any source: waits until some peer's next message is a
 // point-to-point message with the next number of that pair (recvSeq[peer] + 1)
@@ -93,13 +101,13 @@ void pointToPointBatch(Communicator& comm, const std::vector<PointToPointOp>& op
 // Peers are looked at round-robin from `startPeer`, so none starves. Throws
 // Error(Timeout) past opts.deadline. recvSeq is the worker's count of messages
 // received per peer, shared with every other receive.
-int recvFromAny(Communicator& comm, void* data, int64_t count, DataType dtype, int tag, std::vector<uint64_t>& recvSeq,
+int recvFromAny(Channel& ch, void* data, int64_t count, DataType dtype, int tag, std::vector<uint64_t>& recvSeq,
                 int startPeer, const CollectiveOptions& opts);
 
 // Sends sendBlocks[q] (sendCounts[q] elements) to rank q and receives rank q's
 // block for us into recvBlocks[q] (recvCounts[q]); the caller copies the
 // block to itself. Mismatched splits are detected on the wire.
-void alltoall(Communicator& comm, const std::vector<void*>& sendBlocks, const std::vector<int64_t>& sendCounts,
+void alltoall(Channel& ch, const std::vector<void*>& sendBlocks, const std::vector<int64_t>& sendCounts,
               const std::vector<void*>& recvBlocks, const std::vector<int64_t>& recvCounts, DataType dtype,
               const CollectiveOptions& opts);
 

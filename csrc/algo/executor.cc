@@ -1,7 +1,6 @@
 #include "algo/executor.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <sstream>
 
@@ -17,9 +16,6 @@ std::string describe(const ExecContext& ctx, int rank) {
 }
 
 namespace {
-
-constexpr size_t kSmallMessage = 8192;
-const uint8_t kZeros[kWireAlign] = {0};
 
 // The algorithm whose wireId is `id`, for messages; "another algorithm" when unknown.
 std::string algorithmNamed(uint32_t id) {
@@ -120,118 +116,16 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
 
 namespace {
 
-struct SendProgress {
-  SendProgress() {}  // user-provided: buf is not zeroed per peer per call (it is filled before it is read)
-  uint64_t pos = 0;
-  bool active = false;
-  bool small = false;
-  WireHeader hdr{};
-  std::array<uint8_t, kSmallMessage> buf;
-};
-
-// Returns true when the task's message has been fully handed to the link.
-bool progressSend(Link& link, const Task& t, uint8_t* data, const ExecContext& ctx, size_t es, SendProgress& sp,
-                  bool& moved) {
-  const int64_t payload = t.count * static_cast<int64_t>(es);
-  const uint64_t total = paddedMessageBytes(payload);
-  if (!sp.active) {
-    sp.active = true;
-    sp.pos = 0;
-    sp.hdr = expectedHeader(ctx, t, es);
-    sp.small = total <= kSmallMessage;
-    if (sp.small) {
-      std::memcpy(sp.buf.data(), &sp.hdr, sizeof(WireHeader));
-      std::memcpy(sp.buf.data() + sizeof(WireHeader), data, static_cast<size_t>(payload));
-      std::memset(sp.buf.data() + sizeof(WireHeader) + payload, 0, total - sizeof(WireHeader) - payload);
-    }
-  }
-  while (sp.pos < total) {
-    size_t n;
-    if (sp.small) {
-      n = link.trySend(sp.buf.data() + sp.pos, total - sp.pos);
-    } else if (sp.pos < sizeof(WireHeader)) {
-      n = link.trySend(reinterpret_cast<const uint8_t*>(&sp.hdr) + sp.pos, sizeof(WireHeader) - sp.pos);
-    } else if (sp.pos < sizeof(WireHeader) + payload) {
-      uint64_t off = sp.pos - sizeof(WireHeader);
-      n = link.trySend(data + off, payload - off);
-    } else {
-      n = link.trySend(kZeros, total - sp.pos);
-    }
-    if (n == 0) return false;
-    moved = true;
-    sp.pos += n;
-  }
-  sp.active = false;
-  return true;
-}
-
-class RecvProgress : public RecvConsumer {
+class ExecHeaderCheck final : public HeaderCheck {
  public:
-  enum Stage { Idle, Header, Payload, Pad, Done };
-
-  void start(const Task& t, uint8_t* dst, const ExecContext& ctx, Reducer& reducer, size_t es, int rank) {
-    task_ = &t;
-    reducer_ = &reducer;
-    dst_ = dst;
-    ctx_ = &ctx;
-    es_ = es;
-    rank_ = rank;
-    want_ = expectedHeader(ctx, t, es);
-    payload_ = static_cast<uint64_t>(want_.payloadBytes);
-    pad_ = paddedMessageBytes(want_.payloadBytes) - sizeof(WireHeader) - payload_;
-    pos_ = 0;
-    stage_ = Header;
-  }
-  Stage stage() const { return stage_; }
-  void reset() { stage_ = Idle; }
-
-  size_t consume(const uint8_t* data, size_t avail) override {
-    size_t used = 0;
-    if (stage_ == Header) {
-      if (avail < sizeof(WireHeader)) return 0;
-      WireHeader got;
-      std::memcpy(&got, data, sizeof(got));
-      if (std::memcmp(&got, &want_, sizeof(got)) != 0) failHeaderMismatch(*ctx_, rank_, task_->peer, got, want_);
-      used = sizeof(WireHeader);
-      stage_ = payload_ > 0 ? Payload : (pad_ > 0 ? Pad : Done);
-      pos_ = 0;
-    }
-    if (stage_ == Payload) {
-      uint64_t take = std::min<uint64_t>(avail - used, payload_ - pos_);
-      take -= take % es_;
-      if (take > 0) {
-        if (task_->kind == OpKind::RecvReduce) {
-          reducer_->reduce(dst_ + pos_, data + used, static_cast<int64_t>(take / es_), ctx_->dtype, ctx_->op);
-        } else {
-          std::memcpy(dst_ + pos_, data + used, take);
-        }
-        pos_ += take;
-        used += take;
-      }
-      if (pos_ == payload_) {
-        stage_ = pad_ > 0 ? Pad : Done;
-        pos_ = 0;
-      }
-    }
-    if (stage_ == Pad) {
-      uint64_t take = std::min<uint64_t>(avail - used, pad_ - pos_);
-      pos_ += take;
-      used += take;
-      if (pos_ == pad_) stage_ = Done;
-    }
-    return used;
+  ExecHeaderCheck(const ExecContext& ctx, int rank) : ctx_(ctx), rank_(rank) {}
+  [[noreturn]] void mismatch(int peer, const WireHeader& got, const WireHeader& want) const override {
+    failHeaderMismatch(ctx_, rank_, peer, got, want);
   }
 
  private:
-  const Task* task_ = nullptr;
-  uint8_t* dst_ = nullptr;
-  const ExecContext* ctx_ = nullptr;
-  Reducer* reducer_ = nullptr;
-  size_t es_ = 1;
-  int rank_ = 0;
-  WireHeader want_{};
-  uint64_t payload_ = 0, pad_ = 0, pos_ = 0;
-  Stage stage_ = Idle;
+  const ExecContext& ctx_;
+  int rank_;
 };
 
 [[noreturn]] void failTimeout(const Plan& plan, const ExecContext& ctx, int rank, const std::vector<size_t>& sendHead,
@@ -253,26 +147,55 @@ class RecvProgress : public RecvConsumer {
        "(raise the timeout with init_process_group(timeout=...) if the peer is just slow).");
 }
 
-void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator& comm, const ExecContext& ctx) {
+void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, const ExecContext& ctx) {
   const size_t es = elementSize(ctx.dtype);
-  const int n = comm.size();
-  const int rank = comm.rank();
-  Reducer& reducer = ctx.reducer();
+  const int n = ch.size();
+  const int rank = ch.rank();
+  const bool queued = ch.queued();
+  Reducer& reducer = ch.reducer();
+  const ExecHeaderCheck check(ctx, rank);
   std::vector<uint8_t> done(plan.tasks.size(), 0);
   std::vector<size_t> sendHead(n, 0), recvHead(n, 0);
+  std::vector<uint8_t> sendStarted(n, 0), recvStarted(n, 0);
+  std::vector<int32_t> issued;  // in the channel's open group: done once flushed
   size_t localHead = 0;
   size_t remaining = plan.tasks.size();
-  std::vector<SendProgress> sendProg(n);
-  std::vector<RecvProgress> recvProg(n);
+  // A queued channel's groups follow the schedule's steps: a task is issued
+  // only once every task of the earlier steps is done. Groups then hold one
+  // step each (or W segments of it when paced) on every rank alike, so each
+  // group's messages meet their peers' in groups that run at the same time.
+  // Merging steps could put a receive of step k+1 in the group of step k
+  // while its sender can issue it only after step k: a deadlock (a ring of 3).
+  std::vector<int64_t> stepLeft;
+  int step = 0;
+  if (queued) {
+    for (const Task& t : plan.tasks) {
+      if (t.step >= static_cast<int>(stepLeft.size())) stepLeft.resize(t.step + 1, 0);
+      ++stepLeft[t.step];
+    }
+    while (step < static_cast<int>(stepLeft.size()) && stepLeft[step] == 0) ++step;
+  }
+  // A queued receive-reduce writes its cell only after its group has run
+  // (its reduction is queued behind the group), so on a queued channel its
+  // hazard dependencies need only be issued, not done: direct's n-1
+  // receive-reduces into one chunk share a group.
+  std::vector<uint8_t> issuedFlag(queued ? plan.tasks.size() : 0, 0);
   auto ready = [&](const Task& t) {
+    if (queued && t.step > step) return false;
+    if (t.pacedBy >= 0 && !done[t.pacedBy]) return false;
+    const bool afterIssue = queued && t.kind == OpKind::RecvReduce;
     for (int32_t d : t.deps)
-      if (!done[d]) return false;
+      if (!done[d] && !(afterIssue && issuedFlag[d])) return false;
     return true;
   };
   auto addr = [&](const Task& t) { return blockPtrs[t.block] + t.offset * static_cast<int64_t>(es); };
   auto finish = [&](int32_t id) {
     done[id] = 1;
     --remaining;
+    if (queued) {
+      --stepLeft[plan.tasks[id].step];
+      while (step < static_cast<int>(stepLeft.size()) && stepLeft[step] == 0) ++step;
+    }
   };
 
   ExecTrace* trace = ctx.call.trace;
@@ -285,7 +208,33 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
   auto traceEnd = [&](const Task& t) {
     if (trace) trace->taskFinished(t.kind, t.step, t.peer, t.count * static_cast<int64_t>(es), nowNs());
   };
+  // Offers queue head `id` to the channel; true when the head may advance.
+  WireHeader header;
+  auto offer = [&](int32_t id, std::vector<uint8_t>& started, bool& moved) {
+    const Task& t = plan.tasks[id];
+    if (!started[t.peer]) {
+      traceStart(t);
+      started[t.peer] = 1;
+    }
+    if (!queued) header = expectedHeader(ctx, t, es);
+    const ChannelMessage m{t.peer, addr(t), t.count, ctx.dtype, t.kind == OpKind::RecvReduce ? ctx.op : ReduceOp::None,
+                           &header};
+    const Channel::Progress p = t.kind == OpKind::Send ? ch.send(m) : ch.recv(m, check);
+    if (p == Channel::Progress::None) return false;
+    moved = true;
+    if (p == Channel::Progress::Partial) return false;
+    started[t.peer] = 0;
+    traceEnd(t);
+    if (p == Channel::Progress::Issued) {
+      issued.push_back(id);
+      issuedFlag[id] = 1;
+    } else {
+      finish(id);
+    }
+    return true;
+  };
 
+  ch.start();
   bool idle = false;
   Clock::time_point idleSince;
   uint64_t idleRounds = 0;
@@ -293,33 +242,11 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
     bool moved = false;
     for (int p : plan.peers) {
       const auto& sq = plan.sendQueue[p];
-      while (sendHead[p] < sq.size()) {
-        const Task& t = plan.tasks[sq[sendHead[p]]];
-        if (!ready(t)) break;
-        if (!sendProg[p].active) traceStart(t);
-        if (!progressSend(comm.link(p), t, addr(t), ctx, es, sendProg[p], moved)) break;
-        traceEnd(t);
-        finish(sq[sendHead[p]++]);
-      }
+      while (sendHead[p] < sq.size() && ready(plan.tasks[sq[sendHead[p]]]) && offer(sq[sendHead[p]], sendStarted, moved))
+        ++sendHead[p];
       const auto& rq = plan.recvQueue[p];
-      while (recvHead[p] < rq.size()) {
-        const Task& t = plan.tasks[rq[recvHead[p]]];
-        RecvProgress& rp = recvProg[p];
-        if (rp.stage() == RecvProgress::Idle) {
-          if (!ready(t)) break;
-          rp.start(t, addr(t), ctx, reducer, es, rank);
-          traceStart(t);
-        }
-        while (rp.stage() != RecvProgress::Done) {
-          if (comm.link(p).tryRecv(rp) == 0) break;
-          moved = true;
-        }
-        if (rp.stage() != RecvProgress::Done) break;
-        if (t.kind == OpKind::RecvReduce) reducer.fence();  // later tasks may send this memory
-        rp.reset();
-        traceEnd(t);
-        finish(rq[recvHead[p]++]);
-      }
+      while (recvHead[p] < rq.size() && ready(plan.tasks[rq[recvHead[p]]]) && offer(rq[recvHead[p]], recvStarted, moved))
+        ++recvHead[p];
     }
     while (localHead < plan.localQueue.size()) {
       const Task& t = plan.tasks[plan.localQueue[localHead]];
@@ -331,6 +258,12 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
       }
       traceEnd(t);
       finish(plan.localQueue[localHead++]);
+      moved = true;
+    }
+    if (!moved && !issued.empty()) {
+      SC_CHECK(ch.flush());
+      for (int32_t id : issued) finish(id);
+      issued.clear();
       moved = true;
     }
     if (moved) {
@@ -346,16 +279,17 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator&
       idleSince = Clock::now();
     }
     if (ctx.call.deadline.expired()) failTimeout(plan, ctx, rank, sendHead, recvHead);
-    if (++idleRounds % 256 == 0) checkPeersNotOnWindows(comm, plan.peers, ctx);
-    comm.idle(plan.peers, idleSince);
+    if (++idleRounds % 256 == 0 && ch.communicator() != nullptr)
+      checkPeersNotOnWindows(*ch.communicator(), plan.peers, ctx);
+    ch.idle(plan.peers, idleSince);
   }
 }
 
 }  // namespace
 
-void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator& comm, const ExecContext& ctx) {
+void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, const ExecContext& ctx) {
   SC_CHECK(blockPtrs.size() == plan.blockCounts.size());
-  describedErrors(ctx, comm.rank(), [&] { run(plan, blockPtrs, comm, ctx); });
+  describedErrors(ctx, ch.rank(), [&] { run(plan, blockPtrs, ch, ctx); });
 }
 
 }  // namespace scalecomm

@@ -1,19 +1,22 @@
-// scalecomm algo: the one executor that runs every plan.
+// scalecomm algo: the one executor that runs every plan, on every device.
 //
-// Contract: execute() drives a Plan to completion over a Communicator: it
-// progresses each peer's send-queue head and receive-queue head as soon as the
-// head's dependencies are done, reduces received bytes straight out of the
-// transport's buffer (no staging copy on shm), and idles through the
-// Communicator when nothing moves. Every message carries a WireHeader that the
-// receiver checks against its own expectation (collective, seq, dtype, op,
-// count, root, step, block, segment): a mismatch raises Error(InvalidArgument)
-// with both sides' values. Past ctx.call.deadline it raises Error(Timeout) naming
-// the peers it was waiting for. On any error the caller must poison the group
-// (links may hold a partial message).
+// Contract: execute() drives a Plan to completion over a Channel
+// (comm/channel.h): it offers each peer's send-queue head and receive-queue
+// head to the channel as soon as the head's dependencies are done, runs
+// Finalize tasks through the channel's reducer, and, when nothing moves,
+// flushes the channel's open group (queued channels) or idles through it
+// (stream channel). On the stream channel a task is done when the channel
+// says so; every message carries a WireHeader the receiver checks against its
+// own expectation (collective, seq, dtype, op, count, root, step, block,
+// segment): a mismatch raises Error(InvalidArgument) with both sides' values,
+// and past ctx.call.deadline it raises Error(Timeout) naming the peers it was
+// waiting for. On a queued channel a task is done once its group is flushed
+// (its work is queued behind everything it depends on): execute() returns
+// when the whole plan is issued, and the caller waits for the queue. On any
+// error the caller must poison the group (links may hold a partial message).
 // The executor never sees a device or a transport type: memory comes in as
-// block pointers, arithmetic through ctx.reducer(), which may queue its work:
-// a receive-reduce or finalize task counts as done only after reducer.fence().
-// Thread safety: one call at a time per Communicator.
+// block pointers, arithmetic goes through the channel's reducer.
+// Thread safety: one call at a time per channel.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +26,7 @@
 #include "algo/options.h"
 #include "algo/plan.h"
 #include "algo/trace.h"
-#include "comm/communicator.h"
+#include "comm/channel.h"
 #include "comm/reducer.h"
 #include "comm/wire.h"
 #include "core/deadline.h"
@@ -45,7 +48,7 @@ struct MessageId {
 // What one collective's execution needs besides its call options: the
 // collective and the shape every peer's headers are checked against.
 struct ExecContext {
-  const CollectiveOptions& call;  // seq, deadline, timeout, trace, reducer
+  const CollectiveOptions& call;  // seq, deadline, timeout, trace
   CollectiveKind collective;
   DataType dtype;
   ReduceOp op = ReduceOp::None;  // for RecvReduce tasks
@@ -65,13 +68,12 @@ struct ExecContext {
     const int64_t settings[] = {opts.segmentBytes, opts.psServers};
     settingsId = wireId(reinterpret_cast<const char*>(settings), sizeof(settings));
   }
-  Reducer& reducer() const { return call.reducer != nullptr ? *call.reducer : hostReducer(); }
 };
 
 // Describes the collective for error messages: "scalecomm allreduce (rank 3, seq 41)".
 std::string describe(const ExecContext& ctx, int rank);
 
-void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Communicator& comm, const ExecContext& ctx);
+void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, const ExecContext& ctx);
 
 // The header this rank's part of the collective carries (step, block,
 // segment and payload 0): what a peer's header is checked against when the

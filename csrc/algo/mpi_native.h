@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "algo/collectives.h"
+#include "comm/communicator.h"
 
 namespace scalecomm {
 

@@ -2,7 +2,7 @@
 //
 // Contract: the group fills one CollectiveOptions per call (its algorithm,
 // segmenting and pacing, sequence number, timeout and deadline, and where the
-// timeline, arithmetic and compiled plans go); the collective functions
+// timeline and compiled plans go); the collective functions
 // (algo/collectives.h) and the executor (algo/executor.h) read this same
 // struct, never a copy of its fields. Value type; the pointers it holds are
 // borrowed for the call.
@@ -16,7 +16,6 @@
 namespace scalecomm {
 
 class ExecTrace;
-class Reducer;
 class PlanCache;
 
 struct CollectiveOptions {
@@ -31,7 +30,6 @@ struct CollectiveOptions {
   uint64_t seq = 0;
   int psServers = 1;           // see AlgoParams; the host map comes from the Communicator
   ExecTrace* trace = nullptr;  // timeline: per-step spans of every execute() (see algo/trace.h)
-  Reducer* reducer = nullptr;  // null: the host reducer (comm/reducer.h)
   // Compiled plans reused across calls of the same shape (algo/plan_cache.h);
   // null: compiled for this call only. Only the executing thread touches it.
   PlanCache* plans = nullptr;

@@ -16,7 +16,8 @@ struct CompiledOp {
 };
 
 // Pacing (see plan.h): in a pairwise-exchange step, send segment s waits for
-// receive segment s - window (clamped to the receive's last segment).
+// receive segment s - window (clamped to the receive's last segment), and so
+// does receive segment s.
 void paceStep(Plan& plan, const std::vector<CompiledOp>& ops, int64_t window) {
   const CompiledOp* send = nullptr;
   const CompiledOp* recv = nullptr;
@@ -33,6 +34,9 @@ void paceStep(Plan& plan, const std::vector<CompiledOp>& ops, int64_t window) {
   for (int64_t s = window; s < send->segments; ++s) {
     const int64_t r = std::min(s - window, recv->segments - 1);
     plan.tasks[send->first + s].deps.push_back(recv->first + static_cast<int32_t>(r));
+  }
+  for (int64_t s = window; s < recv->segments; ++s) {
+    plan.tasks[recv->first + s].pacedBy = recv->first + static_cast<int32_t>(s - window);
   }
 }
 

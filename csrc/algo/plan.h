@@ -9,12 +9,16 @@
 //   write-after-write and waits for the cell's previous writer.
 // Nothing else is ordered, so steps overlap segment by segment (pipelining),
 // except for pacing: with paceSegments W > 0, in a step whose ops are one send
-// and one receive (a pairwise exchange: ring, recursive halving/doubling), the
-// send of segment s also waits for the receive's segment s - W (clamped to its
-// last). A rank then runs at most W segments ahead of its peer within a step,
-// so ranks that enter a collective apart fall back into step there instead of
-// carrying the offset into the next call (docs/architecture.md, "Pacing"). Every
-// added edge points to a smaller segment of the same step: no deadlock.
+// and one receive (a pairwise exchange: ring, recursive halving/doubling,
+// chain), the send of segment s and the receive of segment s both wait for
+// the receive's segment s - W (the send's clamped to the receive's last). A
+// rank then runs at most W segments ahead of its peer within a step, so ranks
+// that enter a collective apart fall back into step there instead of carrying
+// the offset into the next call (docs/architecture.md, "Pacing"). On the stream
+// channel the receive's edge changes nothing (a peer's receives run in
+// order); on a queued channel it puts W segments of the step in each group,
+// both ends alike. Every added edge points to a smaller segment of the same
+// step: no deadlock.
 // Per peer, sends and receives keep program order (the link is FIFO), which
 // both ends derive identically from the same schedule arithmetic.
 // Pure computation; value types.
@@ -37,6 +41,11 @@ struct Task {
   int64_t offset;  // elements from the start of the block
   int64_t count;   // elements
   std::vector<int32_t> deps;
+  // Pacing's edge of a receive (below): the task that must be done first.
+  // Kept apart from `deps` because a queued channel may issue a receive-reduce
+  // next to its hazard dependencies (its reduction is queued after them) but
+  // never next to its pacing one. -1: none.
+  int32_t pacedBy = -1;
 };
 
 struct Plan {

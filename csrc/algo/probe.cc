@@ -1,5 +1,8 @@
 #include "algo/probe.h"
 
+#include "comm/communicator.h"
+#include "comm/stream_channel.h"
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -11,10 +14,10 @@ namespace scalecomm {
 namespace {
 
 double timeAllreduce(Communicator& comm, std::vector<float>& buf, int iters, const CollectiveOptions& opts) {
-  allreduce(comm, buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts);  // warm
+  allreduce(comm.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts);  // warm
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
-    allreduce(comm, buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts);
+    allreduce(comm.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
 }
@@ -27,9 +30,9 @@ double timeHostRing(Communicator& comm, int next, int prev, std::vector<float>& 
   const int64_t count = static_cast<int64_t>(out.size());
   std::vector<PointToPointOp> ops = {{true, out.data(), count, DataType::Float32, next, 0, 0},
                                      {false, in.data(), count, DataType::Float32, prev, 0, 0}};
-  pointToPointBatch(comm, ops, opts);  // warm
+  pointToPointBatch(comm.channel(), ops, opts);  // warm
   auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) pointToPointBatch(comm, ops, opts);
+  for (int i = 0; i < iters; ++i) pointToPointBatch(comm.channel(), ops, opts);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
 }
 
@@ -53,7 +56,7 @@ void probeIntraHost(Communicator& comm, const CollectiveOptions& opts, CostParam
     const double tBig = timeHostRing(comm, next, prev, bigOut, bigIn, 3, opts);
     measured = {tTiny, std::max(1e-13, (tBig - tTiny) / static_cast<double>(bigOut.size() * sizeof(float)))};
   }
-  allreduce(comm, measured.data(), 2, DataType::Float64, ReduceOp::Max, 1, opts);
+  allreduce(comm.channel(), measured.data(), 2, DataType::Float64, ReduceOp::Max, 1, opts);
   if (measured[0] > 0) {
     params.intraAlpha = measured[0];
     params.intraBeta = measured[1];
@@ -84,7 +87,7 @@ CostParams probeCostParams(Communicator& comm, const Deadline& deadline) {
     measured[2] = timeAllreduce(comm, tiny, 40, shared);
     for (int batch = 1; batch < 5; ++batch) measured[2] = std::min(measured[2], timeAllreduce(comm, tiny, 40, shared));
   }
-  allreduce(comm, measured.data(), 3, DataType::Float64, ReduceOp::Max, 1, opts);  // agree on the slowest
+  allreduce(comm.channel(), measured.data(), 3, DataType::Float64, ReduceOp::Max, 1, opts);  // agree on the slowest
   params.alpha = measured[0];
   params.beta = measured[1];
   params.overhead = measured[0];

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "comm/reducer.h"
+#include "comm/stream_channel.h"
 #include "comm/wire.h"
 #include "core/error.h"
 #include "core/spin.h"
@@ -127,7 +128,7 @@ void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const Exe
   const uint64_t call = w.nextCall();
   std::memcpy(w.data(rank, call), data, static_cast<size_t>(bytes));
   exchange(comm, w, call, headerOf(ctx, bytes), ctx);
-  Reducer& reducer = ctx.reducer();
+  Reducer& reducer = comm.channel().reducer();
   if (n == 2) {
     reducer.reduce(data, w.data(1 - rank, call), count, ctx.dtype, ctx.op);  // a op b == b op a
   } else {

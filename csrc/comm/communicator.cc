@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include "comm/stream_channel.h"
+
 #include <poll.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -22,6 +24,7 @@ namespace scalecomm {
 Communicator::Communicator(int rank, int size, std::vector<std::unique_ptr<Link>> links, int64_t spinMicros)
     : rank_(rank), size_(size), links_(std::move(links)), spinMicros_(spinMicros), hostOf_(size, 0) {
   SC_CHECK(static_cast<int>(links_.size()) == size_);
+  channel_ = std::make_unique<StreamChannel>(*this);
 }
 
 void Communicator::setHostOf(std::vector<int> hostOf) {

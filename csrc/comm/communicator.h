@@ -10,6 +10,8 @@
 // - When every rank runs in one MPI job (and SCALECOMM_MPI is not 0), it also
 //   holds an MPI communicator over the group (mpiGroup()), which the mpi link
 //   and the `mpi` passthrough algorithm use; otherwise mpiGroup() is null.
+// - channel() is the stream channel over these links, which the executor
+//   runs plans on.
 // - idle() is how an executor waits: it spins, yields, then polls tcp sockets
 //   (or sleeps briefly for shm), and throws once abort() was called.
 // - abort() (any thread, idempotent) sets the abort flag and closes every link,
@@ -31,6 +33,8 @@
 
 namespace scalecomm {
 
+class StreamChannel;
+
 struct MeshOptions {
   std::string transport = "auto";    // auto | shm | tcp | mpi
   bool useMpi = true;                // build an MPI communicator when all ranks run under MPI
@@ -49,6 +53,8 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   Link& link(int peer) const { return *links_[peer]; }
+  // The executor's view of these links (comm/stream_channel.h).
+  StreamChannel& channel() { return *channel_; }
   bool hasLink(int peer) const { return links_[peer] != nullptr; }
   // Every link's Link::heartbeat (the group's watchdog, every 100 ms; any thread).
   void heartbeat() {
@@ -93,6 +99,7 @@ class Communicator {
   std::shared_ptr<ShmWindows> windows_;
   std::string storePrefix_;
   std::atomic<bool> aborted_{false};
+  std::unique_ptr<StreamChannel> channel_;
 };
 
 // Identity of this host for choosing shm: hostname plus IPC namespace, or

@@ -45,6 +45,9 @@ class HostReducer final : public Reducer {
   void divide(void* data, int64_t count, DataType dtype, int64_t divisor) override {
     divideInPlace(data, count, dtype, divisor);
   }
+  void scale(void* data, int64_t count, DataType dtype, double factor) override {
+    scaleInPlace(data, count, dtype, factor);
+  }
   void fence() override {}
 };
 

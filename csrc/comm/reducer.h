@@ -20,18 +20,24 @@ namespace scalecomm {
 void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op);
 
 // How the executor does arithmetic on the memory a collective runs on: the
-// host functions here, or (later) CUDA kernels on a stream. reduce() and
-// divide() may only queue the work; `src` is valid during the call only (it
-// points into a transport's buffer), so a queuing reducer copies it. fence()
-// returns once everything queued has landed: the executor fences before it
-// marks a receive-reduce or finalize task done, so no later task (a send of
-// that memory, the collective's return) sees it half reduced. Used by one
-// thread at a time.
+// host functions here, or CUDA kernels on a stream (comm/cuda/), or the CPU
+// emulation of a stream (comm/emulated_queues.h). reduce(), divide() and
+// scale() may only queue the work. On a stream channel `src` is valid during
+// the call only (it points into a transport's buffer), so a reducer that
+// queues copies it; a queued channel's reductions read its scratch, which
+// stays valid in queue order. fence() returns once everything queued has
+// landed: the executor fences before it marks a stream channel's
+// receive-reduce or finalize task done, so no later task (a send of that
+// memory, the collective's return) sees it half reduced. A queued channel's
+// reducer works in the channel's queue order and its fence() is free. Used by
+// one thread at a time.
 class Reducer {
  public:
   virtual ~Reducer() = default;
   virtual void reduce(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) = 0;
   virtual void divide(void* data, int64_t count, DataType dtype, int64_t divisor) = 0;
+  // data[i] *= factor (PREMUL_SUM's pre-multiplication); floating types only.
+  virtual void scale(void* data, int64_t count, DataType dtype, double factor) = 0;
   virtual void fence() = 0;
 };
 

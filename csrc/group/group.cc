@@ -1,5 +1,7 @@
 #include "group/group.h"
 
+#include "comm/stream_channel.h"
+
 #include <pthread.h>
 #include <unistd.h>
 
@@ -364,7 +366,8 @@ uint64_t Group::endCoalescing(Call call) {
 }
 
 void Group::runBody(Call& call, CollectiveOptions& o) {
-  Communicator& comm = *comm_;
+  Communicator& links = *comm_;
+  Channel& comm = links.channel();
   switch (call.kind) {
     case CallKind::Allreduce: return allreduce(comm, call.data, call.count, call.dtype, call.op, call.premulFactor, o);
     case CallKind::Broadcast: return broadcast(comm, call.data, call.count, call.dtype, call.root, o);
@@ -382,7 +385,7 @@ void Group::runBody(Call& call, CollectiveOptions& o) {
     }
     case CallKind::Barrier: return barrier(comm, o);
     case CallKind::MonitoredBarrier: {
-      return monitoredBarrier(comm, call.waitAllRanks, received_, call.pairSeqs, o);
+      return monitoredBarrier(links, call.waitAllRanks, received_, call.pairSeqs, o);
     }
     case CallKind::Send: return sendTo(comm, call.data, call.count, call.dtype, call.peer, call.tag, o);
     case CallKind::Recv:
@@ -400,7 +403,7 @@ void Group::runBody(Call& call, CollectiveOptions& o) {
       }
       return pointToPointBatch(comm, call.batch, o);
     case CallKind::Custom:
-      if (call.body) call.body(comm, o);
+      if (call.body) call.body(links, o);
       return;
   }
 }

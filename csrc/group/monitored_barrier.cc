@@ -1,5 +1,8 @@
 #include "group/monitored_barrier.h"
 
+#include "comm/communicator.h"
+#include "comm/stream_channel.h"
+
 #include "core/error.h"
 
 namespace scalecomm {
@@ -24,8 +27,8 @@ void monitoredBarrier(Communicator& comm, bool waitAllRanks, std::vector<uint64_
   };
   if (rank != 0) {
     try {
-      sendTo(comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(outSeq[0]));
-      recvFrom(comm, &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(++received[0]));
+      sendTo(comm.channel(), &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(outSeq[0]));
+      recvFrom(comm.channel(), &token, 1, DataType::UInt8, 0, kMonitoredBarrierTag, withSeq(++received[0]));
     } catch (const Error& e) {
       fail(e.kind(), "scalecomm monitored_barrier: Rank ", rank,
            " successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0 "
@@ -38,7 +41,7 @@ void monitoredBarrier(Communicator& comm, bool waitAllRanks, std::vector<uint64_
   int count = 0;
   for (int r = 1; r < n; ++r) {
     try {
-      recvFrom(comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(++received[r]));
+      recvFrom(comm.channel(), &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(++received[r]));
     } catch (const Error&) {
       missing += strCat(missing.empty() ? "" : ", ", r);
       ++count;
@@ -51,7 +54,7 @@ void monitoredBarrier(Communicator& comm, bool waitAllRanks, std::vector<uint64_
          waitAllRanks ? "" : " (the first one missing; wait_all_ranks=True lists all)",
          ". Check those ranks for a hang, a crash or a different code path.");
   }
-  for (int r = 1; r < n; ++r) sendTo(comm, &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(outSeq[r]));
+  for (int r = 1; r < n; ++r) sendTo(comm.channel(), &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(outSeq[r]));
 }
 
 }  // namespace scalecomm

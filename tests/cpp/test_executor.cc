@@ -12,6 +12,7 @@
 #include "algo/registry.h"
 #include "comm/loopback_mesh.h"
 #include "comm/reducer.h"
+#include "comm/stream_channel.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "harness.h"
@@ -107,7 +108,7 @@ TEST(allreduce_every_algorithm_dtype_and_op_matches_closed_form) {
           auto errors = runRanks(n, 4096, [&](int r, Communicator& c) {
             CollectiveOptions o = opts(24);
             o.algorithm = algo;
-            allreduce(c, bufs[r].data(), count, t, op, factor, o);
+            allreduce(c.channel(), bufs[r].data(), count, t, op, factor, o);
           });
           for (auto& e : errors) CHECK_EQ(e, std::string());
           for (int r = 0; r < n; ++r) {
@@ -148,7 +149,7 @@ TEST(allreduce_grid_of_algorithms_world_sizes_counts_and_segments) {
             std::vector<int> hosts;
             for (int q = 0; q < n; ++q) hosts.push_back(q / 2);
             c.setHostOf(hosts);
-            allreduce(c, bufs[r].data(), count, DataType::Float32, ReduceOp::Sum, 1, o);
+            allreduce(c.channel(), bufs[r].data(), count, DataType::Float32, ReduceOp::Sum, 1, o);
           });
           std::string all;
           for (auto& e : errors) all += e.empty() ? "" : "\n    " + e;
@@ -173,7 +174,7 @@ TEST(broadcast_and_allgather_move_exact_bytes) {
         auto errors = runRanks(n, 2048, [&](int r, Communicator& c) {
           CollectiveOptions o = opts(64);
           o.algorithm = algo;
-          broadcast(c, bufs[r].data(), 777, DataType::Int32, root, o);
+          broadcast(c.channel(), bufs[r].data(), 777, DataType::Int32, root, o);
         });
         for (auto& e : errors) CHECK_EQ(e, std::string());
         for (int r = 0; r < n; ++r) CHECK(bufs[r] == bufs[root]);
@@ -186,7 +187,7 @@ TEST(broadcast_and_allgather_move_exact_bytes) {
     auto errors = runRanks(n, 1024, [&](int r, Communicator& c) {
       std::vector<void*> ptrs;
       for (auto& v : outs[r]) ptrs.push_back(v.data());
-      allgather(c, ptrs, 55, DataType::Int64, opts(40));
+      allgather(c.channel(), ptrs, 55, DataType::Int64, opts(40));
     });
     for (auto& e : errors) CHECK_EQ(e, std::string());
     for (int r = 0; r < n; ++r)
@@ -198,7 +199,7 @@ TEST(broadcast_and_allgather_move_exact_bytes) {
 TEST(count_mismatch_fails_every_rank_with_both_counts) {
   auto errors = runRanks(2, 4096, [&](int r, Communicator& c) {
     std::vector<float> buf(r == 0 ? 100 : 120, 1.0f);
-    allreduce(c, buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts(1 << 20));
+    allreduce(c.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts(1 << 20));
   });
   for (int r = 0; r < 2; ++r) {
     CHECK(errors[r].find("seq 1") != std::string::npos);
@@ -210,13 +211,13 @@ TEST(count_mismatch_fails_every_rank_with_both_counts) {
 TEST(dtype_and_op_mismatch_are_named) {
   auto errors = runRanks(2, 4096, [&](int r, Communicator& c) {
     std::vector<int32_t> buf(16, 1);
-    allreduce(c, buf.data(), 16, r == 0 ? DataType::Int32 : DataType::Float32, r == 0 ? ReduceOp::Sum : ReduceOp::Sum,
+    allreduce(c.channel(), buf.data(), 16, r == 0 ? DataType::Int32 : DataType::Float32, r == 0 ? ReduceOp::Sum : ReduceOp::Sum,
               1, opts(1 << 20));
   });
   CHECK(errors[0].find("float32") != std::string::npos || errors[1].find("int32") != std::string::npos);
   errors = runRanks(2, 4096, [&](int r, Communicator& c) {
     std::vector<int32_t> buf(16, 1);
-    allreduce(c, buf.data(), 16, DataType::Int32, r == 0 ? ReduceOp::Sum : ReduceOp::Max, 1, opts(1 << 20));
+    allreduce(c.channel(), buf.data(), 16, DataType::Int32, r == 0 ? ReduceOp::Sum : ReduceOp::Max, 1, opts(1 << 20));
   });
   CHECK(errors[0].find("reduce op max") != std::string::npos || errors[1].find("reduce op sum") != std::string::npos);
 }
@@ -229,7 +230,7 @@ TEST(missing_rank_times_out_naming_the_peer) {
       return;
     }
     std::vector<float> buf(8, 1.0f);
-    allreduce(c, buf.data(), 8, DataType::Float32, ReduceOp::Sum, 1, opts(1 << 20, 1, 300));
+    allreduce(c.channel(), buf.data(), 8, DataType::Float32, ReduceOp::Sum, 1, opts(1 << 20, 1, 300));
   });
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   CHECK(errors[0].find("Timed out after 300 ms waiting for rank 1") != std::string::npos);
@@ -243,7 +244,7 @@ TEST(closed_peer_is_reported_promptly) {
       return;
     }
     std::vector<float> buf(1000, 1.0f);
-    allreduce(c, buf.data(), 1000, DataType::Float32, ReduceOp::Sum, 1, opts(64, 1, 10000));
+    allreduce(c.channel(), buf.data(), 1000, DataType::Float32, ReduceOp::Sum, 1, opts(64, 1, 10000));
   });
   CHECK(errors[0].find("closed") != std::string::npos);
   CHECK(errors[1].find("closed") != std::string::npos);
@@ -263,6 +264,10 @@ class DeferredReducer final : public Reducer {
   }
   void divide(void* data, int64_t count, DataType dtype, int64_t divisor) override {
     pending_.push_back({data, {}, count, dtype, ReduceOp::None, divisor});
+  }
+  void scale(void* data, int64_t count, DataType dtype, double factor) override {
+    flush();  // the executor fences a pre-multiplication at once; nothing to defer
+    scaleInPlace(data, count, dtype, factor);
   }
   void fence() override {
     ++fences_;
@@ -310,8 +315,8 @@ int wrongRunsWithDeferredReducers(bool honourFences) {
       auto errors = runRanks(n, 1024, [&](int r, Communicator& c) {
         CollectiveOptions o = opts(256);
         o.algorithm = algo;
-        o.reducer = reducers[r].get();
-        allreduce(c, bufs[r].data(), count, DataType::Float32, ReduceOp::Avg, 1, o);
+        c.channel().setReducer(reducers[r].get());
+        allreduce(c.channel(), bufs[r].data(), count, DataType::Float32, ReduceOp::Avg, 1, o);
       });
       for (auto& e : errors) CHECK_EQ(e, std::string());
       bool ok = true;

@@ -12,6 +12,7 @@
 #include "algo/registry.h"
 #include "algo/ring.h"
 #include "algo/tree.h"
+#include "core/error.h"
 #include "harness.h"
 
 using namespace scalecomm;

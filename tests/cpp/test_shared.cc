@@ -13,6 +13,7 @@
 #include "algo/shared.h"
 #include "comm/communicator.h"
 #include "comm/reducer.h"
+#include "comm/stream_channel.h"
 #include "core/error.h"
 #include "harness.h"
 
@@ -137,7 +138,7 @@ TEST(shared_allreduce_is_exact_and_bitwise_equal_on_every_rank) {
             for (int q = 1; q < n; ++q) reduceInto(want.data(), inputs[q].data(), count, dt, op);
             if (op == ReduceOp::Avg) divideInPlace(want.data(), count, dt, n);
             std::vector<uint8_t> data = inputs[r];
-            allreduce(comm, data.data(), count, dt, op, 1.0, sharedOptions(++seq));
+            allreduce(comm.channel(), data.data(), count, dt, op, 1.0, sharedOptions(++seq));
             results[r].push_back(data);
             expected[r].push_back(want);
           }
@@ -167,10 +168,10 @@ TEST(consecutive_calls_never_overwrite_a_cell_a_peer_still_reads) {
       for (size_t i = 0; i < data.size(); ++i) data[i] = k * 1000.0 + r * 10.0 + static_cast<double>(i);
       if (jitter() % 8 == 0) std::this_thread::yield();
       if (k % 5 == 0) {
-        barrier(comm, sharedOptions(k));
+        barrier(comm.channel(), sharedOptions(k));
         continue;
       }
-      allreduce(comm, data.data(), static_cast<int64_t>(data.size()), DataType::Float64, ReduceOp::Sum, 1.0,
+      allreduce(comm.channel(), data.data(), static_cast<int64_t>(data.size()), DataType::Float64, ReduceOp::Sum, 1.0,
                 sharedOptions(k));
       for (size_t i = 0; i < data.size(); ++i) {
         const double want = n * (k * 1000.0 + static_cast<double>(i)) + 10.0 * (0 + 1 + 2);
@@ -187,7 +188,7 @@ TEST(ranks_that_disagree_get_an_error_naming_both_sides) {
   // Different counts.
   auto errors = onMesh(2, [&](int r, Communicator& comm) {
     std::vector<float> data(r == 0 ? 5 : 6, 1.0f);
-    allreduce(comm, data.data(), static_cast<int64_t>(data.size()), DataType::Float32, ReduceOp::Sum, 1.0,
+    allreduce(comm.channel(), data.data(), static_cast<int64_t>(data.size()), DataType::Float32, ReduceOp::Sum, 1.0,
               sharedOptions(1));
   });
   for (auto& e : errors) {
@@ -198,9 +199,9 @@ TEST(ranks_that_disagree_get_an_error_naming_both_sides) {
   errors = onMesh(2, [&](int r, Communicator& comm) {
     std::vector<float> data(4, 1.0f);
     if (r == 0) {
-      barrier(comm, sharedOptions(1));
+      barrier(comm.channel(), sharedOptions(1));
     } else {
-      allreduce(comm, data.data(), 4, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(1));
+      allreduce(comm.channel(), data.data(), 4, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(1));
     }
   });
   for (auto& e : errors) CHECK(contains(e, "all ranks must call the same collectives in the same order"));
@@ -217,7 +218,7 @@ TEST(ranks_on_different_channels_get_the_mismatch_error_not_a_timeout) {
       CollectiveOptions o = sharedOptions(1, 10000);
       if (r == 0) o.algorithm = linked;
       keepLinksAfterError([&] {
-        allreduce(comm, data.data(), static_cast<int64_t>(data.size()), DataType::Float32, ReduceOp::Sum, 1.0, o);
+        allreduce(comm.channel(), data.data(), static_cast<int64_t>(data.size()), DataType::Float32, ReduceOp::Sum, 1.0, o);
       });
     });
     for (auto& e : errors) CHECK(contains(e, "same shape and dtype"));
@@ -228,7 +229,7 @@ TEST(ranks_on_different_channels_get_the_mismatch_error_not_a_timeout) {
     std::vector<float> data(6, 1.0f);
     CollectiveOptions o = sharedOptions(1, 10000);
     if (r == 1) o.algorithm = "ring";
-    keepLinksAfterError([&] { allreduce(comm, data.data(), 6, DataType::Float32, ReduceOp::Sum, 1.0, o); });
+    keepLinksAfterError([&] { allreduce(comm.channel(), data.data(), 6, DataType::Float32, ReduceOp::Sum, 1.0, o); });
   });
   CHECK(contains(errors[0], "runs it with algorithm ring but this rank with shared"));
   CHECK(contains(errors[1], "runs it with algorithm shared but this rank with ring"));
@@ -241,7 +242,7 @@ TEST(a_missing_peer_times_out_by_name_and_abort_ends_the_wait) {
       return;
     }
     std::vector<float> data(4, 1.0f);
-    allreduce(comm, data.data(), 4, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(1, 300));
+    allreduce(comm.channel(), data.data(), 4, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(1, 300));
   });
   for (int r = 0; r < 2; ++r) {
     CHECK(contains(errors[r], "Timed out after 300 ms waiting for rank 2 (1 shared call behind)"));
@@ -258,7 +259,7 @@ TEST(a_missing_peer_times_out_by_name_and_abort_ends_the_wait) {
       comm.abort();
     });
     try {
-      barrier(comm, sharedOptions(1));
+      barrier(comm.channel(), sharedOptions(1));
     } catch (...) {
       aborter.join();
       throw;
@@ -275,7 +276,7 @@ TEST(a_peer_that_leaves_is_reported_not_waited_for) {
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    barrier(comm, sharedOptions(1));
+    barrier(comm.channel(), sharedOptions(1));
   });
   CHECK(contains(errors[0], "scalecomm barrier (rank 0, seq 1)"));
   CHECK(contains(errors[0], "closed its shared-memory link"));

@@ -1,0 +1,87 @@
+// scalecomm comm: a Channel is how the one executor (algo/executor.h) moves a
+// plan's messages, whatever memory and transport they live on.
+//
+// Contract: the executor offers each ready task's message to send() or recv()
+// and reads the Progress back:
+//   None     nothing moved; offer the same message again later;
+//   Partial  some bytes moved (stream channel); offer it again;
+//   Issued   queued into the channel's open group; it counts as done once
+//            flush() has closed that group (queued channel);
+//   Done     finished as far as any later task can tell.
+// When nothing moves the executor calls flush(); if that closed no group, it
+// calls idle(), which may throw Error(Aborted). Two kinds exist:
+// - the stream channel (comm/stream_channel.h): host memory over the
+//   Communicator's links; every message carries a WireHeader that the
+//   receiver checks (HeaderCheck reports a mismatch); receive-reduce reduces
+//   straight out of the link's buffer; flush() never has a group;
+// - queued channels (comm/queued_channel.h): device memory over NCCL, or its
+//   CPU emulation; messages are issued in groups, reductions are queued on the
+//   same queue, nothing is executed by the host, and completion is by event.
+// reducer() does the channel's arithmetic (on its memory, in its order).
+// communicator() is the stream channel's Communicator (host-only algorithms:
+// shared windows, MPI passthrough, receive from any source); null for a
+// queued channel. Thread safety: one collective at a time per channel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/reducer.h"
+#include "comm/wire.h"
+#include "core/deadline.h"
+#include "core/dtype.h"
+#include "core/reduce_op.h"
+
+namespace scalecomm {
+
+class Communicator;
+
+// One task's message as a channel sees it.
+struct ChannelMessage {
+  int peer;
+  uint8_t* data;  // the segment's memory
+  int64_t count;  // elements of dtype (bytes for Opaque)
+  DataType dtype;
+  ReduceOp op;               // receives: reduce into data with op; None: overwrite
+  const WireHeader* header;  // stream channel: sent, or expected; queued channels ignore it
+};
+
+// Raises the error for a received header that differs from the expected one.
+class HeaderCheck {
+ public:
+  [[noreturn]] virtual void mismatch(int peer, const WireHeader& got, const WireHeader& want) const = 0;
+
+ protected:
+  ~HeaderCheck() = default;
+};
+
+class Channel {
+ public:
+  enum class Progress : uint8_t { None, Partial, Issued, Done };
+
+  virtual ~Channel() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Host index of every rank (hierarchical schedules); all zeros on one host.
+  virtual const std::vector<int>& hostOf() const = 0;
+  virtual Reducer& reducer() = 0;
+  virtual Communicator* communicator() { return nullptr; }
+  bool queued() const { return queued_; }
+
+  // A plan starts: forget any per-peer progress of an earlier (failed) one.
+  virtual void start() = 0;
+  virtual Progress send(const ChannelMessage& m) = 0;
+  virtual Progress recv(const ChannelMessage& m, const HeaderCheck& check) = 0;
+  // Closes the open group, if any, and queues its reductions; true if it did.
+  virtual bool flush() = 0;
+  // Nothing moved and nothing was left to flush: wait briefly for peers.
+  virtual void idle(const std::vector<int>& peers, Clock::time_point idleSince) = 0;
+
+ protected:
+  explicit Channel(bool queued) : queued_(queued) {}
+
+ private:
+  bool queued_;
+};
+
+}  // namespace scalecomm
