@@ -25,9 +25,13 @@ from setuptools import find_packages, setup
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
+_DEVICE_DIRS = (os.sep + "cuda" + os.sep, os.sep + "nccl" + os.sep)
+
+
 def _sources(pattern: str) -> list[str]:
+    """Host sources: everything but the CUDA folders and the NCCL transport."""
     files = sorted(glob.glob(os.path.join("csrc", "**", pattern), recursive=True))
-    return [f for f in files if os.sep + "cuda" + os.sep not in f]
+    return [f for f in files if not any(d in f for d in _DEVICE_DIRS)]
 
 
 def _cuda_wanted() -> bool:
@@ -120,16 +124,16 @@ def _extensions():
         # sm_80 (A100) and sm_90 (H100) machine code plus sm_90 PTX for newer GPUs,
         # unless the builder names its own list.
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
-        cuda_sources = sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
-        cuda_sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cc")))
+        cuda_sources = []
+        for pattern in ("*.cu", "*.cc"):
+            cuda_sources += sorted(glob.glob(os.path.join("csrc", "**", "cuda", pattern), recursive=True))
         define_macros.append(("SCALECOMM_WITH_CUDA", "1"))
         nccl = _nccl_flags()
         if nccl:
             define_macros.append(("SCALECOMM_WITH_NCCL", "1"))
             extra["include_dirs"] += nccl["include_dirs"]
             extra["extra_link_args"] += nccl["extra_link_args"]
-        else:
-            cuda_sources = [f for f in cuda_sources if not os.path.basename(f).startswith("nccl_")]
+            cuda_sources += sorted(glob.glob(os.path.join("csrc", "transport", "nccl", "*.cc")))
         return [
             CUDAExtension(
                 "pyscalecomm._C",

@@ -17,8 +17,8 @@
 #include "comm/communicator.h"
 #include "comm/queued_channel.h"
 #include "comm/reducer.h"
-#include "core/logging.h"
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace scalecomm {
 
@@ -135,7 +135,8 @@ void allreduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp 
   ExecContext ctx(opts, CollectiveKind::Allreduce, dtype, count);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  if (runsOnWindows(opts.algorithm)) return sharedAllreduce(hostLinks(ch, "allreduce", opts.algorithm), data, count, ctx);
+  if (runsOnWindows(opts.algorithm))
+    return sharedAllreduce(hostLinks(ch, "allreduce", opts.algorithm), data, count, ctx);
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
@@ -177,15 +178,17 @@ void allgather(Channel& ch, const std::vector<void*>& outputs, int64_t count, Da
   if (isNative(opts.algorithm)) {
     const int64_t block = count * static_cast<int64_t>(elementSize(dtype));
     bool contiguous = true;
-    for (int q = 0; q < n; ++q) contiguous = contiguous && static_cast<uint8_t*>(outputs[q]) == static_cast<uint8_t*>(outputs[0]) + q * block;
+    for (int q = 0; q < n; ++q)
+      contiguous = contiguous && static_cast<uint8_t*>(outputs[q]) == static_cast<uint8_t*>(outputs[0]) + q * block;
     if (contiguous) {
-      return runNative(ch, {CollectiveKind::Allgather, outputs[ch.rank()], outputs[0], count, dtype, ReduceOp::None, -1},
-                       1);
+      return runNative(
+          ch, {CollectiveKind::Allgather, outputs[ch.rank()], outputs[0], count, dtype, ReduceOp::None, -1}, 1);
     }
     static std::atomic<bool> said{false};
     if (!said.exchange(true)) {
-      SC_LOG(Info, "scalecomm allgather:nccl: the outputs are separate tensors, which NCCL's allgather cannot fill; "
-                   "they are gathered with the ring schedule over NCCL send/recv instead");
+      SC_LOG(Info,
+             "scalecomm allgather:nccl: the outputs are separate tensors, which NCCL's allgather cannot fill; "
+             "they are gathered with the ring schedule over NCCL send/recv instead");
     }
   }
   ExecContext ctx(opts, CollectiveKind::Allgather, dtype, count);

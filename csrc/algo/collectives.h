@@ -76,8 +76,7 @@ void scatter(Channel& ch, const std::vector<void*>& blocks, int64_t perRank, Dat
 // than that before receiving wait until the timeout (and then fail clearly).
 void sendTo(Channel& ch, const void* data, int64_t count, DataType dtype, int peer, int tag,
             const CollectiveOptions& opts);
-void recvFrom(Channel& ch, void* data, int64_t count, DataType dtype, int peer, int tag,
-              const CollectiveOptions& opts);
+void recvFrom(Channel& ch, void* data, int64_t count, DataType dtype, int peer, int tag, const CollectiveOptions& opts);
 
 // A batch of sends and receives progressed together (batch_isend_irecv): all
 // make progress at once, so "everyone receives, then everyone sends" within

@@ -242,10 +242,12 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, 
     bool moved = false;
     for (int p : plan.peers) {
       const auto& sq = plan.sendQueue[p];
-      while (sendHead[p] < sq.size() && ready(plan.tasks[sq[sendHead[p]]]) && offer(sq[sendHead[p]], sendStarted, moved))
+      while (sendHead[p] < sq.size() && ready(plan.tasks[sq[sendHead[p]]]) &&
+             offer(sq[sendHead[p]], sendStarted, moved))
         ++sendHead[p];
       const auto& rq = plan.recvQueue[p];
-      while (recvHead[p] < rq.size() && ready(plan.tasks[rq[recvHead[p]]]) && offer(rq[recvHead[p]], recvStarted, moved))
+      while (recvHead[p] < rq.size() && ready(plan.tasks[rq[recvHead[p]]]) &&
+             offer(rq[recvHead[p]], recvStarted, moved))
         ++recvHead[p];
     }
     while (localHead < plan.localQueue.size()) {

@@ -14,7 +14,8 @@ namespace scalecomm {
 namespace {
 
 double timeAllreduce(Communicator& comm, std::vector<float>& buf, int iters, const CollectiveOptions& opts) {
-  allreduce(comm.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts);  // warm
+  allreduce(comm.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1,
+            opts);  // warm
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
     allreduce(comm.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts);

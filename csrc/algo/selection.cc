@@ -61,13 +61,10 @@ AlgorithmSelection AlgorithmSelection::parse(const std::string& spec) {
     const std::string algo = colon == std::string::npos ? entry : trim(entry.substr(colon + 1));
     if (colon == std::string::npos && algo == "mpi") {
       sel.allreduce = sel.broadcast = sel.reduce = sel.allgather = sel.reduceScatter = sel.barrier = algo;
-    } else if (collective == "allreduce") {
-      std::vector<std::string> known = withMpi(selectableAlgorithms(collective));
-      known.push_back("nccl");  // NCCL's own allreduce, CUDA tensors only
-      checkKnown(collective, algo, known);
-      sel.allreduce = algo;
     } else if (sel.slot(collective) != nullptr) {
-      checkKnown(collective, algo, withMpi(selectableAlgorithms(collective)));
+      std::vector<std::string> known = withMpi(selectableAlgorithms(collective));
+      if (collective != "barrier") known.push_back("nccl");  // NCCL's own collective, CUDA tensors only
+      checkKnown(collective, algo, known);
       *sel.slot(collective) = algo;
     } else {
       fail(ErrorKind::InvalidArgument, "scalecomm: cannot choose an algorithm for '", collective, "' in '", spec,

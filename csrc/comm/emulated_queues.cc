@@ -223,7 +223,8 @@ void EmulatedQueuedChannel::waitEvent(void* event, const Deadline& deadline, con
     abort();
     fail(ErrorKind::Timeout, "scalecomm ", what, " (rank ", rank(), "): timed out waiting for the queued work");
   }
-  if (auto e = stream_->error()) throw Error(e->kind(), strCat("scalecomm ", what, " (rank ", rank(), "): ", e->what()));
+  if (auto e = stream_->error())
+    throw Error(e->kind(), strCat("scalecomm ", what, " (rank ", rank(), "): ", e->what()));
 }
 
 void EmulatedQueuedChannel::synchronize(const Deadline& deadline) { waitEvent(recordEvent(), deadline, "synchronize"); }
@@ -257,14 +258,16 @@ void EmulatedQueuedChannel::issueGroup(const std::vector<QueuedOp>& ops) {
     auto unmatched = [&] {
       std::string text;
       for (const Posted& p : posted) {
-        if (!p.done) text += strCat(text.empty() ? "" : ", ", p.send ? "send of " : "receive of ", p.bytes,
-                                    p.send ? " B to rank " : " B from rank ", p.peer);
+        if (!p.done)
+          text += strCat(text.empty() ? "" : ", ", p.send ? "send of " : "receive of ", p.bytes,
+                         p.send ? " B to rank " : " B from rank ", p.peer);
       }
       return strCat("group ", group, " waits for ", text);
     };
     try {
-      f.wait(g, r, [&] { return std::all_of(posted.begin(), posted.end(), [](const Posted& p) { return p.done; }); },
-             unmatched);
+      f.wait(
+          g, r, [&] { return std::all_of(posted.begin(), posted.end(), [](const Posted& p) { return p.done; }); },
+          unmatched);
     } catch (...) {
       for (Posted& p : posted) {  // nothing may point at this frame any more
         auto& q = p.send ? f.sends[r * f.n + p.peer] : f.recvs[p.peer * f.n + r];
@@ -291,8 +294,8 @@ void EmulatedQueuedChannel::freeScratch(void* p) {
 
 bool EmulatedQueuedChannel::hasNative(CollectiveKind kind, DataType dtype, ReduceOp op) const {
   // As NCCL: no 16-bit integers, no bitwise ops, no opaque bytes to reduce.
-  const bool reduces = kind == CollectiveKind::Allreduce || kind == CollectiveKind::Reduce ||
-                       kind == CollectiveKind::ReduceScatter;
+  const bool reduces =
+      kind == CollectiveKind::Allreduce || kind == CollectiveKind::Reduce || kind == CollectiveKind::ReduceScatter;
   switch (kind) {
     case CollectiveKind::Allreduce:
     case CollectiveKind::Reduce:

@@ -95,8 +95,8 @@ class QueuedChannel : public Channel {
   };
   int rank_, size_;
   std::vector<int> hostOf_;
-  std::vector<QueuedOp> open_;            // receive-reduce ops hold their scratch offset in `data`
-  std::vector<size_t> scratchOps_;        // indexes into open_ of receive-reduce ops
+  std::vector<QueuedOp> open_;      // receive-reduce ops hold their scratch offset in `data`
+  std::vector<size_t> scratchOps_;  // indexes into open_ of receive-reduce ops
   std::vector<PendingReduce> reductions_;
   int64_t scratchUsed_ = 0;
   uint8_t* scratch_ = nullptr;

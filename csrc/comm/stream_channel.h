@@ -16,8 +16,8 @@
 #pragma once
 
 #include <array>
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "comm/channel.h"

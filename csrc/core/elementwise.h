@@ -2,7 +2,7 @@
 //
 // Contract: one definition of what reducing two elements means, compiled
 // into the CPU reducer (comm/reducer.cc) and the CUDA kernels
-// (cuda/reduce_kernels.cu) alike, so CPU tests of the reducer test the
+// (comm/cuda/reduce_kernels.cu) alike, so CPU tests of the reducer test the
 // arithmetic the GPU runs. Storage<T> loads an element into its accumulator
 // type (fp16/bf16: fp32, round-to-nearest-even on store, see core/half.h) and
 // stores it back. combine<Op>(a, b) is the binary op: Sum, Product, Min, Max

@@ -46,8 +46,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "0 turns MPI off: at build time builds without it, at run time never uses it (no MPI communicator, transport "   \
     "or mpi algorithm). auto or 1: used when the ranks were started by an MPI launcher.")                            \
   X(Text, cudaTransport, "cuda_transport", "SCALECOMM_CUDA_TRANSPORT", "auto", 0, 0, "auto|host",                     \
-    "CUDA tensors: auto (allreduce over NCCL send/recv with scalecomm's schedules when the build has NCCL, every "    \
-    "other collective staged through pinned host memory over the CPU transports), host (stage everything).")         \
+    "CUDA tensors: auto (every collective runs scalecomm's schedules over NCCL on the GPU when the build has NCCL; "  \
+    "staged through pinned host memory otherwise), host (stage everything through host memory).")                    \
   X(Text, compression, "compression", "SCALECOMM_COMPRESSION", "", 0, 0, "",                                          \
     "Group default codec for allreduce (SUM/AVG) of floating tensors: fp16, bf16, topk:<ratio>, "                   \
     "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; empty or none: off. Error "        \

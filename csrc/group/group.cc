@@ -365,9 +365,32 @@ uint64_t Group::endCoalescing(Call call) {
   return number;
 }
 
-void Group::runBody(Call& call, CollectiveOptions& o) {
+void Group::runOnDevice(Call& call, CollectiveOptions& o) {
+  if (!deviceChannels_) {
+    fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
+         "): this group has no device channel (a build without NCCL)");
+  }
+  QueuedChannel& ch = deviceChannels_(call.deviceIndex, o.deadline);
+  // Host-only algorithms have no device form: the collective's default schedule runs instead.
+  if (o.algorithm == "mpi" || o.algorithm == "auto" || runsOnWindows(o.algorithm) || o.algorithm == "shared") {
+    o.algorithm = call.kind == CallKind::Allreduce ? deviceAllreduceAlgorithm(o.algorithm) : "auto";
+  }
+  call.deviceSync->begin(ch.stream());
+  void* done = nullptr;
+  try {
+    if (call.before) call.before();
+    runBody(call, ch, o);
+    if (call.after) call.after();
+  } catch (...) {
+    call.deviceSync->end(ch.stream());
+    throw;
+  }
+  done = call.deviceSync->end(ch.stream());
+  ch.waitEvent(done, o.deadline, call.name.c_str());
+}
+
+void Group::runBody(Call& call, Channel& comm, CollectiveOptions& o) {
   Communicator& links = *comm_;
-  Channel& comm = links.channel();
   switch (call.kind) {
     case CallKind::Allreduce: return allreduce(comm, call.data, call.count, call.dtype, call.op, call.premulFactor, o);
     case CallKind::Broadcast: return broadcast(comm, call.data, call.count, call.dtype, call.root, o);
@@ -448,9 +471,13 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
   Clock::time_point end;
   try {
     try {
-      if (call.before) call.before();
-      runBody(call, o);
-      if (call.after) call.after();
+      if (call.deviceIndex >= 0) {
+        runOnDevice(call, o);
+      } else {
+        if (call.before) call.before();
+        runBody(call, comm_->channel(), o);
+        if (call.after) call.after();
+      }
     } catch (...) {
       if (timelineRow_)
         recordOperation(*timelineRow_, call.name, number, call.bytes, start, Clock::now(), trace, *comm_, true);

@@ -52,6 +52,7 @@
 #include "algo/plan_cache.h"
 #include "algo/selection.h"
 #include "comm/communicator.h"
+#include "comm/queued_channel.h"
 #include "comm/worker.h"
 #include "core/label.h"
 #include "core/store.h"
@@ -112,6 +113,10 @@ struct Call {
   uint64_t bytes = 0;                           // for stats and the timeline
   bool blocking = false;                        // the caller waits right away: may run on its thread
   bool device = false;                          // device work involved: always on the worker
+  // >= 0: the buffers are on this device and the call runs on its queued
+  // channel (setDeviceChannels); deviceSync orders it with the caller's work.
+  int deviceIndex = -1;
+  std::shared_ptr<struct DeviceSync> deviceSync;
   // Run on the executing thread before and after the collective (host
   // staging, copies into and out of the buffers). A throw fails the call.
   std::function<void()> before, after;
@@ -121,6 +126,19 @@ struct Call {
   std::function<void(const Error*)> done;
   // Receive from any source: set to the sender before done runs.
   std::shared_ptr<std::atomic<int>> source;
+};
+
+// Orders a device call with the caller's device work (the torch adapter's
+// CUDA events). On the executing thread, for a call with deviceIndex >= 0:
+// begin(stream) before call.before (the queue waits for the caller's inputs;
+// `stream` becomes this thread's current one, so the hooks' device copies
+// queue on it), then the body issues its work, then end(stream) after
+// call.after returns the event recorded behind all of it, which the group
+// waits for (until the deadline) before the call counts as done.
+struct DeviceSync {
+  virtual ~DeviceSync() = default;
+  virtual void begin(void* stream) = 0;
+  virtual void* end(void* stream) = 0;
 };
 
 // Observes every executed call (NVTX ranges in CUDA builds).
@@ -189,6 +207,11 @@ class Group : public std::enable_shared_from_this<Group> {
   bool coalescing() const { return coalescing_; }
 
   void setObserver(std::shared_ptr<CallObserver> o) { observer_ = std::move(o); }
+  // The queued channel of a device (made on first use, collectively: every
+  // rank's n-th device call reaches it in the same order), with the call's
+  // deadline for its waits. Unset: device calls fail with InvalidArgument.
+  using DeviceChannels = std::function<QueuedChannel&(int device, const Deadline& deadline)>;
+  void setDeviceChannels(DeviceChannels f) { deviceChannels_ = std::move(f); }
   void abort(const std::string& why);
   // Runs what is queued, then closes the links. With a grace period, work
   // that has not finished within it is aborted instead of awaited.
@@ -221,7 +244,8 @@ class Group : public std::enable_shared_from_this<Group> {
   void answerDesyncRequests();  // watchdog: publish this rank's position when asked
   void dumpFlightRecorder(const std::string& why);
   void watchdogLoop();
-  void runBody(Call& call, CollectiveOptions& o);
+  void runBody(Call& call, Channel& ch, CollectiveOptions& o);
+  void runOnDevice(Call& call, CollectiveOptions& o);
   Label chooseAllreduce(int64_t bytes);
 
   int rank_, size_;
@@ -255,6 +279,7 @@ class Group : public std::enable_shared_from_this<Group> {
   int nextAnySource_ = 0;                         // executing thread
   std::shared_ptr<const TimelineRow> timelineRow_;
   std::shared_ptr<CallObserver> observer_;
+  DeviceChannels deviceChannels_;
   std::atomic<uint64_t> inlineCalls_{0}, workerCalls_{0};
   bool coalescing_ = false;                         // submit thread
   std::vector<std::pair<Call, uint64_t>> pending_;  // the batch being coalesced, with pair numbers

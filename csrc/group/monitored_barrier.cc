@@ -54,7 +54,8 @@ void monitoredBarrier(Communicator& comm, bool waitAllRanks, std::vector<uint64_
          waitAllRanks ? "" : " (the first one missing; wait_all_ranks=True lists all)",
          ". Check those ranks for a hang, a crash or a different code path.");
   }
-  for (int r = 1; r < n; ++r) sendTo(comm.channel(), &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(outSeq[r]));
+  for (int r = 1; r < n; ++r)
+    sendTo(comm.channel(), &token, 1, DataType::UInt8, r, kMonitoredBarrierTag, withSeq(outSeq[r]));
 }
 
 }  // namespace scalecomm

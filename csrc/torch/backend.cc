@@ -1,5 +1,7 @@
 #include "torch/backend.h"
 
+#include <cstring>
+
 #include <c10/util/Exception.h>
 #include <sched.h>
 
@@ -67,6 +69,9 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   if (nvtxEnabled()) group_->setObserver(std::make_shared<NvtxObserver>());
   nccl_ = std::make_shared<NcclGroups>(store, "scalecomm/" + config.groupName, rank, size);
   group_->state()->onAbort([nccl = nccl_] { nccl->abort(); });
+  group_->setDeviceChannels([nccl = nccl_](int device, const Deadline& deadline) -> QueuedChannel& {
+    return nccl->channel(device, deadline);
+  });
 }
 
 ScalecommBackend::~ScalecommBackend() { shutdown(); }
@@ -104,6 +109,15 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vec
     call.device = stage->onDevice();
   }
   if (device) call.device = true;
+  const std::shared_ptr<DeviceCall> onDevice = stage && stage->direct() ? stage->deviceCall() : device;
+  if (stage && stage->direct()) {
+    call.deviceIndex = onDevice->device();
+    call.deviceSync = onDevice;
+  }
+  TORCH_CHECK_VALUE(call.deviceIndex >= 0 || std::strcmp(call.algorithm.c_str(), "nccl") != 0, "scalecomm ", call.name,
+                    " (rank ", getRank(),
+                    "): algorithm nccl takes CUDA tensors (and a build with NCCL, SCALECOMM_CUDA_TRANSPORT=auto); "
+                    "choose a scalecomm algorithm such as ring for CPU tensors");
   if (group_->coalescing()) batchParts_.push_back(work);
   call.done = [work](const Error* e) {
     try {
@@ -127,8 +141,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vec
     rethrow(e);
   }
   work->setSequence(seq);
-  if (device) work->setDeviceCall(device);
-  if (blocking && !device) work->holdOutputsWeaklyIfSucceeded();
+  if (onDevice) work->setDeviceCall(onDevice);
+  if (blocking && !onDevice) work->holdOutputsWeaklyIfSucceeded();
   return work;
 }
 
@@ -142,12 +156,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
     const std::string key = strCat("ptr:", reinterpret_cast<uintptr_t>(t.data_ptr()), ":", t.numel());
     return allreduceCompressed(t, codec, key, -1, r.op.op == ReduceOp::Avg, opts.timeout);
   }
-  auto device = DeviceCall::begin({t}, "allreduce", getRank());
-  if (ncclAllreduce(device)) return allreduceOnNccl(t, r, device, opts);
-  TORCH_CHECK_VALUE(group_->selection().allreduce != "nccl", "scalecomm allreduce (rank ", getRank(),
-                    "): algorithm nccl takes CUDA tensors (and a build with NCCL, SCALECOMM_CUDA_TRANSPORT=auto); ",
-                    "this tensor is on ", t.device(), ": choose a scalecomm algorithm such as ring");
-  auto stage = HostStage::forCall(device, {t});
+  auto stage = stageFor("allreduce", {t});
   at::Tensor tensor = stage->inout(t);
   Call call = preparedCall(CallKind::Allreduce, "allreduce", static_cast<int64_t>(t.nbytes()), opts);
   call.data = tensor.data_ptr();
@@ -156,22 +165,6 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   call.op = r.op.op;
   call.premulFactor = r.op.premulFactor;
   return run(c10d::OpType::ALLREDUCE, {t}, std::move(call), stage);
-}
-
-c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceOnNccl(const at::Tensor& t, const ReductionArgs& r,
-                                                                 const std::shared_ptr<DeviceCall>& device,
-                                                                 const c10d::AllreduceOptions& opts) {
-  const std::string algo = deviceAllreduceAlgorithm(group_->selection().allreduce);
-  AlgoParams params{group_->communicator().hostOf(), static_cast<int>(config().psServers)};
-  auto nccl = nccl_;
-  Call call;
-  call.name = strCat("allreduce:", algo, ":cuda");
-  call.timeoutMs = opts.timeout.count();
-  call.body = [nccl, device, tensor = t, r, params, algo](Communicator&, const CollectiveOptions& o) {
-    nccl->allreduce(*device, tensor.data_ptr(), tensor.numel(), r.dtype, r.op.op, r.op.premulFactor, algo, params,
-                    o.deadline);
-  };
-  return run(c10d::OpType::ALLREDUCE, {t}, std::move(call), nullptr, device);
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -188,7 +181,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
   std::vector<at::Tensor> ts = stage->inouts(tensors);
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();
-  at::Tensor flat = at::empty({count}, ts[0].options().device(at::kCPU));
+  at::Tensor flat = at::empty({count}, ts[0].options());  // where the staged tensors are
   Call call = callFor(CallKind::Allreduce, SC_LABEL("allreduce_coalesced"), opts);
   call.algorithm = group_->prepare(CallKind::Allreduce, "allreduce", static_cast<int64_t>(flat.nbytes())).algorithm;
   call.data = flat.data_ptr();
@@ -351,7 +344,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::recvAnysource(std::vector<at::T
   TORCH_CHECK_VALUE(t.numel() > 0, "scalecomm ", what, " (rank ", getRank(),
                     "): the tensor is empty; an empty message is never sent, so there is nothing to wait for");
   WireShape shape = wireShape(t);
-  auto stage = stageFor(what, {t});
+  auto stage = stageFor(what, {t}, /*onDevice=*/false);  // a receive from any source looks at host links
   at::Tensor tensor = stage->output(t);
   auto source = std::make_shared<std::atomic<int>>(-1);
   Call call;

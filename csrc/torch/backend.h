@@ -172,16 +172,17 @@ class ScalecommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, std::vector<at::Tensor> outputs, Call&& call,
                                      const std::shared_ptr<HostStage>& stage = nullptr,
                                      const std::shared_ptr<DeviceCall>& device = nullptr);
-  // The host stage for a collective's tensors (inactive when all are on the CPU).
-  std::shared_ptr<HostStage> stageFor(const char* collective, const std::vector<at::Tensor>& tensors) {
-    return HostStage::forCall(DeviceCall::begin(tensors, collective, getRank()), tensors);
+  // The stage for a collective's tensors (inactive when all are on the CPU):
+  // CUDA tensors stay on the device and the call runs on the device's NCCL
+  // channel when the build has NCCL, SCALECOMM_CUDA_TRANSPORT is not host and
+  // `onDevice` (the collective has a device form); otherwise they are staged
+  // through pinned host memory.
+  std::shared_ptr<HostStage> stageFor(const char* collective, const std::vector<at::Tensor>& tensors,
+                                      bool onDevice = true) {
+    auto device = DeviceCall::begin(tensors, collective, getRank());
+    const bool direct = onDevice && device && config().cudaTransport != "host" && NcclGroups::available();
+    return HostStage::forCall(std::move(device), tensors, direct);
   }
-  bool ncclAllreduce(const std::shared_ptr<DeviceCall>& call) const {
-    return call && config().cudaTransport != "host" && NcclGroups::available();
-  }
-  c10::intrusive_ptr<c10d::Work> allreduceOnNccl(const at::Tensor& t, const ReductionArgs& r,
-                                                 const std::shared_ptr<DeviceCall>& call,
-                                                 const c10d::AllreduceOptions& opts);
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
   // A Call of `kind` with the group's algorithm for `bytes` and its title
   // (the group's prepared call site).

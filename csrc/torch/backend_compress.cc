@@ -5,6 +5,8 @@
 #include <c10/util/Exception.h>
 
 #include "torch/backend.h"
+
+#include "comm/stream_channel.h"
 #include "torch/validate.h"
 
 namespace scalecomm {
@@ -24,7 +26,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
     TORCH_CHECK_VALUE(false, e.what());
   }
   const bool ef = errorFeedback < 0 ? codec.biased() : errorFeedback != 0;
-  auto stage = stageFor(what, {t});
+  auto stage = stageFor(what, {t}, /*onDevice=*/false);  // the codecs run on the CPU
   at::Tensor tensor = stage->inout(t);
   const Label algo = group_->prepare(CallKind::Allreduce, "allreduce", static_cast<int64_t>(t.nbytes())).algorithm;
   auto store = compression_;
@@ -42,7 +44,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
       cc.rank = rank;
       cc.size = size;
       cc.allreduceSum = [&](at::Tensor& x) {
-        scalecomm::allreduce(comm, x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()), ReduceOp::Sum, 1.0, o);
+        scalecomm::allreduce(comm.channel(), x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()), ReduceOp::Sum,
+                             1.0, o);
       };
       cc.allgatherBytes = [&](const at::Tensor& mine) {
         const int64_t b = mine.numel();
@@ -52,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
         for (int q = 0; q < size; ++q) ptrs.push_back(static_cast<uint8_t*>(all.data_ptr()) + q * b);
         CollectiveOptions g = o;
         g.algorithm = o.algorithm == "mpi" ? "mpi" : "ring";
-        scalecomm::allgather(comm, ptrs, b, DataType::Opaque, g);
+        scalecomm::allgather(comm.channel(), ptrs, b, DataType::Opaque, g);
         return all;
       };
       at::Tensor x = tensor.view({-1});

@@ -100,7 +100,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
 static Call reduceScatterCall(Call call, const ReductionArgs& r, const at::Tensor& out, int rank, int size,
                               std::function<void(at::Tensor&)> fill) {
   const int64_t per = out.numel();
-  at::Tensor work = at::empty({per * size}, out.options().device(at::kCPU));
+  at::Tensor work = at::empty({per * size}, out.options());  // where the staged output is
   call.data = work.data_ptr();
   call.count = per;
   call.dtype = r.dtype;

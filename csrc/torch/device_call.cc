@@ -74,8 +74,20 @@ void DeviceCall::waitOnCurrentStream() {
             "cudaStreamWaitEvent");
 }
 
+void DeviceCall::begin(void* stream) {
+  orderAfterInputs(stream);
+  current_ =
+      std::make_unique<c10::StreamGuard>(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream), device_));
+}
+
+void* DeviceCall::end(void* stream) {
+  current_.reset();
+  markIssued(stream);
+  return done_;
+}
+
 at::Tensor HostStage::stage(const at::Tensor& t, bool down, bool up) {
-  if (!call_ || !t.is_cuda()) return stageCpu(t, down, up);
+  if (!call_ || !t.is_cuda() || direct_) return stageCpu(t, down, up);
   at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
   pairs_.push_back({t, host, down, up});
   return host;
@@ -83,7 +95,7 @@ at::Tensor HostStage::stage(const at::Tensor& t, bool down, bool up) {
 
 void HostStage::toHost() {
   copyCpuIn();
-  if (!call_) return;
+  if (!call_ || direct_) return;
   c10::cuda::CUDAGuard guard(call_->device());
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, call_->device());
   call_->orderAfterInputs(stream.stream());
@@ -98,7 +110,7 @@ void HostStage::toHost() {
 
 void HostStage::toDevice() {
   copyCpuOut();
-  if (!call_) return;
+  if (!call_ || direct_) return;
   c10::cuda::CUDAGuard guard(call_->device());
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, call_->device());
   {
@@ -126,6 +138,8 @@ DeviceCall::~DeviceCall() = default;
 void DeviceCall::orderAfterInputs(void*) {}
 void DeviceCall::markIssued(void*) { issued_.store(true); }
 void DeviceCall::waitOnCurrentStream() {}
+void DeviceCall::begin(void*) {}
+void* DeviceCall::end(void*) { return nullptr; }
 at::Tensor HostStage::stage(const at::Tensor& t, bool down, bool up) { return stageCpu(t, down, up); }
 void HostStage::toHost() { copyCpuIn(); }
 void HostStage::toDevice() { copyCpuOut(); }

@@ -16,7 +16,9 @@
 //   transports (shm, tcp, mpi): input()/output()/inout() hand the body a
 //   pinned host tensor; toHost() before the body copies inputs down (after
 //   `ready`), toDevice() after it copies outputs up and waits for the copies.
-//   Non-contiguous CPU tensors go through a contiguous copy the same way
+//   With direct(), CUDA tensors are not staged: the Group runs the call on
+//   the device's queued channel (DeviceSync). Non-contiguous CPU tensors (and
+//   CUDA ones on the direct path) go through a contiguous copy the same way
 //   (made when the call runs, copied back after it). For contiguous CPU
 //   tensors every method is the identity and nothing is copied.
 // Builds without CUDA compile all of this to "no CUDA tensors here": begin()
@@ -26,14 +28,17 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
 
 #include <atomic>
 #include <memory>
 #include <vector>
 
+#include "group/group.h"
+
 namespace scalecomm {
 
-class DeviceCall {
+class DeviceCall final : public DeviceSync {
  public:
   static std::shared_ptr<DeviceCall> begin(c10::ArrayRef<at::Tensor> tensors, const char* collective, int rank);
   ~DeviceCall();
@@ -45,6 +50,12 @@ class DeviceCall {
   bool issued() const { return issued_.load(std::memory_order_acquire); }
   // Caller side (Work::wait): the current stream waits for the collective.
   void waitOnCurrentStream();
+  // DeviceSync (the Group, for a call on a device's queued channel):
+  // begin() orders `stream` after the inputs and makes it this thread's
+  // current stream (so the call's copies queue on it); end() restores the
+  // thread's stream, records `done` on `stream` and returns it.
+  void begin(void* stream) override;
+  void* end(void* stream) override;
 
  private:
   DeviceCall() = default;
@@ -53,17 +64,23 @@ class DeviceCall {
   void* done_ = nullptr;
   std::vector<at::Tensor> tensors_;
   std::atomic<bool> issued_{false};
+  std::unique_ptr<c10::StreamGuard> current_;
 };
 
 class HostStage {
  public:
-  explicit HostStage(std::shared_ptr<DeviceCall> call) : call_(std::move(call)) {}
+  explicit HostStage(std::shared_ptr<DeviceCall> call, bool direct = false)
+      : call_(std::move(call)), direct_(direct && call_ != nullptr) {}
   // A stage for a call on `tensors` (`call`: their DeviceCall, null for CPU
   // tensors); for contiguous CPU tensors one shared, stateless instance, so
-  // that path allocates nothing per call.
-  static std::shared_ptr<HostStage> forCall(std::shared_ptr<DeviceCall> call, c10::ArrayRef<at::Tensor> tensors) {
+  // that path allocates nothing per call. `direct`: CUDA tensors stay on the
+  // device (the call runs on the device's queued channel); only
+  // non-contiguous ones get a contiguous copy on the device, made and copied
+  // back on the channel's stream.
+  static std::shared_ptr<HostStage> forCall(std::shared_ptr<DeviceCall> call, c10::ArrayRef<at::Tensor> tensors,
+                                            bool direct = false) {
     static const auto cpuOnly = std::make_shared<HostStage>(nullptr);
-    if (call) return std::make_shared<HostStage>(std::move(call));
+    if (call) return std::make_shared<HostStage>(std::move(call), direct);
     for (const auto& t : tensors)
       if (t.defined() && !t.is_contiguous()) return std::make_shared<HostStage>(nullptr);
     return cpuOnly;
@@ -72,6 +89,9 @@ class HostStage {
   bool active() const { return call_ != nullptr || !cpuPairs_.empty(); }
   // Device work is involved (the call must run on the worker).
   bool onDevice() const { return call_ != nullptr; }
+  // The buffers stay on the device: the call runs on its queued channel.
+  bool direct() const { return direct_; }
+  const std::shared_ptr<DeviceCall>& deviceCall() const { return call_; }
   at::Tensor input(const at::Tensor& t) { return stage(t, true, false); }
   at::Tensor output(const at::Tensor& t) { return stage(t, false, true); }
   at::Tensor inout(const at::Tensor& t) { return stage(t, true, true); }
@@ -96,6 +116,7 @@ class HostStage {
     return out;
   }
   std::shared_ptr<DeviceCall> call_;
+  bool direct_;
   std::vector<Pair> pairs_;     // CUDA tensor, pinned host copy
   std::vector<Pair> cpuPairs_;  // non-contiguous CPU tensor, contiguous copy
 };

@@ -4,15 +4,15 @@
 // divide_(t, divisor) run scalecomm's own element-wise reductions (the ones
 // collectives use) on contiguous tensors of one dtype and size: CPU tensors
 // through comm/reducer.h, CUDA tensors (CUDA builds) through
-// cuda/reduce_kernels.h on the current stream. They let tests compare every
+// comm/cuda/reduce_kernels.h on the current stream. They let tests compare every
 // dtype and op with torch, on CPU and, where a GPU exists, on the GPU.
 #include <torch/python.h>
 
 #include <string>
 
+#include "comm/cuda/reduce_kernels.h"
 #include "comm/reducer.h"
 #include "core/error.h"
-#include "cuda/reduce_kernels.h"
 #include "torch/tensor_types.h"
 
 #ifdef SCALECOMM_WITH_CUDA

@@ -199,7 +199,8 @@ TEST(broadcast_and_allgather_move_exact_bytes) {
 TEST(count_mismatch_fails_every_rank_with_both_counts) {
   auto errors = runRanks(2, 4096, [&](int r, Communicator& c) {
     std::vector<float> buf(r == 0 ? 100 : 120, 1.0f);
-    allreduce(c.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1, opts(1 << 20));
+    allreduce(c.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1,
+              opts(1 << 20));
   });
   for (int r = 0; r < 2; ++r) {
     CHECK(errors[r].find("seq 1") != std::string::npos);
@@ -211,8 +212,8 @@ TEST(count_mismatch_fails_every_rank_with_both_counts) {
 TEST(dtype_and_op_mismatch_are_named) {
   auto errors = runRanks(2, 4096, [&](int r, Communicator& c) {
     std::vector<int32_t> buf(16, 1);
-    allreduce(c.channel(), buf.data(), 16, r == 0 ? DataType::Int32 : DataType::Float32, r == 0 ? ReduceOp::Sum : ReduceOp::Sum,
-              1, opts(1 << 20));
+    allreduce(c.channel(), buf.data(), 16, r == 0 ? DataType::Int32 : DataType::Float32,
+              r == 0 ? ReduceOp::Sum : ReduceOp::Sum, 1, opts(1 << 20));
   });
   CHECK(errors[0].find("float32") != std::string::npos || errors[1].find("int32") != std::string::npos);
   errors = runRanks(2, 4096, [&](int r, Communicator& c) {

@@ -151,7 +151,8 @@ TEST(every_allreduce_algorithm_dtype_and_op_runs_on_queued_channels) {
             allreduce(ch, bufs[r].data(), count, t, op, 2.0, opts(algo, 24));
           });
           const std::string all = joined(errors);
-          if (!all.empty()) throw sctest::Failure{strCat(algo, " n=", n, " ", dataTypeName(t), " ", reduceOpName(op), all)};
+          if (!all.empty())
+            throw sctest::Failure{strCat(algo, " n=", n, " ", dataTypeName(t), " ", reduceOpName(op), all)};
           for (int r = 0; r < n; ++r) {
             for (int64_t i = 0; i < count; ++i) {
               const double want = expected(n, i, op, 2.0, t), got = sctest::loadValue(bufs[r].data(), i, t);
@@ -235,7 +236,8 @@ TEST(allgather_reduce_scatter_gather_scatter_alltoall_and_point_to_point_on_queu
       std::vector<std::vector<std::vector<float>>> blocks(n, std::vector<std::vector<float>>(n));
       for (int r = 0; r < n; ++r)
         for (int q = 0; q < n; ++q) blocks[r][q].assign(per, r == q ? static_cast<float>(r + 1) : -1.0f);
-      std::vector<std::vector<std::vector<int32_t>>> a2aSend(n, std::vector<std::vector<int32_t>>(n)), a2aRecv = a2aSend;
+      std::vector<std::vector<std::vector<int32_t>>> a2aSend(n, std::vector<std::vector<int32_t>>(n)),
+          a2aRecv = a2aSend;
       for (int r = 0; r < n; ++r)
         for (int q = 0; q < n; ++q) {
           a2aSend[r][q].assign(r + q + 1, r * 100 + q);

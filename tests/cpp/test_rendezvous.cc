@@ -35,7 +35,8 @@ void allreduceOverMesh(int n, const OptionsOf& optionsOf, const KindOf& kindOf, 
         CollectiveOptions o;
         o.segmentBytes = 8192;
         o.deadline = Deadline::after(std::chrono::seconds(20));
-        allreduce(comm->channel(), bufs[r].data(), static_cast<int64_t>(bufs[r].size()), DataType::Float64, ReduceOp::Sum, 1, o);
+        allreduce(comm->channel(), bufs[r].data(), static_cast<int64_t>(bufs[r].size()), DataType::Float64,
+                  ReduceOp::Sum, 1, o);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       } catch (const sctest::Failure& f) {

@@ -218,7 +218,8 @@ TEST(ranks_on_different_channels_get_the_mismatch_error_not_a_timeout) {
       CollectiveOptions o = sharedOptions(1, 10000);
       if (r == 0) o.algorithm = linked;
       keepLinksAfterError([&] {
-        allreduce(comm.channel(), data.data(), static_cast<int64_t>(data.size()), DataType::Float32, ReduceOp::Sum, 1.0, o);
+        allreduce(comm.channel(), data.data(), static_cast<int64_t>(data.size()), DataType::Float32, ReduceOp::Sum, 1.0,
+                  o);
       });
     });
     for (auto& e : errors) CHECK(contains(e, "same shape and dtype"));

@@ -65,6 +65,27 @@ def _every_collective(rank, n, shared):
     return out
 
 
+ALGOS = [
+    "allreduce:ring",
+    "allreduce:rhd,broadcast:tree,reduce:tree",
+    "allreduce:tree",
+    "allreduce:direct",
+    "allreduce:ps",
+    "allreduce:nccl,broadcast:nccl,reduce:nccl,allgather:nccl,reduce_scatter:nccl",
+]
+
+
+@needs_two
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("segment", ["256", "4194304"])
+def test_every_collective_every_algorithm_over_nccl(algo, segment):
+    """The queued channel on real NCCL: what tests/cpp/test_queued_channel.cc runs on its CPU emulation."""
+    env = {"SCALECOMM_CUDA_TRANSPORT": "auto", "SCALECOMM_ALGO": algo, "SCALECOMM_SEGMENT_BYTES": segment}
+    results = run_ranks(2, _every_collective, False, env=env)
+    for r in results:
+        assert all(r.values()), {k: v for k, v in r.items() if not v}
+
+
 @pytest.mark.parametrize("transport", ["host", "auto"])
 def test_every_collective_on_cuda_tensors(transport):
     if transport == "auto" and (GPUS < 2 or not _C.built_with_nccl):

@@ -1,4 +1,4 @@
-// scalecomm cuda: reduction kernels on device memory (builds with CUDA only).
+// scalecomm comm/cuda: reduction kernels on device memory (builds with CUDA only).
 //
 // Contract: the same operations as comm/reducer.h, on device pointers, queued
 // on `stream` (a cudaStream_t; nullptr is the legacy default stream) and

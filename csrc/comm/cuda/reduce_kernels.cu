@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
+#include "comm/cuda/reduce_kernels.h"
 #include "core/elementwise.h"
 #include "core/error.h"
 #include "core/type_dispatch.h"
-#include "cuda/reduce_kernels.h"
 
 namespace scalecomm::cuda {
 

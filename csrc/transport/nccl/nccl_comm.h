@@ -1,4 +1,4 @@
-// scalecomm cuda: one NCCL communicator and the CUDA stream it works on
+// scalecomm transport/nccl: one NCCL communicator and the CUDA stream it works on
 // (builds with CUDA only).
 //
 // Contract: create() bootstraps through the Store (rank 0 makes the unique id

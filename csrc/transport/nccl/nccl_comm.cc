@@ -1,4 +1,4 @@
-#include "cuda/nccl_comm.h"
+#include "transport/nccl/nccl_comm.h"
 
 #include <sched.h>
 
