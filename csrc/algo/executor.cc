@@ -209,14 +209,14 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, 
     if (trace) trace->taskFinished(t.kind, t.step, t.peer, t.count * static_cast<int64_t>(es), nowNs());
   };
   // Offers queue head `id` to the channel; true when the head may advance.
-  WireHeader header;
+  WireHeader header;  // of the message offered for the first time (the channel copies it)
   auto offer = [&](int32_t id, std::vector<uint8_t>& started, bool& moved) {
     const Task& t = plan.tasks[id];
-    if (!started[t.peer]) {
+    if (!started[t.peer]) {  // the message's first offer
       traceStart(t);
       started[t.peer] = 1;
+      if (!queued) header = expectedHeader(ctx, t, es);
     }
-    if (!queued) header = expectedHeader(ctx, t, es);
     const ChannelMessage m{t.peer, addr(t), t.count, ctx.dtype, t.kind == OpKind::RecvReduce ? ctx.op : ReduceOp::None,
                            &header};
     const Channel::Progress p = t.kind == OpKind::Send ? ch.send(m) : ch.recv(m, check);

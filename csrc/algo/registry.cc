@@ -57,9 +57,10 @@ bool runsOnWindows(const std::string& name) {  // on every allreduce call: compa
   return false;
 }
 
-std::string deviceAllreduceAlgorithm(const std::string& selected) {
-  const AllreduceAlgorithm* a = findAllreduceAlgorithm(selected);
-  return a == nullptr || a->onWindows() ? "ring" : selected;
+std::string deviceAlgorithm(bool allreduce, const std::string& selected) {
+  const bool hostOnly = selected == "auto" || selected == "mpi" || selected == "shared" || runsOnWindows(selected);
+  if (!hostOnly) return selected;
+  return allreduce ? "ring" : "auto";
 }
 
 bool allreduceServes(const std::string& name, int n, int64_t bytes, const AlgoParams& params) {

@@ -44,11 +44,12 @@ const std::vector<AllreduceAlgorithm>& allreduceRegistry();
 const AllreduceAlgorithm* findAllreduceAlgorithm(const std::string& name);
 // Whether `name` is an algorithm that runs on the shared windows.
 bool runsOnWindows(const std::string& name);
-// The allreduce algorithm a CUDA call over NCCL runs for the group's
-// selection `selected`: the selection where it has a schedule; ring
-// (bandwidth-optimal) for auto, whose cost model describes CPUs, not GPUs,
-// and for algorithms without a device form (mpi, shared windows).
-std::string deviceAllreduceAlgorithm(const std::string& selected);
+// The algorithm a collective on device memory (a queued channel) runs for
+// the group's selection `selected`: the selection where it has a device form
+// (a schedule, or nccl); for auto, whose cost model describes CPUs, not GPUs,
+// and for host-only choices (mpi, shared windows), the collective's default:
+// ring for allreduce, "auto" (the first registry entry) for the others.
+std::string deviceAlgorithm(bool allreduce, const std::string& selected);
 // What every transport buffers per direction without the peer reading: the
 // smallest shm ring (4096 bytes) less one wire header. TCP's smallest send
 // buffer (4608 bytes) and the mpi link's buffers are larger.

@@ -42,8 +42,10 @@ struct ChannelMessage {
   uint8_t* data;  // the segment's memory
   int64_t count;  // elements of dtype (bytes for Opaque)
   DataType dtype;
-  ReduceOp op;               // receives: reduce into data with op; None: overwrite
-  const WireHeader* header;  // stream channel: sent, or expected; queued channels ignore it
+  ReduceOp op;  // receives: reduce into data with op; None: overwrite
+  // Stream channel: sent, or expected; read on a message's first offer only
+  // (a resumed message keeps its own copy). Queued channels ignore it.
+  const WireHeader* header;
 };
 
 // Raises the error for a received header that differs from the expected one.

@@ -293,21 +293,7 @@ void EmulatedQueuedChannel::freeScratch(void* p) {
 }
 
 bool EmulatedQueuedChannel::hasNative(CollectiveKind kind, DataType dtype, ReduceOp op) const {
-  // As NCCL: no 16-bit integers, no bitwise ops, no opaque bytes to reduce.
-  const bool reduces =
-      kind == CollectiveKind::Allreduce || kind == CollectiveKind::Reduce || kind == CollectiveKind::ReduceScatter;
-  switch (kind) {
-    case CollectiveKind::Allreduce:
-    case CollectiveKind::Reduce:
-    case CollectiveKind::ReduceScatter:
-    case CollectiveKind::Broadcast:
-    case CollectiveKind::Allgather: break;
-    default: return false;
-  }
-  if (!reduces) return true;
-  if (dtype == DataType::Int16 || dtype == DataType::Opaque) return false;
-  return op == ReduceOp::Sum || op == ReduceOp::Product || op == ReduceOp::Min || op == ReduceOp::Max ||
-         op == ReduceOp::Avg;
+  return ncclNativeTakes(kind, dtype, op);
 }
 
 void EmulatedQueuedChannel::native(const NativeCall& call) {

@@ -6,7 +6,6 @@ namespace scalecomm {
 
 void QueuedChannel::start() {
   open_.clear();
-  scratchOps_.clear();
   reductions_.clear();
   scratchUsed_ = 0;
 }
@@ -23,9 +22,8 @@ Channel::Progress QueuedChannel::recv(const ChannelMessage& m, const HeaderCheck
     return Progress::Issued;
   }
   // Received into scratch; reduced into place once the group is issued.
-  scratchOps_.push_back(open_.size());
-  open_.push_back({false, m.peer, reinterpret_cast<void*>(static_cast<intptr_t>(scratchUsed_)), bytes});
-  reductions_.push_back({m.data, scratchUsed_, m.count, m.dtype, m.op});
+  reductions_.push_back({open_.size(), m.data, scratchUsed_, m.count, m.dtype, m.op});
+  open_.push_back({false, m.peer, nullptr, bytes});
   scratchUsed_ += (bytes + 255) / 256 * 256;  // kernels like aligned operands
   return Progress::Issued;
 }
@@ -37,7 +35,7 @@ bool QueuedChannel::flush() {
     scratch_ = static_cast<uint8_t*>(allocScratch(scratchUsed_));
     scratchBytes_ = scratchUsed_;
   }
-  for (size_t i : scratchOps_) open_[i].data = scratch_ + reinterpret_cast<intptr_t>(open_[i].data);
+  for (const PendingReduce& p : reductions_) open_[p.recv].data = scratch_ + p.offset;
   issueGroup(open_);
   Reducer& r = reducer();
   for (const PendingReduce& p : reductions_) r.reduce(p.dst, scratch_ + p.offset, p.count, p.dtype, p.op);
@@ -50,6 +48,26 @@ void QueuedChannel::idle(const std::vector<int>&, Clock::time_point) {
   // to issue has a dependency no group can satisfy.
   fail(ErrorKind::Internal, "scalecomm queued channel (rank ", rank_,
        "): the plan stalled with nothing left to issue (a bug in its dependencies)");
+}
+
+bool ncclNativeTakes(CollectiveKind kind, DataType dtype, ReduceOp op) {
+  switch (kind) {
+    case CollectiveKind::Broadcast:
+    case CollectiveKind::Allgather: return true;
+    case CollectiveKind::Allreduce:
+    case CollectiveKind::Reduce:
+    case CollectiveKind::ReduceScatter: break;
+    default: return false;
+  }
+  if (dtype == DataType::Int16 || dtype == DataType::Opaque) return false;
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Product:
+    case ReduceOp::Min:
+    case ReduceOp::Max: return true;
+    case ReduceOp::Avg: return isFloating(dtype);
+    default: return false;
+  }
 }
 
 void QueuedChannel::native(const NativeCall& call) {

@@ -52,6 +52,13 @@ struct NativeCall {
   int root;
 };
 
+// What NCCL's own collectives take (the `nccl` algorithm): allreduce, reduce
+// and reduce-scatter of NCCL's types (no int16, no opaque bytes) with sum,
+// product, min or max, and avg on floating types; broadcast and allgather of
+// any type (they move bytes). The NCCL channel and its CPU emulation answer
+// hasNative() with it.
+bool ncclNativeTakes(CollectiveKind kind, DataType dtype, ReduceOp op);
+
 class QueuedChannel : public Channel {
  public:
   QueuedChannel(int rank, int size) : Channel(/*queued=*/true), rank_(rank), size_(size), hostOf_(size, 0) {}
@@ -87,6 +94,7 @@ class QueuedChannel : public Channel {
 
  private:
   struct PendingReduce {
+    size_t recv;  // its receive in open_
     uint8_t* dst;
     int64_t offset;  // into scratch
     int64_t count;
@@ -95,8 +103,7 @@ class QueuedChannel : public Channel {
   };
   int rank_, size_;
   std::vector<int> hostOf_;
-  std::vector<QueuedOp> open_;      // receive-reduce ops hold their scratch offset in `data`
-  std::vector<size_t> scratchOps_;  // indexes into open_ of receive-reduce ops
+  std::vector<QueuedOp> open_;  // receive-reduce ops get their scratch address at flush()
   std::vector<PendingReduce> reductions_;
   int64_t scratchUsed_ = 0;
   uint8_t* scratch_ = nullptr;

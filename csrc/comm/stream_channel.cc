@@ -96,25 +96,28 @@ void StreamChannel::start() {
 Channel::Progress StreamChannel::send(const ChannelMessage& m) {
   Outgoing& sp = out_[m.peer];
   Link& link = comm_.link(m.peer);
-  const int64_t payload = m.header->payloadBytes;
-  const uint64_t total = paddedMessageBytes(payload);
   if (!sp.active) {
     sp.active = true;
     sp.pos = 0;
+    sp.hdr = *m.header;
+    const int64_t payload = sp.hdr.payloadBytes;
+    const uint64_t total = paddedMessageBytes(payload);
     sp.small = total <= kSmallMessage;
     if (sp.small) {
-      std::memcpy(sp.buf.data(), m.header, sizeof(WireHeader));
+      std::memcpy(sp.buf.data(), &sp.hdr, sizeof(WireHeader));
       std::memcpy(sp.buf.data() + sizeof(WireHeader), m.data, static_cast<size_t>(payload));
       std::memset(sp.buf.data() + sizeof(WireHeader) + payload, 0, total - sizeof(WireHeader) - payload);
     }
   }
+  const int64_t payload = sp.hdr.payloadBytes;
+  const uint64_t total = paddedMessageBytes(payload);
   bool moved = false;
   while (sp.pos < total) {
     size_t n;
     if (sp.small) {
       n = link.trySend(sp.buf.data() + sp.pos, total - sp.pos);
     } else if (sp.pos < sizeof(WireHeader)) {
-      n = link.trySend(reinterpret_cast<const uint8_t*>(m.header) + sp.pos, sizeof(WireHeader) - sp.pos);
+      n = link.trySend(reinterpret_cast<const uint8_t*>(&sp.hdr) + sp.pos, sizeof(WireHeader) - sp.pos);
     } else if (sp.pos < sizeof(WireHeader) + payload) {
       const uint64_t off = sp.pos - sizeof(WireHeader);
       n = link.trySend(m.data + off, payload - off);

@@ -9,7 +9,8 @@
 // reducer() (fenced before Done), skipping the padding. Both return Partial
 // while bytes move and None when the link has nothing to give or take. A
 // message in flight per peer and direction is resumed on the next call with
-// the same message; start() forgets it. flush() has nothing to close. idle()
+// the same message, whose header is read on the first call only (the channel
+// keeps a copy); start() forgets it. flush() has nothing to close. idle()
 // is Communicator::idle. The reducer is the host reducer unless setReducer()
 // gave another (tests, queuing reducers). Owned by its Communicator
 // (Communicator::channel()); one thread at a time.
@@ -50,6 +51,7 @@ class StreamChannel final : public Channel {
     uint64_t pos = 0;
     bool active = false;
     bool small = false;
+    WireHeader hdr{};
     std::array<uint8_t, kSmallMessage> buf;
   };
   class Incoming;

@@ -371,12 +371,8 @@ void Group::runOnDevice(Call& call, CollectiveOptions& o) {
          "): this group has no device channel (a build without NCCL)");
   }
   QueuedChannel& ch = deviceChannels_(call.deviceIndex, o.deadline);
-  // Host-only algorithms have no device form: the collective's default schedule runs instead.
-  if (o.algorithm == "mpi" || o.algorithm == "auto" || runsOnWindows(o.algorithm) || o.algorithm == "shared") {
-    o.algorithm = call.kind == CallKind::Allreduce ? deviceAllreduceAlgorithm(o.algorithm) : "auto";
-  }
+  o.algorithm = deviceAlgorithm(call.kind == CallKind::Allreduce, o.algorithm);
   call.deviceSync->begin(ch.stream());
-  void* done = nullptr;
   try {
     if (call.before) call.before();
     runBody(call, ch, o);
@@ -385,37 +381,37 @@ void Group::runOnDevice(Call& call, CollectiveOptions& o) {
     call.deviceSync->end(ch.stream());
     throw;
   }
-  done = call.deviceSync->end(ch.stream());
+  void* done = call.deviceSync->end(ch.stream());
   ch.waitEvent(done, o.deadline, call.name.c_str());
 }
 
-void Group::runBody(Call& call, Channel& comm, CollectiveOptions& o) {
+void Group::runBody(Call& call, Channel& ch, CollectiveOptions& o) {
   Communicator& links = *comm_;
   switch (call.kind) {
-    case CallKind::Allreduce: return allreduce(comm, call.data, call.count, call.dtype, call.op, call.premulFactor, o);
-    case CallKind::Broadcast: return broadcast(comm, call.data, call.count, call.dtype, call.root, o);
+    case CallKind::Allreduce: return allreduce(ch, call.data, call.count, call.dtype, call.op, call.premulFactor, o);
+    case CallKind::Broadcast: return broadcast(ch, call.data, call.count, call.dtype, call.root, o);
     case CallKind::Reduce:
-      return reduce(comm, call.data, call.count, call.dtype, call.op, call.premulFactor, call.root, o);
-    case CallKind::Allgather: return allgather(comm, call.blocks, call.count, call.dtype, o);
+      return reduce(ch, call.data, call.count, call.dtype, call.op, call.premulFactor, call.root, o);
+    case CallKind::Allgather: return allgather(ch, call.blocks, call.count, call.dtype, o);
     case CallKind::ReduceScatter:
-      return reduceScatter(comm, call.data, call.count, call.dtype, call.op, call.premulFactor, o);
-    case CallKind::Gather: return gather(comm, call.blocks, call.count, call.dtype, call.root, o);
-    case CallKind::Scatter: return scatter(comm, call.blocks, call.count, call.dtype, call.root, o);
+      return reduceScatter(ch, call.data, call.count, call.dtype, call.op, call.premulFactor, o);
+    case CallKind::Gather: return gather(ch, call.blocks, call.count, call.dtype, call.root, o);
+    case CallKind::Scatter: return scatter(ch, call.blocks, call.count, call.dtype, call.root, o);
     case CallKind::Alltoall: {
       const std::vector<void*> send(call.blocks.begin(), call.blocks.begin() + size_);
       const std::vector<void*> recv(call.blocks.begin() + size_, call.blocks.end());
-      return alltoall(comm, send, call.sendCounts, recv, call.recvCounts, call.dtype, o);
+      return alltoall(ch, send, call.sendCounts, recv, call.recvCounts, call.dtype, o);
     }
-    case CallKind::Barrier: return barrier(comm, o);
+    case CallKind::Barrier: return barrier(ch, o);
     case CallKind::MonitoredBarrier: {
       return monitoredBarrier(links, call.waitAllRanks, received_, call.pairSeqs, o);
     }
-    case CallKind::Send: return sendTo(comm, call.data, call.count, call.dtype, call.peer, call.tag, o);
+    case CallKind::Send: return sendTo(ch, call.data, call.count, call.dtype, call.peer, call.tag, o);
     case CallKind::Recv:
       o.seq = ++received_[call.peer];
-      return recvFrom(comm, call.data, call.count, call.dtype, call.peer, call.tag, o);
+      return recvFrom(ch, call.data, call.count, call.dtype, call.peer, call.tag, o);
     case CallKind::RecvAnySource: {
-      const int from = recvFromAny(comm, call.data, call.count, call.dtype, call.tag, received_, nextAnySource_, o);
+      const int from = recvFromAny(ch, call.data, call.count, call.dtype, call.tag, received_, nextAnySource_, o);
       nextAnySource_ = from + 1;  // round-robin: the next search starts after this peer
       if (call.source) call.source->store(from);
       return;
@@ -424,7 +420,7 @@ void Group::runBody(Call& call, Channel& comm, CollectiveOptions& o) {
       for (PointToPointOp& op : call.batch) {
         if (!op.send) op.pairSeq = ++received_[op.peer];
       }
-      return pointToPointBatch(comm, call.batch, o);
+      return pointToPointBatch(ch, call.batch, o);
     case CallKind::Custom:
       if (call.body) call.body(links, o);
       return;

@@ -10,6 +10,7 @@
 
 #include "algo/collectives.h"
 #include "algo/registry.h"
+#include "closed_form.h"
 #include "comm/loopback_mesh.h"
 #include "comm/reducer.h"
 #include "comm/stream_channel.h"
@@ -50,37 +51,6 @@ CollectiveOptions opts(int64_t segBytes, uint64_t seq = 1, int64_t timeoutMs = 2
   return o;
 }
 
-// Small integers so every op's exact result is representable in every dtype.
-double inputValue(int rank, int64_t i, ReduceOp op) {
-  if (op == ReduceOp::Product) return (rank + static_cast<int>(i)) % 2 + 1;  // 1 or 2
-  if (op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor) return (rank * 5 + i * 3) % 16;
-  return (rank * 3 + i) % 7 - (op == ReduceOp::Sum || op == ReduceOp::Avg ? 0 : 3);
-}
-
-double expected(int n, int64_t i, ReduceOp op, double factor, bool integer) {
-  double acc = inputValue(0, i, op) * (op == ReduceOp::PremulSum ? factor : 1);
-  for (int r = 1; r < n; ++r) {
-    double v = inputValue(r, i, op) * (op == ReduceOp::PremulSum ? factor : 1);
-    auto a = static_cast<int64_t>(acc), b = static_cast<int64_t>(v);
-    switch (op) {
-      case ReduceOp::Min: acc = std::min(acc, v); break;
-      case ReduceOp::Max: acc = std::max(acc, v); break;
-      case ReduceOp::Product: acc *= v; break;
-      case ReduceOp::BAnd: acc = static_cast<double>(a & b); break;
-      case ReduceOp::BOr: acc = static_cast<double>(a | b); break;
-      case ReduceOp::BXor: acc = static_cast<double>(a ^ b); break;
-      default: acc += v;
-    }
-  }
-  if (op == ReduceOp::Avg) acc = integer ? std::trunc(acc / n) : acc / n;
-  return acc;
-}
-
-const DataType kTypes[] = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16, DataType::Int8,
-                           DataType::Int16,   DataType::Int32,   DataType::Int64,   DataType::UInt8};
-const ReduceOp kOps[] = {ReduceOp::Sum,       ReduceOp::Avg,  ReduceOp::Min, ReduceOp::Max, ReduceOp::Product,
-                         ReduceOp::PremulSum, ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor};
-
 // Whether `algo` takes an allreduce of `count` floats in segments of `seg`
 // elements here: its world and size limits, and (for algorithms whose ranks
 // send before they receive, maxBytes > 0) one segment's message fitting the
@@ -96,15 +66,16 @@ TEST(allreduce_every_algorithm_dtype_and_op_matches_closed_form) {
   for (const std::string& algo : allreduceAlgorithms()) {
     for (int n : {1, 2, 3, 5}) {
       if (!allreduceServes(algo, n)) continue;
-      for (DataType t : kTypes) {
-        for (ReduceOp op : kOps) {
+      for (DataType t : sctest::kAllTypes) {
+        for (ReduceOp op : sctest::kAllOps) {
           if (!reduceOpSupports(op, t)) continue;
           if (t == DataType::UInt8 && (op == ReduceOp::Min || op == ReduceOp::Max)) continue;  // negatives
           const int64_t count = 37;
           const double factor = 2.0;
           std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(count * elementSize(t)));
           for (int r = 0; r < n; ++r)
-            for (int64_t i = 0; i < count; ++i) sctest::storeValue(bufs[r].data(), i, t, inputValue(r, i, op));
+            for (int64_t i = 0; i < count; ++i)
+              sctest::storeValue(bufs[r].data(), i, t, sctest::reductionInput(r, i, op));
           auto errors = runRanks(n, 4096, [&](int r, Communicator& c) {
             CollectiveOptions o = opts(24);
             o.algorithm = algo;
@@ -113,12 +84,9 @@ TEST(allreduce_every_algorithm_dtype_and_op_matches_closed_form) {
           for (auto& e : errors) CHECK_EQ(e, std::string());
           for (int r = 0; r < n; ++r) {
             for (int64_t i = 0; i < count; ++i) {
-              double want = expected(n, i, op, factor, isInteger(t));
-              if (t == DataType::UInt8) want = static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(want)));
-              if (t == DataType::Int8) want = static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(want)));
-              double got = sctest::loadValue(bufs[r].data(), i, t);
-              bool ok = isFloating(t) ? std::fabs(got - want) <= 1e-2 * std::max(1.0, std::fabs(want)) : got == want;
-              if (!ok) {
+              const double want = sctest::reducedValue(n, i, op, factor, t);
+              const double got = sctest::loadValue(bufs[r].data(), i, t);
+              if (!sctest::matches(got, want, t)) {
                 throw sctest::Failure{strCat(algo, " n=", n, " dtype=", dataTypeName(t), " op=", reduceOpName(op),
                                              " rank ", r, " element ", i, ": got ",
                                              sctest::loadValue(bufs[r].data(), i, t), " want ", want)};

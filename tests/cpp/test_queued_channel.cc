@@ -20,6 +20,7 @@
 
 #include "algo/collectives.h"
 #include "algo/registry.h"
+#include "closed_form.h"
 #include "comm/emulated_queues.h"
 #include "core/error.h"
 #include "harness.h"
@@ -75,43 +76,6 @@ void setHosts(EmulatedQueuedChannel& ch, int n) {
   ch.setHostOf(hosts);
 }
 
-// Small integers so every op's exact result is representable in every dtype.
-double inputValue(int rank, int64_t i, ReduceOp op) {
-  if (op == ReduceOp::Product) return (rank + static_cast<int>(i)) % 2 + 1;
-  if (op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor) return (rank * 5 + i * 3) % 16;
-  return (rank * 3 + i) % 7 - (op == ReduceOp::Sum || op == ReduceOp::Avg ? 0 : 3);
-}
-
-double expected(int n, int64_t i, ReduceOp op, double factor, DataType t) {
-  double acc = inputValue(0, i, op) * (op == ReduceOp::PremulSum ? factor : 1);
-  for (int r = 1; r < n; ++r) {
-    const double v = inputValue(r, i, op) * (op == ReduceOp::PremulSum ? factor : 1);
-    const auto a = static_cast<int64_t>(acc), b = static_cast<int64_t>(v);
-    switch (op) {
-      case ReduceOp::Min: acc = std::min(acc, v); break;
-      case ReduceOp::Max: acc = std::max(acc, v); break;
-      case ReduceOp::Product: acc *= v; break;
-      case ReduceOp::BAnd: acc = static_cast<double>(a & b); break;
-      case ReduceOp::BOr: acc = static_cast<double>(a | b); break;
-      case ReduceOp::BXor: acc = static_cast<double>(a ^ b); break;
-      default: acc += v;
-    }
-  }
-  if (op == ReduceOp::Avg) acc = isInteger(t) ? std::trunc(acc / n) : acc / n;
-  if (t == DataType::UInt8) acc = static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(acc)));
-  if (t == DataType::Int8) acc = static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(acc)));
-  return acc;
-}
-
-bool close(double got, double want, DataType t) {
-  return isFloating(t) ? std::fabs(got - want) <= 1e-2 * std::max(1.0, std::fabs(want)) : got == want;
-}
-
-const DataType kTypes[] = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16, DataType::Int8,
-                           DataType::Int16,   DataType::Int32,   DataType::Int64,   DataType::UInt8};
-const ReduceOp kOps[] = {ReduceOp::Sum,       ReduceOp::Avg,  ReduceOp::Min, ReduceOp::Max, ReduceOp::Product,
-                         ReduceOp::PremulSum, ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor};
-
 // Allreduce algorithms with a schedule (the shared-window ones are host-only).
 std::vector<std::string> scheduleAlgorithms() {
   std::vector<std::string> out;
@@ -134,18 +98,18 @@ TEST(every_allreduce_algorithm_dtype_and_op_runs_on_queued_channels) {
   for (const std::string& algo : algos) {
     for (int n : {1, 2, 3, 5}) {
       if (algo != "nccl" && !allreduceServes(algo, n)) continue;
-      for (DataType t : kTypes) {
-        for (ReduceOp op : kOps) {
+      for (DataType t : sctest::kAllTypes) {
+        for (ReduceOp op : sctest::kAllOps) {
           if (!reduceOpSupports(op, t)) continue;
           if (t == DataType::UInt8 && (op == ReduceOp::Min || op == ReduceOp::Max)) continue;  // negatives
           const bool native = algo == "nccl";
           const ReduceOp nativeOp = op == ReduceOp::PremulSum ? ReduceOp::Sum : op;
-          QueueFabric probe(1);
-          if (native && !probe.channel(0).hasNative(CollectiveKind::Allreduce, t, nativeOp)) continue;
+          if (native && !ncclNativeTakes(CollectiveKind::Allreduce, t, nativeOp)) continue;
           const int64_t count = 37;
           std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(count * elementSize(t)));
           for (int r = 0; r < n; ++r)
-            for (int64_t i = 0; i < count; ++i) sctest::storeValue(bufs[r].data(), i, t, inputValue(r, i, op));
+            for (int64_t i = 0; i < count; ++i)
+              sctest::storeValue(bufs[r].data(), i, t, sctest::reductionInput(r, i, op));
           auto errors = runQueued(n, [&](int r, EmulatedQueuedChannel& ch) {
             setHosts(ch, n);
             allreduce(ch, bufs[r].data(), count, t, op, 2.0, opts(algo, 24));
@@ -155,8 +119,8 @@ TEST(every_allreduce_algorithm_dtype_and_op_runs_on_queued_channels) {
             throw sctest::Failure{strCat(algo, " n=", n, " ", dataTypeName(t), " ", reduceOpName(op), all)};
           for (int r = 0; r < n; ++r) {
             for (int64_t i = 0; i < count; ++i) {
-              const double want = expected(n, i, op, 2.0, t), got = sctest::loadValue(bufs[r].data(), i, t);
-              if (!close(got, want, t)) {
+              const double want = sctest::reducedValue(n, i, op, 2.0, t), got = sctest::loadValue(bufs[r].data(), i, t);
+              if (!sctest::matches(got, want, t)) {
                 throw sctest::Failure{strCat(algo, " n=", n, " ", dataTypeName(t), " ", reduceOpName(op), " rank ", r,
                                              " element ", i, ": got ", got, " want ", want)};
               }

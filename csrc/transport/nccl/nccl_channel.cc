@@ -47,18 +47,7 @@ void* NcclChannel::allocScratch(int64_t bytes) {
 void NcclChannel::freeScratch(void* p) { cudaFreeAsync(p, comm_->stream()); }
 
 bool NcclChannel::hasNative(CollectiveKind kind, DataType dtype, ReduceOp op) const {
-  ncclDataType_t t;
-  ncclRedOp_t r;
-  switch (kind) {
-    case CollectiveKind::Broadcast:
-    case CollectiveKind::Allgather: return true;  // bytes
-    case CollectiveKind::Allreduce:
-    case CollectiveKind::Reduce:
-    case CollectiveKind::ReduceScatter:
-      return ncclTypeOf(dtype, &t) && ncclOpOf(op, &r) && op != ReduceOp::PremulSum &&
-             (op != ReduceOp::Avg || isFloating(dtype));
-    default: return false;
-  }
+  return ncclNativeTakes(kind, dtype, op);
 }
 
 void NcclChannel::native(const NativeCall& call) {

@@ -8,9 +8,8 @@
 // Every nonblocking NCCL call is waited for until the deadline set by
 // setDeadline() (the call's), after which the communicator is aborted and
 // Error(Timeout) raised. native() is NCCL's own allreduce, broadcast,
-// reduce, allgather and reduce-scatter (hasNative: NCCL's types and ops; AVG
-// on floating types). Thread safety: one collective at a time; abort() from
-// any thread.
+// reduce, allgather and reduce-scatter (hasNative: ncclNativeTakes). Thread safety: one collective at a time; abort()
+// from any thread.
 #pragma once
 
 #include <memory>
