@@ -6,7 +6,8 @@
 #    every collective x algorithm x dtype over NCCL, stream semantics, timeouts,
 #    DDP on 2 GPUs against NCCL, the bench table against ProcessGroupNCCL;
 # 3. the bench: our schedules over NCCL, NCCL's own collective inside scalecomm
-#    and stock ProcessGroupNCCL, side by side (2 GPUs);
+#    and stock ProcessGroupNCCL, side by side (2 GPUs); host staging chunked
+#    (copies overlapped with the collective) against whole-tensor copies;
 # 4. the training driver against NCCL (2 GPUs).
 # Each step's output goes to its own file; report.md says which passed.
 set -uo pipefail
@@ -47,6 +48,12 @@ if [ "$GPUS" -ge 2 ]; then
     -b 8K -e 256M -f 4 --json "$OUT/bench-allreduce.jsonl"
   step bench-every-collective "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --collectives all --baselines nccl \
     -b 8K -e 64M -f 8 --json "$OUT/bench-every-collective.jsonl"
+  # Host staging (the fallback without NCCL): chunked and overlapped (default) against whole-tensor copies.
+  step bench-host-staged-chunked env SCALECOMM_CUDA_TRANSPORT=host "$PY" -m pyscalecomm.bench --nproc 2 --device cuda \
+    --algos ring -b 1M -e 256M -f 4 --json "$OUT/bench-host-staged-chunked.jsonl"
+  step bench-host-staged-whole env SCALECOMM_CUDA_TRANSPORT=host SCALECOMM_STAGE_CHUNK_BYTES=1099511627776 "$PY" \
+    -m pyscalecomm.bench --nproc 2 --device cuda --algos ring -b 1M -e 256M -f 4 \
+    --json "$OUT/bench-host-staged-whole.jsonl"
   step train-vs-nccl "$PY" -m pyscalecomm.train --device cuda --sweep world=2 backend=nccl,scalecomm --epochs 2 \
     --out "$OUT/train"
 else

@@ -15,15 +15,17 @@ ctest --test-dir build/cpp --output-on-failure
 
 # The same C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer (any
 # report fails), and the threaded ones (worker, group: submit, inline and
-# worker execution, abort, concurrent shutdown) under ThreadSanitizer. Built
+# worker execution, abort, concurrent shutdown; the group's device path over
+# emulated queues and copy engines) under ThreadSanitizer. Built
 # without MPI: Open MPI's own allocations would drown the reports.
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSCALECOMM_SANITIZE=address -DSCALECOMM_MPI=OFF >/dev/null
 cmake --build build/asan
 ctest --test-dir build/asan --output-on-failure
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSCALECOMM_SANITIZE=thread -DSCALECOMM_MPI=OFF >/dev/null
-cmake --build build/tsan --target test_worker test_group
+cmake --build build/tsan --target test_worker test_group test_device_group
 TSAN_OPTIONS=halt_on_error=1 build/tsan/test_worker
 TSAN_OPTIONS=halt_on_error=1 build/tsan/test_group
+TSAN_OPTIONS=halt_on_error=1 build/tsan/test_device_group
 
 "$PY" -m pytest -q tests "$@"
 # The fault tests again with tcp links between the local ranks (their error

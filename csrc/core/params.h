@@ -48,6 +48,10 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
   X(Text, cudaTransport, "cuda_transport", "SCALECOMM_CUDA_TRANSPORT", "auto", 0, 0, "auto|host",                     \
     "CUDA tensors: auto (every collective runs scalecomm's schedules over NCCL on the GPU when the build has NCCL; "  \
     "staged through pinned host memory otherwise), host (stage everything through host memory).")                    \
+  X(Int, stageChunkBytes, "stage_chunk_bytes", "SCALECOMM_STAGE_CHUNK_BYTES", 4194304, 4096, int64_t{1} << 40, "",   \
+    "CUDA tensors staged through host memory: allreduce, broadcast and reduce of tensors larger than this move in "  \
+    "chunks of this many bytes through two pinned host buffers, so that the copies of one chunk overlap the "         \
+    "collective on the next; other collectives stage whole tensors.")                                                \
   X(Text, compression, "compression", "SCALECOMM_COMPRESSION", "", 0, 0, "",                                          \
     "Group default codec for allreduce (SUM/AVG) of floating tensors: fp16, bf16, topk:<ratio>, "                   \
     "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; empty or none: off. Error "        \

@@ -74,6 +74,27 @@ struct Span {
   }
 };
 
+// A device batch's parts, ordered with the caller's work as one call: every
+// part's inputs before the batch, every part's "done" behind it.
+class BatchSync final : public DeviceSync {
+ public:
+  explicit BatchSync(std::vector<std::shared_ptr<DeviceSync>> parts) : parts_(std::move(parts)) {}
+  void begin(void* stream) override {
+    for (const auto& p : parts_) p->begin(stream);
+  }
+  void* end(void* stream) override {
+    void* last = nullptr;
+    for (auto it = parts_.rbegin(); it != parts_.rend(); ++it) last = (*it)->end(stream);
+    return last;
+  }
+  bool capturing() const override {
+    return std::any_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->capturing(); });
+  }
+
+ private:
+  std::vector<std::shared_ptr<DeviceSync>> parts_;
+};
+
 }  // namespace
 
 Group::Group(std::unique_ptr<Communicator> comm, GroupConfig config)
@@ -268,11 +289,12 @@ uint64_t Group::submit(Call&& call) {
                         "): only send and recv can be coalesced (batch_isend_irecv); issue ", call.name,
                         " outside the coalescing block"));
   }
-  if (call.device || call.before || call.after) {  // a batch runs its parts' buffers as they are
-    abandonBatch(
-        strCat("scalecomm ", call.name, " (rank ", rank_,
-               "): tensors that need staging (CUDA or non-contiguous) cannot be batched (batch_isend_irecv) yet; pass "
-               "contiguous CPU tensors or issue isend/irecv one by one"));
+  if (!pending_.empty() && call.deviceIndex != pending_.front().first.deviceIndex) {
+    const auto where = [](int d) { return d < 0 ? std::string("the host") : strCat("device ", d); };
+    abandonBatch(strCat("scalecomm ", call.name, " (rank ", rank_, "): this batch_isend_irecv part is on ",
+                        where(call.deviceIndex), " but the first part is on ",
+                        where(pending_.front().first.deviceIndex),
+                        "; one batch takes tensors on one device (or all on the CPU): issue separate batches"));
   }
   uint64_t number = 0;
   try {
@@ -348,13 +370,31 @@ uint64_t Group::endCoalescing(Call call) {
   call.kind = CallKind::SendRecvBatch;
   call.batch.clear();
   std::vector<std::function<void(const Error*)>> partDone;
+  std::vector<std::function<void()>> befores, afters;
+  std::vector<std::shared_ptr<DeviceSync>> syncs;
   for (auto& [p, pairSeq] : parts) {
     const bool send = p.kind == CallKind::Send;
     // Receives are numbered by the executing thread (a receive from any source may come between).
     call.batch.push_back({send, p.data, p.count, p.dtype, p.peer, p.tag, send ? pairSeq : 0});
     call.bytes += p.bytes;
+    call.device = call.device || p.device;
     partDone.push_back(std::move(p.done));
+    if (p.before) befores.push_back(std::move(p.before));
+    if (p.after) afters.push_back(std::move(p.after));
+    if (p.deviceSync) syncs.push_back(std::move(p.deviceSync));
   }
+  if (!befores.empty()) {
+    call.before = [befores = std::move(befores)] {
+      for (const auto& b : befores) b();
+    };
+  }
+  if (!afters.empty()) {
+    call.after = [afters = std::move(afters)] {
+      for (const auto& a : afters) a();
+    };
+  }
+  call.deviceIndex = parts.front().first.deviceIndex;
+  if (call.deviceIndex >= 0) call.deviceSync = std::make_shared<BatchSync>(std::move(syncs));
   const uint64_t number = parts.front().second;
   call.done = [partDone = std::move(partDone), done = std::move(call.done)](const Error* e) {
     for (const auto& d : partDone)
@@ -382,7 +422,43 @@ void Group::runOnDevice(Call& call, CollectiveOptions& o) {
     throw;
   }
   void* done = call.deviceSync->end(ch.stream());
-  ch.waitEvent(done, o.deadline, call.name.c_str());
+  if (!call.deviceSync->capturing()) ch.waitEvent(done, o.deadline, call.name.c_str());
+}
+
+void Group::runStaged(Call& call, Channel& ch, CollectiveOptions& o) {
+  if (call.kind != CallKind::Allreduce && call.kind != CallKind::Broadcast && call.kind != CallKind::Reduce) {
+    fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
+         "): only allreduce, broadcast and reduce run in staged chunks");
+  }
+  Stager& s = *call.stager;
+  const auto es = static_cast<int64_t>(elementSize(call.dtype));
+  const int64_t per = std::max<int64_t>(1, s.chunkBytes() / es);  // elements per chunk
+  void* const buffer = call.data;
+  const int64_t count = call.count;
+  const int64_t chunks = std::max<int64_t>(1, (count + per - 1) / per);
+  const auto offset = [&](int64_t k) { return k * per * es; };
+  const auto bytes = [&](int64_t k) { return std::min(per, count - k * per) * es; };
+  try {
+    s.down(0, 0, bytes(0));
+    for (int64_t k = 0; k < chunks; ++k) {
+      if (k + 1 < chunks) s.down(static_cast<int>((k + 1) & 1), offset(k + 1), bytes(k + 1));
+      call.data = s.ready(static_cast<int>(k & 1));
+      call.count = bytes(k) / es;
+      runBody(call, ch, o);
+      s.up(static_cast<int>(k & 1), offset(k), bytes(k));
+    }
+  } catch (...) {
+    call.data = buffer;
+    call.count = count;
+    try {
+      s.finish();
+    } catch (...) {  // the collective's own failure is the one to report
+    }
+    throw;
+  }
+  call.data = buffer;
+  call.count = count;
+  s.finish();
 }
 
 void Group::runBody(Call& call, Channel& ch, CollectiveOptions& o) {
@@ -469,6 +545,10 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     try {
       if (call.deviceIndex >= 0) {
         runOnDevice(call, o);
+      } else if (call.stager) {
+        if (call.before) call.before();
+        runStaged(call, comm_->channel(), o);
+        if (call.after) call.after();
       } else {
         if (call.before) call.before();
         runBody(call, comm_->channel(), o);

@@ -117,6 +117,10 @@ struct Call {
   // channel (setDeviceChannels); deviceSync orders it with the caller's work.
   int deviceIndex = -1;
   std::shared_ptr<struct DeviceSync> deviceSync;
+  // Allreduce, broadcast and reduce of device memory on a host channel:
+  // `data` is the device buffer, which the host never touches; the
+  // collective runs chunk by chunk on the stager's host slots.
+  std::shared_ptr<struct Stager> stager;
   // Run on the executing thread before and after the collective (host
   // staging, copies into and out of the buffers). A throw fails the call.
   std::function<void()> before, after;
@@ -134,11 +138,36 @@ struct Call {
 // `stream` becomes this thread's current one, so the hooks' device copies
 // queue on it), then the body issues its work, then end(stream) after
 // call.after returns the event recorded behind all of it, which the group
-// waits for (until the deadline) before the call counts as done.
+// waits for (until the deadline) before the call counts as done, unless
+// capturing(): the caller's stream is being captured into a graph, so the
+// work is recorded, not run (each replay runs it), and the call counts as
+// done once issued. A batch of device sends and receives has one DeviceSync
+// per part; they begin in order and end in reverse order on one stream.
 struct DeviceSync {
   virtual ~DeviceSync() = default;
   virtual void begin(void* stream) = 0;
   virtual void* end(void* stream) = 0;
+  virtual bool capturing() const { return false; }
+};
+
+// Carries a call's device buffer through host memory in chunks of
+// chunkBytes() (a multiple of the element size), through two host slots, so
+// that the copies of one chunk overlap the collective on another: the group
+// issues the copy of chunk k+1 down before it runs chunk k, and the copy of
+// chunk k up right after. Copies run in issue order on one queue, so a copy
+// down into a slot runs after the copy up out of it. Which directions a rank
+// copies (inputs down, results up) the stager knows; the group asks for both.
+struct Stager {
+  virtual ~Stager() = default;
+  virtual int64_t chunkBytes() const = 0;
+  // Queues copying bytes [offset, offset + bytes) of the buffer into `slot` (0 or 1).
+  virtual void down(int slot, int64_t offset, int64_t bytes) = 0;
+  // Waits for the slot's last copy down; its host memory.
+  virtual void* ready(int slot) = 0;
+  // Queues copying the slot back to bytes [offset, offset + bytes).
+  virtual void up(int slot, int64_t offset, int64_t bytes) = 0;
+  // Waits for every queued copy (also after a failed call: the slots outlive their copies).
+  virtual void finish() = 0;
 };
 
 // Observes every executed call (NVTX ranges in CUDA builds).
@@ -195,10 +224,13 @@ class Group : public std::enable_shared_from_this<Group> {
 
   // Coalescing (batch_isend_irecv): sends and receives submitted between
   // startCoalescing() and endCoalescing() are numbered at once and run as one
-  // batch that progresses all of them together. Any other call in between,
-  // or a part the batch cannot take, is refused with Error(InvalidArgument)
-  // and abandons the batch (its parts fail, nothing is sent, coalescing
-  // ends), since torch does not end a coalescing block that raised. endCoalescing(call) submits the
+  // batch that progresses all of them together: the parts' before hooks run
+  // in order before it, their after hooks after it; parts on a device (all on
+  // the same one) run it on that device's queued channel. Any other call in
+  // between, or a part the batch cannot take (a device other than the first
+  // part's), is refused with Error(InvalidArgument) and abandons the batch
+  // (its parts fail, nothing is sent, coalescing ends), since torch does not
+  // end a coalescing block that raised. endCoalescing(call) submits the
   // batch under call's name; every part's done runs, then call.done. It
   // returns the first message's number, or 0 for an empty batch (call.done
   // then runs at once). Both from the submitting thread.
@@ -246,6 +278,7 @@ class Group : public std::enable_shared_from_this<Group> {
   void watchdogLoop();
   void runBody(Call& call, Channel& ch, CollectiveOptions& o);
   void runOnDevice(Call& call, CollectiveOptions& o);
+  void runStaged(Call& call, Channel& ch, CollectiveOptions& o);
   Label chooseAllreduce(int64_t bytes);
 
   int rank_, size_;

@@ -155,8 +155,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
     return allreduceCompressed(t, codec, key, -1, r.op.op == ReduceOp::Avg, opts.timeout);
   }
   auto stage = stageFor("allreduce", {t});
-  at::Tensor tensor = stage->inout(t);
   Call call = preparedCall(CallKind::Allreduce, "allreduce", static_cast<int64_t>(t.nbytes()), opts);
+  call.stager = stage->chunked(t, true, true, config().stageChunkBytes);
+  at::Tensor tensor = call.stager ? t : stage->inout(t);
   call.data = tensor.data_ptr();
   call.count = tensor.numel();
   call.dtype = r.dtype;
@@ -209,8 +210,10 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::broadcast(std::vector<at::Tenso
   checkRootTensor("broadcast", getRank(), opts.rootTensor);
   WireShape shape = wireShape(t);
   auto stage = stageFor("broadcast", {t});
-  at::Tensor tensor = stage->inout(t);
   Call call = preparedCall(CallKind::Broadcast, "broadcast", static_cast<int64_t>(t.nbytes()), opts);
+  const bool root = opts.rootRank == getRank();
+  call.stager = stage->chunked(t, /*down=*/root, /*up=*/!root, config().stageChunkBytes);
+  at::Tensor tensor = call.stager ? t : stage->inout(t);
   call.data = tensor.data_ptr();
   call.count = shape.count;
   call.dtype = shape.dtype;

@@ -181,6 +181,10 @@ class ScalecommBackend : public c10d::Backend {
                                       bool onDevice = true) {
     auto device = DeviceCall::begin(tensors, collective, getRank());
     const bool direct = onDevice && device && config().cudaTransport != "host" && NcclGroups::available();
+    TORCH_CHECK(!device || direct || !device->capturing(), "scalecomm ", collective, " (rank ", getRank(),
+                "): called during CUDA graph capture, but this call would stage its tensors through host memory "
+                "(no NCCL in this build, SCALECOMM_CUDA_TRANSPORT=host, compression, or a receive from any source), "
+                "which a graph cannot record; capture only calls that run on the NCCL channel");
     return HostStage::forCall(std::move(device), tensors, direct);
   }
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);

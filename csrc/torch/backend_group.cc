@@ -43,9 +43,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::endCoalescing() {
   for (const auto& w : batchParts_) {
     for (const auto& t : w->result()) tensors.push_back(t);
   }
-  batchParts_.clear();
   auto work = c10::make_intrusive<ScalecommWork>(getRank(), c10d::OpType::COALESCED, "batch_isend_irecv", 0, tensors,
                                                  group_->state());
+  // On a device, the first part's "done" is recorded behind the whole batch
+  // (the parts end in reverse order): wait() orders the caller's stream after it.
+  if (!batchParts_.empty() && batchParts_.front()->deviceCall()) work->setDeviceCall(batchParts_.front()->deviceCall());
+  batchParts_.clear();
   // A batch may involve only some ranks, so it takes no group sequence number
   // (that would desynchronise later collectives): its Work shows the first
   // message's per-pair number, and every message carries its own.

@@ -76,13 +76,19 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
   checkRootTensor("reduce", getRank(), opts.rootTensor);
   const int root = static_cast<int>(opts.rootRank), rank = getRank();
   auto stage = stageFor("reduce", {t});
-  at::Tensor tensor = rank == root ? stage->inout(t) : stage->input(t);
   Call call = preparedCall(CallKind::Reduce, "reduce", static_cast<int64_t>(t.nbytes()), opts);
   call.count = t.numel();
   call.dtype = r.dtype;
   call.op = r.op.op;
   call.premulFactor = r.op.premulFactor;
   call.root = root;
+  // Staged in chunks, a non-root rank reduces in the host buffers and copies nothing back.
+  call.stager = stage->chunked(t, /*down=*/true, /*up=*/rank == root, config().stageChunkBytes);
+  if (call.stager) {
+    call.data = t.data_ptr();
+    return run(c10d::OpType::REDUCE, {t}, std::move(call), stage);
+  }
+  at::Tensor tensor = rank == root ? stage->inout(t) : stage->input(t);
   if (rank == root) {
     call.data = tensor.data_ptr();
   } else {  // non-root ranks reduce in scratch, so their input stays intact

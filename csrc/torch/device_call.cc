@@ -42,7 +42,11 @@ std::shared_ptr<DeviceCall> DeviceCall::begin(c10::ArrayRef<at::Tensor> tensors,
   cudaCheck(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
   call->ready_ = ready;
   call->done_ = done;
-  cudaCheck(cudaEventRecord(ready, c10::cuda::getCurrentCUDAStream(device).stream()), "cudaEventRecord");
+  const cudaStream_t current = c10::cuda::getCurrentCUDAStream(device).stream();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaCheck(cudaStreamIsCapturing(current, &capture), "cudaStreamIsCapturing");
+  call->capturing_ = capture == cudaStreamCaptureStatusActive;
+  cudaCheck(cudaEventRecord(ready, current), "cudaEventRecord");
   return call;
 }
 
@@ -95,7 +99,7 @@ at::Tensor HostStage::stage(const at::Tensor& t, bool down, bool up) {
 
 void HostStage::toHost() {
   copyCpuIn();
-  if (!call_ || direct_) return;
+  if (!call_ || direct_ || pairs_.empty()) return;
   c10::cuda::CUDAGuard guard(call_->device());
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, call_->device());
   call_->orderAfterInputs(stream.stream());
@@ -110,7 +114,7 @@ void HostStage::toHost() {
 
 void HostStage::toDevice() {
   copyCpuOut();
-  if (!call_ || direct_) return;
+  if (!call_ || direct_ || pairs_.empty()) return;
   c10::cuda::CUDAGuard guard(call_->device());
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, call_->device());
   {
@@ -121,6 +125,85 @@ void HostStage::toDevice() {
   }
   call_->markIssued(stream.stream());
   cudaCheck(cudaStreamSynchronize(stream.stream()), "cudaStreamSynchronize (staging to device)");
+}
+
+namespace {
+
+class CudaStager final : public Stager {
+ public:
+  CudaStager(std::shared_ptr<DeviceCall> call, const at::Tensor& t, bool down, bool up, int64_t chunkBytes)
+      : call_(std::move(call)),
+        tensor_(t),
+        base_(static_cast<uint8_t*>(t.data_ptr())),
+        down_(down),
+        up_(up),
+        chunk_(chunkBytes),
+        stream_(c10::cuda::getStreamFromPool(false, call_->device())) {
+    c10::cuda::CUDAGuard guard(call_->device());
+    for (int s = 0; s < 2; ++s) {
+      slots_[s] = at::empty({chunk_}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+      cudaEvent_t e;
+      cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      downDone_[s] = e;
+    }
+  }
+  ~CudaStager() override {
+    c10::cuda::CUDAGuard guard(call_->device());
+    cudaStreamSynchronize(stream_.stream());  // the slots outlive their copies
+    for (cudaEvent_t e : downDone_)
+      if (e) cudaEventDestroy(e);
+  }
+  int64_t chunkBytes() const override { return chunk_; }
+  void down(int slot, int64_t offset, int64_t bytes) override {
+    c10::cuda::CUDAGuard guard(call_->device());
+    if (!ordered_) {
+      call_->orderAfterInputs(stream_.stream());
+      ordered_ = true;
+    }
+    if (down_ && bytes > 0) {
+      cudaCheck(cudaMemcpyAsync(slots_[slot].data_ptr(), base_ + offset, static_cast<size_t>(bytes),
+                                cudaMemcpyDeviceToHost, stream_.stream()),
+                "cudaMemcpyAsync (staging a chunk to host)");
+    }
+    cudaCheck(cudaEventRecord(downDone_[slot], stream_.stream()), "cudaEventRecord");
+  }
+  void* ready(int slot) override {
+    cudaCheck(cudaEventSynchronize(downDone_[slot]), "cudaEventSynchronize (staging a chunk to host)");
+    return slots_[slot].data_ptr();
+  }
+  void up(int slot, int64_t offset, int64_t bytes) override {
+    if (!up_ || bytes == 0) return;
+    c10::cuda::CUDAGuard guard(call_->device());
+    cudaCheck(cudaMemcpyAsync(base_ + offset, slots_[slot].data_ptr(), static_cast<size_t>(bytes),
+                              cudaMemcpyHostToDevice, stream_.stream()),
+              "cudaMemcpyAsync (staging a chunk to the device)");
+  }
+  void finish() override {
+    c10::cuda::CUDAGuard guard(call_->device());
+    call_->markIssued(stream_.stream());
+    cudaCheck(cudaStreamSynchronize(stream_.stream()), "cudaStreamSynchronize (staging to device)");
+  }
+
+ private:
+  std::shared_ptr<DeviceCall> call_;
+  at::Tensor tensor_;  // kept alive while copies may run
+  uint8_t* base_;
+  bool down_, up_;
+  int64_t chunk_;
+  c10::cuda::CUDAStream stream_;
+  at::Tensor slots_[2];
+  cudaEvent_t downDone_[2] = {nullptr, nullptr};
+  bool ordered_ = false;
+};
+
+}  // namespace
+
+std::shared_ptr<Stager> HostStage::chunked(const at::Tensor& t, bool down, bool up, int64_t chunkBytes) {
+  const auto bytes = static_cast<int64_t>(t.nbytes());
+  const auto es = static_cast<int64_t>(t.element_size());
+  const int64_t chunk = chunkBytes - chunkBytes % es;
+  if (!call_ || direct_ || !t.is_cuda() || !t.is_contiguous() || bytes <= chunk || chunk <= 0) return nullptr;
+  return std::make_shared<CudaStager>(call_, t, down, up, chunk);
 }
 
 #else  // no CUDA in this build
@@ -141,6 +224,7 @@ void DeviceCall::waitOnCurrentStream() {}
 void DeviceCall::begin(void*) {}
 void* DeviceCall::end(void*) { return nullptr; }
 at::Tensor HostStage::stage(const at::Tensor& t, bool down, bool up) { return stageCpu(t, down, up); }
+std::shared_ptr<Stager> HostStage::chunked(const at::Tensor&, bool, bool, int64_t) { return nullptr; }
 void HostStage::toHost() { copyCpuIn(); }
 void HostStage::toDevice() { copyCpuOut(); }
 

@@ -12,10 +12,17 @@
 //   early free cannot recycle them.
 // - Work::wait() calls waitOnCurrentStream(): the caller's current stream waits
 //   for `done` without blocking the CPU (after the worker issued the work).
+// - CUDA graph capture: a call made while the caller's stream is capturing
+//   (capturing()) joins the capture through `ready` (the worker's stream
+//   waits on it) and leaves it through `done` (wait() joins it back, as a
+//   synchronous call does); the group issues it without waiting for it, since
+//   a captured call runs at each replay, not now.
 // - HostStage carries CUDA tensors through pinned host memory for the CPU
 //   transports (shm, tcp, mpi): input()/output()/inout() hand the body a
 //   pinned host tensor; toHost() before the body copies inputs down (after
-//   `ready`), toDevice() after it copies outputs up and waits for the copies.
+//   `ready`), toDevice() after it copies outputs up and waits for the copies;
+//   for allreduce, broadcast and reduce of large tensors chunked() instead
+//   overlaps the copies with the collective, chunk by chunk (group.h Stager).
 //   With direct(), CUDA tensors are not staged: the Group runs the call on
 //   the device's queued channel (DeviceSync). Non-contiguous CPU tensors (and
 //   CUDA ones on the direct path) go through a contiguous copy the same way
@@ -56,10 +63,13 @@ class DeviceCall final : public DeviceSync {
   // thread's stream, records `done` on `stream` and returns it.
   void begin(void* stream) override;
   void* end(void* stream) override;
+  // The caller's stream was being captured into a CUDA graph when the call was made.
+  bool capturing() const override { return capturing_; }
 
  private:
   DeviceCall() = default;
   int device_ = -1;
+  bool capturing_ = false;
   void* ready_ = nullptr;  // cudaEvent_t
   void* done_ = nullptr;
   std::vector<at::Tensor> tensors_;
@@ -100,6 +110,13 @@ class HostStage {
   std::vector<at::Tensor> inouts(const std::vector<at::Tensor>& ts) { return stageAll(ts, true, true); }
   void toHost();
   void toDevice();
+  // Allreduce, broadcast and reduce of a CUDA tensor staged through host
+  // memory (not direct): a Stager that moves it in chunks of `chunkBytes`
+  // through two pinned host buffers on one copy stream ordered after the
+  // caller's inputs (`down`: this rank's input goes down; `up`: its result
+  // comes up; finish() marks the call issued). Null when the tensor fits in
+  // one chunk or needs no staging: stage it whole with input()/inout().
+  std::shared_ptr<Stager> chunked(const at::Tensor& t, bool down, bool up, int64_t chunkBytes);
 
  private:
   struct Pair {

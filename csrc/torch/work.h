@@ -50,6 +50,7 @@ class ScalecommWork : public c10d::Work {
   int sourceRank() const override;
   void setSourceProvider(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
   void setDeviceCall(std::shared_ptr<DeviceCall> call) { call_ = std::move(call); }
+  const std::shared_ptr<DeviceCall>& deviceCall() const { return call_; }
   // A call that already succeeded when its Work is returned: the Work keeps
   // its outputs by weak reference only (result() and the Future still return
   // them while the caller holds them). Dropping the last C++ reference to a

@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
@@ -72,6 +73,26 @@ void checkEq(const A& a, const B& b, const char* ea, const char* eb, const char*
     os << file << ":" << line << ": CHECK_EQ(" << ea << ", " << eb << ") failed: " << a << " vs " << b;
     throw Failure{os.str()};
   }
+}
+
+// Runs fn(i) on one thread per i in [0, n) and returns each thread's
+// failure ("" when it passed): a failed check's message or an exception's.
+inline std::vector<std::string> onThreads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        fn(i);
+      } catch (const Failure& f) {
+        errors[i] = f.msg;
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
 }
 
 inline int runAll() {

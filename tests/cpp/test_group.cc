@@ -38,20 +38,7 @@ struct Mesh {
 
 // Runs fn(rank, group) on one thread per rank.
 void onRanks(Mesh& m, const std::function<void(int, Group&)>& fn) {
-  std::vector<std::thread> ts;
-  std::vector<std::string> errors(m.groups.size());
-  for (size_t r = 0; r < m.groups.size(); ++r) {
-    ts.emplace_back([&, r] {
-      try {
-        fn(static_cast<int>(r), *m.groups[r]);
-      } catch (const sctest::Failure& f) {
-        errors[r] = f.msg;
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
+  const auto errors = sctest::onThreads(static_cast<int>(m.groups.size()), [&](int r) { fn(r, *m.groups[r]); });
   for (const auto& e : errors) CHECK_EQ(e, std::string());
 }
 

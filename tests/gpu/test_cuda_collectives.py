@@ -32,36 +32,79 @@ def _device(rank, shared):
     return torch.device("cuda", 0 if shared else rank)
 
 
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.uint8)
+
+
 def _every_collective(rank, n, shared):
+    """Every collective x DTYPES on CUDA tensors (small integers: exact in every dtype)."""
     import torch.distributed as dist
 
     dev = _device(rank, shared)
     torch.cuda.set_device(dev)
+
+    def full(size, value, dtype):
+        return torch.full((size,), value, dtype=dtype, device=dev)
+
+    def same(t, values):
+        return t.cpu().double().tolist() == [float(v) for v in values]
+
     out = {}
-    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32):
-        x = (torch.arange(1001, device=dev) % 13 + rank).to(dtype)
-        y = x.clone()
-        dist.all_reduce(y)
-        want = sum((torch.arange(1001) % 13 + r).to(dtype).float() for r in range(n))
-        out[f"allreduce {dtype}"] = bool(torch.equal(y.cpu().float(), want))
-    b = torch.full((77,), float(rank), device=dev)
-    dist.broadcast(b, src=n - 1)
-    out["broadcast"] = bool((b.cpu() == n - 1).all())
-    g = torch.empty(n * 5, device=dev)
-    dist.all_gather_into_tensor(g, torch.full((5,), float(rank), device=dev))
-    out["all_gather_into_tensor"] = g.cpu().tolist() == [float(r) for r in range(n) for _ in range(5)]
-    rs = torch.empty(3, device=dev)
-    dist.reduce_scatter_tensor(rs, torch.arange(3 * n, dtype=torch.float32, device=dev))
-    out["reduce_scatter_tensor"] = rs.cpu().tolist() == [float(n * (3 * rank + i)) for i in range(3)]
-    a2a = torch.empty(n, device=dev)
-    dist.all_to_all_single(a2a, torch.full((n,), float(rank), device=dev))
-    out["all_to_all_single"] = a2a.cpu().tolist() == [float(r) for r in range(n)]
-    if rank == 0:
-        dist.send(torch.full((9,), 7.0, device=dev), dst=1)
-    elif rank == 1:
-        r = torch.zeros(9, device=dev)
-        dist.recv(r, src=0)
-        out["send/recv"] = bool((r.cpu() == 7).all())
+    for dt in DTYPES:
+        x = (torch.arange(1001, device=dev) % 13 + rank).to(dt)
+        dist.all_reduce(x)
+        out[f"allreduce {dt}"] = same(x, [sum(i % 13 + r for r in range(n)) for i in range(1001)])
+        b = full(77, rank, dt)
+        dist.broadcast(b, src=n - 1)
+        out[f"broadcast {dt}"] = same(b, [n - 1] * 77)
+        red = full(33, rank + 1, dt)
+        dist.reduce(red, dst=0)
+        if rank == 0:
+            out[f"reduce {dt}"] = same(red, [n * (n + 1) // 2] * 33)
+        g = torch.empty(n * 5, dtype=dt, device=dev)
+        dist.all_gather_into_tensor(g, full(5, rank, dt))
+        out[f"all_gather_into_tensor {dt}"] = same(g, [r for r in range(n) for _ in range(5)])
+        outs = [torch.empty(4, dtype=dt, device=dev) for _ in range(n)]
+        dist.all_gather(outs, full(4, rank + 2, dt))
+        out[f"all_gather {dt}"] = all(same(outs[r], [r + 2] * 4) for r in range(n))
+        rs = torch.empty(3, dtype=dt, device=dev)
+        dist.reduce_scatter_tensor(rs, (torch.arange(3 * n, device=dev) % 7).to(dt))
+        out[f"reduce_scatter_tensor {dt}"] = same(rs, [n * ((3 * rank + i) % 7) for i in range(3)])
+        a2a = torch.empty(n, dtype=dt, device=dev)
+        dist.all_to_all_single(a2a, full(n, rank, dt))
+        out[f"all_to_all_single {dt}"] = same(a2a, range(n))
+        gat = [torch.empty(4, dtype=dt, device=dev) for _ in range(n)] if rank == 0 else None
+        dist.gather(full(4, rank, dt), gat, dst=0)
+        if rank == 0:
+            out[f"gather {dt}"] = all(same(gat[r], [r] * 4) for r in range(n))
+        sc = torch.empty(6, dtype=dt, device=dev)
+        dist.scatter(sc, [full(6, r, dt) for r in range(n)] if rank == 0 else None, src=0)
+        out[f"scatter {dt}"] = same(sc, [rank] * 6)
+        if rank == 0:
+            dist.send(full(9, 7, dt), dst=1)
+        elif rank == 1:
+            r = torch.zeros(9, dtype=dt, device=dev)
+            dist.recv(r, src=0)
+            out[f"send/recv {dt}"] = same(r, [7] * 9)
+        # A ring shift in one batch: every rank sends right and receives from the left.
+        got = torch.zeros(5, dtype=dt, device=dev)
+        ops = [
+            dist.P2POp(dist.isend, full(5, rank, dt), (rank + 1) % n),
+            dist.P2POp(dist.irecv, got, (rank - 1) % n),
+        ]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        out[f"batch_isend_irecv {dt}"] = same(got, [(rank - 1) % n] * 5)
+    for dt in (torch.float32, torch.float16):  # large enough to be staged in chunks (host transport)
+        big = (torch.arange(10_001, device=dev) % 5 + rank).to(dt)
+        dist.all_reduce(big)
+        out[f"large allreduce {dt}"] = same(big, [sum(i % 5 + r for r in range(n)) for i in range(10_001)])
+        big = full(10_001, rank, dt)
+        dist.broadcast(big, src=n - 1)
+        out[f"large broadcast {dt}"] = same(big, [n - 1] * 10_001)
+        big = full(10_001, rank + 1, dt)
+        dist.reduce(big, dst=0, op=dist.ReduceOp.MAX)
+        out[f"large reduce {dt}"] = same(big, [n if rank == 0 else rank + 1] * 10_001)
+    dist.barrier()
     return out
 
 
@@ -91,7 +134,11 @@ def test_every_collective_on_cuda_tensors(transport):
     if transport == "auto" and (GPUS < 2 or not _C.built_with_nccl):
         pytest.skip("needs 2 GPUs and NCCL")
     shared = transport == "host"
-    results = run_ranks(2, _every_collective, shared, env={"SCALECOMM_CUDA_TRANSPORT": transport})
+    # Host staging in 4 KiB chunks: the 10001-element allreduce, broadcast and reduce move in 5-10 chunks.
+    env = {"SCALECOMM_CUDA_TRANSPORT": transport}
+    if shared:
+        env["SCALECOMM_STAGE_CHUNK_BYTES"] = "4096"
+    results = run_ranks(2, _every_collective, shared, env=env)
     for r in results:
         assert all(r.values()), r
 
@@ -156,6 +203,39 @@ def _future_completes_with_gpu_work(rank, n):
 @needs_two
 def test_future_value_is_the_reduced_tensor():
     assert run_ranks(2, _future_completes_with_gpu_work) == [2.0, 2.0]
+
+
+def _graph_capture(rank, n):
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    x = torch.zeros(1 << 16, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up before capture (allocates our scratch)
+        for _ in range(2):
+            x.fill_(1.0)
+            dist.all_reduce(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dist.all_reduce(x)
+        x.mul_(2)
+    seen = []
+    for k in range(3):  # each replay runs the captured allreduce again, on new inputs
+        x.fill_(float(rank + k))
+        graph.replay()
+        torch.cuda.synchronize()
+        seen.append(bool((x.cpu() == 2 * sum(r + k for r in range(n))).all()))
+    return seen
+
+
+@needs_two
+@pytest.mark.parametrize("algo", ["ring", "nccl"])
+def test_allreduce_is_captured_into_a_cuda_graph_and_replays(algo):
+    env = {"SCALECOMM_CUDA_TRANSPORT": "auto", "SCALECOMM_ALGO": f"allreduce:{algo}"}
+    for r in run_ranks(2, _graph_capture, env=env):
+        assert r == [True, True, True], r
 
 
 def _timeout_on_dead_peer(rank, n):

@@ -39,6 +39,15 @@ void NcclChannel::issueGroup(const std::vector<QueuedOp>& ops) {
 }
 
 void* NcclChannel::allocScratch(int64_t bytes) {
+  // Memory allocated inside a graph capture belongs to the graph (it exists
+  // only between its replays' allocation and free nodes); the scratch lives on.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  checkCuda(cudaStreamIsCapturing(comm_->stream(), &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone) {
+    fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank(), "): this collective needs ", bytes,
+         " B of new scratch on the GPU during CUDA graph capture, which a graph cannot keep; run it once with the "
+         "same sizes before capturing (the warm-up torch.cuda.graph asks for)");
+  }
   void* p = nullptr;
   checkCuda(cudaMallocAsync(&p, static_cast<size_t>(bytes), comm_->stream()), "cudaMallocAsync (scratch)");
   return p;
