@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 
@@ -97,9 +98,11 @@ class EmulatedQueuedChannel::Stream {
     cv_.notify_all();
     thread_.join();
   }
-  uint64_t push(std::function<void()> f) {
+  // `always`: runs even after an error (releasing memory; a failed device
+  // stream's allocations go back to the driver too).
+  uint64_t push(std::function<void()> f, bool always = false) {
     std::lock_guard<std::mutex> g(mu_);
-    items_.push_back(std::move(f));
+    items_.push_back({std::move(f), always});
     cv_.notify_all();
     return ++issued_;
   }
@@ -123,9 +126,9 @@ class EmulatedQueuedChannel::Stream {
     while (true) {
       cv_.wait(g, [&] { return stop_ || !items_.empty(); });
       if (items_.empty()) return;
-      std::function<void()> f = std::move(items_.front());
+      auto [f, always] = std::move(items_.front());
       items_.pop_front();
-      const bool skip = error_.has_value();
+      const bool skip = error_.has_value() && !always;
       g.unlock();
       std::optional<Error> failed;
       if (!skip) {
@@ -146,7 +149,7 @@ class EmulatedQueuedChannel::Stream {
   int rank_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> items_;
+  std::deque<std::pair<std::function<void()>, bool>> items_;
   uint64_t issued_ = 0, ran_ = 0;
   bool stop_ = false;
   std::optional<Error> error_;
@@ -289,7 +292,7 @@ void* EmulatedQueuedChannel::allocScratch(int64_t bytes) {
 }
 
 void EmulatedQueuedChannel::freeScratch(void* p) {
-  stream_->push([p] { delete[] static_cast<uint8_t*>(p); });
+  stream_->push([p] { delete[] static_cast<uint8_t*>(p); }, /*always=*/true);
 }
 
 bool EmulatedQueuedChannel::hasNative(CollectiveKind kind, DataType dtype, ReduceOp op) const {

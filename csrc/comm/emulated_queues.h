@@ -18,7 +18,8 @@
 // algorithm) are a rendezvous of all n queues that computes NCCL's result
 // with the host reducer. Scratch is new memory filled with 0xEE and freed in
 // queue order. An error on a queue is sticky: later work on that queue is
-// skipped and every waitEvent() on it throws it (as a CUDA error would).
+// skipped (frees still run) and every waitEvent() on it throws it (as a CUDA
+// error would).
 // Thread safety: each channel is used by one thread; the fabric outlives them.
 #pragma once
 

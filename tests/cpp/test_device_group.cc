@@ -123,7 +123,7 @@ class QueueStager final : public Stager {
   void down(int slot, int64_t offset, int64_t bytes) override {
     log.push_back("down " + std::to_string(offset / chunk_));
     downTicket_[slot] = post([=, this] {
-      if (down_) std::memcpy(slots_[slot].data(), device_ + offset, static_cast<size_t>(bytes));
+      if (down_ && bytes > 0) std::memcpy(slots_[slot].data(), device_ + offset, static_cast<size_t>(bytes));
     });
   }
   void* ready(int slot) override {
@@ -134,7 +134,7 @@ class QueueStager final : public Stager {
   void up(int slot, int64_t offset, int64_t bytes) override {
     log.push_back("up " + std::to_string(offset / chunk_));
     post([=, this] {
-      if (up_) std::memcpy(device_ + offset, slots_[slot].data(), static_cast<size_t>(bytes));
+      if (up_ && bytes > 0) std::memcpy(device_ + offset, slots_[slot].data(), static_cast<size_t>(bytes));
     });
   }
   void finish() override {
