@@ -145,16 +145,22 @@ double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t byte
                                const AlgoParams& algo) {
   const AllreduceAlgorithm* entry = findAllreduceAlgorithm(algorithm);
   if (entry != nullptr && entry->onWindows()) {
-    // Shared windows (algo/shared.h), one host: one flag round (measured, or a
-    // message's latency), the input copied in once and n inputs read while
-    // reducing. A link byte costs two copies (into the ring and out), so a
-    // copy is half a beta.
+    // Shared windows (algo/shared.h), one host. A link byte costs two copies
+    // (into the ring and out), so a copy is half a beta. Up to the window:
+    // one flag round (measured, or a message's latency), the input copied in
+    // once and n inputs read while reducing. Above it, per window-sized
+    // chunk, two flag rounds; the input copied in, one slice of n inputs
+    // read and reduced, the result copied out.
     const double alpha = params.windowAlpha >= 0  ? params.windowAlpha
                          : params.intraAlpha >= 0 ? params.intraAlpha
                                                   : params.alpha;
     const double beta = params.intraBeta >= 0 ? params.intraBeta : params.beta;
     const double b = static_cast<double>(std::max<int64_t>(bytes, 0));
-    return alpha + beta * b * (n + 1) / 2 + params.gamma * b * (n - 1);
+    if (algo.windowBytes <= 0 || bytes <= algo.windowBytes) {
+      return alpha + beta * b * (n + 1) / 2 + params.gamma * b * (n - 1);
+    }
+    const double chunks = std::ceil(b / static_cast<double>(algo.windowBytes));
+    return 2 * alpha * chunks + beta * b * 3 / 2 + params.gamma * b * (n - 1) / n;
   }
   // Priced as float32 (empty blocks still cost their alpha; see priceStep).
   const int64_t count = std::max<int64_t>(bytes / 4, 1);

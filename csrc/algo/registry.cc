@@ -38,8 +38,9 @@ const std::vector<AllreduceAlgorithm>& allreduceRegistry() {
        [](int r, int n, int64_t c, bool f, const AlgoParams& p) { return hierAllreduce(r, n, c, f, p.hostOf); }, 0, 0,
        true, true},
       {"shared",
-       "every rank copies its input into its shared window once and reduces straight from its peers' windows: one "
-       "flag round (one host, messages up to SCALECOMM_SHM_WINDOW_BYTES)",
+       "one host: every rank copies its input into its shared window once and reduces straight from its peers' "
+       "windows: one flag round up to SCALECOMM_SHM_WINDOW_BYTES; above, window-sized chunks, each rank reducing "
+       "one slice that every rank copies out: two flag rounds per chunk",
        nullptr, 0, 0, true, false},
   };
   return table;
@@ -66,7 +67,7 @@ std::string deviceAlgorithm(bool allreduce, const std::string& selected) {
 bool allreduceServes(const std::string& name, int n, int64_t bytes, const AlgoParams& params) {
   const AllreduceAlgorithm* a = findAllreduceAlgorithm(name);
   if (a == nullptr || (a->maxWorld != 0 && n > a->maxWorld)) return false;
-  if (a->onWindows() && (params.windowBytes <= 0 || bytes > params.windowBytes)) return false;
+  if (a->onWindows() && params.windowBytes <= 0) return false;
   return a->maxBytes == 0 || bytes <= a->maxBytes;
 }
 
@@ -83,6 +84,10 @@ std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const Alg
   for (const auto& a : allreduceRegistry()) {
     if (!a.autoCandidate || !allreduceServes(a.name, n, bytes, params)) continue;
     if (a.acrossHosts && !spansHosts(params.hostOf)) continue;
+    // Above the window the windows' chunked path pays two flag rounds per
+    // window: measured no faster than ring at 2 ranks and far slower with
+    // small windows (docs/algorithms.md), so auto keeps it to messages that fit.
+    if (a.onWindows() && bytes > params.windowBytes) continue;
     out.push_back(a.name);
   }
   return out;

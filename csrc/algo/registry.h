@@ -24,8 +24,8 @@ struct AllreduceAlgorithm {
   const char* name;
   const char* summary;
   // Null for an algorithm that runs on the shared windows (algo/shared.h)
-  // instead of a schedule: it serves a message only where the group has
-  // windows that hold it (AlgoParams::windowBytes).
+  // instead of a schedule: it serves only groups that have windows
+  // (AlgoParams::windowBytes > 0).
   Schedule (*schedule)(int rank, int n, int64_t count, bool finalize, const AlgoParams& params);
   int maxWorld;  // the largest group it serves (0: any size)
   // The largest message (bytes of the whole buffer) it takes; 0: any. An
@@ -33,7 +33,7 @@ struct AllreduceAlgorithm {
   // the message but the link's own buffer, is safe only up to what every
   // transport buffers per direction (kLinkBufferFloor).
   int64_t maxBytes;
-  bool autoCandidate;  // auto prices it (where it serves the group)
+  bool autoCandidate;  // auto prices it (where it serves the group; autoAllreduceCandidates)
   bool acrossHosts;    // auto considers it only when the group spans hosts
 
   bool onWindows() const { return schedule == nullptr; }
@@ -62,7 +62,7 @@ bool allreduceServes(const std::string& name, int n, int64_t bytes = -1, const A
 // this layout (registry order).
 std::vector<std::string> allreduceAlgorithmsServing(int n, int64_t bytes, const AlgoParams& params);
 // The algorithms auto prices for a message of `bytes` in a group of n ranks
-// with this layout.
+// with this layout (a windows algorithm only where the message fits one window).
 std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const AlgoParams& params);
 
 // Broadcast and reduce (rooted) algorithms; auto prices every entry.

@@ -1,5 +1,6 @@
 #include "algo/shared.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -21,6 +22,7 @@ int64_t sharedWindowBytes(const Communicator& comm) {
 namespace {
 
 constexpr int kQuickPolls = 512;
+constexpr int64_t kCacheLine = 64;
 
 ShmWindows& windowsOf(Communicator& comm, const ExecContext& ctx) {
   ShmWindows* w = comm.windows();
@@ -118,13 +120,55 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
   }
 }
 
+// A message larger than the window, one window-sized chunk at a time, two
+// window calls per chunk. Call c: every rank copies its chunk into its cell.
+// Call c+1: rank r folds slice r of every rank's call-c cell, in rank order,
+// into slice r of its own call-(c+1) cell; once every rank has published that,
+// every rank copies each slice out of its owner's cell. A byte is copied in
+// once, read once by the rank that reduces it and copied out once per rank;
+// each slice is computed by one rank, so every rank holds the same bits.
+void allreduceInChunks(Communicator& comm, ShmWindows& w, uint8_t* data, int64_t count, const ExecContext& ctx) {
+  const int n = w.size();
+  const int rank = w.rank();
+  const auto es = static_cast<int64_t>(elementSize(ctx.dtype));
+  const int64_t chunk = w.windowBytes() / es;                  // elements
+  const int64_t unit = std::max<int64_t>(1, kCacheLine / es);  // slices start on cache lines
+  for (int64_t first = 0; first < count; first += chunk) {
+    const int64_t m = std::min(chunk, count - first);
+    uint8_t* mine = data + first * es;
+    const WireHeader header = headerOf(ctx, m * es);
+    const uint64_t in = w.nextCall();
+    std::memcpy(w.data(rank, in), mine, static_cast<size_t>(m * es));
+    exchange(comm, w, in, header, ctx);
+    const int64_t per = (m + n - 1) / n;
+    const int64_t sliceElems = (per + unit - 1) / unit * unit;
+    const auto lo = [&](int q) { return std::min<int64_t>(m, q * sliceElems); };
+    const auto len = [&](int q) { return lo(q + 1) - lo(q); };
+    const uint64_t out = w.nextCall();
+    if (len(rank) > 0) {
+      const int64_t at = lo(rank) * es;
+      uint8_t* dst = w.data(rank, out) + at;
+      reduceFrom(dst, w.data(0, in) + at, w.data(1, in) + at, len(rank), ctx.dtype, ctx.op);
+      for (int q = 2; q < n; ++q) reduceInto(dst, w.data(q, in) + at, len(rank), ctx.dtype, ctx.op);
+      if (ctx.finalizeDivisor > 1) divideInPlace(dst, len(rank), ctx.dtype, ctx.finalizeDivisor);
+    }
+    exchange(comm, w, out, header, ctx);
+    for (int q = 0; q < n; ++q) {
+      const int64_t at = lo(q) * es;
+      std::memcpy(mine + at, w.data(q, out) + at, static_cast<size_t>(len(q) * es));
+    }
+  }
+}
+
 void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const ExecContext& ctx) {
   ShmWindows& w = windowsOf(comm, ctx);
   const int n = w.size();
   const int rank = w.rank();
   const int64_t bytes = count * static_cast<int64_t>(elementSize(ctx.dtype));
-  SC_CHECK(bytes <= w.windowBytes(), "shared allreduce of ", bytes, " bytes exceeds the window (", w.windowBytes(),
-           ")");
+  if (bytes > w.windowBytes()) {
+    if (n > 1) allreduceInChunks(comm, w, static_cast<uint8_t*>(data), count, ctx);
+    return;
+  }
   const uint64_t call = w.nextCall();
   std::memcpy(w.data(rank, call), data, static_cast<size_t>(bytes));
   exchange(comm, w, call, headerOf(ctx, bytes), ctx);

@@ -7,8 +7,12 @@
 // out of the peers' windows into its output: one flag round and one copy per
 // byte, where a ring over shm links takes 2(n-1) steps of two copies each.
 // Every rank folds the inputs in rank order (two ranks: a op b, commutative
-// in IEEE arithmetic), so all ranks hold bitwise the same result. A `shared`
-// barrier is the flag round alone.
+// in IEEE arithmetic), so all ranks hold bitwise the same result. A message
+// larger than the window goes in window-sized chunks, two window calls each:
+// every rank copies its chunk in; rank r folds slice r (cache-line aligned)
+// of every rank's chunk, in rank order, into its own cell; every rank copies
+// each slice out of its owner's cell (one rank computes each slice, so all
+// hold the same bits). A `shared` barrier is the flag round alone.
 // Each call's cell header (a WireHeader: collective, seq, dtype, op, count)
 // is checked against every peer's, so ranks that disagree on the collective,
 // its order or its arguments get Error(InvalidArgument) naming both sides,
@@ -30,9 +34,8 @@ namespace scalecomm {
 // Bytes one shared call carries on this communicator; 0 without windows.
 int64_t sharedWindowBytes(const Communicator& comm);
 
-// In place, count * elementSize(dtype) <= sharedWindowBytes(comm); ctx.op is
-// the reduction (Avg divides by the world size at the end; PremulSum's
-// scaling is the caller's).
+// In place, any count; ctx.op is the reduction (Avg divides by the world size
+// at the end; PremulSum's scaling is the caller's).
 void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecContext& ctx);
 
 void sharedBarrier(Communicator& comm, const ExecContext& ctx);

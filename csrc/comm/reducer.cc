@@ -6,16 +6,37 @@
 
 namespace scalecomm {
 
-void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+namespace {
+
+// d = op(a, b) element-wise; kInPlace: a is d (a loop the compiler vectorises
+// without an aliasing check).
+template <bool kInPlace>
+void reduceLoop(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
     using E = typename Storage<Tag>::Elem;
     constexpr ReduceOp Op = decltype(opc)::value;
     auto* d = static_cast<E*>(dst);
-    const auto* s = static_cast<const E*>(src);
-    for (int64_t i = 0; i < count; ++i) d[i] = reduceElement<Tag, Op>(d[i], s[i]);
+    const auto* y = static_cast<const E*>(b);
+    if constexpr (kInPlace) {
+      for (int64_t i = 0; i < count; ++i) d[i] = reduceElement<Tag, Op>(d[i], y[i]);
+    } else {
+      const auto* x = static_cast<const E*>(a);
+      for (int64_t i = 0; i < count; ++i) d[i] = reduceElement<Tag, Op>(x[i], y[i]);
+    }
   });
+}
+
+}  // namespace
+
+void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+  reduceLoop<true>(dst, dst, src, count, dtype, op);
+}
+
+void reduceFrom(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op) {
+  if (dst == a) return reduceLoop<true>(dst, a, b, count, dtype, op);
+  reduceLoop<false>(dst, a, b, count, dtype, op);
 }
 
 void scaleInPlace(void* data, int64_t count, DataType dtype, double factor) {

@@ -67,7 +67,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "Bytes of each shared-memory ring (one per ordered pair of same-host ranks); a multiple of 64.")                 \
   X(Int, shmWindowBytes, "shm_window_bytes", "SCALECOMM_SHM_WINDOW_BYTES", 65536, 0, int64_t{1} << 30, "",          \
     "Bytes of each rank's shared window (two cells of this size, mapped by every rank of the group when all share " \
-    "one host): the largest message the shared algorithms carry; a multiple of 64. 0: no windows.")               \
+    "one host): the largest message a shared call carries in one flag round (auto uses shared up to it; larger "  \
+    "messages go in chunks of this size); a multiple of 64. 0: no windows.")                                         \
   X(Int, mpiChunkBytes, "mpi_chunk_bytes", "SCALECOMM_MPI_CHUNK_BYTES", 1048576, 64, int64_t{1} << 30, "",            \
     "mpi transport: largest MPI message; each link keeps 4 such buffers in flight per direction.")                   \
   X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", 50, 0, 10000000, "",                                             \

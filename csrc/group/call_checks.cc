@@ -107,10 +107,10 @@ void checkAlgorithmTakes(const Call& call, int rank, int size, int64_t windowByt
          " takes messages of at most ", a->maxBytes, " bytes; this one has ", bytes,
          " (choose auto, which uses it where it fits, or ring/rhd)");
   }
-  if (a->onWindows() && size > 1 && bytes > windowBytes) {
+  if (a->onWindows() && size > 1 && windowBytes <= 0 && bytes > 0) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank, "): algorithm ", a->name,
-         " takes messages of at most SCALECOMM_SHM_WINDOW_BYTES (", windowBytes, ") bytes; this one has ", bytes,
-         " (choose auto, which uses it where it fits, or raise the window)");
+         " runs on shared windows, which this group has not (every rank on one host, linked by shared memory, "
+         "SCALECOMM_SHM_WINDOW_BYTES > 0); choose auto or ring");
   }
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "algo/collectives.h"
+#include "algo/cost_model.h"
 #include "algo/registry.h"
 #include "algo/shared.h"
 #include "comm/communicator.h"
@@ -156,6 +157,49 @@ TEST(shared_allreduce_is_exact_and_bitwise_equal_on_every_rank) {
   }
 }
 
+// Above the window: chunks of the window, each reduced in slices by every
+// rank; exact (closed form), bitwise equal on every rank, at world sizes 1-8
+// and counts that end mid-chunk and mid-slice, back to back, one rank jittering.
+TEST(shared_allreduce_above_the_window_is_exact_at_every_world_size) {
+  for (int n = 1; n <= 8; ++n) {
+    std::vector<std::vector<std::vector<uint8_t>>> results(n);
+    auto errors = onMesh(n, [&](int r, Communicator& comm) {
+      std::mt19937 jitter(r + 11);
+      uint64_t seq = 0;
+      for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Int64, DataType::UInt8}) {
+        const int64_t es = static_cast<int64_t>(elementSize(dt));
+        const int64_t perWindow = kWindow / es;
+        for (int64_t count : {perWindow + 1, 3 * perWindow - 5, 7 * perWindow / 2 + 3 * n}) {
+          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
+            if (!reduceOpSupports(op, dt) || (op == ReduceOp::Avg && !isFloating(dt))) continue;
+            std::vector<uint8_t> data(static_cast<size_t>(count * es));
+            for (int64_t i = 0; i < count; ++i)
+              sctest::storeValue(data.data(), i, dt, (i + r) % 3 + (op == ReduceOp::Avg ? n : 0));
+            if (jitter() % 3 == 0) std::this_thread::yield();
+            allreduce(comm.channel(), data.data(), count, dt, op, 1.0, sharedOptions(++seq));
+            for (int64_t i = 0; i < count; ++i) {
+              double want = 0;
+              for (int q = 0; q < n; ++q) {
+                const double v = (i + q) % 3 + (op == ReduceOp::Avg ? n : 0);
+                want = op == ReduceOp::Max ? (q == 0 ? v : std::max(want, v)) : want + v;
+              }
+              if (op == ReduceOp::Avg) want /= n;
+              const double got = sctest::loadValue(data.data(), i, dt);
+              if (std::fabs(got - want) > 0.02 * std::fabs(want) + 1e-9) {
+                throw Error(ErrorKind::Internal, strCat(dataTypeName(dt), " ", reduceOpName(op), " count ", count,
+                                                        " element ", i, ": ", got, " != ", want));
+              }
+            }
+            results[r].push_back(data);
+          }
+        }
+      }
+    });
+    for (auto& e : errors) CHECK_EQ(e, std::string());
+    for (int r = 1; r < n; ++r) CHECK(results[r] == results[0]);  // bitwise equal across ranks
+  }
+}
+
 // Back-to-back calls with no barrier between them, one rank jittering: the
 // two cells per window must never be overwritten while a peer still reads.
 TEST(consecutive_calls_never_overwrite_a_cell_a_peer_still_reads) {
@@ -270,6 +314,28 @@ TEST(a_missing_peer_times_out_by_name_and_abort_ends_the_wait) {
   CHECK(contains(errors[0], "aborted"));
 }
 
+TEST(a_peer_missing_from_a_message_above_the_window_is_named_not_waited_for) {
+  // Rank 2 takes part in a small call, then never calls the large one: the
+  // others time out naming it instead of waiting or reading stale cells.
+  auto errors = onMesh(3, [&](int r, Communicator& comm) {
+    std::vector<float> data(4 * kWindow, 1.0f);  // 4 chunks of the window
+    if (r == 2) {
+      allreduce(comm.channel(), data.data(), kWindow / 4, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(1, 300));
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      return;
+    }
+    allreduce(comm.channel(), data.data(), kWindow / 4, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(1, 300));
+    keepLinksAfterError([&] {
+      allreduce(comm.channel(), data.data(), 4 * kWindow, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(2, 300));
+    });
+  });
+  for (int r = 0; r < 2; ++r) {
+    CHECK(contains(errors[r], "scalecomm allreduce (rank " + std::to_string(r) + ", seq 2)"));
+    CHECK(contains(errors[r], "Timed out after 300 ms waiting for rank 2"));
+  }
+  CHECK_EQ(errors[2], std::string());
+}
+
 TEST(a_peer_that_leaves_is_reported_not_waited_for) {
   auto errors = onMesh(2, [&](int r, Communicator& comm) {
     if (r == 1) {
@@ -283,7 +349,7 @@ TEST(a_peer_that_leaves_is_reported_not_waited_for) {
   CHECK(contains(errors[0], "closed its shared-memory link"));
 }
 
-TEST(auto_prices_shared_where_the_group_has_windows_and_the_message_fits) {
+TEST(shared_serves_every_size_where_the_group_has_windows_and_auto_prices_what_fits) {
   AlgoParams none;
   AlgoParams windows;
   windows.windowBytes = kWindow;
@@ -293,6 +359,15 @@ TEST(auto_prices_shared_where_the_group_has_windows_and_the_message_fits) {
   CHECK(!has(autoAllreduceCandidates(4, kWindow + 1, windows)));
   CHECK(!allreduceServes("shared", 2, 64));
   CHECK(allreduceServes("shared", 2, 64, windows));
+  CHECK(allreduceServes("shared", 2, int64_t{1} << 30, windows));
+  // Above the window: two flag rounds per chunk.
+  CostParams p;
+  p.alpha = 1e-6;
+  p.beta = 1e-10;
+  p.gamma = 0;
+  const double one = predictAllreduceSeconds("shared", 2, kWindow, p, windows);
+  const double ten = predictAllreduceSeconds("shared", 2, 10 * kWindow, p, windows);
+  CHECK(ten > 10 * 2 * p.alpha && ten > one);
 }
 
 TEST_MAIN()
