@@ -37,38 +37,35 @@ SC_HOST_DEVICE inline uint16_t floatToBf16(float f) {
   return static_cast<uint16_t>((u + rounding) >> 16);
 }
 
+// Both conversions are written without branches (every case is computed and
+// one selected), so the compiler vectorises the reduction loops around them.
 SC_HOST_DEVICE inline float fp16ToFloat(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return bitsFloat(sign | 0x7f800000u | (mant << 13));  // inf / NaN
-  if (exp == 0) {
-    if (mant == 0) return bitsFloat(sign);
-    // subnormal: value = mant * 2^-24
-    float v = static_cast<float>(mant) * 5.9604644775390625e-08f;
-    return sign ? -v : v;
-  }
-  return bitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7fffu;                 // exponent and mantissa
+  const uint32_t shifted = em << 13;               // in float's place
+  const uint32_t exp = shifted & 0x0f800000u;      // the 5 exponent bits
+  const uint32_t normal = shifted + (112u << 23);  // rebias 15 -> 127
+  const uint32_t infNan = shifted + (224u << 23);  // exponent 31 -> 255, payload kept
+  const uint32_t subnormal = floatBits(static_cast<float>(em) * 5.9604644775390625e-08f);  // mant * 2^-24 (0: 0)
+  const uint32_t bits = exp == 0x0f800000u ? infNan : exp == 0 ? subnormal : normal;
+  return bitsFloat(sign | bits);
 }
 
 SC_HOST_DEVICE inline uint16_t floatToFp16(float f) {
-  uint32_t u = floatBits(f);
-  uint32_t sign = (u >> 16) & 0x8000u;
-  uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
-  if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (absu < 0x38800000u) {
-    // result is subnormal or zero: round abs(f) * 2^24 to nearest even integer
-    float a = bitsFloat(absu);
-    float scaled = a * 16777216.0f;  // exact (power of two)
-    uint32_t q = static_cast<uint32_t>(scaled);
-    float rem = scaled - static_cast<float>(q);
-    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  uint32_t rounding = 0xfffu + ((absu >> 13) & 1u);
-  uint32_t r = (absu + rounding) >> 13;  // exponent rebias below
-  return static_cast<uint16_t>(sign | (r - (112u << 10)));
+  const uint32_t u = floatBits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t absu = u & 0x7fffffffu;
+  // Subnormal or zero result: abs(f) * 2^24 (< 1024, exact) rounded to the
+  // nearest integer, ties to even, by adding 2^23 (whose ulp is 1) in the
+  // default rounding mode (an FMA gives the same: the product is exact).
+  const uint32_t subnormal = floatBits(bitsFloat(absu) * 16777216.0f + 8388608.0f) - 0x4b000000u;
+  // Normal: round the 13 dropped bits to nearest even, then rebias 127 -> 15.
+  const uint32_t normal = ((absu + 0xfffu + ((absu >> 13) & 1u)) >> 13) - (112u << 10);
+  const uint32_t bits = absu > 0x7f800000u    ? 0x7e00u  // NaN
+                        : absu >= 0x477ff000u ? 0x7c00u  // rounds to inf
+                        : absu < 0x38800000u  ? subnormal
+                                              : normal;
+  return static_cast<uint16_t>(sign | bits);
 }
 
 }  // namespace scalecomm
