@@ -199,10 +199,11 @@ class CudaStager final : public Stager {
 }  // namespace
 
 std::shared_ptr<Stager> HostStage::chunked(const at::Tensor& t, bool down, bool up, int64_t chunkBytes) {
+  if (!call_ || direct_) return nullptr;  // every CPU call, on its per-call path: nothing else to look at
   const auto bytes = static_cast<int64_t>(t.nbytes());
   const auto es = static_cast<int64_t>(t.element_size());
   const int64_t chunk = chunkBytes - chunkBytes % es;
-  if (!call_ || direct_ || !t.is_cuda() || !t.is_contiguous() || bytes <= chunk || chunk <= 0) return nullptr;
+  if (!t.is_cuda() || !t.is_contiguous() || bytes <= chunk || chunk <= 0) return nullptr;
   return std::make_shared<CudaStager>(call_, t, down, up, chunk);
 }
 

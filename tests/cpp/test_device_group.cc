@@ -82,6 +82,13 @@ void onRanks(DeviceMesh& m, const std::function<void(int, Group&)>& fn) {
   for (const auto& e : errors) CHECK_EQ(e, std::string());
 }
 
+// Sets call.done; the future holds the error text once it ran ("" on success).
+std::future<std::string> whenDone(Call& call) {
+  auto done = std::make_shared<std::promise<std::string>>();
+  call.done = [done](const Error* e) { done->set_value(e ? e->what() : ""); };
+  return done->get_future();
+}
+
 // Submits `call` on device 3, writes the inputs with `fill` only after
 // submit() returned, then releases them; returns the error text once done.
 std::string runOnDevice(DeviceMesh& m, int rank, Group& g, Call call, const std::function<void()>& fill) {
@@ -90,9 +97,7 @@ std::string runOnDevice(DeviceMesh& m, int rank, Group& g, Call call, const std:
   call.deviceIndex = 3;
   call.device = true;
   call.deviceSync = sync;
-  auto done = std::make_shared<std::promise<std::string>>();
-  auto fut = done->get_future();
-  call.done = [done](const Error* e) { done->set_value(e ? e->what() : ""); };
+  auto fut = whenDone(call);
   g.submit(std::move(call));
   fill();
   ready.set_value();
@@ -330,9 +335,7 @@ TEST(a_device_batch_of_sends_and_receives_runs_as_one_group) {
     part(CallKind::Send, out.data(), (rank + n - 1) % n);
     Call batch;
     batch.name = "batch_isend_irecv";
-    auto done = std::make_shared<std::promise<std::string>>();
-    auto fut = done->get_future();
-    batch.done = [done](const Error* e) { done->set_value(e ? e->what() : ""); };
+    auto fut = whenDone(batch);
     g.endCoalescing(std::move(batch));
     out.assign(4, static_cast<float>(rank));
     for (auto& p : ready) p.set_value();
@@ -392,9 +395,7 @@ TEST(a_call_captured_into_a_graph_is_done_once_issued) {
     auto sync = std::make_shared<QueueSync>(&m.queues.channel(rank), ready.get_future().share(), /*capturing=*/true);
     c.deviceIndex = 3;
     c.deviceSync = sync;
-    auto done = std::make_shared<std::promise<std::string>>();
-    auto fut = done->get_future();
-    c.done = [done](const Error* e) { done->set_value(e ? e->what() : ""); };
+    auto fut = whenDone(c);
     g.submit(std::move(c));
     // Done while the queue still waits for the inputs: the group did not wait for the work.
     const bool doneFirst = fut.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
@@ -457,9 +458,7 @@ TEST(staged_device_memory_moves_in_overlapped_chunks_and_is_exact) {
           c.data = device.data();
           c.device = true;
           c.stager = stager;
-          auto done = std::make_shared<std::promise<std::string>>();
-          auto fut = done->get_future();
-          c.done = [done](const Error* e) { done->set_value(e ? e->what() : ""); };
+          auto fut = whenDone(c);
           g.submit(std::move(c));
           CHECK_EQ(fut.get(), std::string());
           for (int64_t i = 0; i < count; ++i) {

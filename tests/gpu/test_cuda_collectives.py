@@ -49,13 +49,17 @@ def _every_collective(rank, n, shared):
         return t.cpu().double().tolist() == [float(v) for v in values]
 
     out = {}
-    for dt in DTYPES:
-        x = (torch.arange(1001, device=dev) % 13 + rank).to(dt)
+
+    def elementwise(name, dt, count, modulus, broadcast_count):
+        x = (torch.arange(count, device=dev) % modulus + rank).to(dt)
         dist.all_reduce(x)
-        out[f"allreduce {dt}"] = same(x, [sum(i % 13 + r for r in range(n)) for i in range(1001)])
-        b = full(77, rank, dt)
+        out[f"allreduce {name}"] = same(x, [sum(i % modulus + r for r in range(n)) for i in range(count)])
+        b = full(broadcast_count, rank, dt)
         dist.broadcast(b, src=n - 1)
-        out[f"broadcast {dt}"] = same(b, [n - 1] * 77)
+        out[f"broadcast {name}"] = same(b, [n - 1] * broadcast_count)
+
+    for dt in DTYPES:
+        elementwise(f"{dt}", dt, 1001, 13, 77)
         red = full(33, rank + 1, dt)
         dist.reduce(red, dst=0)
         if rank == 0:
@@ -95,12 +99,7 @@ def _every_collective(rank, n, shared):
             w.wait()
         out[f"batch_isend_irecv {dt}"] = same(got, [(rank - 1) % n] * 5)
     for dt in (torch.float32, torch.float16):  # large enough to be staged in chunks (host transport)
-        big = (torch.arange(10_001, device=dev) % 5 + rank).to(dt)
-        dist.all_reduce(big)
-        out[f"large allreduce {dt}"] = same(big, [sum(i % 5 + r for r in range(n)) for i in range(10_001)])
-        big = full(10_001, rank, dt)
-        dist.broadcast(big, src=n - 1)
-        out[f"large broadcast {dt}"] = same(big, [n - 1] * 10_001)
+        elementwise(f"large {dt}", dt, 10_001, 5, 10_001)
         big = full(10_001, rank + 1, dt)
         dist.reduce(big, dst=0, op=dist.ReduceOp.MAX)
         out[f"large reduce {dt}"] = same(big, [n if rank == 0 else rank + 1] * 10_001)

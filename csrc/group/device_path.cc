@@ -1,0 +1,68 @@
+// Where a Group runs device memory (group/group.h Call::deviceIndex,
+// Call::stager): on the device's queued channel between the caller's
+// DeviceSync events, or in staged chunks through host memory.
+#include <algorithm>
+
+#include "algo/registry.h"
+#include "core/error.h"
+#include "group/group.h"
+
+namespace scalecomm {
+
+void Group::runOnDevice(Call& call, CollectiveOptions& o) {
+  if (!deviceChannels_) {
+    fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
+         "): this group has no device channel (a build without NCCL)");
+  }
+  QueuedChannel& ch = deviceChannels_(call.deviceIndex, o.deadline);
+  o.algorithm = deviceAlgorithm(call.kind == CallKind::Allreduce, o.algorithm);
+  call.deviceSync->begin(ch.stream());
+  try {
+    if (call.before) call.before();
+    runBody(call, ch, o);
+    if (call.after) call.after();
+  } catch (...) {
+    call.deviceSync->end(ch.stream());
+    throw;
+  }
+  void* done = call.deviceSync->end(ch.stream());
+  if (!call.deviceSync->capturing()) ch.waitEvent(done, o.deadline, call.name.c_str());
+}
+
+void Group::runStaged(Call& call, Channel& ch, CollectiveOptions& o) {
+  if (call.kind != CallKind::Allreduce && call.kind != CallKind::Broadcast && call.kind != CallKind::Reduce) {
+    fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
+         "): only allreduce, broadcast and reduce run in staged chunks");
+  }
+  Stager& s = *call.stager;
+  const auto es = static_cast<int64_t>(elementSize(call.dtype));
+  const int64_t per = std::max<int64_t>(1, s.chunkBytes() / es);  // elements per chunk
+  void* const buffer = call.data;
+  const int64_t count = call.count;
+  const int64_t chunks = std::max<int64_t>(1, (count + per - 1) / per);
+  const auto offset = [&](int64_t k) { return k * per * es; };
+  const auto bytes = [&](int64_t k) { return std::min(per, count - k * per) * es; };
+  try {
+    s.down(0, 0, bytes(0));
+    for (int64_t k = 0; k < chunks; ++k) {
+      if (k + 1 < chunks) s.down(static_cast<int>((k + 1) & 1), offset(k + 1), bytes(k + 1));
+      call.data = s.ready(static_cast<int>(k & 1));
+      call.count = bytes(k) / es;
+      runBody(call, ch, o);
+      s.up(static_cast<int>(k & 1), offset(k), bytes(k));
+    }
+  } catch (...) {
+    call.data = buffer;
+    call.count = count;
+    try {
+      s.finish();
+    } catch (...) {  // the collective's own failure is the one to report
+    }
+    throw;
+  }
+  call.data = buffer;
+  call.count = count;
+  s.finish();
+}
+
+}  // namespace scalecomm
