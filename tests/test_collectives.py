@@ -302,6 +302,7 @@ def _transport_mix(rank, n):
     "env",
     [
         {"SCALECOMM_TRANSPORT": "tcp"},
+        {"SCALECOMM_TRANSPORT": "tcp", "SCALECOMM_SOCKETS_PER_PEER": 3},  # striped: 800 KB crosses stripes
         {"SCALECOMM_TRANSPORT": "shm", "SCALECOMM_SHM_RING_BYTES": 4096, "SCALECOMM_SEGMENT_BYTES": 1000},
     ],
 )

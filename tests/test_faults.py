@@ -192,7 +192,11 @@ def _killed_mid_allreduce(rank, n):
 
 
 def test_rank_killed_mid_allreduce_raises_on_every_survivor_quickly():
-    for env in [{}, {"SCALECOMM_TRANSPORT": "tcp"}]:
+    for env in [
+        {},
+        {"SCALECOMM_TRANSPORT": "tcp"},
+        {"SCALECOMM_TRANSPORT": "tcp", "SCALECOMM_SOCKETS_PER_PEER": 4},
+    ]:
         out = run_ranks(
             3, _killed_mid_allreduce, env=env, group_timeout_s=30, expect_errors=True, allow_missing=(2,)
         )

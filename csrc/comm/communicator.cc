@@ -75,11 +75,19 @@ void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSin
   nfds_t n = 0;
   bool other = false;
   for (int p : peers) {
-    int fd = links_[p] ? links_[p]->waitFd() : -1;
-    if (fd >= 0 && n < 64) {
+    const int fd = links_[p] ? links_[p]->waitFd() : -1;
+    if (fd >= 0 && n + 2 <= 64) {
+      fds[n++] = pollfd{fd, POLLIN, 0};
       // A link whose socket was full also wakes when it takes data again, so a
       // blocked send does not leave the wire idle until the 1 ms cap.
-      fds[n++] = pollfd{fd, static_cast<short>(POLLIN | (links_[p]->sendBlocked() ? POLLOUT : 0)), 0};
+      if (links_[p]->sendBlocked()) {
+        const int sfd = links_[p]->sendWaitFd();
+        if (sfd == fd) {
+          fds[n - 1].events |= POLLOUT;
+        } else {
+          fds[n++] = pollfd{sfd, POLLOUT, 0};
+        }
+      }
     } else {
       other = true;
     }

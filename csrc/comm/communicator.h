@@ -39,6 +39,7 @@ struct MeshOptions {
   std::string transport = "auto";    // auto | shm | tcp | mpi
   bool useMpi = true;                // build an MPI communicator when all ranks run under MPI
   uint64_t mpiChunkBytes = 1 << 20;  // largest message of an mpi link
+  int tcpStreams = 1;                // sockets per tcp link (the pair takes the smaller value)
   uint64_t shmRingBytes = 4 << 20;
   uint64_t shmWindowBytes = 0;  // per window cell (transport/shm.h); 0: no windows
   std::string hostIdentity;     // empty: computed

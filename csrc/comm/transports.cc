@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "comm/communicator.h"
@@ -71,40 +72,58 @@ class MpiTransport : public Transport {
   }
 };
 
-// One socket per pair: the higher rank connects, the lower accepts.
+// Sockets per pair: the smaller of the two ranks' tcp_streams. The higher rank
+// connects each stream, the lower accepts them.
 class TcpTransport : public Transport {
  public:
   ~TcpTransport() override {
-    for (auto& [who, fd] : accepted_) ::close(fd);
+    for (auto& [who, fds] : accepted_)
+      for (int fd : fds)
+        if (fd >= 0) ::close(fd);
   }
-  void publish(Rendezvous&, std::map<std::string, std::string>& info) override {
+  void publish(Rendezvous& rv, std::map<std::string, std::string>& info) override {
     const std::string addr = localAdvertiseAddress();
     listener_ = std::make_unique<TcpListener>(addr);  // the advertised interface only
     info["addr"] = addr;
     info["port"] = std::to_string(listener_->port());
+    info["tcp_streams"] = std::to_string(std::clamp(rv.opts.tcpStreams, 1, kMaxTcpStreams));
   }
   std::string whyNot(const Rendezvous& rv, int peer) const override {
     if (rv.field(peer, "addr").empty() || rv.field(rv.rank, "addr").empty()) return "tcp is off on one end";
     return "";
   }
   std::unique_ptr<Link> connect(Rendezvous& rv, int peer) override {
+    const size_t streams = streamsWith(rv, peer);
+    std::vector<int> fds;
     if (peer < rv.rank) {
-      int fd =
-          tcpConnectPeer(rv.field(peer, "addr"), std::stoi(rv.field(peer, "port")), rv.key, rv.rank, peer, rv.deadline);
-      return std::make_unique<TcpLink>(rv.rank, peer, fd);
+      for (size_t i = 0; i < streams; ++i) {
+        fds.push_back(tcpConnectPeer(rv.field(peer, "addr"), std::stoi(rv.field(peer, "port")), rv.key, rv.rank, peer,
+                                     rv.deadline, static_cast<int>(i)));
+      }
+      return std::make_unique<TcpLink>(rv.rank, peer, std::move(fds));
     }
     // Higher peers connect in their own rank order, not ours: keep early ones.
-    while (accepted_.count(peer) == 0) {
-      auto [fd, who] = listener_->acceptPeer(rv.key, rv.rank, rv.size, rv.deadline);
-      if (who <= rv.rank || who >= rv.size || accepted_.count(who) != 0) {
-        ::close(fd);
-        fail(ErrorKind::Io, "scalecomm rendezvous (rank ", rv.rank, "): unexpected connection from rank ", who);
+    auto complete = [&] {
+      auto it = accepted_.find(peer);
+      return it != accepted_.end() && std::count(it->second.begin(), it->second.end(), -1) == 0;
+    };
+    while (!complete()) {
+      const AcceptedPeer a = listener_->acceptPeer(rv.key, rv.rank, rv.size, rv.deadline);
+      std::vector<int>* slots = nullptr;
+      if (a.rank > rv.rank && a.rank < rv.size) {
+        auto [it, fresh] = accepted_.try_emplace(a.rank, streamsWith(rv, a.rank), -1);
+        slots = &it->second;
       }
-      accepted_[who] = fd;
+      if (slots == nullptr || static_cast<size_t>(a.stream) >= slots->size() || (*slots)[a.stream] >= 0) {
+        ::close(a.fd);
+        fail(ErrorKind::Io, "scalecomm rendezvous (rank ", rv.rank, "): unexpected connection from rank ", a.rank,
+             " (stream ", a.stream, ")");
+      }
+      (*slots)[a.stream] = a.fd;
     }
-    int fd = accepted_[peer];
+    fds = std::move(accepted_[peer]);
     accepted_.erase(peer);
-    return std::make_unique<TcpLink>(rv.rank, peer, fd);
+    return std::make_unique<TcpLink>(rv.rank, peer, std::move(fds));
   }
   void finish(Rendezvous& rv) override {
     if (!accepted_.empty()) {
@@ -115,8 +134,15 @@ class TcpTransport : public Transport {
   }
 
  private:
+  static size_t streamsWith(const Rendezvous& rv, int peer) {
+    auto streams = [&](int r) {
+      const std::string v = rv.field(r, "tcp_streams");
+      return v.empty() ? 1 : std::clamp(std::stoi(v), 1, kMaxTcpStreams);
+    };
+    return static_cast<size_t>(std::min(streams(rv.rank), streams(peer)));
+  }
   std::unique_ptr<TcpListener> listener_;
-  std::map<int, int> accepted_;  // rank -> fd, accepted before its turn
+  std::map<int, std::vector<int>> accepted_;  // rank -> its streams' fds (-1: not yet), accepted before its turn
 };
 
 template <typename T>

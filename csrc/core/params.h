@@ -71,6 +71,11 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "messages go in chunks of this size); a multiple of 64. 0: no windows.")                                         \
   X(Int, mpiChunkBytes, "mpi_chunk_bytes", "SCALECOMM_MPI_CHUNK_BYTES", 1048576, 64, int64_t{1} << 30, "",            \
     "mpi transport: largest MPI message; each link keeps 4 such buffers in flight per direction.")                   \
+  X(Int, socketsPerPeer, "sockets_per_peer", "SCALECOMM_SOCKETS_PER_PEER", 1, 1, 64, "",                            \
+    "tcp transport: sockets per pair of ranks (a pair uses the smaller of its two ranks' values). The link's bytes " \
+    "are striped over them in 128 KiB pieces, read back in order. 1 fills 1-10 Gbit/s links; more pay where one "   \
+    "socket's CPU cost is the bound (8 moved 1.7x more at 25 Gbit/s on a 2-core machine) and cost on capped links " \
+    "(each piece waits for the slowest socket): docs/performance.md.")                                              \
   X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", 50, 0, 10000000, "",                                             \
     "Microseconds a waiting thread spins before it yields or sleeps.")                                               \
   X(Int, traceBuffer, "trace_buffer", "SCALECOMM_TRACE_BUFFER", 256, 0, 1048576, "",                                 \

@@ -104,6 +104,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   mesh.shmRingBytes = static_cast<uint64_t>(config.shmRingBytes);
   mesh.shmWindowBytes = static_cast<uint64_t>(config.shmWindowBytes);
   mesh.mpiChunkBytes = static_cast<uint64_t>(config.mpiChunkBytes);
+  mesh.tcpStreams = static_cast<int>(config.socketsPerPeer);
   mesh.spinMicros = config.spinMicros;
   std::unique_ptr<Communicator> comm;
   try {

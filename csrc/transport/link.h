@@ -11,9 +11,10 @@
 //   thread does both); close() may be called from any thread and makes later
 //   calls on both ends fail promptly.
 // - peek() copies arrived bytes without consuming them.
-// - waitFd() is a pollable descriptor for readiness (tcp) or -1 (shm, loopback:
-//   the caller spins/yields instead); sendBlocked() says the last trySend could
-//   not take all its bytes, so a waiter also polls waitFd() for writability.
+// - waitFd() is a pollable descriptor that becomes readable when tryRecv may
+//   move bytes (tcp), or -1 (shm, loopback: the caller spins/yields instead);
+//   sendBlocked() says the last trySend could not take all its bytes, so a
+//   waiter also polls sendWaitFd() for writability.
 // Links own their resources (RAII); destroying a link closes it.
 #pragma once
 
@@ -44,6 +45,7 @@ class Link {
   // Marks the link closed in both directions (idempotent, any thread).
   virtual void close() = 0;
   virtual int waitFd() const { return -1; }
+  virtual int sendWaitFd() const { return waitFd(); }
   virtual bool sendBlocked() const { return false; }
   // Copies up to n bytes that have arrived, without consuming them (receive
   // from any source looks at each peer's next header). The default stages

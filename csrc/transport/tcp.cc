@@ -25,7 +25,7 @@ namespace scalecomm {
 
 namespace {
 
-constexpr uint64_t kHelloMagic = 0x32434f4d4d544350ULL;  // "PCTMMOC2": handshake version 2
+constexpr uint64_t kHelloMagic = 0x33434f4d4d544350ULL;  // "PCTMMOC3": handshake version 3
 
 struct Challenge {  // acceptor -> connector
   uint64_t magic;
@@ -35,6 +35,8 @@ struct Hello {  // connector -> acceptor
   uint64_t magic;
   int32_t rank;
   int32_t target;
+  int32_t stream;
+  int32_t pad;
   uint8_t mac[32];
 };
 struct Ack {  // acceptor -> connector
@@ -42,14 +44,16 @@ struct Ack {  // acceptor -> connector
   uint8_t mac[32];
 };
 
-// HMAC(key, label | challenge | rank | target): label keeps a hello's proof
-// from being replayed as an ack.
-Digest handshakeMac(const std::string& key, char label, const uint8_t nonce[16], int32_t rank, int32_t target) {
-  uint8_t msg[1 + 16 + 8];
+// HMAC(key, label | challenge | rank | target | stream): label keeps a
+// hello's proof from being replayed as an ack.
+Digest handshakeMac(const std::string& key, char label, const uint8_t nonce[16], int32_t rank, int32_t target,
+                    int32_t stream) {
+  uint8_t msg[1 + 16 + 12];
   msg[0] = static_cast<uint8_t>(label);
   std::memcpy(msg + 1, nonce, 16);
   std::memcpy(msg + 17, &rank, 4);
   std::memcpy(msg + 21, &target, 4);
+  std::memcpy(msg + 25, &stream, 4);
   return hmacSha256(key, msg, sizeof(msg));
 }
 
@@ -121,7 +125,7 @@ TcpListener::~TcpListener() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::pair<int, int> TcpListener::acceptPeer(const std::string& key, int selfRank, int size, const Deadline& deadline) {
+AcceptedPeer TcpListener::acceptPeer(const std::string& key, int selfRank, int size, const Deadline& deadline) {
   auto reject = [&](size_t i, const char* why) {
     ::close(pending_[i]->fd);
     pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -171,23 +175,24 @@ std::pair<int, int> TcpListener::acceptPeer(const std::string& key, int selfRank
       const Hello& h = p.hello;
       Digest mac;
       std::memcpy(mac.data(), h.mac, mac.size());
-      if (h.magic != kHelloMagic || h.target != selfRank || h.rank < 0 || h.rank >= size ||
-          !macEqual(mac, handshakeMac(key, 'h', p.nonce, h.rank, h.target))) {
+      if (h.magic != kHelloMagic || h.target != selfRank || h.rank < 0 || h.rank >= size || h.stream < 0 ||
+          h.stream >= kMaxTcpStreams || !macEqual(mac, handshakeMac(key, 'h', p.nonce, h.rank, h.target, h.stream))) {
         reject(i, "did not prove this group's key");
         continue;
       }
       Ack ack{kHelloMagic, {}};
-      const Digest proof = handshakeMac(key, 'a', p.nonce, h.rank, h.target);
+      const Digest proof = handshakeMac(key, 'a', p.nonce, h.rank, h.target, h.stream);
       std::memcpy(ack.mac, proof.data(), proof.size());
       const int fd = p.fd;
       const int rank = h.rank;
+      const int stream = h.stream;
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
       if (::send(fd, &ack, sizeof(ack), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(ack))) {
         ::close(fd);
         continue;
       }
       setNoDelay(fd);
-      return {fd, rank};
+      return {fd, rank, stream};
     }
     if (deadline.expired()) fail(ErrorKind::Timeout, "scalecomm tcp: timed out waiting for peers to connect");
     std::vector<pollfd> fds{{fd_, POLLIN, 0}};
@@ -199,15 +204,15 @@ std::pair<int, int> TcpListener::acceptPeer(const std::string& key, int selfRank
 namespace {
 
 // Answers the listener's challenge and checks its proof; on failure says why in `why`.
-bool handshakeAsConnector(int fd, const std::string& key, int selfRank, int peerRank, const Deadline& deadline,
-                          std::string& why) {
+bool handshakeAsConnector(int fd, const std::string& key, int selfRank, int peerRank, int stream,
+                          const Deadline& deadline, std::string& why) {
   Challenge c{};
   if (!ioExact(fd, &c, sizeof(c), false, deadline) || c.magic != kHelloMagic) {
     why = "no scalecomm handshake from the listener";
     return false;
   }
-  Hello h{kHelloMagic, selfRank, peerRank, {}};
-  const Digest proof = handshakeMac(key, 'h', c.nonce, selfRank, peerRank);
+  Hello h{kHelloMagic, selfRank, peerRank, stream, 0, {}};
+  const Digest proof = handshakeMac(key, 'h', c.nonce, selfRank, peerRank, stream);
   std::memcpy(h.mac, proof.data(), proof.size());
   Ack ack{};
   if (!ioExact(fd, &h, sizeof(h), true, deadline) || !ioExact(fd, &ack, sizeof(ack), false, deadline)) {
@@ -216,7 +221,7 @@ bool handshakeAsConnector(int fd, const std::string& key, int selfRank, int peer
   }
   Digest mac;
   std::memcpy(mac.data(), ack.mac, mac.size());
-  if (ack.magic != kHelloMagic || !macEqual(mac, handshakeMac(key, 'a', c.nonce, selfRank, peerRank))) {
+  if (ack.magic != kHelloMagic || !macEqual(mac, handshakeMac(key, 'a', c.nonce, selfRank, peerRank, stream))) {
     why = "the listener did not prove this group's key (another process on that port?)";
     return false;
   }
@@ -226,7 +231,7 @@ bool handshakeAsConnector(int fd, const std::string& key, int selfRank, int peer
 }  // namespace
 
 int tcpConnectPeer(const std::string& host, int port, const std::string& key, int selfRank, int peerRank,
-                   const Deadline& deadline) {
+                   const Deadline& deadline, int stream) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -241,7 +246,7 @@ int tcpConnectPeer(const std::string& host, int port, const std::string& key, in
       setNonBlocking(fd, true);
       const Deadline handshake = Deadline::after(
           std::chrono::milliseconds(std::max<int64_t>(1, std::min<int64_t>(deadline.remainingMs(), kHandshakeMs))));
-      if (handshakeAsConnector(fd, key, selfRank, peerRank, handshake, lastErr)) {
+      if (handshakeAsConnector(fd, key, selfRank, peerRank, stream, handshake, lastErr)) {
         setNoDelay(fd);
         return fd;
       }
@@ -316,11 +321,14 @@ std::string localAdvertiseAddress() {
   return "127.0.0.1";
 }
 
-TcpLink::TcpLink(int self, int peer, int fd) : Link(peer), self_(self), fd_(fd), buf_(1 << 20) {}
+TcpLink::TcpLink(int self, int peer, std::vector<int> fds)
+    : Link(peer), self_(self), fds_(std::move(fds)), buf_(1 << 20) {
+  SC_CHECK(!fds_.empty(), "a tcp link needs at least one socket");
+}
 
 TcpLink::~TcpLink() {
   close();
-  ::close(fd_);
+  for (int fd : fds_) ::close(fd);
 }
 
 void TcpLink::throwSocketError(const char* what, int err) {
@@ -336,16 +344,39 @@ void TcpLink::throwSocketError(const char* what, int err) {
 }
 
 size_t TcpLink::trySend(const void* data, size_t bytes) {
-  ssize_t n = ::send(fd_, data, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (n >= 0) {
-    sendBlocked_ = static_cast<size_t>(n) < bytes;
-    return static_cast<size_t>(n);
+  const auto* p = static_cast<const uint8_t*>(data);
+  size_t done = 0;
+  while (done < bytes) {
+    const size_t want = stripeRoom(sent_, bytes - done);
+    ssize_t n = ::send(fds_[streamOf(sent_)], p + done, want, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throwSocketError("send", errno);
+      n = 0;
+    }
+    done += static_cast<size_t>(n);
+    sent_ += static_cast<uint64_t>(n);
+    if (static_cast<size_t>(n) < want) break;  // this stream is full: the next bytes must wait for it
   }
-  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-    sendBlocked_ = true;
-    return 0;
+  sendBlocked_ = done < bytes;
+  return done;
+}
+
+size_t TcpLink::fill() {
+  size_t got = 0;
+  while (wpos_ < buf_.size()) {
+    const size_t want = stripeRoom(received_, buf_.size() - wpos_);
+    ssize_t n = ::recv(fds_[streamOf(received_)], buf_.data() + wpos_, want, MSG_DONTWAIT);
+    if (n == 0) throwSocketError("recv", 0);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      throwSocketError("recv", errno);
+    }
+    wpos_ += static_cast<size_t>(n);
+    received_ += static_cast<uint64_t>(n);
+    got += static_cast<size_t>(n);
+    if (static_cast<size_t>(n) < want) break;  // this stream has nothing more now
   }
-  throwSocketError("send", errno);
+  return got;
 }
 
 size_t TcpLink::tryRecv(RecvConsumer& consumer) {
@@ -358,21 +389,14 @@ size_t TcpLink::tryRecv(RecvConsumer& consumer) {
         return used;
       }
     }
-    // Need more bytes: compact, then read what the socket has.
+    // Need more bytes: compact, then read what the streams have.
     if (rpos_ > 0) {
       std::memmove(buf_.data(), buf_.data() + rpos_, wpos_ - rpos_);
       wpos_ -= rpos_;
       rpos_ = 0;
     }
     if (wpos_ == buf_.size()) return 0;  // staging full and the consumer took nothing (a peek)
-    ssize_t n = ::recv(fd_, buf_.data() + wpos_, buf_.size() - wpos_, MSG_DONTWAIT);
-    if (n > 0) {
-      wpos_ += static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) throwSocketError("recv", 0);
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-    throwSocketError("recv", errno);
+    if (fill() == 0) return 0;
   }
   return 0;
 }
@@ -386,7 +410,7 @@ void TcpLink::checkPeer() {
 void TcpLink::close() {
   if (!closed_) {
     closed_ = true;
-    ::shutdown(fd_, SHUT_RDWR);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
   }
 }
 

@@ -6,17 +6,25 @@
 //   is authenticated both ways against the group's key (a secret the store
 //   hands every rank, see comm/transports.h): the acceptor sends a fresh
 //   random challenge, the connector answers with its rank, the rank it means
-//   to reach and HMAC-SHA-256(key, challenge, ranks), and the acceptor proves
-//   the key back the same way. A connection that sends anything else, or
+//   to reach, the stream index (below) and HMAC-SHA-256(key, challenge, ranks,
+//   stream), and the acceptor proves the key back the same way. A connection that sends anything else, or
 //   nothing within kHandshakeMs, is closed and logged; all handshakes progress
 //   together, so a stranger never delays a real peer.
-// - A TcpLink owns one connected, nonblocking socket (TCP_NODELAY). It stages
-//   received bytes in its own buffer, so consumers always see contiguous spans.
+// - A TcpLink owns one or more connected, nonblocking sockets (TCP_NODELAY) to
+//   its peer: streams 0..n-1, the same n on both ends. The link's byte stream
+//   is striped over them: bytes [k*stripe, (k+1)*stripe) travel on stream
+//   k % n, so both ends know which socket carries every byte and a message
+//   larger than a stripe moves on several sockets at once (more bytes in
+//   flight on long fat links). With one stream nothing is striped. Received
+//   bytes are staged in the link's own buffer, so consumers always see
+//   contiguous spans.
 // - EOF, reset or any socket error raises Error(Io) naming the peer. close() is
-//   shutdown(SHUT_RDWR): safe from any thread, wakes a peer blocked on us.
+//   shutdown(SHUT_RDWR) of every stream: safe from any thread, wakes a peer
+//   blocked on us.
 // Thread safety: as Link. Every blocking step (connect, accept, hello) has a deadline.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -29,6 +37,15 @@
 namespace scalecomm {
 
 constexpr int64_t kHandshakeMs = 10000;  // longest a connection may take to prove itself
+constexpr size_t kTcpStripeBytes = 128 * 1024;  // bytes per stream before the next (several streams)
+
+// A connection that proved itself to a listener.
+struct AcceptedPeer {
+  int fd;
+  int rank;    // the connecting rank, in [0, size)
+  int stream;  // the stream index it asked for, in [0, kMaxTcpStreams)
+};
+constexpr int kMaxTcpStreams = 64;
 
 class TcpListener {
  public:
@@ -36,9 +53,9 @@ class TcpListener {
   explicit TcpListener(const std::string& bindHost);
   ~TcpListener();
   int port() const { return port_; }
-  // The next connection that proves `key` and names selfRank as its target:
-  // its fd (handshake done) and the peer's rank in [0, size).
-  std::pair<int, int> acceptPeer(const std::string& key, int selfRank, int size, const Deadline& deadline);
+  // The next connection that proves `key` and names selfRank as its target
+  // (handshake done).
+  AcceptedPeer acceptPeer(const std::string& key, int selfRank, int size, const Deadline& deadline);
   // Connections closed for failing the handshake (for tests and logs).
   int rejected() const { return rejected_; }
 
@@ -50,9 +67,10 @@ class TcpListener {
   std::vector<std::unique_ptr<Pending>> pending_;
 };
 
-// Connects to host:port and proves the key (see above); retries until the deadline.
+// Connects to host:port as stream `stream` and proves the key (see above);
+// retries until the deadline. Returns the fd.
 int tcpConnectPeer(const std::string& host, int port, const std::string& key, int selfRank, int peerRank,
-                   const Deadline& deadline);
+                   const Deadline& deadline, int stream = 0);
 
 // The IPv4 address this host should advertise: SCALECOMM_SOCKET_IFNAME's address,
 // else the local end of the route to MASTER_ADDR, else the hostname's address,
@@ -61,20 +79,31 @@ std::string localAdvertiseAddress();
 
 class TcpLink : public Link {
  public:
-  TcpLink(int self, int peer, int fd);
+  // fds: the connected streams in index order (at least one); the link owns them.
+  TcpLink(int self, int peer, std::vector<int> fds);
   ~TcpLink() override;
   size_t trySend(const void* data, size_t bytes) override;
   size_t tryRecv(RecvConsumer& consumer) override;
   void checkPeer() override;
   void close() override;
-  int waitFd() const override { return fd_; }
+  int waitFd() const override { return fds_[streamOf(received_)]; }
+  int sendWaitFd() const override { return fds_[streamOf(sent_)]; }
   bool sendBlocked() const override { return sendBlocked_; }
   const char* kind() const override { return "tcp"; }
+  int streams() const { return static_cast<int>(fds_.size()); }
 
  private:
   [[noreturn]] void throwSocketError(const char* what, int err);
+  size_t streamOf(uint64_t pos) const { return fds_.size() == 1 ? 0 : (pos / kTcpStripeBytes) % fds_.size(); }
+  // Bytes from pos to the end of its stripe (unbounded with one stream).
+  size_t stripeRoom(uint64_t pos, size_t want) const {
+    return fds_.size() == 1 ? want : std::min<size_t>(want, kTcpStripeBytes - pos % kTcpStripeBytes);
+  }
+  // Reads what the streams have, in stripe order, into the staging buffer.
+  size_t fill();
   int self_;
-  int fd_;
+  std::vector<int> fds_;
+  uint64_t sent_ = 0, received_ = 0;  // stream offsets: which stream is next each way
   std::vector<uint8_t> buf_;
   size_t rpos_ = 0, wpos_ = 0;
   bool sendBlocked_ = false;  // the sending thread's own state (see sendBlocked())

@@ -85,7 +85,7 @@ TEST(strangers_are_refused_without_delaying_the_real_peer) {
   const auto start = std::chrono::steady_clock::now();
   std::thread real(
       [&] { ::close(tcpConnectPeer("127.0.0.1", port, "the key", 3, 0, Deadline::after(std::chrono::seconds(5)))); });
-  auto [fd, who] = listener.acceptPeer("the key", 0, 4, Deadline::after(std::chrono::seconds(5)));
+  auto [fd, who, stream] = listener.acceptPeer("the key", 0, 4, Deadline::after(std::chrono::seconds(5)));
   const double took = secondsSince(start);
   real.join();
   ::close(fd);
@@ -105,7 +105,7 @@ TEST(a_listener_without_the_key_is_not_trusted) {
   TcpListener impostor("127.0.0.1");
   std::thread accepting([&] {
     try {
-      auto [fd, who] = impostor.acceptPeer("guessed key", 0, 2, Deadline::after(std::chrono::seconds(1)));
+      auto [fd, who, stream] = impostor.acceptPeer("guessed key", 0, 2, Deadline::after(std::chrono::seconds(1)));
       ::close(fd);
     } catch (const Error&) {
     }
