@@ -25,7 +25,9 @@ travel). Columns:
 - memcpy: one copy of the same size (the memory yardstick);
 - scalecomm:ALGO (with `--algos ring,shared,...`): `dist.all_reduce` on a
   scalecomm group whose allreduce algorithm is fixed to ALGO (sizes an
-  algorithm does not serve are left blank).
+  algorithm does not serve are left blank); ALGO+FIELD=VALUE+... also sets
+  those `pyscalecomm.Options` fields on that group (e.g.
+  `ring+mpi_zero_copy=0`).
 
 Then the goal columns, each the median over rounds of the quantity computed
 within one round (paired: a round's columns run back to back, so the VM's
@@ -99,9 +101,19 @@ def main() -> int:
     args = ap.parse_args()
     algos = [a for a in args.algos.split(",") if a]
     known = pyscalecomm.allreduce_algorithms()
-    for a in algos:
+    fields = {f.name for f in __import__("dataclasses").fields(pyscalecomm.Options)}
+    options = {}
+    for spec in algos:
+        a, *settings = spec.split("+")
         if a not in known:
             ap.error(f"unknown allreduce algorithm {a!r}; choose from {', '.join(known)}")
+        kv = dict(s.split("=", 1) for s in settings if "=" in s)
+        for k in kv:
+            if k not in fields:
+                ap.error(f"{spec!r}: Options has no field {k!r}; choose from {', '.join(sorted(fields))}")
+        options[spec] = pyscalecomm.Options(
+            algorithm=a, **{k: int(v) if v.lstrip("-").isdigit() else v for k, v in kv.items()}
+        )
 
     from mpi4py import MPI
 
@@ -146,9 +158,7 @@ def main() -> int:
         "gloo": allreduce_on(gloo),
         "mpi": mpi_allreduce,
     }
-    fixed = {
-        a: dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=a)) for a in algos
-    }
+    fixed = {a: dist.new_group(backend="scalecomm", pg_options=options[a]) for a in algos}
     for a, group in fixed.items():
         impls[f"scalecomm:{a}"] = allreduce_on(group)
     if ds is not None:
@@ -185,7 +195,8 @@ def main() -> int:
             k: fn
             for k, fn in table.items()
             if not k.startswith("scalecomm:")
-            or k[10:] in fixed[k[10:]]._get_backend(torch.device("cpu")).allreduce_algorithms(size or 4)
+            or k[10:].split("+")[0]
+            in fixed[k[10:]]._get_backend(torch.device("cpu")).allreduce_algorithms(size or 4)
         }
         times = {k: [] for k in table}
         for _ in range(args.rounds):

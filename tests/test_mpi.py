@@ -37,9 +37,11 @@ def _mpirun(n, case, env=None, timeout=180):
 
 
 @needs_mpi
+@pytest.mark.parametrize("zero_copy", ["1", "0"])
 @pytest.mark.parametrize("n", [2, 3])
-def test_mpirun_schedules_over_mpi_transport(n):
-    # 100-byte MPI messages: wire headers and elements straddle message boundaries.
+def test_mpirun_schedules_over_mpi_transport(n, zero_copy):
+    # 100-byte MPI messages: on the links, wire headers and elements straddle
+    # message boundaries; with zero copy, collectives bypass the links.
     out = _mpirun(
         n,
         "transport",
@@ -48,9 +50,24 @@ def test_mpirun_schedules_over_mpi_transport(n):
             "SCALECOMM_MPI_CHUNK_BYTES": "100",
             "SCALECOMM_DEBUG": "INFO",
             "SCALECOMM_ALGO": "ring",
+            "SCALECOMM_MPI_ZERO_COPY": zero_copy,
         },
     )
     assert "via mpi" in out and "via shm" not in out
+    assert ("(mpi channel)" in out) == (zero_copy == "1"), out[-3000:]
+
+
+@needs_mpi
+def test_mpirun_zero_copy_mismatched_counts_fail_every_rank_and_write_nothing():
+    _mpirun(2, "mismatch", {"SCALECOMM_TRANSPORT": "mpi", "SCALECOMM_ALGO": "ring"}, timeout=120)
+
+
+@needs_mpi
+def test_mpirun_zero_copy_needs_every_pair_on_mpi():
+    # Emulated hosts (0, 1 | 2, 3): shm inside, mpi between, so groups of all
+    # four keep collectives on the links; the subgroup [0, 3] is all mpi.
+    out = _mpirun(4, "hosts", {"SCALECOMM_DEBUG": "INFO"})
+    assert out.count("collectives move straight") == 2, out[-3000:]  # the subgroup's two ranks only
 
 
 @needs_mpi

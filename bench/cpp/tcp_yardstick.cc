@@ -14,18 +14,18 @@
 // any socket error, or when no peer came within 60 s.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,8 +92,8 @@ bool exchangePolled(const std::vector<int>& fds, std::vector<std::vector<char>>&
     for (size_t i = 0; i < n; ++i) {
       short events = 0;
       if (sent[i] < len[i]) {
-        ssize_t k = send(fds[i], out[i].data() + sent[i], std::min(kBlock, len[i] - sent[i]),
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t k =
+            send(fds[i], out[i].data() + sent[i], std::min(kBlock, len[i] - sent[i]), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (k > 0) sent[i] += static_cast<size_t>(k);
         if (k < 0 && errno != EAGAIN) return false;
         if (sent[i] < len[i]) events |= POLLOUT;

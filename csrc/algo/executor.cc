@@ -291,7 +291,14 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, 
 
 void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, const ExecContext& ctx) {
   SC_CHECK(blockPtrs.size() == plan.blockCounts.size());
-  describedErrors(ctx, ch.rank(), [&] { run(plan, blockPtrs, ch, ctx); });
+  describedErrors(ctx, ch.rank(), [&] {
+    try {
+      run(plan, blockPtrs, ch, ctx);
+    } catch (...) {
+      ch.abandon();
+      throw;
+    }
+  });
 }
 
 }  // namespace scalecomm

@@ -9,16 +9,21 @@
 //            flush() has closed that group (queued channel);
 //   Done     finished as far as any later task can tell.
 // When nothing moves the executor calls flush(); if that closed no group, it
-// calls idle(), which may throw Error(Aborted). Two kinds exist:
+// calls idle(), which may throw Error(Aborted). When a plan fails the executor
+// calls abandon(): messages still in flight are dropped (the plan's memory
+// must not be written after the caller sees the error, or is kept). Three
+// kinds exist:
 // - the stream channel (comm/stream_channel.h): host memory over the
 //   Communicator's links; every message carries a WireHeader that the
 //   receiver checks (HeaderCheck reports a mismatch); receive-reduce reduces
 //   straight out of the link's buffer; flush() never has a group;
+// - the mpi channel (comm/mpi_channel.h): host memory over MPI requests
+//   posted on the segments themselves, completion tested per message;
 // - queued channels (comm/queued_channel.h): device memory over NCCL, or its
 //   CPU emulation; messages are issued in groups, reductions are queued on the
 //   same queue, nothing is executed by the host, and completion is by event.
 // reducer() does the channel's arithmetic (on its memory, in its order).
-// communicator() is the stream channel's Communicator (host-only algorithms:
+// communicator() is the stream (or mpi) channel's Communicator (host-only algorithms:
 // shared windows, MPI passthrough, receive from any source); null for a
 // queued channel. Thread safety: one collective at a time per channel.
 #pragma once
@@ -78,6 +83,8 @@ class Channel {
   virtual bool flush() = 0;
   // Nothing moved and nothing was left to flush: wait briefly for peers.
   virtual void idle(const std::vector<int>& peers, Clock::time_point idleSince) = 0;
+  // A plan failed: drop what is in flight (called before the error propagates).
+  virtual void abandon() {}
 
  protected:
   explicit Channel(bool queued) : queued_(queued) {}

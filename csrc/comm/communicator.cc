@@ -2,6 +2,8 @@
 
 #include "comm/stream_channel.h"
 
+#include "comm/mpi_channel.h"
+
 #include <poll.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -32,7 +34,15 @@ void Communicator::setHostOf(std::vector<int> hostOf) {
   hostOf_ = std::move(hostOf);
 }
 
-Communicator::~Communicator() { closeLinks(); }
+Communicator::~Communicator() {
+  mpiChannel_.reset();
+  closeLinks();
+}
+
+Channel& Communicator::collectiveChannel() {
+  if (mpiChannel_) return *mpiChannel_;
+  return *channel_;
+}
 
 void Communicator::closeLinks() {
   for (auto& l : links_)
@@ -249,9 +259,16 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   // Everyone has made every link it needs: let the transports clean up (shm
   // removes its names now, so nothing in /dev/shm outlives the group even if a
   // rank is killed later).
-  store.set(rv.prefix + "ready/" + std::to_string(rank), "1");
+  // "m": every link of this rank is mpi and it asks for the mpi channel. The
+  // channel exists only when every rank says so (its communicator is made
+  // collectively, and both ends of a pair must send on the same channel).
+  bool allMpi = rv.mpiGroup != nullptr && opts.mpiZeroCopy && size > 1;
+  for (int r = 0; r < size; ++r) allMpi = allMpi && (r == rank || std::string(links[r]->kind()) == "mpi");
+  store.set(rv.prefix + "ready/" + std::to_string(rank), allMpi ? "m" : "1");
+  bool everyMpi = allMpi;
   for (int r = 0; r < size; ++r) {
-    if (r != rank) waitKey(store, rv.prefix + "ready/", r, rank, size, deadline, "connection setup");
+    if (r != rank)
+      everyMpi = waitKey(store, rv.prefix + "ready/", r, rank, size, deadline, "connection setup") == "m" && everyMpi;
   }
   for (auto& t : offered) {
     if (t) t->finish(rv);
@@ -263,6 +280,10 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   }
   auto comm = std::make_unique<Communicator>(rank, size, std::move(links), opts.spinMicros);
   comm->setHostOf(std::move(hostOf));
+  if (everyMpi) {
+    comm->setCollectiveChannel(makeMpiChannel(*comm, rv.mpiGroup->duplicate()));
+    SC_LOG(Info, "rank ", rank, ": collectives move straight between tensors over MPI (mpi channel)");
+  }
   comm->setMpiGroup(std::move(rv.mpiGroup));
   comm->setWindows(std::move(rv.windows));
   comm->setStorePrefix(rv.prefix);

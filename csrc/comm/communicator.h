@@ -10,6 +10,8 @@
 // - When every rank runs in one MPI job (and SCALECOMM_MPI is not 0), it also
 //   holds an MPI communicator over the group (mpiGroup()), which the mpi link
 //   and the `mpi` passthrough algorithm use; otherwise mpiGroup() is null.
+//   When every pair is linked by mpi and every rank asked for it
+//   (mpiZeroCopy), collectiveChannel() is an mpi channel on a duplicate of it.
 // - channel() is the stream channel over these links, which the executor
 //   runs plans on.
 // - idle() is how an executor waits: it spins, yields, then polls tcp sockets
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/channel.h"
 #include "core/deadline.h"
 #include "core/store.h"
 #include "transport/link.h"
@@ -39,6 +42,7 @@ struct MeshOptions {
   std::string transport = "auto";    // auto | shm | tcp | mpi
   bool useMpi = true;                // build an MPI communicator when all ranks run under MPI
   uint64_t mpiChunkBytes = 1 << 20;  // largest message of an mpi link
+  bool mpiZeroCopy = true;           // collectives on the mpi channel when every pair is mpi
   int tcpStreams = 1;                // sockets per tcp link (the pair takes the smaller value)
   uint64_t shmRingBytes = 4 << 20;
   uint64_t shmWindowBytes = 0;  // per window cell (transport/shm.h); 0: no windows
@@ -56,6 +60,12 @@ class Communicator {
   Link& link(int peer) const { return *links_[peer]; }
   // The executor's view of these links (comm/stream_channel.h).
   StreamChannel& channel() { return *channel_; }
+  // Where collectives run on host memory: the mpi channel when connectMesh
+  // made one (comm/mpi_channel.h), else channel(). Point-to-point calls stay
+  // on channel() (receive from any source peeks the links).
+  Channel& collectiveChannel();
+  void setCollectiveChannel(std::unique_ptr<Channel> ch) { mpiChannel_ = std::move(ch); }
+  bool zeroCopyMpi() const { return mpiChannel_ != nullptr; }
   bool hasLink(int peer) const { return links_[peer] != nullptr; }
   // Every link's Link::heartbeat (the group's watchdog, every 100 ms; any thread).
   void heartbeat() {
@@ -101,6 +111,7 @@ class Communicator {
   std::string storePrefix_;
   std::atomic<bool> aborted_{false};
   std::unique_ptr<StreamChannel> channel_;
+  std::unique_ptr<Channel> mpiChannel_;  // reset first in the destructor: it uses the links
 };
 
 // Identity of this host for choosing shm: hostname plus IPC namespace, or

@@ -71,6 +71,10 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "messages go in chunks of this size); a multiple of 64. 0: no windows.")                                         \
   X(Int, mpiChunkBytes, "mpi_chunk_bytes", "SCALECOMM_MPI_CHUNK_BYTES", 1048576, 64, int64_t{1} << 30, "",            \
     "mpi transport: largest MPI message; each link keeps 4 such buffers in flight per direction.")                   \
+  X(Int, mpiZeroCopy, "mpi_zero_copy", "SCALECOMM_MPI_ZERO_COPY", 1, 0, 1, "",                                     \
+    "mpi transport, when every pair of ranks uses it: 1 moves collectives' messages straight from and into the "   \
+    "tensors (a receive-reduce through a scratch buffer), one MPI request each; 0 copies them through the mpi "     \
+    "links' staging buffers. Point-to-point calls always use the links.")                                           \
   X(Int, socketsPerPeer, "sockets_per_peer", "SCALECOMM_SOCKETS_PER_PEER", 1, 1, 64, "",                            \
     "tcp transport: sockets per pair of ranks (a pair uses the smaller of its two ranks' values). The link's bytes " \
     "are striped over them in 128 KiB pieces, read back in order. 1 fills 1-10 Gbit/s links; more pay where one "   \

@@ -105,6 +105,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   mesh.shmWindowBytes = static_cast<uint64_t>(config.shmWindowBytes);
   mesh.mpiChunkBytes = static_cast<uint64_t>(config.mpiChunkBytes);
   mesh.tcpStreams = static_cast<int>(config.socketsPerPeer);
+  mesh.mpiZeroCopy = config.mpiZeroCopy != 0;
   mesh.spinMicros = config.spinMicros;
   std::unique_ptr<Communicator> comm;
   try {
@@ -315,6 +316,16 @@ void Group::dispatch(Call&& call, uint64_t number) {
   });
 }
 
+Channel& Group::hostChannel(CallKind kind) {
+  switch (kind) {
+    case CallKind::Send:
+    case CallKind::Recv:
+    case CallKind::RecvAnySource:
+    case CallKind::SendRecvBatch: return comm_->channel();
+    default: return comm_->collectiveChannel();
+  }
+}
+
 void Group::runBody(Call& call, Channel& ch, CollectiveOptions& o) {
   Communicator& links = *comm_;
   switch (call.kind) {
@@ -401,11 +412,11 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
         runOnDevice(call, o);
       } else if (call.stager) {
         if (call.before) call.before();
-        runStaged(call, comm_->channel(), o);
+        runStaged(call, hostChannel(call.kind), o);
         if (call.after) call.after();
       } else {
         if (call.before) call.before();
-        runBody(call, comm_->channel(), o);
+        runBody(call, hostChannel(call.kind), o);
         if (call.after) call.after();
       }
     } catch (...) {

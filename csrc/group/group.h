@@ -277,6 +277,9 @@ class Group : public std::enable_shared_from_this<Group> {
   void dumpFlightRecorder(const std::string& why);
   void watchdogLoop();
   void runBody(Call& call, Channel& ch, CollectiveOptions& o);
+  // Where a host call runs: point-to-point kinds on the links' stream
+  // channel, collectives on the communicator's collective channel.
+  Channel& hostChannel(CallKind kind);
   void runOnDevice(Call& call, CollectiveOptions& o);
   void runStaged(Call& call, Channel& ch, CollectiveOptions& o);
   Label chooseAllreduce(int64_t bytes);

@@ -139,6 +139,18 @@ std::shared_ptr<MpiGroup> MpiGroup::create(const std::vector<int>& worldRanks, i
   return std::shared_ptr<MpiGroup>(new MpiGroup(rank, static_cast<int>(worldRanks.size()), comm));
 }
 
+std::shared_ptr<MpiGroup> MpiGroup::duplicate() const {
+  MpiCallGuard guard;
+  auto* comm = new MPI_Comm(MPI_COMM_NULL);
+  const int rc = MPI_Comm_dup(*static_cast<MPI_Comm*>(handle_), comm);
+  if (rc != MPI_SUCCESS) {
+    delete comm;
+    mpiCheck(rc, "MPI_Comm_dup");
+  }
+  MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+  return std::shared_ptr<MpiGroup>(new MpiGroup(rank_, size_, comm));
+}
+
 MpiGroup::~MpiGroup() {
   auto* comm = static_cast<MPI_Comm*>(handle_);
   // After MPI_Finalize (exit paths) the communicator is gone with MPI.
@@ -164,6 +176,10 @@ std::shared_ptr<MpiGroup> MpiGroup::create(const std::vector<int>&, int, int) {
   fail(ErrorKind::InvalidArgument,
        "scalecomm was built without MPI: install an MPI (e.g. apt-get install libopenmpi-dev) and rebuild, "
        "without SCALECOMM_MPI=0");
+}
+
+std::shared_ptr<MpiGroup> MpiGroup::duplicate() const {
+  fail(ErrorKind::InvalidArgument, "scalecomm was built without MPI");
 }
 
 MpiGroup::~MpiGroup() = default;

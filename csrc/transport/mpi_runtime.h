@@ -66,6 +66,10 @@ class MpiGroup {
   MpiGroup(const MpiGroup&) = delete;
   MpiGroup& operator=(const MpiGroup&) = delete;
 
+  // A new communicator over the same ranks (MPI_Comm_dup: collective, every
+  // member calls it), whose messages match nothing of this one's.
+  std::shared_ptr<MpiGroup> duplicate() const;
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   // The MPI_Comm, as an opaque handle (cast back in MPI-aware sources only).

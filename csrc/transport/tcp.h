@@ -36,7 +36,7 @@
 
 namespace scalecomm {
 
-constexpr int64_t kHandshakeMs = 10000;  // longest a connection may take to prove itself
+constexpr int64_t kHandshakeMs = 10000;         // longest a connection may take to prove itself
 constexpr size_t kTcpStripeBytes = 128 * 1024;  // bytes per stream before the next (several streams)
 
 // A connection that proved itself to a listener.

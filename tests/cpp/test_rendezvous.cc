@@ -7,8 +7,8 @@
 #include "comm/communicator.h"
 #include "comm/stream_channel.h"
 #include "core/error.h"
-#include "transport/tcp.h"
 #include "harness.h"
+#include "transport/tcp.h"
 
 using namespace scalecomm;
 

@@ -4,7 +4,11 @@ The environment has no RANK / MASTER_ADDR: ``import pyscalecomm`` must find the
 rendezvous from MPI. Every result is checked against a value computed here.
 CASE:
   transport  scalecomm's schedules over the mpi transport (SCALECOMM_TRANSPORT=mpi,
-             tiny MPI messages so headers and elements straddle them)
+             tiny MPI messages so headers and elements straddle them on the links; with
+             mpi_zero_copy the collectives run on the mpi channel), and point-to-point
+             calls (on the links) interleaved with collectives, any-source receives too
+  mismatch   over the mpi channel, ranks pass different element counts: every rank fails
+             naming both counts, and its output tensor is untouched
   passthrough  algorithm mpi: MPI's own collectives through the backend
   timeout    rank 1 skips an mpi allreduce; the others must fail within the timeout
   late       rank 1 joins an mpi allreduce after rank 0 timed out of it and dropped its
@@ -94,12 +98,50 @@ def check_others():
             assert torch.all(x == n - 1), x
 
 
+def check_point_to_point():
+    # Sends and receives (on the links) between collectives (on the mpi channel when it is on).
+    for round in range(2):
+        if r == 0:
+            got = set()
+            for _ in range(n - 1):
+                t = torch.empty(70000)
+                src = dist.recv(t)  # any source: peeks the links
+                assert torch.equal(t, inputs(src, 70000, torch.float32) + round), src
+                got.add(src)
+            assert got == set(range(1, n)), got
+        else:
+            dist.send(inputs(r, 70000, torch.float32) + round, dst=0)
+        check_allreduce(70001, torch.float32)
+        if n >= 2 and r in (0, 1):
+            t = torch.empty(300000)
+            if r == 0:
+                dist.send(inputs(0, 300000, torch.float32), dst=1)
+            else:
+                dist.recv(t, src=0)
+                assert torch.equal(t, inputs(0, 300000, torch.float32))
+
+
 if case == "transport":
-    for count in (0, 1, 7, 1000, 65537):
+    for count in (0, 1, 7, 1000, 65537, 1 << 20):
         for dtype in DTYPES:
             check_allreduce(count, dtype)
     check_allreduce(5000, torch.float32, dist.ReduceOp.MAX)
     check_others()
+    check_point_to_point()
+elif case == "mismatch":
+    x = torch.full((100000 + r,), 7.0)
+    try:
+        dist.all_reduce(x)
+        raise AssertionError("an allreduce of different sizes returned")
+    except dist.DistBackendError as e:
+        msg = str(e)
+    except ValueError as e:
+        msg = str(e)
+    assert "elements" in msg and "100000" in msg and "100001" in msg, msg
+    assert bool((x == 7.0).all()), "a refused allreduce wrote into its tensor"
+    from mpi4py import MPI
+
+    MPI.COMM_WORLD.Barrier()
 elif case == "hosts":
     import pyscalecomm as psc
 
@@ -186,5 +228,5 @@ else:
     raise SystemExit(f"unknown case {case}")
 
 print(f"OK rank {r}", flush=True)
-if case not in ("timeout", "late", "abort"):
+if case not in ("timeout", "late", "abort", "mismatch"):
     dist.destroy_process_group()

@@ -1,0 +1,174 @@
+#include "comm/mpi_channel.h"
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+
+#ifdef SCALECOMM_WITH_MPI
+#include "transport/mpi_detail.h"
+#endif
+
+namespace scalecomm {
+
+#ifdef SCALECOMM_WITH_MPI
+
+namespace {
+
+constexpr int kHeaderTag = 1;
+constexpr int kPayloadTag = 2;
+constexpr uint64_t kMaxPiece = uint64_t{1} << 30;  // bytes per MPI message (MPI counts are int)
+
+class MpiChannel final : public Channel {
+ public:
+  MpiChannel(Communicator& comm, std::shared_ptr<MpiGroup> group)
+      : Channel(/*queued=*/false), comm_(comm), group_(std::move(group)), mpi_(mpiComm(*group_)) {
+    for (int p = 0; p < comm.size(); ++p) {
+      out_.push_back(std::make_unique<Flight>());
+      in_.push_back(std::make_unique<Flight>());
+    }
+  }
+  ~MpiChannel() override {
+    if (mpiActive()) abandon();
+  }
+
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  const std::vector<int>& hostOf() const override { return comm_.hostOf(); }
+  Reducer& reducer() override { return hostReducer(); }
+  Communicator* communicator() override { return &comm_; }
+  void start() override { abandon(); }
+  bool flush() override { return false; }
+
+  Progress send(const ChannelMessage& m) override {
+    Flight& f = *out_[m.peer];
+    MpiCallGuard guard;
+    if (!f.active) {
+      f.active = true;
+      f.header = *m.header;
+      post(f, &f.header, sizeof(WireHeader), m.peer, kHeaderTag, true);
+      postPayload(f, m.data, static_cast<uint64_t>(f.header.payloadBytes), m.peer, true);
+      return finished(f) ? Progress::Done : Progress::Partial;
+    }
+    return finished(f) ? Progress::Done : Progress::None;
+  }
+
+  Progress recv(const ChannelMessage& m, const HeaderCheck& check) override {
+    Flight& f = *in_[m.peer];
+    MpiCallGuard guard;
+    bool posted = false;
+    if (!f.active) {
+      f.active = true;
+      f.payloadPosted = false;
+      f.want = *m.header;
+      post(f, &f.header, sizeof(WireHeader), m.peer, kHeaderTag, false);
+      posted = true;
+    }
+    if (!f.payloadPosted) {
+      if (!finished(f)) return posted ? Progress::Partial : Progress::None;
+      if (std::memcmp(&f.header, &f.want, sizeof(WireHeader)) != 0) check.mismatch(m.peer, f.header, f.want);
+      const auto bytes = static_cast<uint64_t>(f.want.payloadBytes);
+      if (m.op != ReduceOp::None && f.scratch.size() < bytes) f.scratch.resize(bytes);
+      postPayload(f, m.op == ReduceOp::None ? m.data : f.scratch.data(), bytes, m.peer, false);
+      f.payloadPosted = true;
+      posted = true;
+      f.active = true;  // finished() cleared it for the header alone
+    }
+    if (!finished(f)) return posted ? Progress::Partial : Progress::None;
+    if (m.op != ReduceOp::None && m.count > 0) {
+      reducer().reduce(m.data, f.scratch.data(), m.count, m.dtype, m.op);
+      reducer().fence();  // later tasks may send this memory
+    }
+    return Progress::Done;
+  }
+
+  void idle(const std::vector<int>& peers, Clock::time_point idleSince) override {
+    if (++idleCalls_ % 64 == 0) {
+      for (int p : peers)
+        if (comm_.hasLink(p)) comm_.link(p).checkPeer();  // the peer's close notice, if it failed
+    }
+    comm_.idle(peers, idleSince);
+  }
+
+  void abandon() override {
+    MpiCallGuard guard;
+    for (auto* flights : {&in_, &out_}) {
+      const bool receiving = flights == &in_;
+      for (auto& f : *flights) {
+        if (!f->active) continue;
+        if (receiving) {
+          for (MPI_Request& r : f->reqs)
+            if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+        }
+        const auto until = Clock::now() + std::chrono::milliseconds(200);
+        int done = 0;
+        while (!done && Clock::now() < until)
+          MPI_Testall(static_cast<int>(f->reqs.size()), f->reqs.data(), &done, MPI_STATUSES_IGNORE);
+        if (!done) {
+          for (MPI_Request& r : f->reqs)
+            if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+          noteMpiRequestAbandoned();
+          (void)f.release();  // MPI may still use its header or scratch
+          f = std::make_unique<Flight>();
+        }
+        f->active = false;
+        f->reqs.clear();
+      }
+    }
+  }
+
+ private:
+  struct Flight {  // the message in flight to or from one peer
+    bool active = false;
+    bool payloadPosted = false;
+    WireHeader header{};  // sent, or received
+    WireHeader want{};    // receives: expected
+    std::vector<MPI_Request> reqs;
+    std::vector<uint8_t> scratch;  // receive-reduce
+  };
+
+  void post(Flight& f, void* data, uint64_t bytes, int peer, int tag, bool sending) {
+    f.reqs.emplace_back(MPI_REQUEST_NULL);
+    const int n = static_cast<int>(bytes);
+    mpiCheck(sending ? MPI_Isend(data, n, MPI_BYTE, peer, tag, mpi_, &f.reqs.back())
+                     : MPI_Irecv(data, n, MPI_BYTE, peer, tag, mpi_, &f.reqs.back()),
+             sending ? "MPI_Isend" : "MPI_Irecv");
+  }
+  void postPayload(Flight& f, uint8_t* data, uint64_t bytes, int peer, bool sending) {
+    for (uint64_t off = 0; off < bytes; off += kMaxPiece)
+      post(f, data + off, std::min(kMaxPiece, bytes - off), peer, kPayloadTag, sending);
+  }
+  // Whether every request of f has completed; then f is idle again.
+  bool finished(Flight& f) {
+    int done = 1;
+    if (!f.reqs.empty()) {
+      mpiCheck(MPI_Testall(static_cast<int>(f.reqs.size()), f.reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    }
+    if (!done) return false;
+    f.reqs.clear();
+    f.active = false;
+    return true;
+  }
+
+  Communicator& comm_;
+  std::shared_ptr<MpiGroup> group_;
+  MPI_Comm mpi_;
+  std::vector<std::unique_ptr<Flight>> out_, in_;
+  uint64_t idleCalls_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Channel> makeMpiChannel(Communicator& comm, std::shared_ptr<MpiGroup> group) {
+  return std::make_unique<MpiChannel>(comm, std::move(group));
+}
+
+#else  // !SCALECOMM_WITH_MPI
+
+std::unique_ptr<Channel> makeMpiChannel(Communicator&, std::shared_ptr<MpiGroup>) { return nullptr; }
+
+#endif
+
+}  // namespace scalecomm
