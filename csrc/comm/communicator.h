@@ -65,7 +65,6 @@ class Communicator {
   // on channel() (receive from any source peeks the links).
   Channel& collectiveChannel();
   void setCollectiveChannel(std::unique_ptr<Channel> ch) { mpiChannel_ = std::move(ch); }
-  bool zeroCopyMpi() const { return mpiChannel_ != nullptr; }
   bool hasLink(int peer) const { return links_[peer] != nullptr; }
   // Every link's Link::heartbeat (the group's watchdog, every 100 ms; any thread).
   void heartbeat() {
