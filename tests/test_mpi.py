@@ -63,6 +63,11 @@ def test_mpirun_zero_copy_mismatched_counts_fail_every_rank_and_write_nothing():
 
 
 @needs_mpi
+def test_mpirun_zero_copy_times_out_naming_the_missing_rank_and_exits():
+    _mpirun(2, "channel_timeout", {"SCALECOMM_TRANSPORT": "mpi", "SCALECOMM_ALGO": "ring"}, timeout=120)
+
+
+@needs_mpi
 def test_mpirun_zero_copy_needs_every_pair_on_mpi():
     # Emulated hosts (0, 1 | 2, 3): shm inside, mpi between, so groups of all
     # four keep collectives on the links; the subgroup [0, 3] is all mpi.

@@ -9,6 +9,8 @@ CASE:
              calls (on the links) interleaved with collectives, any-source receives too
   mismatch   over the mpi channel, ranks pass different element counts: every rank fails
              naming both counts, and its output tensor is untouched
+  channel_timeout  over the mpi channel, rank 1 skips an allreduce: rank 0 times out naming
+             rank 1, its abandoned requests do not hang it, and every rank exits cleanly
   passthrough  algorithm mpi: MPI's own collectives through the backend
   timeout    rank 1 skips an mpi allreduce; the others must fail within the timeout
   late       rank 1 joins an mpi allreduce after rank 0 timed out of it and dropped its
@@ -35,7 +37,8 @@ import pyscalecomm  # noqa: E402, F401  (registers the backend and fills the ren
 case = sys.argv[1]
 if case == "hosts":
     os.environ["SCALECOMM_HOSTNAME"] = f"host{int(os.environ['OMPI_COMM_WORLD_RANK']) // 2}"
-dist.init_process_group("scalecomm", timeout=timedelta(seconds=30 if case not in ("timeout", "late") else 3))
+short = case in ("timeout", "late", "channel_timeout")
+dist.init_process_group("scalecomm", timeout=timedelta(seconds=3 if short else 30))
 r, n = dist.get_rank(), dist.get_world_size()
 assert r == int(os.environ["OMPI_COMM_WORLD_RANK"]) and n == int(os.environ["OMPI_COMM_WORLD_SIZE"])
 
@@ -128,6 +131,27 @@ if case == "transport":
     check_allreduce(5000, torch.float32, dist.ReduceOp.MAX)
     check_others()
     check_point_to_point()
+elif case == "channel_timeout":
+    import time
+
+    from mpi4py import MPI
+
+    x = torch.ones(1 << 20)
+    dist.all_reduce(x)  # the channel works
+    assert bool((x == n).all())
+    if r == 0:
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(1 << 20))
+            raise AssertionError("an allreduce that rank 1 never joined returned")
+        except dist.DistBackendError as e:
+            msg = str(e)
+        took = time.monotonic() - start
+        assert "Timed out after 3000 ms waiting for rank 1" in msg, msg
+        assert took < 15, took
+    elif r == 1:
+        time.sleep(5)
+    MPI.COMM_WORLD.Barrier()
 elif case == "mismatch":
     x = torch.full((100000 + r,), 7.0)
     try:
@@ -228,5 +252,5 @@ else:
     raise SystemExit(f"unknown case {case}")
 
 print(f"OK rank {r}", flush=True)
-if case not in ("timeout", "late", "abort", "mismatch"):
+if case not in ("timeout", "late", "abort", "mismatch", "channel_timeout"):
     dist.destroy_process_group()
