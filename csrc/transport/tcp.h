@@ -7,9 +7,10 @@
 //   hands every rank, see comm/transports.h): the acceptor sends a fresh
 //   random challenge, the connector answers with its rank, the rank it means
 //   to reach, the stream index (below) and HMAC-SHA-256(key, challenge, ranks,
-//   stream), and the acceptor proves the key back the same way. A connection that sends anything else, or
-//   nothing within kHandshakeMs, is closed and logged; all handshakes progress
-//   together, so a stranger never delays a real peer.
+//   stream), and the acceptor proves the key back the same way. A connection
+//   that sends anything else, or nothing within kHandshakeMs, is closed and
+//   logged; all handshakes progress together, so a stranger never delays a
+//   real peer.
 // - A TcpLink owns one or more connected, nonblocking sockets (TCP_NODELAY) to
 //   its peer: streams 0..n-1, the same n on both ends. The link's byte stream
 //   is striped over them: bytes [k*stripe, (k+1)*stripe) travel on stream
