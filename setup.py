@@ -113,8 +113,14 @@ def _extensions():
     # -fno-trapping-math: nothing here enables floating-point traps, and without
     # it GCC keeps the fp16 conversions' selects as branches, which stops the
     # reduction loops from vectorising (results are unchanged: not fast-math).
-    cxx_flags = ["-O3", "-fno-trapping-math", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"]
-    cxx_flags.append("-Wno-sign-compare")
+    cxx_flags = [
+        "-O3",
+        "-fno-trapping-math",
+        "-fvisibility=hidden",
+        "-Wall",
+        "-Wno-unused-function",
+        "-Wno-sign-compare",
+    ]
     mpi = _mpi_flags() or {}
     if mpi:
         define_macros.append(("SCALECOMM_WITH_MPI", "1"))

@@ -41,6 +41,7 @@ backend); scalecomm / mpi. Below the table, the barrier against the floor plus
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -101,7 +102,7 @@ def main() -> int:
     args = ap.parse_args()
     algos = [a for a in args.algos.split(",") if a]
     known = pyscalecomm.allreduce_algorithms()
-    fields = {f.name for f in __import__("dataclasses").fields(pyscalecomm.Options)}
+    fields = {f.name for f in dataclasses.fields(pyscalecomm.Options)}
     options = {}
     for spec in algos:
         a, *settings = spec.split("+")

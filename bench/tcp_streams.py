@@ -47,12 +47,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def parse_size(text: str) -> int:
-    import pyscalecomm.bench as bench
-
-    return bench.parse_size(text)
-
-
 def yardstick(binary: str, mode: str, rank: int, peer: str, port: int, streams: int, size: int, iters: int):
     """Mean seconds per exchange of plain sockets (bench/cpp/tcp_yardstick.cc),
     run on both ranks at once: rank 0 listens, rank 1 connects."""
@@ -80,6 +74,7 @@ def main(argv=None) -> int:
     import torch.distributed as dist
 
     import pyscalecomm
+    from pyscalecomm.bench import parse_size
 
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -116,11 +111,10 @@ def main(argv=None) -> int:
     def record(name: str, seconds: float) -> None:
         rows.setdefault(name, []).append(size / seconds / 1e9)
 
-    for _ in range(1):  # warm every path once
-        for g in groups.values():
-            dist.all_reduce(x, group=g)
-        if not args.no_gloo:
-            dist.all_reduce(x)
+    for g in groups.values():  # warm every path once
+        dist.all_reduce(x, group=g)
+    if not args.no_gloo:
+        dist.all_reduce(x)
     for _ in range(args.rounds):
         for mode in args.modes.split(","):
             for n in streams:

@@ -2,8 +2,6 @@
 
 #include "comm/stream_channel.h"
 
-#include "comm/mpi_channel.h"
-
 #include <poll.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -14,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/mpi_channel.h"
 #include "comm/transports.h"
 #include "core/error.h"
 #include "core/hmac.h"

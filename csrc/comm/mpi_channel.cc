@@ -39,44 +39,47 @@ class MpiChannel final : public Channel {
   const std::vector<int>& hostOf() const override { return comm_.hostOf(); }
   Reducer& reducer() override { return hostReducer(); }
   Communicator* communicator() override { return &comm_; }
-  void start() override { abandon(); }
+  void start() override {}  // a failed plan's abandon() left nothing in flight
   bool flush() override { return false; }
 
   Progress send(const ChannelMessage& m) override {
     Flight& f = *out_[m.peer];
     MpiCallGuard guard;
-    if (!f.active) {
-      f.active = true;
+    const bool first = f.stage == Stage::Idle;
+    if (first) {
       f.header = *m.header;
       post(f, &f.header, sizeof(WireHeader), m.peer, kHeaderTag, true);
       postPayload(f, m.data, static_cast<uint64_t>(f.header.payloadBytes), m.peer, true);
-      return finished(f) ? Progress::Done : Progress::Partial;
+      f.stage = Stage::Payload;
     }
-    return finished(f) ? Progress::Done : Progress::None;
+    if (!completed(f)) return first ? Progress::Partial : Progress::None;
+    f.stage = Stage::Idle;
+    return Progress::Done;
   }
 
   Progress recv(const ChannelMessage& m, const HeaderCheck& check) override {
     Flight& f = *in_[m.peer];
     MpiCallGuard guard;
-    bool posted = false;
-    if (!f.active) {
-      f.active = true;
-      f.payloadPosted = false;
+    bool moved = f.stage == Stage::Idle;
+    if (moved) {
       f.want = *m.header;
       post(f, &f.header, sizeof(WireHeader), m.peer, kHeaderTag, false);
-      posted = true;
+      f.stage = Stage::Header;
     }
-    if (!f.payloadPosted) {
-      if (!finished(f)) return posted ? Progress::Partial : Progress::None;
-      if (std::memcmp(&f.header, &f.want, sizeof(WireHeader)) != 0) check.mismatch(m.peer, f.header, f.want);
+    if (f.stage == Stage::Header) {
+      if (!completed(f)) return moved ? Progress::Partial : Progress::None;
+      if (std::memcmp(&f.header, &f.want, sizeof(WireHeader)) != 0) {
+        f.stage = Stage::Idle;
+        check.mismatch(m.peer, f.header, f.want);
+      }
       const auto bytes = static_cast<uint64_t>(f.want.payloadBytes);
       if (m.op != ReduceOp::None && f.scratch.size() < bytes) f.scratch.resize(bytes);
       postPayload(f, m.op == ReduceOp::None ? m.data : f.scratch.data(), bytes, m.peer, false);
-      f.payloadPosted = true;
-      posted = true;
-      f.active = true;  // finished() cleared it for the header alone
+      f.stage = Stage::Payload;
+      moved = true;
     }
-    if (!finished(f)) return posted ? Progress::Partial : Progress::None;
+    if (!completed(f)) return moved ? Progress::Partial : Progress::None;
+    f.stage = Stage::Idle;
     if (m.op != ReduceOp::None && m.count > 0) {
       reducer().reduce(m.data, f.scratch.data(), m.count, m.dtype, m.op);
       reducer().fence();  // later tasks may send this memory
@@ -86,8 +89,7 @@ class MpiChannel final : public Channel {
 
   void idle(const std::vector<int>& peers, Clock::time_point idleSince) override {
     if (++idleCalls_ % 64 == 0) {
-      for (int p : peers)
-        if (comm_.hasLink(p)) comm_.link(p).checkPeer();  // the peer's close notice, if it failed
+      for (int p : peers) comm_.link(p).checkPeer();  // the peer's close notice, if it failed
     }
     comm_.idle(peers, idleSince);
   }
@@ -97,7 +99,7 @@ class MpiChannel final : public Channel {
     for (auto* flights : {&in_, &out_}) {
       const bool receiving = flights == &in_;
       for (auto& f : *flights) {
-        if (!f->active) continue;
+        if (f->stage == Stage::Idle) continue;
         if (receiving) {
           for (MPI_Request& r : f->reqs)
             if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
@@ -113,16 +115,18 @@ class MpiChannel final : public Channel {
           (void)f.release();  // MPI may still use its header or scratch
           f = std::make_unique<Flight>();
         }
-        f->active = false;
+        f->stage = Stage::Idle;
         f->reqs.clear();
       }
     }
   }
 
  private:
-  struct Flight {  // the message in flight to or from one peer
-    bool active = false;
-    bool payloadPosted = false;
+  // Where a peer's message in one direction is: none in flight, a receive
+  // waiting for its header, or the payload (a send's header and payload).
+  enum class Stage : uint8_t { Idle, Header, Payload };
+  struct Flight {
+    Stage stage = Stage::Idle;
     WireHeader header{};  // sent, or received
     WireHeader want{};    // receives: expected
     std::vector<MPI_Request> reqs;
@@ -140,16 +144,14 @@ class MpiChannel final : public Channel {
     for (uint64_t off = 0; off < bytes; off += kMaxPiece)
       post(f, data + off, std::min(kMaxPiece, bytes - off), peer, kPayloadTag, sending);
   }
-  // Whether every request of f has completed; then f is idle again.
-  bool finished(Flight& f) {
+  // Whether every request posted on f has completed (they are then dropped).
+  bool completed(Flight& f) {
     int done = 1;
     if (!f.reqs.empty()) {
       mpiCheck(MPI_Testall(static_cast<int>(f.reqs.size()), f.reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
     }
-    if (!done) return false;
-    f.reqs.clear();
-    f.active = false;
-    return true;
+    if (done) f.reqs.clear();
+    return done != 0;
   }
 
   Communicator& comm_;

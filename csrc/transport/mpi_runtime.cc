@@ -114,6 +114,14 @@ MpiCallGuard::~MpiCallGuard() {
   if (locked_) callMutex().unlock();
 }
 
+namespace {
+// A new communicator as an MpiGroup's handle: errors returned, not fatal.
+void* adoptComm(MPI_Comm comm) {
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return new MPI_Comm(comm);
+}
+}  // namespace
+
 std::shared_ptr<MpiGroup> MpiGroup::create(const std::vector<int>& worldRanks, int selfRank, int tag) {
   if (!mpiActive()) {
     fail(ErrorKind::InvalidArgument,
@@ -124,31 +132,22 @@ std::shared_ptr<MpiGroup> MpiGroup::create(const std::vector<int>& worldRanks, i
   MPI_Group world = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
   mpiCheck(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
   mpiCheck(MPI_Group_incl(world, static_cast<int>(worldRanks.size()), worldRanks.data(), &members), "MPI_Group_incl");
-  auto* comm = new MPI_Comm(MPI_COMM_NULL);
-  const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, members, tag, comm);
+  MPI_Comm comm = MPI_COMM_NULL;
+  const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, members, tag, &comm);
   MPI_Group_free(&members);
   MPI_Group_free(&world);
-  if (rc != MPI_SUCCESS) {
-    delete comm;
-    mpiCheck(rc, "MPI_Comm_create_group");
-  }
-  MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+  mpiCheck(rc, "MPI_Comm_create_group");
   int rank = 0;
-  MPI_Comm_rank(*comm, &rank);
+  MPI_Comm_rank(comm, &rank);
   SC_CHECK(rank == selfRank, "MPI group rank ", rank, " differs from scalecomm rank ", selfRank);
-  return std::shared_ptr<MpiGroup>(new MpiGroup(rank, static_cast<int>(worldRanks.size()), comm));
+  return std::shared_ptr<MpiGroup>(new MpiGroup(rank, static_cast<int>(worldRanks.size()), adoptComm(comm)));
 }
 
 std::shared_ptr<MpiGroup> MpiGroup::duplicate() const {
   MpiCallGuard guard;
-  auto* comm = new MPI_Comm(MPI_COMM_NULL);
-  const int rc = MPI_Comm_dup(*static_cast<MPI_Comm*>(handle_), comm);
-  if (rc != MPI_SUCCESS) {
-    delete comm;
-    mpiCheck(rc, "MPI_Comm_dup");
-  }
-  MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
-  return std::shared_ptr<MpiGroup>(new MpiGroup(rank_, size_, comm));
+  MPI_Comm comm = MPI_COMM_NULL;
+  mpiCheck(MPI_Comm_dup(*static_cast<MPI_Comm*>(handle_), &comm), "MPI_Comm_dup");
+  return std::shared_ptr<MpiGroup>(new MpiGroup(rank_, size_, adoptComm(comm)));
 }
 
 MpiGroup::~MpiGroup() {
