@@ -265,6 +265,42 @@ def _paced(rank, n, hosts):
     return automatic
 
 
+def _spin(rank, n, hosts):
+    import os
+
+    os.environ["SCALECOMM_HOSTNAME"] = f"spin-host-{rank % hosts}"
+    dist.init_process_group("scalecomm", init_method="env://", rank=rank, world_size=n)
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    assert t.tolist() == [n * (n - 1) / 2] * 3
+    return dist.group.WORLD._get_backend(torch.device("cpu")).config.spin_us
+
+
+def _host_cores():
+    import os
+
+    cores = os.cpu_count()
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()
+        if quota != "max":
+            cores = min(cores, -(-int(quota) // int(period)))
+    except OSError:
+        pass
+    return cores
+
+
+def test_waiting_ranks_spin_only_when_the_host_has_a_core_for_each():
+    from dist_helpers import free_port
+
+    n = 3
+    for hosts in (1, n):
+        want = 0 if n // hosts > _host_cores() else 50
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port()}
+        assert run_ranks(n, _spin, hosts, env=env, init=None) == [want] * n, hosts
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port(), "SCALECOMM_SPIN_US": 7}
+    assert run_ranks(n, _spin, 1, env=env, init=None) == [7] * n  # a set value is kept
+
+
 def test_pacing_is_automatic_across_hosts_and_keeps_results_exact():
     from dist_helpers import free_port
 

@@ -148,9 +148,10 @@ double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t byte
     // Shared windows (algo/shared.h), one host. A link byte costs two copies
     // (into the ring and out), so a copy is half a beta. Up to the window:
     // one flag round (measured, or a message's latency), the input copied in
-    // once and n inputs read while reducing. Above it, per window-sized
-    // chunk, two flag rounds; the input copied in, one slice of n inputs
-    // read and reduced, the result copied out.
+    // once and n inputs read while reducing. Above it, one flag round per
+    // window-sized chunk and one more; (n-1)/n of the input copied in, the
+    // own slice (1/n) reduced from n inputs and copied out of the window,
+    // (n-1)/n copied out: (2n-1)/n copies.
     const double alpha = params.windowAlpha >= 0  ? params.windowAlpha
                          : params.intraAlpha >= 0 ? params.intraAlpha
                                                   : params.alpha;
@@ -160,7 +161,7 @@ double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t byte
       return alpha + beta * b * (n + 1) / 2 + params.gamma * b * (n - 1);
     }
     const double chunks = std::ceil(b / static_cast<double>(algo.windowBytes));
-    return 2 * alpha * chunks + beta * b * 3 / 2 + params.gamma * b * (n - 1) / n;
+    return alpha * (chunks + 1) + beta * b * (2 * n - 1) / (2 * n) + params.gamma * b * (n - 1) / n;
   }
   // Priced as float32 (empty blocks still cost their alpha; see priceStep).
   const int64_t count = std::max<int64_t>(bytes / 4, 1);

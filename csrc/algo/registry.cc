@@ -38,9 +38,9 @@ const std::vector<AllreduceAlgorithm>& allreduceRegistry() {
        [](int r, int n, int64_t c, bool f, const AlgoParams& p) { return hierAllreduce(r, n, c, f, p.hostOf); }, 0, 0,
        true, true},
       {"shared",
-       "one host: every rank copies its input into its shared window once and reduces straight from its peers' "
-       "windows: one flag round up to SCALECOMM_SHM_WINDOW_BYTES; above, window-sized chunks, each rank reducing "
-       "one slice that every rank copies out: two flag rounds per chunk",
+       "one host: up to SCALECOMM_SHM_WINDOW_BYTES every rank copies its input into its shared window and reduces "
+       "straight from its peers' windows (one flag round); above, window-sized chunks, one flag round each: every "
+       "rank copies in the slices its peers reduce, reduces its own slice and copies the peers' results out",
        nullptr, 0, 0, true, false},
   };
   return table;
@@ -84,10 +84,6 @@ std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const Alg
   for (const auto& a : allreduceRegistry()) {
     if (!a.autoCandidate || !allreduceServes(a.name, n, bytes, params)) continue;
     if (a.acrossHosts && !spansHosts(params.hostOf)) continue;
-    // Above the window the windows' chunked path pays two flag rounds per
-    // window: measured no faster than ring at 2 ranks and far slower with
-    // small windows (docs/algorithms.md), so auto keeps it to messages that fit.
-    if (a.onWindows() && bytes > params.windowBytes) continue;
     out.push_back(a.name);
   }
   return out;

@@ -81,8 +81,10 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
   };
   // A peer already in this call arrives within a few cache-line transfers:
   // poll with nothing else in the loop first, then take the slow path
-  // (clock, liveness, abort, the idle ladder).
-  for (int i = 0; i < kQuickPolls && !arrived(); ++i) SC_CPU_RELAX();
+  // (clock, liveness, abort, the idle ladder). Not where waiting must not
+  // spin (more ranks than cores): there the peer needs this core to arrive.
+  const int quickPolls = comm.spinMicros() > 0 ? kQuickPolls : 0;
+  for (int i = 0; i < quickPolls && !arrived(); ++i) SC_CPU_RELAX();
   if (!arrived()) {
     const Clock::time_point since = Clock::now();
     thread_local std::vector<int> late;
@@ -120,43 +122,63 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
   }
 }
 
-// A message larger than the window, one window-sized chunk at a time, two
-// window calls per chunk. Call c: every rank copies its chunk into its cell.
-// Call c+1: rank r folds slice r of every rank's call-c cell, in rank order,
-// into slice r of its own call-(c+1) cell; once every rank has published that,
-// every rank copies each slice out of its owner's cell. A byte is copied in
-// once, read once by the rank that reduces it and copied out once per rank;
-// each slice is computed by one rank, so every rank holds the same bits.
+// A message larger than the window, in chunks of n slices (slice q starts on
+// a cache line; every chunk uses the same slice offsets, the last one clamps
+// them), one window call per chunk plus one to finish. Call k carries, in
+// this rank's cell, its input slices q != r of chunk k (for their owners) and,
+// in its own slice's place, its result for slice r of chunk k-1. After the
+// exchange it copies every peer's chunk k-1 result slice out of that peer's
+// cell, then folds slice r of chunk k in rank order (its own input read in
+// place, the peers' from their cells) into its next cell's slice r and copies
+// that into its output. The next cell is free to write: every peer has
+// published call k, so none still reads the cell of call k-1. A byte of the
+// user's buffer is read once and written once (the memory traffic of one
+// memcpy); each slice is computed by one rank, so every rank holds the same
+// bits.
 void allreduceInChunks(Communicator& comm, ShmWindows& w, uint8_t* data, int64_t count, const ExecContext& ctx) {
   const int n = w.size();
   const int rank = w.rank();
   const auto es = static_cast<int64_t>(elementSize(ctx.dtype));
-  const int64_t chunk = w.windowBytes() / es;                  // elements
-  const int64_t unit = std::max<int64_t>(1, kCacheLine / es);  // slices start on cache lines
-  for (int64_t first = 0; first < count; first += chunk) {
-    const int64_t m = std::min(chunk, count - first);
-    uint8_t* mine = data + first * es;
-    const WireHeader header = headerOf(ctx, m * es);
-    const uint64_t in = w.nextCall();
-    std::memcpy(w.data(rank, in), mine, static_cast<size_t>(m * es));
-    exchange(comm, w, in, header, ctx);
-    const int64_t per = (m + n - 1) / n;
-    const int64_t sliceElems = (per + unit - 1) / unit * unit;
-    const auto lo = [&](int q) { return std::min<int64_t>(m, q * sliceElems); };
-    const auto len = [&](int q) { return lo(q + 1) - lo(q); };
-    const uint64_t out = w.nextCall();
-    if (len(rank) > 0) {
-      const int64_t at = lo(rank) * es;
-      uint8_t* dst = w.data(rank, out) + at;
-      reduceFrom(dst, w.data(0, in) + at, w.data(1, in) + at, len(rank), ctx.dtype, ctx.op);
-      for (int q = 2; q < n; ++q) reduceInto(dst, w.data(q, in) + at, len(rank), ctx.dtype, ctx.op);
-      if (ctx.finalizeDivisor > 1) divideInPlace(dst, len(rank), ctx.dtype, ctx.finalizeDivisor);
+  const int64_t unit = std::max<int64_t>(1, kCacheLine / es);  // elements per cache line
+  const int64_t perRank = w.windowBytes() / es / n;
+  const int64_t slice = perRank >= unit ? perRank / unit * unit : perRank;  // elements
+  if (slice == 0) {
+    fail(ErrorKind::InvalidArgument, describe(ctx, comm.rank()), ": algorithm shared needs a window of at least ",
+         n * es, " bytes for ", n, " ranks of ", dataTypeName(ctx.dtype), " (SCALECOMM_SHM_WINDOW_BYTES is ",
+         w.windowBytes(), "); raise it or choose auto or ring");
+  }
+  const int64_t chunk = slice * n;
+  const int64_t chunks = (count + chunk - 1) / chunk;
+  // Slice q of chunk k: elements [k*chunk + q*slice, + len(k, q)) of the
+  // buffer, bytes [q*slice*es, + len*es) of a cell.
+  const auto len = [&](int64_t k, int q) { return std::clamp<int64_t>(count - k * chunk - q * slice, 0, slice); };
+  const auto bytesAt = [&](int q) { return q * slice * es; };
+  const auto chunkAt = [&](int64_t k) { return data + k * chunk * es; };
+  for (int64_t k = 0; k <= chunks; ++k) {
+    const uint64_t call = w.nextCall();
+    if (k < chunks) {
+      for (int q = 0; q < n; ++q) {
+        if (q != rank) std::memcpy(w.data(rank, call) + bytesAt(q), chunkAt(k) + bytesAt(q), len(k, q) * es);
+      }
     }
-    exchange(comm, w, out, header, ctx);
-    for (int q = 0; q < n; ++q) {
-      const int64_t at = lo(q) * es;
-      std::memcpy(mine + at, w.data(q, out) + at, static_cast<size_t>(len(q) * es));
+    const int64_t m = std::min(chunk, count - k * chunk);
+    exchange(comm, w, call, headerOf(ctx, std::max<int64_t>(m, 0) * es), ctx);
+    if (k > 0) {  // chunk k-1's results, one slice from each peer
+      uint8_t* prev = chunkAt(k - 1);
+      for (int q = 0; q < n; ++q) {
+        if (q != rank) std::memcpy(prev + bytesAt(q), w.data(q, call) + bytesAt(q), len(k - 1, q) * es);
+      }
     }
+    if (k == chunks || len(k, rank) == 0) continue;
+    const int64_t mine = len(k, rank);
+    const int64_t at = bytesAt(rank);
+    uint8_t* own = chunkAt(k) + at;
+    const auto input = [&](int q) -> const uint8_t* { return q == rank ? own : w.data(q, call) + at; };
+    uint8_t* result = w.data(rank, call + 1) + at;
+    reduceFrom(result, input(0), input(1), mine, ctx.dtype, ctx.op);
+    for (int q = 2; q < n; ++q) reduceInto(result, input(q), mine, ctx.dtype, ctx.op);
+    if (ctx.finalizeDivisor > 1) divideInPlace(result, mine, ctx.dtype, ctx.finalizeDivisor);
+    std::memcpy(own, result, static_cast<size_t>(mine * es));
   }
 }
 

@@ -90,6 +90,8 @@ class Communicator {
   // in poll() on tcp sockets or sleeps in short slices. Never blocks longer than
   // ~1 ms. Throws Error(Aborted) after abort(). The caller checks its deadline.
   void idle(const std::vector<int>& peers, Clock::time_point idleSince);
+  int64_t spinMicros() const { return spinMicros_; }
+  void setSpinMicros(int64_t us) { spinMicros_ = us; }
 
   void abort();
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }

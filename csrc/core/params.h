@@ -65,10 +65,10 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "apart fall back into step. -1: 1 MiB when the group spans hosts, off on one host; 0: off.")                     \
   X(Int, shmRingBytes, "shm_ring_bytes", "SCALECOMM_SHM_RING_BYTES", 4194304, 4096, int64_t{1} << 40, "",            \
     "Bytes of each shared-memory ring (one per ordered pair of same-host ranks); a multiple of 64.")                 \
-  X(Int, shmWindowBytes, "shm_window_bytes", "SCALECOMM_SHM_WINDOW_BYTES", 65536, 0, int64_t{1} << 30, "",          \
+  X(Int, shmWindowBytes, "shm_window_bytes", "SCALECOMM_SHM_WINDOW_BYTES", 262144, 0, int64_t{1} << 30, "",         \
     "Bytes of each rank's shared window (two cells of this size, mapped by every rank of the group when all share " \
-    "one host): the largest message a shared call carries in one flag round (auto uses shared up to it; larger "  \
-    "messages go in chunks of this size); a multiple of 64. 0: no windows.")                                         \
+    "one host): the largest message a shared allreduce carries in one flag round; larger ones go in chunks of this " \
+    "size, one flag round each; a multiple of 64. 0: no windows.")                                                   \
   X(Int, mpiChunkBytes, "mpi_chunk_bytes", "SCALECOMM_MPI_CHUNK_BYTES", 1048576, 64, int64_t{1} << 30, "",            \
     "mpi transport: largest MPI message; each link keeps 4 such buffers in flight per direction.")                   \
   X(Int, mpiZeroCopy, "mpi_zero_copy", "SCALECOMM_MPI_ZERO_COPY", 1, 0, 1, "",                                     \
@@ -80,8 +80,9 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "are striped over them in 128 KiB pieces, read back in order. 1 fills 1-10 Gbit/s links; more pay where one "   \
     "socket's CPU cost is the bound (8 moved 1.7x more at 25 Gbit/s on a 2-core machine) and cost on capped links " \
     "(each piece waits for the slowest socket): docs/performance.md.")                                              \
-  X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", 50, 0, 10000000, "",                                             \
-    "Microseconds a waiting thread spins before it yields or sleeps.")                                               \
+  X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", -1, -1, 10000000, "",                                           \
+    "Microseconds a waiting thread spins before it yields or sleeps. -1: 50, or 0 when this host runs more of the " \
+    "group's ranks than it has cores (a spinning rank would hold the core its peer needs).")                        \
   X(Int, traceBuffer, "trace_buffer", "SCALECOMM_TRACE_BUFFER", 256, 0, 1048576, "",                                 \
     "Flight recorder: the last this many calls of each group (state, sizes, algorithm, timings), dumped on a "       \
     "timeout or error (see SCALECOMM_TRACE_DIR); 0: off, and no desync report.")                                       \

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -52,6 +53,29 @@ int64_t automaticSegmentBytes(const std::vector<int>& hostOf) {
 }
 
 int64_t automaticSendAheadBytes(const std::vector<int>& hostOf) { return spansHosts(hostOf) ? int64_t{1} << 20 : 0; }
+
+// Cores this host gives its processes: the online CPUs, capped by a cgroup v2
+// CPU quota (a container limited to 2 CPUs on a large host).
+int hostCores() {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  std::ifstream f("/sys/fs/cgroup/cpu.max");
+  std::string quota;
+  long period = 0;
+  if (f >> quota >> period && quota != "max" && period > 0) {
+    const long limited = (std::atol(quota.c_str()) + period - 1) / period;
+    if (limited > 0) cores = std::min(cores, limited);
+  }
+  return static_cast<int>(std::max(cores, 1L));
+}
+
+// A waiting rank spins 50 us before it yields, unless this host runs more of
+// the group's ranks than it has cores: a spinning rank would hold the core
+// that the rank it waits for needs (measured: 4 ranks on 2 cores, the shared
+// barrier 92 us with spinning, 31 us without; docs/performance.md).
+int64_t automaticSpinMicros(const std::vector<int>& hostOf, int rank) {
+  const auto local = std::count(hostOf.begin(), hostOf.end(), hostOf.empty() ? 0 : hostOf[rank]);
+  return local > hostCores() ? 0 : 50;
+}
 
 // A configured allreduce algorithm must serve this group's size.
 void checkServes(const AlgorithmSelection& selection, int rank, int size) {
@@ -106,7 +130,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   mesh.mpiChunkBytes = static_cast<uint64_t>(config.mpiChunkBytes);
   mesh.tcpStreams = static_cast<int>(config.socketsPerPeer);
   mesh.mpiZeroCopy = config.mpiZeroCopy != 0;
-  mesh.spinMicros = config.spinMicros;
+  mesh.spinMicros = std::max<int64_t>(config.spinMicros, 0);  // automatic: 0 until the hosts are known
   std::unique_ptr<Communicator> comm;
   try {
     comm = Communicator::connectMesh(*store, config.groupName, rank, size, mesh,
@@ -115,6 +139,8 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
     if (std::string(e.what()).rfind("scalecomm", 0) == 0) throw;
     fail(e.kind(), "scalecomm rendezvous (rank ", rank, " of ", size, ", group '", config.groupName, "'): ", e.what());
   }
+  if (config.spinMicros < 0) config.spinMicros = automaticSpinMicros(comm->hostOf(), rank);
+  comm->setSpinMicros(config.spinMicros);
   if (selection.usesMpi() && size > 1 && !comm->mpiGroup()) {
     fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): algorithm mpi (", selection.str(),
          ") needs every rank started by one mpirun/mpiexec (or srun with MPI) and a build with MPI (",
@@ -173,6 +199,10 @@ void Group::start() {
     fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank_, "): algorithm shared (", selection_.str(),
          ") needs every rank of the group on this host, linked by shared memory (transport auto or shm), and "
          "SCALECOMM_SHM_WINDOW_BYTES > 0; this group has no shared windows");
+  }
+  if (config_.spinMicros < 0) {
+    config_.spinMicros = automaticSpinMicros(comm_->hostOf(), rank_);
+    comm_->setSpinMicros(config_.spinMicros);
   }
   if (config_.segmentBytes == 0) config_.segmentBytes = automaticSegmentBytes(comm_->hostOf());
   if (config_.sendAheadBytes < 0) config_.sendAheadBytes = automaticSendAheadBytes(comm_->hostOf());
