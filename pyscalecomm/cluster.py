@@ -15,6 +15,15 @@ SCALECOMM_HOSTNAME set per host, so ranks on one host share memory and ranks on
 different hosts talk TCP through the capped links. Rank 0 prints to the
 terminal; the others write ``cluster-rank<r>.log`` in ``--logdir``.
 
+With ``--mpirun`` the command runs as one Open MPI job instead: mpirun starts
+in host 0 and reaches the other hosts through an rsh agent that enters their
+namespaces, each host with its own hostname, so MPI's traffic between hosts
+crosses the capped links (shared memory within a host). Every SCALECOMM_*
+variable of the caller is forwarded to every rank:
+
+    SCALECOMM_TRANSPORT=mpi python -m pyscalecomm.cluster --hosts 2 --rate 10gbit --mpirun -- \\
+        python bench/small_latency.py --sizes 1M,16M --algos ring
+
 Everything is torn down on exit, on failure and on Ctrl-C (namespaces and the
 veth pairs in them); stale namespaces of an earlier killed run with the same
 ``--id`` are removed first. Needs root (CAP_NET_ADMIN): without it, it says so
@@ -173,6 +182,76 @@ class Cluster:
             for f in logs:
                 f.close()
 
+    def run_mpirun(self, command: list[str], ranks_per_host: int, timeout: float, workdir: str) -> int:
+        """Runs `command` as one Open MPI job over the hosts: mpirun starts in
+        host 0 and reaches the other hosts through an rsh agent that enters
+        their namespaces, so MPI's own traffic between hosts crosses the
+        capped links (its tcp transport; shared memory within a host)."""
+        import shutil
+        import tempfile
+
+        mpirun = shutil.which("mpirun")
+        if mpirun is None:
+            raise RuntimeError("--mpirun needs Open MPI's mpirun on PATH (apt-get install openmpi-bin)")
+        world = self.hosts * ranks_per_host
+        self.runs += 1
+        port = str(29500 + (os.getpid() + 37 * self.runs) % 1000)
+        os.makedirs(workdir, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=workdir, prefix="cluster-mpirun-") as tmp:
+            # mpirun calls the agent as "<agent> <host address> <command...>".
+            cases = "".join(
+                f"  {self.address(i)}) ns={self.host_ns(i)}; name={self.prefix}-host{i};;\n"
+                for i in range(self.hosts)
+            )
+            agent = os.path.join(tmp, "agent.sh")
+            with open(agent, "w") as f:
+                f.write(
+                    "#!/bin/sh\n"
+                    "# Open MPI's rsh agent for an emulated cluster: enters the host's namespace.\n"
+                    'addr="$1"; shift\n'
+                    'case "$addr" in\n'
+                    f"{cases}"
+                    '  *) echo "cluster agent: no emulated host $addr" >&2; exit 1;;\n'
+                    "esac\n"
+                    # Each host gets its own hostname (a UTS namespace), by
+                    # which Open MPI tells nodes apart.
+                    'export SCALECOMM_HOSTNAME="$name"\n'
+                    'exec ip netns exec "$ns" unshare --uts sh -c "hostname $name && $*"\n'
+                )
+            os.chmod(agent, 0o755)
+            env = dict(os.environ)
+            env.update(
+                MASTER_ADDR=self.address(0),
+                MASTER_PORT=port,
+                SCALECOMM_HOSTNAME=f"{self.prefix}-host0",  # the ranks mpirun starts itself
+                SCALECOMM_SOCKET_IFNAME="eth0",
+                GLOO_SOCKET_IFNAME="eth0",
+                OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+            )
+            forwarded = ["MASTER_ADDR", "MASTER_PORT", "SCALECOMM_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+                         "OMP_NUM_THREADS"]  # fmt: skip
+            forwarded += sorted(k for k in env if k.startswith("SCALECOMM_") and k != "SCALECOMM_HOSTNAME")
+            cmd = ["ip", "netns", "exec", self.host_ns(0), "unshare", "--uts", "sh", "-c"]
+            cmd += ['hostname "$0" && exec "$@"', f"{self.prefix}-host0", mpirun, "-n", str(world)]
+            cmd += ["--host", ",".join(f"{self.address(i)}:{ranks_per_host}" for i in range(self.hosts))]
+            if os.geteuid() == 0:
+                cmd.append("--allow-run-as-root")
+            cmd += ["--oversubscribe", "--bind-to", "none", "--mca", "plm_rsh_agent", agent]
+            cmd += ["--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", "eth0"]
+            cmd += ["--mca", "oob_tcp_if_include", "eth0"]
+            for k in dict.fromkeys(forwarded):
+                cmd += ["-x", k]
+            proc = subprocess.Popen([*cmd, *command], env=env)
+            try:
+                return proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                print(f"cluster: mpirun ran past --timeout {timeout:g} s; killed", file=sys.stderr)
+                return 124
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
@@ -195,6 +274,12 @@ def parse_args(argv=None):
     p.add_argument("--id", type=int, default=0, help="cluster id (names sc<id>...), 0-99")
     p.add_argument("--timeout", type=float, default=600, help="seconds the command may run")
     p.add_argument("--logdir", default=".", help="where ranks > 0 write their output")
+    p.add_argument(
+        "--mpirun",
+        action="store_true",
+        help="run the command as one Open MPI job (mpirun in host 0, an rsh agent entering the other "
+        "hosts; SCALECOMM_* variables forwarded) instead of once per rank with env:// variables",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command each rank runs")
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -228,10 +313,15 @@ def main(argv=None) -> int:
                 f"links {args.rate or 'uncapped'} each way per host, namespaces {cluster.prefix}h0..",
                 flush=True,
             )
+            if args.mpirun:
+                return cluster.run_mpirun(args.command, args.ranks_per_host, args.timeout, args.logdir)
             return cluster.run(args.command, args.ranks_per_host, args.timeout, args.logdir, {})
     except KeyboardInterrupt:
         print("cluster: interrupted; torn down", file=sys.stderr)
         return 130
+    except RuntimeError as e:
+        print(f"cluster: {e}", file=sys.stderr)
+        return 2
     except subprocess.CalledProcessError as e:
         print(f"cluster: setup failed: {' '.join(e.cmd)}: {e.stderr.strip()}", file=sys.stderr)
         return 1

@@ -70,6 +70,46 @@ def test_two_hosts_of_two_ranks_share_memory_inside_and_tcp_between(tmp_path):
     assert not [ns for ns in _namespaces() if ns.startswith("sc42")], "namespaces left behind"
 
 
+MPI_RANK_SCRIPT = """
+import os, socket, torch, torch.distributed as dist, pyscalecomm
+from mpi4py import MPI
+dist.init_process_group("scalecomm")  # the rendezvous comes from mpirun's variables
+r, n = dist.get_rank(), dist.get_world_size()
+assert r == MPI.COMM_WORLD.rank and n == MPI.COMM_WORLD.size == 4
+t = torch.full((1 << 16,), float(r + 1))
+dist.all_reduce(t)
+a = t.numpy().copy()
+MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, a)
+assert t[0] == n * (n + 1) / 2 and a[0] == n * t[0], (t[0], a[0])
+window = dist.group.WORLD._get_backend(torch.device("cpu")).config.shm_window_bytes
+assert window == 131072, window  # SCALECOMM_* variables reach every host's ranks
+print("rank", r, "node", socket.gethostname(), "host", os.environ["SCALECOMM_HOSTNAME"], "ok", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_mpirun_job_spans_the_hosts_with_scalecomm_over_mpi_between_them(tmp_path, monkeypatch):
+    # Shared memory inside a host and MPI's tcp transport between hosts: a
+    # rank waiting on its shm peer must still move its MPI sends (they hung).
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "rank.py"
+    script.write_text(MPI_RANK_SCRIPT)
+    monkeypatch.setenv("SCALECOMM_SHM_WINDOW_BYTES", "131072")
+    res = _cluster(
+        tmp_path,
+        *("--hosts", "2", "--ranks-per-host", "2", "--rate", "1gbit", "--timeout", "120", "--mpirun"),
+        command=[sys.executable, str(script)],
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    for r in range(4):  # Open MPI sees two nodes; scalecomm two hosts, shm inside, mpi between
+        assert f"rank {r} node sc42-host{r // 2} host sc42-host{r // 2} ok" in out, out[-3000:]
+    assert "rank 0: peer rank 1 via shm" in out and "rank 0: peer rank 2 via mpi" in out, out[-3000:]
+    assert not [ns for ns in _namespaces() if ns.startswith("sc42")], "namespaces left behind"
+
+
 @needs_root
 def test_failing_rank_fails_the_run_and_still_tears_down(tmp_path):
     script = tmp_path / "rank.py"

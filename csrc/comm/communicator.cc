@@ -61,6 +61,10 @@ constexpr int64_t kYieldMicros = 200;
 
 void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSince) {
   if (aborted()) fail(ErrorKind::Aborted, "the group was aborted");
+  if (mpi_) {  // mpi links move their sends only inside MPI calls (Link::progress)
+    for (auto& l : links_)
+      if (l) l->progress();
+  }
   auto idleUs = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
   // Phase 1: spin (lowest latency). Phase 2, up to kYieldMicros: yield, so compute
   // threads on this core run while the caller keeps polling its links without

@@ -65,6 +65,7 @@ class Communicator {
   // on channel() (receive from any source peeks the links).
   Channel& collectiveChannel();
   void setCollectiveChannel(std::unique_ptr<Channel> ch) { mpiChannel_ = std::move(ch); }
+  bool collectivesOnMpi() const { return mpiChannel_ != nullptr; }
   bool hasLink(int peer) const { return links_[peer] != nullptr; }
   // Every link's Link::heartbeat (the group's watchdog, every 100 ms; any thread).
   void heartbeat() {
@@ -88,7 +89,8 @@ class Communicator {
   // Idles briefly until something may have changed on the given peers' links:
   // spins for spinMicros after idleSince, then yields until 200 us, then blocks
   // in poll() on tcp sockets or sleeps in short slices. Never blocks longer than
-  // ~1 ms. Throws Error(Aborted) after abort(). The caller checks its deadline.
+  // ~1 ms. Calls every link's progress() first where the group has MPI.
+  // Throws Error(Aborted) after abort(). The caller checks its deadline.
   void idle(const std::vector<int>& peers, Clock::time_point idleSince);
   int64_t spinMicros() const { return spinMicros_; }
   void setSpinMicros(int64_t us) { spinMicros_ = us; }

@@ -57,8 +57,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; empty or none: off. Error "        \
     "feedback is on for the biased ones (topk, randomk, sign, powersgd).")                                           \
   X(Int, segmentBytes, "segment_bytes", "SCALECOMM_SEGMENT_BYTES", 0, 0, kNoLimit, "",                                \
-    "Pipelining unit: each chunk moves in segments of at most this many bytes. 0: 256 KiB when every rank is on "    \
-    "one host, 1 MiB when the group spans hosts.")                                                                   \
+    "Pipelining unit: each chunk moves in segments of at most this many bytes. 0: 1 MiB when the group spans "      \
+    "hosts over tcp, else 256 KiB (one host; collectives on the zero-copy mpi channel).")                            \
   X(Int, sendAheadBytes, "send_ahead_bytes", "SCALECOMM_SEND_AHEAD_BYTES", -1, -1, kNoLimit, "",                      \
     "Pacing: within one step of an exchange with one peer (ring, rhd) a rank's sends run at most this many bytes "   \
     "(rounded up to whole segments) ahead of what it has received in that step, so ranks that enter a collective "   \

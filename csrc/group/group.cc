@@ -44,12 +44,13 @@ std::vector<std::weak_ptr<Group>>& live() {
   return groups;
 }
 
-// Segments of 256 KiB pipeline reductions with shared-memory transfers. A
-// group spanning hosts takes 1 MiB segments and paces each ring/rhd step to
-// one segment ahead of the peer (algo/plan.h; docs/architecture.md,
-// "Pacing"). Every rank sees the same hosts, so all agree.
-int64_t automaticSegmentBytes(const std::vector<int>& hostOf) {
-  return spansHosts(hostOf) ? int64_t{1} << 20 : int64_t{256} << 10;
+// Segments of 256 KiB pipeline reductions with shared-memory transfers and
+// with MPI messages (the mpi channel: one MPI message per segment). A group
+// spanning hosts over tcp takes 1 MiB segments and paces each ring/rhd step
+// to one segment ahead of the peer (algo/plan.h; docs/architecture.md,
+// "Pacing"). Every rank sees the same hosts and channel, so all agree.
+int64_t automaticSegmentBytes(const std::vector<int>& hostOf, bool onMpi) {
+  return spansHosts(hostOf) && !onMpi ? int64_t{1} << 20 : int64_t{256} << 10;
 }
 
 int64_t automaticSendAheadBytes(const std::vector<int>& hostOf) { return spansHosts(hostOf) ? int64_t{1} << 20 : 0; }
@@ -204,7 +205,8 @@ void Group::start() {
     config_.spinMicros = automaticSpinMicros(comm_->hostOf(), rank_);
     comm_->setSpinMicros(config_.spinMicros);
   }
-  if (config_.segmentBytes == 0) config_.segmentBytes = automaticSegmentBytes(comm_->hostOf());
+  if (config_.segmentBytes == 0)
+    config_.segmentBytes = automaticSegmentBytes(comm_->hostOf(), comm_->collectivesOnMpi());
   if (config_.sendAheadBytes < 0) config_.sendAheadBytes = automaticSendAheadBytes(comm_->hostOf());
   costs_.segmentBytes = config_.segmentBytes;
   sentTo_.assign(size_, 0);

@@ -42,6 +42,11 @@ class Link {
   // Tells the peer this process lives, for transports that cannot see it
   // otherwise (shm across PID namespaces). Any thread, about every 100 ms.
   virtual void heartbeat() {}
+  // Moves bytes already handed to trySend towards the peer where the
+  // transport needs the sender's help for that (MPI's tcp transport connects
+  // and writes only inside MPI calls). The waiting thread calls it on every
+  // link while it idles, whichever peers it waits for.
+  virtual void progress() {}
   // Marks the link closed in both directions (idempotent, any thread).
   virtual void close() = 0;
   virtual int waitFd() const { return -1; }

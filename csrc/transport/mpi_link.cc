@@ -240,6 +240,12 @@ size_t MpiLink::peek(void* out, size_t n) {
   return copied;
 }
 
+void MpiLink::progress() {
+  if (s_->sendsBusy == 0 || closed_.load(std::memory_order_acquire) || !mpiActive()) return;
+  MpiCallGuard guard;
+  s_->reapSends();
+}
+
 void MpiLink::checkPeer() {
   checkOpen();
   MpiCallGuard guard;
@@ -270,6 +276,7 @@ size_t MpiLink::trySend(const void*, size_t) { return 0; }
 size_t MpiLink::tryRecv(RecvConsumer&) { return 0; }
 size_t MpiLink::peek(void*, size_t) { return 0; }
 void MpiLink::checkPeer() {}
+void MpiLink::progress() {}
 void MpiLink::close() {}
 void MpiLink::checkOpen() const {}
 

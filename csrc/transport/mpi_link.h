@@ -21,6 +21,9 @@
 //   in trySend/checkPeer while its sends are stuck), at once instead of at
 //   its timeout. MPI reports no peer death: a peer that dies without closing
 //   (SIGKILL) is seen at the caller's deadline.
+// - progress() tests the sends in flight: over MPI's tcp transport a send
+//   accepted by trySend moves (and its connection is made) only while the
+//   sender is inside MPI, also while it waits for other peers' links.
 // - The destructor cancels pre-posted receives and abandons unfinished sends
 //   (their buffers are leaked on purpose: MPI may still read them).
 // Thread safety: as Link; every MPI call holds MpiCallGuard.
@@ -47,6 +50,7 @@ class MpiLink : public Link {
   size_t tryRecv(RecvConsumer& consumer) override;
   size_t peek(void* out, size_t n) override;
   void checkPeer() override;
+  void progress() override;
   void close() override;
   const char* kind() const override { return "mpi"; }
 

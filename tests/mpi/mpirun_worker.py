@@ -99,6 +99,12 @@ def check_others():
             x = torch.full((9,), float(r))
             dist.all_reduce(x, group=g)
             assert torch.all(x == n - 1), x
+            if case == "hosts":  # across hosts: 1 MiB segments over the links, 256 KiB on the mpi channel
+                segment = {
+                    w: grp._get_backend(torch.device("cpu")).config.segment_bytes
+                    for w, grp in (("world", dist.group.WORLD), ("sub", g))
+                }
+                assert segment == {"world": 1 << 20, "sub": 256 << 10}, segment
 
 
 def check_point_to_point():
