@@ -71,7 +71,7 @@ def test_two_hosts_of_two_ranks_share_memory_inside_and_tcp_between(tmp_path):
 
 
 MPI_RANK_SCRIPT = """
-import os, socket, torch, torch.distributed as dist, pyscalecomm
+import os, socket, sys, torch, torch.distributed as dist, pyscalecomm
 from mpi4py import MPI
 dist.init_process_group("scalecomm")  # the rendezvous comes from mpirun's variables
 r, n = dist.get_rank(), dist.get_world_size()
@@ -83,7 +83,9 @@ MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, a)
 assert t[0] == n * (n + 1) / 2 and a[0] == n * t[0], (t[0], a[0])
 window = dist.group.WORLD._get_backend(torch.device("cpu")).config.shm_window_bytes
 assert window == 131072, window  # SCALECOMM_* variables reach every host's ranks
-print("rank", r, "node", socket.gethostname(), "host", os.environ["SCALECOMM_HOSTNAME"], "ok", flush=True)
+line = f"rank {r} node {socket.gethostname()} host {os.environ['SCALECOMM_HOSTNAME']} ok"
+with open(os.path.join(sys.argv[1], f"rank{r}.txt"), "w") as f:  # mpirun interleaves the ranks' stdout
+    f.write(line)
 dist.destroy_process_group()
 """
 
@@ -100,12 +102,13 @@ def test_mpirun_job_spans_the_hosts_with_scalecomm_over_mpi_between_them(tmp_pat
     res = _cluster(
         tmp_path,
         *("--hosts", "2", "--ranks-per-host", "2", "--rate", "1gbit", "--timeout", "120", "--mpirun"),
-        command=[sys.executable, str(script)],
+        command=[sys.executable, str(script), str(tmp_path)],
     )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     for r in range(4):  # Open MPI sees two nodes; scalecomm two hosts, shm inside, mpi between
-        assert f"rank {r} node sc42-host{r // 2} host sc42-host{r // 2} ok" in out, out[-3000:]
+        line = (tmp_path / f"rank{r}.txt").read_text()
+        assert line == f"rank {r} node sc42-host{r // 2} host sc42-host{r // 2} ok", line
     assert "rank 0: peer rank 1 via shm" in out and "rank 0: peer rank 2 via mpi" in out, out[-3000:]
     assert not [ns for ns in _namespaces() if ns.startswith("sc42")], "namespaces left behind"
 
