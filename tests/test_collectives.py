@@ -408,7 +408,7 @@ def test_transport_is_chosen_per_peer_and_logged(capfd):
     )
     assert want in err, err
     assert re.search(
-        r"auto picks (ring|rhd|tree|direct|hier) for allreduce of 4000 bytes \(cost model\)", err
+        r"auto picks (ring|rhd|tree|dbtree|direct|hier) for allreduce of 4000 bytes \(cost model\)", err
     ), err
 
 
@@ -429,7 +429,7 @@ def _algorithm_results(rank, n):
     return be.config.algorithm
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "rhd", "tree", "direct"])
+@pytest.mark.parametrize("algorithm", ["ring", "rhd", "tree", "dbtree", "direct"])
 @pytest.mark.parametrize("n", [3, 4])
 def test_every_allreduce_algorithm_matches_gloo(algorithm, n):
     env = {"SCALECOMM_ALGO": algorithm, "SCALECOMM_SEGMENT_BYTES": 4096}
@@ -624,7 +624,7 @@ def test_all_gather_coalesced():
 def test_unknown_algorithm_is_a_value_error_listing_the_known_ones():
     for msg in run_ranks(2, group_error, {"algorithm": "nope"}):
         assert "unknown allreduce algorithm 'nope'" in msg, msg
-        assert "ring, rhd, tree, direct, pairwise, ps, hier" in msg, msg
+        assert "ring, rhd, tree, dbtree, direct, pairwise, ps, hier" in msg, msg
 
 
 def _routing_cuda_to_scalecomm(rank, n):

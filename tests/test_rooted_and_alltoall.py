@@ -250,7 +250,7 @@ def _auto(rank, n):
 
 def test_auto_picks_a_real_algorithm_per_call_and_names_it():
     for names in run_ranks(3, _auto, env={"SCALECOMM_ALGO": "auto"}):
-        real = ("ring", "rhd", "tree", "direct", "shared")
+        real = ("ring", "rhd", "tree", "dbtree", "direct", "shared")
         assert names and all(x.split(":")[-1] in real for x in names), names
 
 
@@ -324,9 +324,11 @@ def test_tune_command_writes_a_file_that_auto_accepts(tmp_path):
     assert "winner" in res.stdout, res.stdout
     lines = [ln.split() for ln in out.read_text().splitlines() if ln.startswith("allreduce ")]
     assert [int(x[1]) for x in lines] == [8, 512], lines
-    assert all(x[2] in ("ring", "rhd", "tree", "direct") for x in lines), lines
+    assert all(x[2] in ("ring", "rhd", "tree", "dbtree", "direct") for x in lines), lines
     for names, _ in run_ranks(2, _tuned, str(out), env={"SCALECOMM_TUNING_FILE": str(out)}):
-        assert names and all(x.split(":")[1] in ("ring", "rhd", "tree", "direct") for x in names), names
+        assert names and all(x.split(":")[1] in ("ring", "rhd", "tree", "dbtree", "direct") for x in names), (
+            names
+        )
 
 
 def test_each_collective_lists_its_algorithms_and_refuses_others_by_name():

@@ -14,6 +14,12 @@
 //   latency: 2 D alpha for the first segment, then one segment time per
 //   further segment; T ~ 2 ceil(log2 n) alpha + 3 N beta (pipelined), so it
 //   beats the ring (2 (n-1) alpha + 2 N beta) when n is large and N is not.
+// Double binary tree allreduce ("dbtree"): the buffer's two halves reduce
+// and broadcast concurrently over two trees: the heap tree rooted at rank 0
+// and its mirror image (virtual rank n-1-rank, rooted at rank n-1). A rank
+// inner in one tree is a leaf in the other (at odd n the middle rank is a
+// leaf in both), so a rank sends and receives at most 2N in all where an
+// inner node of one tree moves 3N; the latency stays 2 D alpha.
 // Steps are numbered alike on every rank (idle ranks hold empty steps).
 #pragma once
 
@@ -22,6 +28,7 @@
 namespace scalecomm {
 
 Schedule treeAllreduce(int rank, int n, int64_t count, bool finalize);
+Schedule doubleTreeAllreduce(int rank, int n, int64_t count, bool finalize);
 Schedule treeBroadcast(int rank, int n, int root, int64_t count);
 Schedule treeReduce(int rank, int n, int root, int64_t count, bool finalize);
 

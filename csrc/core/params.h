@@ -31,7 +31,7 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
 #define SCALECOMM_GROUP_PARAMS(X)                                                                                     \
   X(Text, algorithm, "algorithm", "SCALECOMM_ALGO", "auto", 0, 0, "",                                                \
     "Algorithm per collective, e.g. 'rhd' (allreduce) or 'allreduce:rhd,broadcast:tree'. allreduce: auto, ring, "    \
-    "rhd, tree, direct, pairwise (2 ranks, up to 4032 bytes), shared (one host, up to shm_window_bytes), ps, hier, "  \
+    "rhd, tree, dbtree, direct, pairwise (2 ranks, up to 4032 bytes), shared (one host), ps, hier, "                \
     "mpi; broadcast and reduce: auto, chain, tree, mpi; allgather and reduce_scatter: ring, mpi; barrier: auto "     \
     "(shared on one host, else dissemination), dissemination, shared, mpi. 'mpi' alone: MPI's own collectives for "  \
     "all. nccl (allreduce, CUDA tensors): NCCL's own allreduce. auto picks per call.")                               \

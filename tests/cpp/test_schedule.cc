@@ -186,6 +186,30 @@ TEST(every_allreduce_algorithm_reduces_every_chunk_exactly_once) {
   }
 }
 
+// The double binary tree's point: no rank is inner in both trees, so none
+// moves an inner node's 3N (a single tree's inner ranks do from 5 ranks on).
+TEST(double_tree_moves_at_most_twice_the_buffer_per_rank) {
+  const int64_t count = 1000;
+  for (int n = 1; n <= 24; ++n) {
+    int64_t worstTree = 0;
+    for (int r = 0; r < n; ++r) {
+      auto moved = [&](const Schedule& s) {
+        int64_t sent = 0, received = 0;
+        for (const auto& step : s.steps) {
+          for (const auto& op : step.ops) {
+            if (op.kind == OpKind::Send) sent += s.blockCounts[op.block];
+            if (op.kind == OpKind::Recv || op.kind == OpKind::RecvReduce) received += s.blockCounts[op.block];
+          }
+        }
+        return std::max(sent, received);
+      };
+      CHECK(moved(doubleTreeAllreduce(r, n, count, false)) <= 2 * count);
+      worstTree = std::max(worstTree, moved(treeAllreduce(r, n, count, false)));
+    }
+    if (n >= 5) CHECK_EQ(worstTree, 3 * count);
+  }
+}
+
 TEST(ring_allgather_delivers_every_block_to_every_rank) {
   for (int n : kWorlds) {
     for (int64_t per : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{333}}) {
