@@ -129,6 +129,19 @@ class Cluster:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
         self.created.clear()
 
+    def _job_vars(self, base: dict) -> dict:
+        """What every rank of a run gets on top of `base`: a fresh rendezvous
+        at host 0 (a new port per run: no TIME_WAIT clash between runs), the
+        hosts' interface, one thread per rank unless `base` says otherwise."""
+        self.runs += 1
+        return dict(
+            MASTER_ADDR=self.address(0),
+            MASTER_PORT=str(29500 + (os.getpid() + 37 * self.runs) % 1000),
+            SCALECOMM_SOCKET_IFNAME="eth0",
+            GLOO_SOCKET_IFNAME="eth0",
+            OMP_NUM_THREADS=base.get("OMP_NUM_THREADS", "1"),
+        )
+
     def run(
         self,
         command: list[str],
@@ -143,26 +156,20 @@ class Cluster:
         from pyscalecomm.launch import wait_ranks  # here: the no-root path stays standard-library only
 
         world = (hosts or self.hosts) * ranks_per_host
-        self.runs += 1  # a fresh rendezvous port per run: no TIME_WAIT clash between runs
-        port = str(29500 + (os.getpid() + 37 * self.runs) % 1000)
+        base = {**os.environ, **extra_env}
+        job = {**base, **self._job_vars(base)}
         procs = []
         logs = []
         try:
             for rank in range(world):
                 host = rank // ranks_per_host
-                env = dict(os.environ)
-                env.update(extra_env)
+                env = dict(job)
                 env.update(
                     RANK=str(rank),
                     WORLD_SIZE=str(world),
                     LOCAL_RANK=str(rank % ranks_per_host),
                     LOCAL_WORLD_SIZE=str(ranks_per_host),
-                    MASTER_ADDR=self.address(0),
-                    MASTER_PORT=port,
                     SCALECOMM_HOSTNAME=f"{self.prefix}-host{host}",
-                    SCALECOMM_SOCKET_IFNAME="eth0",
-                    GLOO_SOCKET_IFNAME="eth0",
-                    OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
                 )
                 out = None
                 if rank > 0:
@@ -190,12 +197,12 @@ class Cluster:
         import shutil
         import tempfile
 
+        from pyscalecomm.launch import wait_ranks
+
         mpirun = shutil.which("mpirun")
         if mpirun is None:
             raise RuntimeError("--mpirun needs Open MPI's mpirun on PATH (apt-get install openmpi-bin)")
         world = self.hosts * ranks_per_host
-        self.runs += 1
-        port = str(29500 + (os.getpid() + 37 * self.runs) % 1000)
         os.makedirs(workdir, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=workdir, prefix="cluster-mpirun-") as tmp:
             # mpirun calls the agent as "<agent> <host address> <command...>".
@@ -219,18 +226,12 @@ class Cluster:
                     'exec ip netns exec "$ns" unshare --uts sh -c "hostname $name && $*"\n'
                 )
             os.chmod(agent, 0o755)
-            env = dict(os.environ)
-            env.update(
-                MASTER_ADDR=self.address(0),
-                MASTER_PORT=port,
-                SCALECOMM_HOSTNAME=f"{self.prefix}-host0",  # the ranks mpirun starts itself
-                SCALECOMM_SOCKET_IFNAME="eth0",
-                GLOO_SOCKET_IFNAME="eth0",
-                OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
-            )
-            forwarded = ["MASTER_ADDR", "MASTER_PORT", "SCALECOMM_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
-                         "OMP_NUM_THREADS"]  # fmt: skip
-            forwarded += sorted(k for k in env if k.startswith("SCALECOMM_") and k != "SCALECOMM_HOSTNAME")
+            job = self._job_vars(os.environ)
+            # Every rank gets the job's variables and the caller's SCALECOMM_*;
+            # its host's name comes from the agent (host 0: mpirun's own env).
+            env = {**os.environ, **job, "SCALECOMM_HOSTNAME": f"{self.prefix}-host0"}
+            mine = sorted(k for k in os.environ if k.startswith("SCALECOMM_") and k != "SCALECOMM_HOSTNAME")
+            forwarded = [*job, *(k for k in mine if k not in job)]
             cmd = ["ip", "netns", "exec", self.host_ns(0), "unshare", "--uts", "sh", "-c"]
             cmd += ['hostname "$0" && exec "$@"', f"{self.prefix}-host0", mpirun, "-n", str(world)]
             cmd += ["--host", ",".join(f"{self.address(i)}:{ranks_per_host}" for i in range(self.hosts))]
@@ -239,18 +240,9 @@ class Cluster:
             cmd += ["--oversubscribe", "--bind-to", "none", "--mca", "plm_rsh_agent", agent]
             cmd += ["--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", "eth0"]
             cmd += ["--mca", "oob_tcp_if_include", "eth0"]
-            for k in dict.fromkeys(forwarded):
+            for k in forwarded:
                 cmd += ["-x", k]
-            proc = subprocess.Popen([*cmd, *command], env=env)
-            try:
-                return proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                print(f"cluster: mpirun ran past --timeout {timeout:g} s; killed", file=sys.stderr)
-                return 124
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=10)
+            return wait_ranks([subprocess.Popen([*cmd, *command], env=env)], timeout, "cluster mpirun")
 
 
 def parse_args(argv=None):

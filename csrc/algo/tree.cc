@@ -101,18 +101,17 @@ Schedule doubleTreeAllreduce(int rank, int n, int64_t count, bool finalize) {
   // Both trees in the same steps (same depth D), the first tree's ops first
   // in every step on both ends of a pair, so a pair linked in both trees
   // sends and receives in one order.
-  size_t base = s.steps.size();
-  addReduce(s, base, first, 0);
-  addReduce(s, base, second, 1);
+  addReduce(s, 0, first, 0);
+  addReduce(s, 0, second, 1);
   if (finalize) {
     ScheduleStep fin;
     if (rank == 0) fin.ops.push_back({OpKind::Finalize, -1, 0});
     if (rank == n - 1) fin.ops.push_back({OpKind::Finalize, -1, 1});
     s.steps.push_back(fin);
   }
-  base = s.steps.size();
-  addBroadcast(s, base, first, 0);
-  addBroadcast(s, base, second, 1);
+  const size_t down = s.steps.size();
+  addBroadcast(s, down, first, 0);
+  addBroadcast(s, down, second, 1);
   return s;
 }
 

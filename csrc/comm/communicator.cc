@@ -25,6 +25,8 @@ namespace scalecomm {
 Communicator::Communicator(int rank, int size, std::vector<std::unique_ptr<Link>> links, int64_t spinMicros)
     : rank_(rank), size_(size), links_(std::move(links)), spinMicros_(spinMicros), hostOf_(size, 0) {
   SC_CHECK(static_cast<int>(links_.size()) == size_);
+  for (auto& l : links_)
+    if (l && l->needsProgress()) progressed_.push_back(l.get());
   channel_ = std::make_unique<StreamChannel>(*this);
 }
 
@@ -61,10 +63,7 @@ constexpr int64_t kYieldMicros = 200;
 
 void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSince) {
   if (aborted()) fail(ErrorKind::Aborted, "the group was aborted");
-  if (mpi_) {  // mpi links move their sends only inside MPI calls (Link::progress)
-    for (auto& l : links_)
-      if (l) l->progress();
-  }
+  for (Link* l : progressed_) l->progress();  // mpi links move their sends only inside MPI calls
   auto idleUs = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
   // Phase 1: spin (lowest latency). Phase 2, up to kYieldMicros: yield, so compute
   // threads on this core run while the caller keeps polling its links without

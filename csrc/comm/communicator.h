@@ -89,7 +89,7 @@ class Communicator {
   // Idles briefly until something may have changed on the given peers' links:
   // spins for spinMicros after idleSince, then yields until 200 us, then blocks
   // in poll() on tcp sockets or sleeps in short slices. Never blocks longer than
-  // ~1 ms. Calls every link's progress() first where the group has MPI.
+  // ~1 ms. Calls progress() first on every link that needs it.
   // Throws Error(Aborted) after abort(). The caller checks its deadline.
   void idle(const std::vector<int>& peers, Clock::time_point idleSince);
   int64_t spinMicros() const { return spinMicros_; }
@@ -107,6 +107,7 @@ class Communicator {
   int rank_;
   int size_;
   std::vector<std::unique_ptr<Link>> links_;
+  std::vector<Link*> progressed_;  // the links whose needsProgress() holds
   int64_t spinMicros_;
   std::vector<int> hostOf_;
   std::shared_ptr<MpiGroup> mpi_;  // null without MPI; mpi links hold their own reference

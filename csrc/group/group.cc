@@ -78,6 +78,14 @@ int64_t automaticSpinMicros(const std::vector<int>& hostOf, int rank) {
   return local > hostCores() ? 0 : 50;
 }
 
+// Resolves an automatic (negative) spin once the hosts are known and hands
+// it to the communicator; a set value is already the communicator's.
+void resolveSpin(GroupConfig& config, Communicator& comm) {
+  if (config.spinMicros >= 0) return;
+  config.spinMicros = automaticSpinMicros(comm.hostOf(), comm.rank());
+  comm.setSpinMicros(config.spinMicros);
+}
+
 // A configured allreduce algorithm must serve this group's size.
 void checkServes(const AlgorithmSelection& selection, int rank, int size) {
   const AllreduceAlgorithm* a = findAllreduceAlgorithm(selection.allreduce);
@@ -140,8 +148,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
     if (std::string(e.what()).rfind("scalecomm", 0) == 0) throw;
     fail(e.kind(), "scalecomm rendezvous (rank ", rank, " of ", size, ", group '", config.groupName, "'): ", e.what());
   }
-  if (config.spinMicros < 0) config.spinMicros = automaticSpinMicros(comm->hostOf(), rank);
-  comm->setSpinMicros(config.spinMicros);
+  resolveSpin(config, *comm);  // before the probe, which waits like any call
   if (selection.usesMpi() && size > 1 && !comm->mpiGroup()) {
     fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): algorithm mpi (", selection.str(),
          ") needs every rank started by one mpirun/mpiexec (or srun with MPI) and a build with MPI (",
@@ -201,10 +208,7 @@ void Group::start() {
          ") needs every rank of the group on this host, linked by shared memory (transport auto or shm), and "
          "SCALECOMM_SHM_WINDOW_BYTES > 0; this group has no shared windows");
   }
-  if (config_.spinMicros < 0) {
-    config_.spinMicros = automaticSpinMicros(comm_->hostOf(), rank_);
-    comm_->setSpinMicros(config_.spinMicros);
-  }
+  resolveSpin(config_, *comm_);
   if (config_.segmentBytes == 0)
     config_.segmentBytes = automaticSegmentBytes(comm_->hostOf(), comm_->collectivesOnMpi());
   if (config_.sendAheadBytes < 0) config_.sendAheadBytes = automaticSendAheadBytes(comm_->hostOf());

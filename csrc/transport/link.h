@@ -44,8 +44,10 @@ class Link {
   virtual void heartbeat() {}
   // Moves bytes already handed to trySend towards the peer where the
   // transport needs the sender's help for that (MPI's tcp transport connects
-  // and writes only inside MPI calls). The waiting thread calls it on every
-  // link while it idles, whichever peers it waits for.
+  // and writes only inside MPI calls). Where needsProgress() holds (fixed for
+  // the link's life), the waiting thread calls it while it idles, whichever
+  // peers it waits for.
+  virtual bool needsProgress() const { return false; }
   virtual void progress() {}
   // Marks the link closed in both directions (idempotent, any thread).
   virtual void close() = 0;

@@ -50,6 +50,7 @@ class MpiLink : public Link {
   size_t tryRecv(RecvConsumer& consumer) override;
   size_t peek(void* out, size_t n) override;
   void checkPeer() override;
+  bool needsProgress() const override { return true; }
   void progress() override;
   void close() override;
   const char* kind() const override { return "mpi"; }
