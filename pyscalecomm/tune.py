@@ -1,22 +1,32 @@
-"""Measure every allreduce algorithm on this group and write a tuning file for ``auto``.
+"""auto's measured allreduce winners: show the tuning cache, or measure a table offline.
 
+    python -m pyscalecomm.tune --show                 # this machine's caches
+    python -m pyscalecomm.tune --show FILE            # one file
     python -m pyscalecomm.tune --nproc 4 -b 8 -e 64M -o scalecomm-tuning.txt
     torchrun --nproc-per-node 4 -m pyscalecomm.tune -o scalecomm-tuning.txt
-    SCALECOMM_TUNING_FILE=scalecomm-tuning.txt python train.py   # auto uses it
+    SCALECOMM_TUNING_FILE=scalecomm-tuning.txt python train.py   # auto starts from it
 
-For each size (interleaved: every algorithm is timed once per round, ``--rounds``
-rounds, the fastest round kept, so drift on a busy machine hits all alike) the
-winner goes into the file as ``allreduce <bytes> <algorithm>``; ``auto`` then
-picks the winner of the nearest measured size (in log2 of bytes) and falls
-back to the cost model only for a world size the file was not measured at.
-The file also records the probed alpha and beta, so groups created with it
-skip the probe. The table printed here has one column per algorithm (time in
-us) and the winner.
+``auto`` measures online by default: the first calls of each size bucket try
+the algorithms the cost model ranks close, and the winners go into a tuning
+cache (one file per machine, layout and version under ~/.cache/scalecomm,
+or SCALECOMM_TUNING_FILE) that the next run starts from. ``--show`` prints
+those files: per bucket the winner with its median time and interval (the
+maximum over ranks per call) and what the other candidates measured.
+
+The offline sweep times every algorithm at every size (interleaved: every
+algorithm once per round, ``--rounds`` rounds, the fastest round kept, so
+drift on a busy machine hits all alike) and writes the winners in the same
+format, keyed to this group's layout, with the probed alpha and beta (groups
+created with it skip the probe). Sizes it measured are not measured again
+online; under SCALECOMM_AUTOTUNE=model ``auto`` takes the winner of the
+nearest measured size.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
+import os
 import sys
 
 from pyscalecomm.bench import parse_size, sizes
@@ -40,6 +50,12 @@ def parse_args(argv=None):
     )
     p.add_argument("-o", "--output", default="scalecomm-tuning.txt")
     p.add_argument("--nproc", type=int, default=0, help="spawn this many local ranks (no launcher needed)")
+    p.add_argument(
+        "--show",
+        nargs="*",
+        metavar="FILE",
+        help="print tuning caches (default: every file of this machine's cache directory) and exit",
+    )
     return p.parse_args(argv)
 
 
@@ -94,6 +110,7 @@ def run(args) -> None:
             f.write(
                 f"# scalecomm tuning file: python -m pyscalecomm.tune, {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
             )
+            f.write(f"key {world.tuning_key}\n")
             f.write(f"world {n}\nalpha {costs['alpha']:.6g}\nbeta {costs['beta']:.6g}\n")
             for nbytes, winner in winners:
                 f.write(f"allreduce {nbytes} {winner}\n")
@@ -104,10 +121,57 @@ def run(args) -> None:
     dist.destroy_process_group()
 
 
+def cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "scalecomm")
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f}" if seconds < 1e-2 else f"{seconds * 1e6:.0f}"
+
+
+def show(paths: list[str], out=sys.stdout) -> int:
+    """Prints each tuning cache as a table; 1 when there is none to show."""
+    if not paths:
+        d = cache_dir()
+        paths = sorted(glob.glob(os.path.join(d, "tuning-*.txt")))
+        if not paths:
+            print(f"no tuning caches in {d} (auto writes one as it measures)", file=out)
+            return 1
+    for path in paths:
+        key, rows = "", []
+        with open(path) as f:
+            for line in f:
+                words = line.split("#", 1)[0].split()
+                if words[:1] == ["key"]:
+                    key = line.split(None, 1)[1].strip()
+                elif words[:1] == ["allreduce"]:
+                    rows.append(words[1:])
+        print(f"# {path}", file=out)
+        print(f"# measured for: {key or '(any layout)'}", file=out)
+        head = f"{'bytes <=':>12} {'winner':>9} {'median us':>10} {'interval us':>18}"
+        print(head + "  others (median us)", file=out)
+        for r in rows:
+            nbytes, algo = r[0], r[1]
+            if len(r) >= 5:
+                med, lo, hi = (float(x) for x in r[2:5])
+                others = [x.split("=") for x in r[5:]]
+                rest = ", ".join(f"{a} {_us(float(t))}" for a, t in others if a != algo)
+                band = _us(lo) + "-" + _us(hi)
+                print(f"{nbytes:>12} {algo:>9} {_us(med):>10} {band:>18}  {rest}", file=out)
+            else:
+                note = "(no times: written offline or by hand)"
+                print(f"{nbytes:>12} {algo:>9} {'':>10} {'':>18}  {note}", file=out)
+    return 0
+
+
 def main(argv=None) -> int:
     from pyscalecomm.launch import main_with_launcher
 
-    return main_with_launcher("pyscalecomm.tune", parse_args(argv), argv, run)
+    args = parse_args(argv)
+    if args.show is not None:
+        return show(args.show)
+    return main_with_launcher("pyscalecomm.tune", args, argv, run)
 
 
 if __name__ == "__main__":

@@ -402,13 +402,13 @@ def test_transport_is_chosen_per_peer_and_logged(capfd):
     assert "rank 1: peer rank 0 via shm" in err, err
     assert "rank 2: peer rank 0 via tcp" in err, err
     assert "rank 0: peer rank 2 via tcp" in err, err
-    assert "algorithm=auto ps_servers=1 tuning_file= transport=auto mpi=auto" in err, err
+    assert "algorithm=auto ps_servers=1 autotune=online tuning_file=none transport=auto mpi=auto" in err, err
     want = (
         "algorithms allreduce:auto,broadcast:auto,reduce:auto,allgather:auto,reduce_scatter:auto,barrier:auto"
     )
     assert want in err, err
     assert re.search(
-        r"auto picks (ring|rhd|tree|dbtree|direct|hier) for allreduce of 4000 bytes \(cost model\)", err
+        r"auto: allreduce of up to 4096 bytes: (measuring|runs) (ring|rhd|tree|dbtree|direct|hier)", err
     ), err
 
 
@@ -554,12 +554,15 @@ def _where_calls_run(rank, n):
 
 
 def test_synchronous_calls_run_inline_async_ones_on_the_worker_and_plans_are_reused():
-    for before, mid, after, algos in run_ranks(2, _where_calls_run):
+    # auto as the model picks (online, exploration would run several algorithms per shape)
+    model = {"SCALECOMM_AUTOTUNE": "model"}
+    for before, mid, after, algos in run_ranks(2, _where_calls_run, env=model):
         assert mid["inline_calls"] - before["inline_calls"] == 50, (before, mid)
         assert after["worker_calls"] - mid["worker_calls"] == 20, (mid, after)
         assert "allreduce:shared" in algos, algos  # auto's pick for small messages on one host
     # Schedules compile once per shape (shared runs none; without windows auto picks schedules).
-    for before, _mid, after, algos in run_ranks(2, _where_calls_run, env={"SCALECOMM_SHM_WINDOW_BYTES": 0}):
+    no_windows = {**model, "SCALECOMM_SHM_WINDOW_BYTES": 0}
+    for before, _mid, after, algos in run_ranks(2, _where_calls_run, env=no_windows):
         # two shapes: each compiled once (the probe and the run's other calls may add their own)
         assert after["plan_misses"] - before["plan_misses"] <= 2, (before, after)
         assert after["plan_hits"] - before["plan_hits"] >= 68, (before, after)

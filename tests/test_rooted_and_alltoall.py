@@ -249,9 +249,14 @@ def _auto(rank, n):
 
 
 def test_auto_picks_a_real_algorithm_per_call_and_names_it():
-    for names in run_ranks(3, _auto, env={"SCALECOMM_ALGO": "auto"}):
-        real = ("ring", "rhd", "tree", "dbtree", "direct", "shared")
+    real = ("ring", "rhd", "tree", "dbtree", "direct", "shared")
+    # The model picks at submit: the profiler's range names the algorithm.
+    for names in run_ranks(3, _auto, env={"SCALECOMM_ALGO": "auto", "SCALECOMM_AUTOTUNE": "model"}):
         assert names and all(x.split(":")[-1] in real for x in names), names
+    # Online, the algorithm is picked when the call runs: the range says allreduce,
+    # stats and the timeline name the algorithm (tests/test_autotune.py).
+    for names in run_ranks(3, _auto, env={"SCALECOMM_ALGO": "auto"}):
+        assert names == [], names
 
 
 def _stats(rank, n):
@@ -279,12 +284,22 @@ def _tuned(rank, n, path):
 
 def test_tuning_file_decides_auto_and_skips_the_probe(tmp_path):
     path = tmp_path / "tuning.txt"
-    path.write_text(
+    text = (
         "# written by hand for the test\nworld 2\nalpha 3e-06\nbeta 2e-10\n"
         "allreduce 8 tree\nallreduce 4096 direct\nallreduce 65536 rhd\n"
     )
-    for names, costs in run_ranks(2, _tuned, str(path), env={"SCALECOMM_TUNING_FILE": str(path)}):
+    path.write_text(text)
+    # The model: the winner of the nearest measured size (4 MiB: 64 KiB's).
+    env = {"SCALECOMM_TUNING_FILE": str(path), "SCALECOMM_AUTOTUNE": "model"}
+    for names, costs in run_ranks(2, _tuned, str(path), env=env):
         assert names == ["allreduce:direct", "allreduce:rhd", "allreduce:tree"], names
+        assert costs["alpha"] == 3e-06 and costs["beta"] == 2e-10, costs
+    # Online: the sizes it has are decided; the 4 MiB bucket is measured.
+    path.write_text(text)
+    for names, costs in run_ranks(2, _tuned, str(path), env={"SCALECOMM_TUNING_FILE": str(path)}):
+        trials = [x for x in names if x.endswith(" (trial)")]
+        assert sorted(set(names) - set(trials)) == ["allreduce:direct", "allreduce:tree"], names
+        assert len(trials) == 1, names
         assert costs["alpha"] == 3e-06 and costs["beta"] == 2e-10, costs
 
 
@@ -301,7 +316,8 @@ def _tuned_pairwise(rank, n, path):
 def test_a_tuned_winner_that_cannot_take_a_message_is_not_used_for_it(tmp_path):
     path = tmp_path / "tuning.txt"
     path.write_text("world 2\nalpha 3e-06\nbeta 2e-10\nallreduce 4096 pairwise\n")
-    for names in run_ranks(2, _tuned_pairwise, str(path), env={"SCALECOMM_TUNING_FILE": str(path)}):
+    env = {"SCALECOMM_TUNING_FILE": str(path), "SCALECOMM_AUTOTUNE": "model"}
+    for names in run_ranks(2, _tuned_pairwise, str(path), env=env):
         assert "allreduce:pairwise" in names and len(names) == 2, names
 
 
@@ -325,7 +341,9 @@ def test_tune_command_writes_a_file_that_auto_accepts(tmp_path):
     lines = [ln.split() for ln in out.read_text().splitlines() if ln.startswith("allreduce ")]
     assert [int(x[1]) for x in lines] == [8, 512], lines
     assert all(x[2] in ("ring", "rhd", "tree", "dbtree", "direct") for x in lines), lines
-    for names, _ in run_ranks(2, _tuned, str(out), env={"SCALECOMM_TUNING_FILE": str(out)}):
+    assert any(ln.startswith("key scalecomm-") for ln in out.read_text().splitlines())
+    env = {"SCALECOMM_TUNING_FILE": str(out), "SCALECOMM_AUTOTUNE": "model"}
+    for names, _ in run_ranks(2, _tuned, str(out), env=env):
         assert names and all(x.split(":")[1] in ("ring", "rhd", "tree", "dbtree", "direct") for x in names), (
             names
         )

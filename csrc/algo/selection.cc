@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -92,7 +93,14 @@ TuningTable TuningTable::load(const std::string& path) {
     fail(ErrorKind::InvalidArgument, "scalecomm: cannot read tuning file '", path,
          "' (SCALECOMM_TUNING_FILE); write one with python -m pyscalecomm.tune or unset the variable");
   }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), "tuning file '" + path + "'");
+}
+
+TuningTable TuningTable::parse(const std::string& text, const std::string& what) {
   TuningTable t;
+  std::stringstream in(text);
   std::string line;
   int lineNo = 0;
   bool haveAlpha = false, haveBeta = false;
@@ -104,7 +112,9 @@ TuningTable TuningTable::load(const std::string& path) {
     std::string key;
     words >> key;
     bool ok = true;
-    if (key == "world") {
+    if (key == "key") {
+      t.key = trim(line.substr(3));
+    } else if (key == "world") {
       ok = static_cast<bool>(words >> t.world);
     } else if (key == "alpha") {
       ok = static_cast<bool>(words >> t.costs.alpha);
@@ -114,24 +124,50 @@ TuningTable TuningTable::load(const std::string& path) {
       ok = static_cast<bool>(words >> t.costs.beta);
       haveBeta = ok;
     } else if (key == "allreduce") {
-      int64_t bytes = 0;
-      std::string algo;
-      ok = static_cast<bool>(words >> bytes >> algo) && bytes >= 0;
-      if (ok) {
-        const auto& known = allreduceAlgorithms();
-        ok = std::find(known.begin(), known.end(), algo) != known.end();
-        t.allreduce[bytes] = algo;
+      TunerEntry e;
+      ok = static_cast<bool>(words >> e.bytes >> e.algorithm) && e.bytes >= 0;
+      const auto& known = allreduceAlgorithms();
+      auto isKnown = [&](const std::string& a) { return std::find(known.begin(), known.end(), a) != known.end(); };
+      ok = ok && isKnown(e.algorithm);
+      if (ok && (words >> e.median)) {
+        ok = static_cast<bool>(words >> e.lo >> e.hi) && e.lo <= e.median && e.median <= e.hi;
+        std::string other;
+        while (ok && (words >> other)) {
+          const auto eq = other.find('=');
+          ok = eq != std::string::npos && isKnown(other.substr(0, eq));
+          if (ok) e.measured.emplace_back(other.substr(0, eq), std::atof(other.c_str() + eq + 1));
+        }
       }
+      if (ok) t.allreduce.push_back(std::move(e));
     } else {
       ok = false;
     }
     if (!ok) {
-      fail(ErrorKind::InvalidArgument, "scalecomm: tuning file '", path, "' line ", lineNo, " is not understood: '",
-           line, "'; regenerate it with python -m pyscalecomm.tune");
+      fail(ErrorKind::InvalidArgument, "scalecomm: ", what, " line ", lineNo, " is not understood: '", line,
+           "'; regenerate it with python -m pyscalecomm.tune");
     }
   }
   t.hasCosts = haveAlpha && haveBeta;
   return t;
+}
+
+std::string TuningTable::str() const {
+  std::ostringstream o;
+  o.precision(9);
+  o << "# scalecomm tuning cache: auto's measured allreduce winners per size (times: max over ranks, seconds).\n"
+       "# Show it with: python -m pyscalecomm.tune --show <this file>\n";
+  if (!key.empty()) o << "key " << key << "\n";
+  if (world > 0) o << "world " << world << "\n";
+  if (hasCosts) o << "alpha " << costs.alpha << "\nbeta " << costs.beta << "\n";
+  for (const TunerEntry& e : allreduce) {
+    o << "allreduce " << e.bytes << " " << e.algorithm;
+    if (e.median > 0) {
+      o << " " << e.median << " " << e.lo << " " << e.hi;
+      for (const auto& [name, m] : e.measured) o << " " << name << "=" << m;
+    }
+    o << "\n";
+  }
+  return o.str();
 }
 
 std::string TuningTable::lookup(int64_t bytes) const {
@@ -139,10 +175,10 @@ std::string TuningTable::lookup(int64_t bytes) const {
   const double x = std::log2(static_cast<double>(std::max<int64_t>(bytes, 1)));
   const std::string* best = nullptr;
   double bestDist = 0;
-  for (const auto& [b, algo] : allreduce) {
-    const double d = std::fabs(std::log2(static_cast<double>(std::max<int64_t>(b, 1))) - x);
+  for (const TunerEntry& e : allreduce) {
+    const double d = std::fabs(std::log2(static_cast<double>(std::max<int64_t>(e.bytes, 1))) - x);
     if (best == nullptr || d < bestDist) {
-      best = &algo;
+      best = &e.algorithm;
       bestDist = d;
     }
   }

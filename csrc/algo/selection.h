@@ -12,18 +12,23 @@
 // Unknown collectives or algorithms throw Error(InvalidArgument) naming the
 // entry and the choices. Value type.
 //
-// A TuningTable holds measured winners per message size (written by
-// `python -m pyscalecomm.tune`): lines "allreduce <bytes> <algorithm>" plus
-// "world <n>", "alpha <s>", "beta <s/B>"; '#' starts a comment. lookup()
-// returns the winner at the nearest measured size (by log2 of bytes), or ""
-// when the table is empty.
+// A TuningTable is the text of a tuning cache (algo/tuner.h; written by the
+// run itself, or by `python -m pyscalecomm.tune`): lines "key <text>" (the
+// machine, layout and version it was measured for; absent: any), "world
+// <n>", "alpha <s>", "beta <s/B>" and "allreduce <bytes> <algorithm>
+// [<median s> <lo s> <hi s> [<algorithm>=<median s> ...]]"; '#' starts a
+// comment. parse() throws Error(InvalidArgument) naming the line; str()
+// writes what parse() reads. lookup() returns the winner at the nearest
+// measured size (by log2 of bytes), or "" when the table is empty.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "algo/cost_model.h"
+#include "algo/tuner.h"
 
 namespace scalecomm {
 
@@ -44,12 +49,15 @@ struct AlgorithmSelection {
 };
 
 struct TuningTable {
-  int world = 0;  // 0: any
+  std::string key;  // "" : any
+  int world = 0;    // 0: any
   bool hasCosts = false;
   CostParams costs;
-  std::map<int64_t, std::string> allreduce;  // bytes -> measured winner
+  std::vector<TunerEntry> allreduce;  // measured winners, by bucket
 
   static TuningTable load(const std::string& path);  // throws InvalidArgument on a bad file
+  static TuningTable parse(const std::string& text, const std::string& what);
+  std::string str() const;
   std::string lookup(int64_t bytes) const;
 };
 

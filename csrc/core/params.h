@@ -37,8 +37,14 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "all. nccl (allreduce, CUDA tensors): NCCL's own allreduce. auto picks per call.")                               \
   X(Int, psServers, "ps_servers", "SCALECOMM_PS_SERVERS", 1, 1, kWorld, "",                                           \
     "Parameter-server allreduce (ps): number of server ranks (ranks 0..S-1); 1 is a central server.")                \
+  X(Text, autotune, "autotune", "SCALECOMM_AUTOTUNE", "online", 0, 0, "online|model",                                \
+    "How allreduce's auto chooses: online (the first calls of each size bucket try the algorithms the cost model "  \
+    "ranks close, interleaved, and the fastest by median over ranks wins where it beats the model's choice beyond "  \
+    "the noise; re-measured on drift), model (the cost model, or the tuning file's winner at the nearest size).")    \
   X(Text, tuningFile, "tuning_file", "SCALECOMM_TUNING_FILE", "", 0, 0, "",                                           \
-    "File written by 'python -m pyscalecomm.tune': measured winners per size (and alpha, beta) for auto.")           \
+    "Tuning cache: auto's measured winners per size, loaded at group creation (by rank 0, shared with all) and "    \
+    "written by rank 0 as it measures. Empty: a file per machine, layout and version under $XDG_CACHE_HOME (or "    \
+    "~/.cache)/scalecomm; none: no file. python -m pyscalecomm.tune writes or shows one.")                          \
   X(Text, transport, "transport", "SCALECOMM_TRANSPORT", "auto", 0, 0, "auto|shm|tcp|mpi",                            \
     "Transport per peer: auto (shm on the same host; between hosts mpi when all ranks run under one mpirun, else "   \
     "tcp), shm, tcp, mpi.")                                                                                          \

@@ -52,11 +52,14 @@ const Group::Prepared& Group::prepare(CallKind kind, const char* collective, int
                                   : kind == CallKind::Reduce    ? &selection_.reduce
                                                                 : nullptr;
   const bool bySize = configured != nullptr && *configured == "auto";
-  const SiteKey key{kind, collective, bySize ? bytes : -1};
+  // auto online: the executing thread picks per call (Group::resolveTuned).
+  const bool online = bySize && kind == CallKind::Allreduce && tuner_ != nullptr;
+  const SiteKey key{kind, collective, bySize && !online ? bytes : -1};
   auto it = prepared_.find(key);
   if (it != prepared_.end()) return it->second;
   // Bounded: a job with ever new message sizes under auto re-prepares (Labels stay valid).
   if (prepared_.size() >= kMaxPrepared) prepared_.clear();
+  if (online) return prepared_.emplace(key, Prepared{SC_LABEL("auto"), Label(collective)}).first->second;
   const Label algorithm = algorithmFor(kind, bytes);
   // Allreduce, broadcast and reduce name their schedule; the others only
   // the MPI passthrough.

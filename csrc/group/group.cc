@@ -55,20 +55,6 @@ int64_t automaticSegmentBytes(const std::vector<int>& hostOf, bool onMpi) {
 
 int64_t automaticSendAheadBytes(const std::vector<int>& hostOf) { return spansHosts(hostOf) ? int64_t{1} << 20 : 0; }
 
-// Cores this host gives its processes: the online CPUs, capped by a cgroup v2
-// CPU quota (a container limited to 2 CPUs on a large host).
-int hostCores() {
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  std::ifstream f("/sys/fs/cgroup/cpu.max");
-  std::string quota;
-  long period = 0;
-  if (f >> quota >> period && quota != "max" && period > 0) {
-    const long limited = (std::atol(quota.c_str()) + period - 1) / period;
-    if (limited > 0) cores = std::min(cores, limited);
-  }
-  return static_cast<int>(std::max(cores, 1L));
-}
-
 // A waiting rank spins 50 us before it yields, unless this host runs more of
 // the group's ranks than it has cores: a spinning rank would hold the core
 // that the rank it waits for needs (measured: 4 ranks on 2 cores, an 8-byte
@@ -109,6 +95,18 @@ struct Span {
 
 }  // namespace
 
+int hostCores() {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  std::ifstream f("/sys/fs/cgroup/cpu.max");
+  std::string quota;
+  long period = 0;
+  if (f >> quota >> period && quota != "max" && period > 0) {
+    const long limited = (std::atol(quota.c_str()) + period - 1) / period;
+    if (limited > 0) cores = std::min(cores, limited);
+  }
+  return static_cast<int>(std::max(cores, 1L));
+}
+
 Group::Group(std::unique_ptr<Communicator> comm, GroupConfig config)
     : rank_(comm->rank()),
       size_(comm->size()),
@@ -122,13 +120,6 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   checkConfig(config, size);
   AlgorithmSelection selection = AlgorithmSelection::parse(config.algorithm);
   checkServes(selection, rank, size);
-  TuningTable tuning;
-  if (!config.tuningFile.empty()) tuning = TuningTable::load(config.tuningFile);
-  if (tuning.world != 0 && tuning.world != size) {
-    SC_LOG(Warn, "rank ", rank, ": tuning file ", config.tuningFile, " was measured at world size ", tuning.world,
-           ", this group has ", size, " ranks: using its alpha/beta only");
-    tuning.allreduce.clear();
-  }
   SC_LOG(Info, "rank ", rank, "/", size, " group '", config.groupName, "': ", describe(config), "; algorithms ",
          selection.str());
   MeshOptions mesh;
@@ -155,7 +146,12 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
          mpiCompiledIn() ? "this build has it" : "this build has none: install libopenmpi-dev, rebuild", ")");
   }
   const std::string prefix = comm->storePrefix();
+  std::string tuningPath, tuningKey;
+  TuningTable tuning;
+  if (selection.allreduce == "auto") tuning = loadTuning(*store, prefix, config, *comm, tuningPath, tuningKey);
   std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
+  g->tuningPath_ = std::move(tuningPath);
+  g->tuningKey_ = std::move(tuningKey);
   g->store_ = std::move(store);
   g->storePrefix_ = prefix;
   g->selection_ = selection;
@@ -173,8 +169,11 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   g->start();
   if (anyAuto) {
     SC_LOG(Info, "rank ", rank, ": auto: alpha=", g->costs_.alpha * 1e6, " us, bandwidth=", 1e-9 / g->costs_.beta,
-           " GB/s, shared window round=", g->costs_.windowAlpha * 1e6, " us (",
-           g->tuning_.hasCosts ? "tuning file" : "probe", "), ", g->tuning_.allreduce.size(), " tuned allreduce sizes");
+           " GB/s",
+           g->costs_.windowAlpha >= 0 ? strCat(", shared window round=", g->costs_.windowAlpha * 1e6, " us") : "", " (",
+           g->tuning_.hasCosts ? "tuning file" : "probe", "), ", g->tuning_.allreduce.size(),
+           " measured allreduce sizes from ", g->tuningPath_.empty() ? "no tuning file" : g->tuningPath_,
+           g->tuner_ ? "; measuring online" : "");
   }
   return g;
 }
@@ -217,6 +216,7 @@ void Group::start() {
   receivedLabel_.assign(size_, 0);
   received_.assign(size_, 0);
   state_ = std::make_shared<GroupState>(rank_, comm_.get());
+  startTuner();
   if (Timeline* timeline = Timeline::get(rank_)) {
     static std::atomic<int> groupsWithRows{0};
     const char* envRank = std::getenv("RANK");
@@ -427,7 +427,10 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     recorder_.ended(recordId, e.what());
     return e;
   }
-  if (recordStart) recorder_.started(recordId, call.algorithm, start);
+  OnlineTuner::Pick tuned;
+  const bool resolve = tuner_ && call.kind == CallKind::Allreduce && call.algorithm == SC_LABEL("auto");
+  if (resolve) tuned = resolveTuned(call);
+  if (recordStart || resolve) recorder_.started(recordId, call.algorithm, start);
   const uint64_t abandonedBefore = mpiRequestsAbandoned();
   CollectiveOptions o;
   o.algorithm = call.algorithm;
@@ -462,7 +465,9 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     }
     end = Clock::now();
     if (timelineRow_) recordOperation(*timelineRow_, call.name, number, call.bytes, start, end, trace, *comm_, false);
-    state_->record(call.name, call.bytes, std::chrono::duration<double>(end - start).count());
+    const double seconds = std::chrono::duration<double>(end - start).count();
+    state_->record(call.name, call.bytes, seconds);
+    if (tuned.measured) recordTuned(tuned, seconds, o);
   } catch (const Error& e) {
     // A timeout: ask every rank where it is, so the message names who lags.
     // Already poisoned: this failure is its consequence (e.g. this rank was

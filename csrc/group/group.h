@@ -34,6 +34,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -51,6 +52,7 @@
 #include "algo/cost_model.h"
 #include "algo/plan_cache.h"
 #include "algo/selection.h"
+#include "algo/tuner.h"
 #include "comm/communicator.h"
 #include "comm/queued_channel.h"
 #include "comm/worker.h"
@@ -177,6 +179,16 @@ struct CallObserver {
   virtual void end(uint64_t id) = 0;
 };
 
+// Cores this host gives its processes: the online CPUs, capped by a cgroup
+// v2 CPU quota (a container limited to 2 CPUs on a large host).
+int hostCores();
+// The tuning cache for a group being created (group/tuning.cc): rank 0 reads
+// it and shares its text, path and key through `store` under `prefix`, so
+// every rank starts from the same table. A cache measured for another key
+// is not used; a bad file throws Error(InvalidArgument) naming the line.
+TuningTable loadTuning(Store& store, const std::string& prefix, const GroupConfig& config, Communicator& comm,
+                       std::string& path, std::string& key);
+
 class Group : public std::enable_shared_from_this<Group> {
  public:
   // Rendezvous through `store` (keys under the group name), connects every
@@ -257,6 +269,13 @@ class Group : public std::enable_shared_from_this<Group> {
   };
   Counters counters() const;
   std::map<std::string, GroupState::OpStats> stats() const { return state_->stats(); }
+  // auto's online allreduce choice per size bucket (empty: auto is not
+  // online for this group: a fixed algorithm, SCALECOMM_AUTOTUNE=model, or
+  // one rank). Any thread.
+  std::vector<OnlineTuner::BucketReport> tuning() const;
+  // The tuning cache this group loads and writes ("" : none) and its key.
+  const std::string& tuningPath() const { return tuningPath_; }
+  const std::string& tuningKey() const { return tuningKey_; }
 
  private:
   Group(std::unique_ptr<Communicator> comm, GroupConfig config);
@@ -283,11 +302,22 @@ class Group : public std::enable_shared_from_this<Group> {
   void runOnDevice(Call& call, CollectiveOptions& o);
   void runStaged(Call& call, Channel& ch, CollectiveOptions& o);
   Label chooseAllreduce(int64_t bytes);
+  // auto's online choice for an allreduce call (executing thread): resolves
+  // call.algorithm (and the call's title) before it runs; after it ran,
+  // records its time and, where the tuner asks, agrees with the other ranks.
+  void startTuner();  // start(): the tuner, where allreduce is auto and online
+  OnlineTuner::Pick resolveTuned(Call& call);
+  void recordTuned(const OnlineTuner::Pick& pick, double seconds, const CollectiveOptions& o);
+  void saveTuning();
 
   int rank_, size_;
   GroupConfig config_;
   AlgorithmSelection selection_;
   TuningTable tuning_;
+  std::unique_ptr<OnlineTuner> tuner_;  // auto online (allreduce); null otherwise
+  std::string tuningPath_, tuningKey_;
+  bool tuningSaveFailed_ = false;                                      // executing thread: warn once
+  std::unordered_map<const void*, std::array<Label, 2>> tunedTitles_;  // algorithm -> titles (executing thread)
   CostParams costs_;
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<GroupState> state_;

@@ -28,7 +28,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   const bool ef = errorFeedback < 0 ? codec.biased() : errorFeedback != 0;
   auto stage = stageFor(what, {t}, /*onDevice=*/false);  // the codecs run on the CPU
   at::Tensor tensor = stage->inout(t);
-  const Label algo = group_->prepare(CallKind::Allreduce, "allreduce", static_cast<int64_t>(t.nbytes())).algorithm;
+  const Label algo = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(t.nbytes()));
   auto store = compression_;
   const int rank = getRank(), size = getSize();
   const int64_t rows = t.dim() >= 2 ? t.size(0) : 0;  // PowerSGD: a weight's own matrix shape

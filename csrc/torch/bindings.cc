@@ -16,6 +16,7 @@
 #include "compress/compressed_allreduce.h"
 #include "compress/sign_cpu.h"
 #include "compress/topk_cpu.h"
+#include "core/version.h"
 #include "core/params.h"
 #include "group/flight_recorder.h"
 #include "torch/backend.h"
@@ -87,6 +88,48 @@ PYBIND11_MODULE(_C, m) {
           },
           "Completed operations of this group by name (e.g. 'allreduce:rhd'): calls, bytes (outputs), seconds "
           "(on the worker thread).")
+      .def(
+          "tuning",
+          [](scalecomm::ScalecommBackend& b) {
+            py::list out;
+            for (const auto& r : b.group().tuning()) {
+              py::dict d;
+              d["bytes"] = r.bytes;
+              d["phase"] = r.phase;
+              d["source"] = r.source;
+              d["algorithm"] = r.algorithm;
+              d["median_s"] = r.median;
+              d["lo_s"] = r.lo;
+              d["hi_s"] = r.hi;
+              d["calls"] = r.calls;
+              d["explorations"] = r.explorations;
+              d["drift_checks"] = r.driftChecks;
+              d["drifts"] = r.drifts;
+              py::list cands;
+              for (const auto& c : r.candidates) {
+                py::dict e;
+                e["algorithm"] = c.algorithm;
+                e["predicted_s"] = c.predicted;
+                e["median_s"] = c.median;
+                e["ratio_high"] = c.ratioHigh;
+                e["trials"] = c.trials;
+                cands.append(e);
+              }
+              d["candidates"] = cands;
+              out.append(d);
+            }
+            return out;
+          },
+          "auto's online allreduce choice per size bucket (messages of up to `bytes`): phase (exploring or "
+          "exploiting), source (explored, cache, model), the winner with its median and interval over ranks "
+          "(seconds), and every candidate's prediction, measured median, ratio interval's upper end against the "
+          "model's choice and trials. Empty where auto is not online for this group.")
+      .def_property_readonly(
+          "tuning_file", [](scalecomm::ScalecommBackend& b) { return b.group().tuningPath(); },
+          "The tuning cache this group loaded and writes ('' : none).")
+      .def_property_readonly(
+          "tuning_key", [](scalecomm::ScalecommBackend& b) { return b.group().tuningKey(); },
+          "What the tuning cache's measurements are for: version, world, layout, settings, machine.")
       .def(
           "counters",
           [](scalecomm::ScalecommBackend& b) {
@@ -328,6 +371,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,
         "Removes /dev/shm/scalecomm-* segments left by dead processes of this PID namespace; returns how many.");
   m.attr("built_with_mpi") = scalecomm::mpiCompiledIn();
+  m.attr("version") = scalecomm::kVersion;
   m.def(
       "mpi_library_version", [] { return scalecomm::mpiActive() ? scalecomm::mpiLibraryVersion() : std::string(); },
       "The MPI library's version string while MPI is initialised, else ''.");

@@ -200,7 +200,9 @@ TEST(labels_are_interned_and_outlive_whoever_made_them) {
 }
 
 TEST(prepared_call_sites_are_made_once_and_name_their_algorithm) {
-  Mesh m(2);
+  GroupConfig cfg;
+  cfg.autotune = "model";  // picks at submit (online: see the tuner's test)
+  Mesh m(2, cfg);
   onRanks(m, [&](int, Group& g) {
     const Group::Prepared& ar = g.prepare(CallKind::Allreduce, "allreduce", 4096);
     CHECK(ar.algorithm == g.algorithmFor(CallKind::Allreduce, 4096));

@@ -1,0 +1,385 @@
+#include "algo/tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace scalecomm {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// The median of `v` with its confidence interval (lo, hi).
+struct Summary {
+  double median = 0, lo = 0, hi = 0;
+};
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const auto [a, b] = medianInterval(static_cast<int>(v.size()));
+  s.median = median(v);
+  s.lo = v[a];
+  s.hi = v[b];
+  return s;
+}
+
+std::string us(double seconds) {
+  std::ostringstream o;
+  o.precision(seconds < 1e-3 ? 3 : 5);
+  o << seconds * 1e6;
+  return o.str();
+}
+
+}  // namespace
+
+std::pair<int, int> medianInterval(int n, double coverage) {
+  if (n <= 1) return {0, std::max(n - 1, 0)};
+  // P(Bin(n, 1/2) <= j), accumulated; the interval [x(k), x(n+1-k)] (1-based)
+  // covers the median with probability 1 - 2 P(Bin <= k-1).
+  double below = 0, term = std::pow(0.5, n);
+  int k = 1;
+  for (int j = 0; j < n; ++j) {
+    below += term;                        // P(Bin <= j)
+    if (1 - 2 * below < coverage) break;  // [x(j+1), x(n-j)] would cover too little
+    k = j + 1;
+    term = term * (n - j) / (j + 1);
+  }
+  k = std::min(k, (n + 1) / 2);
+  return {k - 1, n - k};
+}
+
+OnlineTuner::OnlineTuner(Ranker ranker, Serves serves, TunerSettings settings)
+    : ranker_(std::move(ranker)), serves_(std::move(serves)), settings_(settings) {
+  settings_.rounds = std::max(settings_.rounds, 1);
+  settings_.maxCandidates = std::max(settings_.maxCandidates, 1);
+}
+
+int OnlineTuner::bucketOf(int64_t bytes) {
+  int b = 0;
+  while (b < 63 && (int64_t{1} << b) < bytes) ++b;
+  return b;
+}
+
+Label OnlineTuner::modelPickLocked(int64_t bytes) {
+  auto it = modelPicks_.find(bytes);
+  if (it != modelPicks_.end()) return it->second;
+  if (modelPicks_.size() >= 4096) modelPicks_.clear();
+  const auto ranked = ranker_(bytes);
+  return modelPicks_.emplace(bytes, Label(ranked.empty() ? std::string("ring") : ranked.front().first)).first->second;
+}
+
+Label OnlineTuner::modelPick(int64_t bytes) {
+  std::lock_guard<std::mutex> g(mu_);
+  return modelPickLocked(bytes);
+}
+
+void OnlineTuner::start(Bucket& k, int64_t bytes) {
+  const auto ranked = ranker_(bytes);
+  double fastest = 0;
+  for (size_t i = 0; i < ranked.size(); ++i) fastest = i ? std::min(fastest, ranked[i].second) : ranked[i].second;
+  k.cands.clear();
+  k.info.clear();
+  for (const auto& [name, t] : ranked) {
+    if (static_cast<int>(k.cands.size()) >= settings_.maxCandidates) break;
+    if (!k.cands.empty() && t > fastest * settings_.spread) continue;
+    k.cands.emplace_back(name);
+    k.info.push_back(Candidate{name, t});
+  }
+  if (k.cands.empty()) {  // nothing serves it (cannot happen for a group's sizes): ring
+    k.cands.emplace_back("ring");
+    k.info.push_back(Candidate{"ring", 0});
+  }
+  k.exploreAfter = settings_.reexploreAfter;
+  if (k.cands.size() == 1) {
+    k.winner = 0;
+    k.source = "model";
+    exploit(k);
+  } else {
+    explore(k);
+  }
+}
+
+void OnlineTuner::explore(Bucket& k) {
+  k.phase = Phase::Exploring;
+  k.screened = false;
+  k.trial = 0;
+  k.local.assign(k.cands.size() * settings_.rounds, 0.0);
+  ++k.explorations;
+}
+
+void OnlineTuner::exploit(Bucket& k) {
+  k.phase = Phase::Exploiting;
+  k.winnerLabel = k.cands[k.winner];
+  k.recentCount = 0;
+  k.sinceCheck = 0;
+  k.sinceExplore = 0;
+  k.checkEvery = settings_.firstCheck;
+}
+
+OnlineTuner::Pick OnlineTuner::pick(int64_t bytes) {
+  std::lock_guard<std::mutex> g(mu_);
+  const int b = bucketOf(bytes);
+  Bucket& k = buckets_[b];
+  const bool fresh = k.phase == Phase::Fresh;
+  if (fresh) start(k, bytes);
+  ++k.calls;
+  Pick p;
+  p.bucket = b;
+  p.fresh = fresh;
+  while (k.phase == Phase::Exploring) {
+    const int c = static_cast<int>(k.cands.size());
+    const int64_t i = k.trial;
+    const int cand = static_cast<int>((i + i / c) % c);
+    if (!serves_(k.cands[cand], bytes)) {
+      // A size limit inside the bucket (pairwise): the candidate leaves it,
+      // and the exploration starts over without it.
+      k.cands.erase(k.cands.begin() + cand);
+      k.info.erase(k.info.begin() + cand);
+      if (k.cands.size() > 1) {
+        explore(k);
+        --k.explorations;  // the same exploration, restarted
+        continue;
+      }
+      k.winner = 0;
+      k.source = "model";
+      exploit(k);
+      break;
+    }
+    ++k.trial;
+    ++k.info[cand].trials;
+    p.algorithm = k.cands[cand];
+    p.candidate = cand;
+    p.measured = true;
+    return p;
+  }
+  if (!serves_(k.winnerLabel, bytes)) {
+    p.bucket = -1;
+    p.algorithm = modelPickLocked(bytes);
+    return p;
+  }
+  p.algorithm = k.winnerLabel;
+  p.measured = true;
+  return p;
+}
+
+std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
+  if (!p.measured || p.bucket < 0) return {};
+  std::lock_guard<std::mutex> g(mu_);
+  Bucket& k = buckets_[p.bucket];
+  const int c = static_cast<int>(k.cands.size());
+  if (p.candidate >= 0 && k.phase == Phase::Exploring) {
+    const int64_t round = (k.trial - 1) / c;  // this trial's
+    if (round >= 1) k.local[(round - 1) * c + p.candidate] = seconds;
+    if (!k.screened && c > 2 && settings_.rounds > kScreenRounds && k.trial == c * (kScreenRounds + 1)) {
+      k.pending = Pending::Screen;
+      return std::vector<double>(k.local.begin(), k.local.begin() + c * kScreenRounds);
+    }
+    if (k.trial == c * (settings_.rounds + 1)) {
+      k.pending = Pending::Decide;
+      return k.local;
+    }
+    return {};
+  }
+  if (k.phase != Phase::Exploiting) return {};
+  k.recent[k.recentCount++ % k.recent.size()] = seconds;
+  ++k.sinceCheck;
+  if (++k.sinceExplore >= k.exploreAfter && k.cands.size() > 1) {
+    k.exploreAfter *= 2;
+    explore(k);
+    return {};
+  }
+  if (k.sinceCheck >= k.checkEvery && k.hi > 0) {
+    k.pending = Pending::Check;
+    const size_t n = std::min<size_t>(k.recentCount, k.recent.size());
+    return {median(std::vector<double>(k.recent.begin(), k.recent.begin() + static_cast<std::ptrdiff_t>(n)))};
+  }
+  return {};
+}
+
+std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>& maxed) {
+  const int c = static_cast<int>(k.cands.size());
+  const int rounds = settings_.rounds;
+  std::vector<double> favourite(rounds);
+  for (int r = 0; r < rounds; ++r) favourite[r] = maxed[r * c];
+  int winner = 0;
+  for (int q = 0; q < c; ++q) {
+    std::vector<double> mine(rounds), ratio(rounds);
+    for (int r = 0; r < rounds; ++r) {
+      mine[r] = maxed[r * c + q];
+      ratio[r] = favourite[r] > 0 ? mine[r] / favourite[r] : 1.0;
+    }
+    k.info[q].median = median(mine);
+    k.info[q].ratioHigh = summarize(ratio).hi;
+  }
+  for (int q = 1; q < c; ++q) {
+    if (k.info[q].ratioHigh < 1.0 && k.info[q].median < k.info[winner].median) winner = q;
+  }
+  std::vector<double> w(rounds);
+  for (int r = 0; r < rounds; ++r) w[r] = maxed[r * c + winner];
+  const Summary s = summarize(w);
+  const bool changed = k.winner != winner || k.source != "explored";
+  k.winner = winner;
+  k.median = s.median;
+  k.lo = s.lo;
+  k.hi = s.hi;
+  k.source = "explored";
+  exploit(k);
+  std::ostringstream o;
+  o << "auto measured allreduce of up to " << bucketBytes(bucket) << " bytes (max over ranks, median of " << rounds
+    << " rounds):";
+  for (int q = 0; q < c; ++q) o << (q ? "," : "") << " " << k.info[q].algorithm << " " << us(k.info[q].median) << " us";
+  o << "; picks " << k.info[winner].algorithm << " [" << us(s.lo) << "-" << us(s.hi) << " us]"
+    << (winner == 0 ? " (the model's choice)" : " (model: " + k.info[0].algorithm + ")")
+    << (changed ? "" : ", unchanged");
+  return o.str();
+}
+
+std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>& maxed) {
+  k.screened = true;
+  const int c = static_cast<int>(k.cands.size());
+  if (static_cast<int>(maxed.size()) != c * kScreenRounds) return "";
+  auto worst = [&](int q) {
+    double w = 0;
+    for (int r = 0; r < kScreenRounds; ++r) w = std::max(w, maxed[r * c + q]);
+    return w;
+  };
+  auto best = [&](int q) {
+    double b = maxed[q];
+    for (int r = 1; r < kScreenRounds; ++r) b = std::min(b, maxed[r * c + q]);
+    return b;
+  };
+  double reference = worst(0);
+  for (int q = 1; q < c; ++q) reference = std::min(reference, worst(q));
+  std::ostringstream dropped;
+  for (int q = c - 1; q >= 1; --q) {  // never the favourite: the decision compares with it
+    if (best(q) <= kScreenFactor * reference) continue;
+    dropped << (dropped.tellp() > 0 ? ", " : "") << k.info[q].algorithm << " " << us(best(q)) << " us";
+    k.cands.erase(k.cands.begin() + q);
+    k.info.erase(k.info.begin() + q);
+  }
+  if (dropped.tellp() == 0) return "";
+  // The survivors start their measured rounds afresh (warmed up already).
+  const int left = static_cast<int>(k.cands.size());
+  k.trial = left;
+  k.local.assign(left * settings_.rounds, 0.0);
+  std::ostringstream o;
+  o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " took over "
+    << kScreenFactor << "x the fastest (" << us(reference) << " us) in " << kScreenRounds
+    << " rounds; measuring the rest";
+  return o.str();
+}
+
+std::string OnlineTuner::agreed(const Pick& p, const std::vector<double>& maxed) {
+  if (p.bucket < 0) return "";
+  std::lock_guard<std::mutex> g(mu_);
+  Bucket& k = buckets_[p.bucket];
+  const Pending pending = k.pending;
+  k.pending = Pending::None;
+  if (pending == Pending::Decide && maxed.size() == k.local.size()) return decide(k, p.bucket, maxed);
+  if (pending == Pending::Screen) return screen(k, p.bucket, maxed);
+  if (pending != Pending::Check || maxed.empty()) return "";
+  ++k.driftChecks;
+  k.sinceCheck = 0;
+  const double m = maxed[0];
+  if (m <= k.hi * kDriftFactor && m >= k.lo / kDriftFactor) {
+    k.checkEvery = std::min(k.checkEvery * 2, settings_.maxCheck);
+    return "";
+  }
+  ++k.drifts;
+  std::ostringstream o;
+  o << "auto: allreduce of up to " << bucketBytes(p.bucket) << " bytes now takes " << us(m) << " us with "
+    << k.winnerLabel << ", outside its band [" << us(k.lo) << "-" << us(k.hi) << " us]; measuring again";
+  explore(k);
+  return o.str();
+}
+
+std::string OnlineTuner::describe(int bucket) const {
+  std::lock_guard<std::mutex> g(mu_);
+  const Bucket& k = buckets_[bucket];
+  std::ostringstream o;
+  o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: ";
+  if (k.phase != Phase::Exploring) {
+    o << "runs " << k.winnerLabel << " (" << (k.source == "model" ? "the model's only candidate within " : "")
+      << (k.source == "model" ? std::to_string(static_cast<int>(settings_.spread)) + "x" : k.source) << ")";
+    return o.str();
+  }
+  o << "measuring";
+  for (size_t q = 0; q < k.info.size(); ++q)
+    o << (q ? "," : "") << " " << k.info[q].algorithm << " (model " << us(k.info[q].predicted) << " us)";
+  o << " in " << settings_.rounds << " interleaved rounds";
+  return o.str();
+}
+
+std::vector<TunerEntry> OnlineTuner::decided() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<TunerEntry> out;
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
+    const Bucket& k = buckets_[b];
+    if (k.winner < 0 || k.source == "model") continue;
+    TunerEntry e;
+    e.bytes = bucketBytes(b);
+    e.algorithm = k.info[k.winner].algorithm;
+    e.median = k.median;
+    e.lo = k.lo;
+    e.hi = k.hi;
+    for (const Candidate& c : k.info)
+      if (c.median > 0) e.measured.emplace_back(c.algorithm, c.median);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+void OnlineTuner::load(const std::vector<TunerEntry>& entries) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (const TunerEntry& e : entries) {
+    Bucket& k = buckets_[bucketOf(e.bytes)];
+    k = Bucket();
+    k.cands.emplace_back(e.algorithm);
+    k.info.push_back(Candidate{e.algorithm, 0, e.median});
+    for (const auto& [name, t] : e.measured) {
+      if (name == e.algorithm || static_cast<int>(k.cands.size()) >= settings_.maxCandidates) continue;
+      k.cands.emplace_back(name);  // explored again in the order measured
+      k.info.push_back(Candidate{name, 0, t});
+    }
+    k.winner = 0;
+    k.median = e.median;
+    k.lo = e.lo;
+    k.hi = e.hi;
+    k.source = "cache";
+    k.exploreAfter = settings_.reexploreAfter;
+    exploit(k);
+  }
+}
+
+std::vector<OnlineTuner::BucketReport> OnlineTuner::report() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<BucketReport> out;
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
+    const Bucket& k = buckets_[b];
+    if (k.phase == Phase::Fresh) continue;
+    BucketReport r;
+    r.bytes = bucketBytes(b);
+    r.phase = k.phase == Phase::Exploring ? "exploring" : "exploiting";
+    r.source = k.source;
+    r.algorithm = k.winner >= 0 ? k.info[k.winner].algorithm : "";
+    r.median = k.median;
+    r.lo = k.lo;
+    r.hi = k.hi;
+    r.calls = k.calls;
+    r.explorations = k.explorations;
+    r.driftChecks = k.driftChecks;
+    r.drifts = k.drifts;
+    r.candidates = k.info;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace scalecomm

@@ -1,0 +1,172 @@
+// scalecomm algo: auto's online choice of allreduce algorithm, measured on
+// the caller's own calls.
+//
+// Contract:
+// - Messages fall into buckets by size: bucket b holds (2^(b-1), 2^b] bytes
+//   (bucket 0: 0 and 1 byte). A bucket starts Fresh; its first pick asks the
+//   ranker (the cost model) for the algorithms that serve it, the model's
+//   choice (the favourite) first, with their predicted times, and keeps in
+//   that order those within `spread` of the fastest prediction (at most
+//   `maxCandidates`). One candidate: decided at once ("model").
+// - Exploring: the bucket's calls cycle through the candidates in rounds
+//   (call i of the exploration runs candidate (i + i / C) mod C), one warm-up
+//   round and then `rounds` measured ones. With three candidates or more,
+//   after kScreenRounds measured rounds the ranks agree on those times (the
+//   maximum over ranks, as below) and every candidate but the favourite whose
+//   fastest round took over kScreenFactor x the slowest round of the best
+//   one leaves; the rest start their measured rounds afresh. This bounds
+//   what a far slower candidate costs. After the last trial record()
+//   returns this rank's C x rounds times; the caller makes them the maximum
+//   over ranks (an allreduce) and hands them to agreed(), which decides.
+// - The decision (docs/algorithms.md, "Online selection"): per round the
+//   ratio of each candidate's time to the model's favourite's; a candidate
+//   beats the favourite when the upper end of the ~90% confidence interval
+//   of its median ratio (order statistics) is below 1. The winner is the
+//   fastest by median among the favourite and those that beat it: an
+//   advantage inside the noise leaves the model's choice.
+// - Exploiting: the winner runs. Every `checkEvery` calls (64, doubling to
+//   4096 while stable) record() returns this rank's median of its last 16
+//   times; agreed() compares the maximum over ranks with the winner's band
+//   (its confidence interval, widened by kDriftFactor) and explores again
+//   when it lies outside. The bucket is explored again anyway after
+//   `reexploreAfter` calls (doubling each time).
+// - Deterministic: the state changes only in pick(), record() and agreed(),
+//   from the sequence of message sizes and agreed values, so ranks that
+//   make the same calls and agree the same values pick the same algorithm
+//   at every call. A candidate that cannot serve a message of its bucket
+//   (a size limit) leaves the bucket and its exploration starts over; a
+//   winner that cannot serve one runs the model's choice for it, unmeasured.
+// - decided()/load(): the Exploiting buckets as entries (the tuning cache's
+//   lines); a loaded entry starts Exploiting, with its band when it has one.
+// Thread safety: pick/record/agreed/load from one thread at a time (the
+// group's executing thread); report() and decided() from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/label.h"
+
+namespace scalecomm {
+
+struct TunerSettings {
+  int rounds = 8;           // measured rounds per exploration (after one warm-up round)
+  double spread = 10.0;     // candidates predicted within this factor of the model's best
+  int maxCandidates = 4;    // at most this many
+  int64_t firstCheck = 64;  // calls between drift checks, doubling to maxCheck
+  int64_t maxCheck = 4096;
+  int64_t reexploreAfter = 4096;  // calls before the next exploration, doubling
+};
+
+constexpr double kDriftFactor = 1.3;   // the band's widening before a drift counts
+constexpr int kScreenRounds = 2;       // measured rounds before the screening
+constexpr double kScreenFactor = 2.0;  // screened out: slower than this in every screening round
+
+// One measured winner (a line of the tuning cache). Times are the maximum
+// over ranks of one call, in seconds; 0 where unknown.
+struct TunerEntry {
+  int64_t bytes = 0;  // the bucket's upper bound
+  std::string algorithm;
+  double median = 0, lo = 0, hi = 0;
+  std::vector<std::pair<std::string, double>> measured;  // every candidate's median (report)
+};
+
+class OnlineTuner {
+ public:
+  // The algorithms that serve a message of `bytes` with predicted seconds,
+  // the model's choice first.
+  using Ranker = std::function<std::vector<std::pair<std::string, double>>(int64_t bytes)>;
+  using Serves = std::function<bool(const std::string& algorithm, int64_t bytes)>;
+
+  OnlineTuner(Ranker ranker, Serves serves, TunerSettings settings = {});
+
+  static int bucketOf(int64_t bytes);
+  static int64_t bucketBytes(int bucket) { return bucket <= 0 ? 1 : int64_t{1} << bucket; }
+
+  struct Pick {
+    Label algorithm;
+    int bucket = -1;
+    int candidate = -1;     // >= 0: an exploration trial of this candidate
+    bool measured = false;  // record() wants the call's time
+    bool fresh = false;     // this pick started its bucket (see describe())
+  };
+  Pick pick(int64_t bytes);
+  // The model's choice for `bytes`, without measuring (calls the tuner
+  // cannot time, such as device calls). Cached per size.
+  Label modelPick(int64_t bytes);
+  // The call's time on this rank. Returns the values every rank must reduce
+  // to their maximum and pass to agreed() before the next pick; or nothing.
+  std::vector<double> record(const Pick& pick, double seconds);
+  // Returns a one-line account of what changed ("" when nothing did).
+  std::string agreed(const Pick& pick, const std::vector<double>& maxed);
+
+  // A bucket's candidates as chosen from the model, for the log.
+  std::string describe(int bucket) const;
+  std::vector<TunerEntry> decided() const;
+  void load(const std::vector<TunerEntry>& entries);
+
+  struct Candidate {
+    std::string algorithm;
+    double predicted = 0;  // seconds
+    double median = 0;     // agreed, last exploration; 0 before
+    double ratioHigh = 0;  // upper end of its ratio to the favourite's interval
+    int64_t trials = 0;    // calls run as trials, all explorations
+  };
+  struct BucketReport {
+    int64_t bytes = 0;      // upper bound of the bucket
+    std::string phase;      // exploring | exploiting
+    std::string source;     // explored | cache | model
+    std::string algorithm;  // the winner ("" while exploring the first time)
+    double median = 0, lo = 0, hi = 0;
+    int64_t calls = 0, explorations = 0, driftChecks = 0, drifts = 0;
+    std::vector<Candidate> candidates;
+  };
+  std::vector<BucketReport> report() const;
+
+ private:
+  enum class Phase : uint8_t { Fresh, Exploring, Exploiting };
+  enum class Pending : uint8_t { None, Decide, Screen, Check };
+  struct Bucket {
+    Phase phase = Phase::Fresh;
+    Pending pending = Pending::None;
+    std::vector<Label> cands;  // model order, favourite first
+    std::vector<Candidate> info;
+    int64_t trial = 0;          // this exploration's calls so far
+    bool screened = false;      // the early screening has run
+    std::vector<double> local;  // [round][candidate], measured rounds
+    int winner = -1;
+    Label winnerLabel;
+    std::string source;
+    double median = 0, lo = 0, hi = 0;
+    std::array<double, 16> recent{};
+    int64_t recentCount = 0;
+    int64_t sinceCheck = 0, checkEvery = 0, sinceExplore = 0, exploreAfter = 0;
+    int64_t calls = 0, explorations = 0, driftChecks = 0, drifts = 0;
+  };
+  void start(Bucket& k, int64_t bytes);
+  void explore(Bucket& k);
+  void exploit(Bucket& k);
+  std::string decide(Bucket& k, int bucket, const std::vector<double>& maxed);
+  std::string screen(Bucket& k, int bucket, const std::vector<double>& maxed);
+  Label modelPickLocked(int64_t bytes);
+
+  Ranker ranker_;
+  Serves serves_;
+  TunerSettings settings_;
+  mutable std::mutex mu_;  // guards buckets_ against report()/decided()
+  std::array<Bucket, 64> buckets_;
+  std::unordered_map<int64_t, Label> modelPicks_;  // bounded
+};
+
+// Order statistics: the indices (0-based, into sorted samples) of a
+// two-sided confidence interval for the median of n samples with coverage
+// at least `coverage`, as wide as needed (the full range when n is small).
+std::pair<int, int> medianInterval(int n, double coverage = 0.9);
+
+}  // namespace scalecomm

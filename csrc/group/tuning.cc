@@ -1,0 +1,197 @@
+// The Group's side of auto's online allreduce choice (algo/tuner.h): the
+// tuning cache (its key, path, loading at creation, writing as the tuner
+// decides), resolving a call's algorithm on the executing thread, and the
+// agreement between ranks.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "algo/registry.h"
+#include "core/dtype.h"
+#include "core/logging.h"
+#include "core/version.h"
+#include "group/group.h"
+
+namespace scalecomm {
+
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+// What a measurement depends on: the library, the machine (rank 0's host
+// and cores), the layout (ranks per host, link kinds, the mpi channel) and
+// the settings that change how fast an algorithm runs.
+std::string tuningKeyOf(const GroupConfig& c, Communicator& comm) {
+  std::ostringstream o;
+  o << "scalecomm-" << kVersion << " world=" << comm.size() << " hosts=";
+  std::vector<int> perHost;
+  for (int h : comm.hostOf()) {
+    if (h >= static_cast<int>(perHost.size())) perHost.resize(h + 1, 0);
+    ++perHost[h];
+  }
+  for (size_t i = 0; i < perHost.size(); ++i) o << (i ? "+" : "") << perHost[i];
+  std::set<std::string> kinds;
+  for (int q = 0; q < comm.size(); ++q)
+    if (q != comm.rank()) kinds.insert(comm.link(q).kind());
+  o << " links=";
+  for (auto it = kinds.begin(); it != kinds.end(); ++it) o << (it == kinds.begin() ? "" : "+") << *it;
+  o << (comm.collectivesOnMpi() ? " mpi-channel" : "") << " segment=" << c.segmentBytes
+    << " window=" << c.shmWindowBytes << " spin=" << c.spinMicros << " sockets=" << c.socketsPerPeer
+    << " cores=" << hostCores() << " machine=" << hostIdentity();
+  return o.str();
+}
+
+std::string cacheDir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && xdg[0]) return std::string(xdg) + "/scalecomm";
+  const char* home = std::getenv("HOME");
+  return std::string(home && home[0] ? home : "/tmp") + "/.cache/scalecomm";
+}
+
+}  // namespace
+
+// Rank 0 reads the cache and hands its text and key to every rank through
+// the store, so all start from the same table and pick alike.
+TuningTable loadTuning(Store& store, const std::string& prefix, const GroupConfig& config, Communicator& comm,
+                       std::string& path, std::string& key) {
+  const std::string storeKey = prefix + "tuning";
+  if (comm.rank() == 0) {
+    key = tuningKeyOf(config, comm);
+    char name[40];
+    std::snprintf(name, sizeof(name), "/tuning-%016llx.txt", static_cast<unsigned long long>(fnv1a(key)));
+    path = config.tuningFile == "none" ? "" : config.tuningFile.empty() ? cacheDir() + name : config.tuningFile;
+    std::string text;
+    if (!path.empty()) {
+      std::ifstream in(path);
+      std::stringstream buf;
+      if (in) buf << in.rdbuf();
+      text = buf.str();
+    }
+    store.set(storeKey, path + "\n" + key + "\n" + text);
+  }
+  const std::string shared = store.get(storeKey, Deadline::after(std::chrono::milliseconds(config.timeoutMs)));
+  const size_t a = shared.find('\n'), b = shared.find('\n', a + 1);
+  path = shared.substr(0, a);
+  key = shared.substr(a + 1, b - a - 1);
+  TuningTable t = TuningTable::parse(shared.substr(b + 1), "tuning file '" + path + "'");
+  if (!t.key.empty() && t.key != key) {
+    SC_LOG(Info, "rank ", comm.rank(), ": tuning file ", path,
+           " was measured for another machine, layout or "
+           "version (",
+           t.key, "); starting afresh (this group: ", key, ")");
+    return TuningTable{};
+  }
+  if (t.world != 0 && t.world != comm.size()) {
+    SC_LOG(Warn, "rank ", comm.rank(), ": tuning file ", path, " was measured at world size ", t.world,
+           ", this group has ", comm.size(), " ranks: using its alpha/beta only");
+    t.allreduce.clear();
+  }
+  return t;
+}
+
+void Group::startTuner() {
+  if (selection_.allreduce != "auto" || config_.autotune != "online" || size_ <= 1) return;
+  auto ranker = [this](int64_t bytes) {
+    const AlgoParams params = algoParams();
+    const std::vector<std::string> names = autoAllreduceCandidates(size_, bytes, params);
+    const std::string favourite = scalecomm::chooseAllreduce(size_, bytes, costs_, params, names);
+    std::vector<std::pair<std::string, double>> out;
+    for (const std::string& a : names) {
+      const double t = predictAllreduceSeconds(a, size_, bytes, costs_, params);
+      if (a == favourite)
+        out.insert(out.begin(), {a, t});
+      else
+        out.emplace_back(a, t);
+    }
+    std::stable_sort(out.begin() + 1, out.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+    return out;
+  };
+  auto serves = [this](const std::string& a, int64_t bytes) { return allreduceServes(a, size_, bytes, algoParams()); };
+  tuner_ = std::make_unique<OnlineTuner>(ranker, serves);
+  tuner_->load(tuning_.allreduce);
+}
+
+std::vector<OnlineTuner::BucketReport> Group::tuning() const {
+  return tuner_ ? tuner_->report() : std::vector<OnlineTuner::BucketReport>{};
+}
+
+OnlineTuner::Pick Group::resolveTuned(Call& call) {
+  OnlineTuner::Pick pick;
+  const int64_t bytes = call.count * static_cast<int64_t>(elementSize(call.dtype));
+  if (call.deviceIndex >= 0 || call.stager) {
+    call.algorithm = tuner_->modelPick(bytes);  // the host's time of a device call is not the device's
+  } else {
+    pick = tuner_->pick(bytes);
+    call.algorithm = pick.algorithm;
+    if (pick.fresh) SC_LOG(Info, "rank ", rank_, ": ", tuner_->describe(OnlineTuner::bucketOf(bytes)));
+  }
+  if (call.name == SC_LABEL("allreduce")) {
+    auto it = tunedTitles_.find(call.algorithm.key());
+    if (it == tunedTitles_.end()) {
+      const std::array<Label, 2> titles{Label("allreduce:" + call.algorithm),
+                                        Label("allreduce:" + call.algorithm + " (trial)")};
+      it = tunedTitles_.emplace(call.algorithm.key(), titles).first;
+    }
+    call.name = it->second[pick.candidate >= 0 ? 1 : 0];
+  }
+  return pick;
+}
+
+void Group::recordTuned(const OnlineTuner::Pick& pick, double seconds, const CollectiveOptions& o) {
+  std::vector<double> values = tuner_->record(pick, seconds);
+  if (values.empty()) return;
+  // The slowest rank's times: one small allreduce, the same on every rank.
+  CollectiveOptions agree = o;
+  agree.algorithm = SC_LABEL("ring");
+  agree.trace = nullptr;
+  allreduce(comm_->collectiveChannel(), values.data(), static_cast<int64_t>(values.size()), DataType::Float64,
+            ReduceOp::Max, 1.0, agree);
+  const std::string what = tuner_->agreed(pick, values);
+  if (what.empty()) return;
+  SC_LOG(Info, "rank ", rank_, ": ", what);
+  if (rank_ == 0) saveTuning();
+}
+
+void Group::saveTuning() {
+  if (tuningPath_.empty()) return;
+  TuningTable t;
+  t.key = tuningKey_;
+  t.world = size_;
+  t.hasCosts = costs_.alpha > 0 && costs_.beta > 0;
+  t.costs = costs_;
+  t.allreduce = tuner_->decided();
+  const std::string tmp = tuningPath_ + ".tmp" + std::to_string(getpid());
+  const size_t slash = tuningPath_.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    // mkdir -p of the cache directory (errors surface at the write below).
+    for (size_t i = 1; i <= slash; ++i) {
+      if (i == slash || tuningPath_[i] == '/') ::mkdir(tuningPath_.substr(0, i).c_str(), 0755);
+    }
+  }
+  bool ok = false;
+  {
+    std::ofstream out(tmp);
+    out << t.str();
+    ok = static_cast<bool>(out.flush());
+  }
+  ok = ok && std::rename(tmp.c_str(), tuningPath_.c_str()) == 0;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    if (!tuningSaveFailed_) {
+      SC_LOG(Warn, "rank 0: cannot write the tuning cache ", tuningPath_,
+             " (SCALECOMM_TUNING_FILE; none turns it off); auto keeps measuring in memory");
+    }
+    tuningSaveFailed_ = true;
+  }
+}
+
+}  // namespace scalecomm

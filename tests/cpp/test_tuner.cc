@@ -1,0 +1,297 @@
+// auto's online choice (algo/tuner.h): the confidence interval of a median,
+// exploration in interleaved rounds, the decision rule (a winner must beat the
+// model's choice beyond the noise), drift, the cache's round trip; and on a
+// live group, every rank deciding alike with exact results throughout.
+#include <cmath>
+#include <future>
+#include <map>
+#include <random>
+#include <set>
+
+#include "algo/selection.h"
+#include "algo/tuner.h"
+#include "comm/loopback_mesh.h"
+#include "group/group.h"
+#include "harness.h"
+
+using namespace scalecomm;
+
+namespace {
+
+// Three algorithms, the first ("a") the model's choice; every size served.
+OnlineTuner makeTuner(TunerSettings s = {}, std::vector<std::string> names = {"a", "b", "c"}) {
+  auto ranker = [names](int64_t) {
+    return std::vector<std::pair<std::string, double>>{{names[0], 1e-5}, {names[1], 1.2e-5}, {names[2], 2e-5}};
+  };
+  return OnlineTuner(ranker, [](const std::string&, int64_t) { return true; }, s);
+}
+
+// Runs one exploration of `bytes`: `timeOf(algorithm, call)` is this rank's
+// time; returns the account of the decision.
+std::string explore(OnlineTuner& t, int64_t bytes, const std::function<double(const std::string&, int)>& timeOf) {
+  for (int call = 0; call < 1000; ++call) {
+    const OnlineTuner::Pick p = t.pick(bytes);
+    CHECK(p.candidate >= 0);
+    std::vector<double> agree = t.record(p, timeOf(p.algorithm.str(), call));
+    if (agree.empty()) continue;
+    const std::string what = t.agreed(p, agree);  // one rank: its times are the maximum
+    if (t.report().front().phase == "exploiting") return what;
+  }
+  CHECK(false);
+  return "";
+}
+
+std::string winner(const OnlineTuner& t, int64_t bytes) {
+  for (const auto& b : t.report())
+    if (b.bytes == OnlineTuner::bucketBytes(OnlineTuner::bucketOf(bytes))) return b.algorithm;
+  return "";
+}
+
+}  // namespace
+
+TEST(median_interval_covers_ninety_percent_with_order_statistics) {
+  CHECK(medianInterval(8) == std::make_pair(1, 6));  // [x(2), x(7)]: 93% (x(3)..x(6) would be 71%)
+  CHECK(medianInterval(16) == std::make_pair(4, 11));
+  CHECK(medianInterval(3) == std::make_pair(0, 2));  // too few for 90%: the whole range
+  CHECK(medianInterval(1) == std::make_pair(0, 0));
+}
+
+TEST(buckets_are_powers_of_two) {
+  CHECK_EQ(OnlineTuner::bucketOf(0), 0);
+  CHECK_EQ(OnlineTuner::bucketOf(1), 0);
+  CHECK_EQ(OnlineTuner::bucketOf(8), 3);
+  CHECK_EQ(OnlineTuner::bucketOf(9), 4);
+  CHECK_EQ(OnlineTuner::bucketOf(int64_t{1} << 30), 30);
+  CHECK_EQ(OnlineTuner::bucketBytes(4), int64_t{16});
+}
+
+TEST(exploration_interleaves_every_candidate_in_each_round) {
+  OnlineTuner t = makeTuner();
+  std::vector<std::string> seen;
+  std::vector<double> agree;
+  for (int i = 0; i < 3 * 9; ++i) {
+    const OnlineTuner::Pick p = t.pick(4096);
+    seen.push_back(p.algorithm.str());
+    agree = t.record(p, 1e-5);
+    // Agreements: the screening after two measured rounds, the decision after the last.
+    CHECK_EQ(agree.empty(), i != 3 * 3 - 1 && i != 3 * 9 - 1);
+    if (i == 3 * 3 - 1) {
+      CHECK_EQ(agree.size(), size_t{3 * 2});
+      CHECK_EQ(t.agreed(p, agree), std::string());  // alike: nobody leaves
+    }
+  }
+  for (int round = 0; round < 9; ++round) {
+    std::multiset<std::string> r(seen.begin() + 3 * round, seen.begin() + 3 * round + 3);
+    CHECK(r == (std::multiset<std::string>{"a", "b", "c"}));
+  }
+  CHECK(seen[0] != seen[3]);  // rotated: no algorithm always first
+  CHECK_EQ(agree.size(), size_t{3 * 8});
+}
+
+TEST(a_clearly_faster_algorithm_wins_and_noise_leaves_the_models_choice) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> noise(0.9, 1.1);
+  {  // b is 30% faster than a in every round: b
+    OnlineTuner t = makeTuner();
+    const std::string what = explore(t, 4096, [&](const std::string& a, int) {
+      return (a == "a" ? 10e-6 : a == "b" ? 7e-6 : 20e-6) * noise(rng);
+    });
+    CHECK_EQ(winner(t, 4096), std::string("b"));
+    CHECK(what.find("picks b") != std::string::npos);
+  }
+  {  // b 2% faster on median but inside +-10% noise: the model's a
+    OnlineTuner t = makeTuner();
+    explore(t, 4096, [&](const std::string& a, int) {
+      return (a == "a" ? 10e-6 : a == "b" ? 9.8e-6 : 20e-6) * noise(rng);
+    });
+    CHECK_EQ(winner(t, 4096), std::string("a"));
+  }
+  {  // the model's choice is fastest: kept, and the band brackets its median
+    OnlineTuner t = makeTuner();
+    explore(t, 4096, [&](const std::string& a, int) { return (a == "a" ? 5e-6 : 9e-6) * noise(rng); });
+    const auto r = t.report().front();
+    CHECK_EQ(r.algorithm, std::string("a"));
+    CHECK(r.lo <= r.median && r.median <= r.hi && r.lo >= 4.5e-6 && r.hi <= 5.5e-6);
+    CHECK_EQ(r.phase, std::string("exploiting"));
+    CHECK_EQ(r.source, std::string("explored"));
+  }
+}
+
+TEST(a_far_slower_candidate_leaves_after_the_screening_rounds) {
+  OnlineTuner t = makeTuner();
+  const std::string what = explore(t, 4096, [&](const std::string& a, int) {
+    return a == "a" ? 10e-6 : a == "b" ? 9e-6 : 50e-6;  // c: 5x
+  });
+  const auto r = t.report().front();
+  CHECK_EQ(r.candidates.size(), size_t{2});
+  CHECK_EQ(r.candidates[1].algorithm, std::string("b"));
+  CHECK_EQ(r.candidates[0].trials, int64_t{3 + 8});  // warm-up, 2 screening rounds, 8 measured
+  CHECK_EQ(r.algorithm, std::string("b"));
+  // c ran 3 times only; a 1.5x slower one stays.
+  OnlineTuner u = makeTuner();
+  explore(u, 4096, [&](const std::string& a, int) { return a == "a" ? 10e-6 : a == "b" ? 9e-6 : 15e-6; });
+  CHECK_EQ(u.report().front().candidates.size(), size_t{3});
+}
+
+TEST(one_slow_outlier_per_candidate_does_not_decide) {
+  // a is faster in every round but one, where it takes 10x (a page fault, a
+  // preempted core): medians, not means, decide.
+  OnlineTuner t = makeTuner();
+  explore(t, 4096, [&](const std::string& a, int call) {
+    if (a == "a") return call == 12 ? 100e-6 : 10e-6;
+    return a == "b" ? 11e-6 : 30e-6;
+  });
+  CHECK_EQ(winner(t, 4096), std::string("a"));
+}
+
+TEST(exploiting_runs_the_winner_and_a_drift_explores_again) {
+  TunerSettings s;
+  s.firstCheck = 16;
+  OnlineTuner t = makeTuner(s);
+  explore(t, 4096, [&](const std::string& a, int) { return a == "b" ? 5e-6 : 10e-6; });
+  CHECK_EQ(winner(t, 4096), std::string("b"));
+  // Stable: checks pass and their interval doubles.
+  int checks = 0;
+  for (int i = 0; i < 48; ++i) {
+    const OnlineTuner::Pick p = t.pick(4096);
+    CHECK_EQ(p.algorithm.str(), std::string("b"));
+    CHECK_EQ(p.candidate, -1);
+    std::vector<double> v = t.record(p, 5e-6);
+    if (!v.empty()) {
+      ++checks;
+      CHECK_EQ(v.size(), size_t{1});
+      CHECK_EQ(t.agreed(p, v), std::string());
+    }
+  }
+  CHECK_EQ(checks, 2);  // after 16 calls, then after 32 more
+  // The machine changes: b takes 4x as long. The next check sends the bucket back to exploring.
+  std::string what;
+  for (int i = 0; i < 64 && what.empty(); ++i) {
+    const OnlineTuner::Pick p = t.pick(4096);
+    std::vector<double> v = t.record(p, 20e-6);
+    if (!v.empty()) what = t.agreed(p, v);
+  }
+  CHECK(what.find("measuring again") != std::string::npos);
+  CHECK_EQ(t.report().front().phase, std::string("exploring"));
+  CHECK(t.pick(4096).candidate >= 0);
+}
+
+TEST(buckets_are_independent_and_a_single_candidate_is_decided_at_once) {
+  auto ranker = [](int64_t bytes) {
+    if (bytes <= 64) return std::vector<std::pair<std::string, double>>{{"a", 1e-6}, {"b", 1e-4}};  // b: 100x
+    return std::vector<std::pair<std::string, double>>{{"a", 1e-5}, {"b", 1e-5}};
+  };
+  OnlineTuner t(ranker, [](const std::string&, int64_t) { return true; });
+  const OnlineTuner::Pick small = t.pick(64);
+  CHECK_EQ(small.candidate, -1);  // b is beyond the spread: a alone, no exploration
+  CHECK_EQ(small.algorithm.str(), std::string("a"));
+  CHECK(t.pick(1 << 20).candidate >= 0);  // another bucket explores
+}
+
+TEST(a_candidate_that_cannot_serve_a_message_of_its_bucket_leaves_it) {
+  auto ranker = [](int64_t bytes) {
+    if (bytes > 4032) return std::vector<std::pair<std::string, double>>{{"ring", 2e-5}};
+    return std::vector<std::pair<std::string, double>>{{"pairwise", 1e-5}, {"ring", 2e-5}};
+  };
+  OnlineTuner t(ranker, [](const std::string& a, int64_t bytes) { return a != "pairwise" || bytes <= 4032; });
+  OnlineTuner::Pick p = t.pick(4000);  // bucket (2048, 4096], first trial: pairwise
+  CHECK_EQ(p.algorithm.str(), std::string("pairwise"));
+  p = t.pick(4096);  // the next trial is ring's, which takes 4096 B
+  CHECK_EQ(p.algorithm.str(), std::string("ring"));
+  p = t.pick(4096);  // round 1 starts with ring (rotated)
+  p = t.pick(4096);  // pairwise's turn, which cannot take 4096 B: it leaves; ring alone is decided
+  CHECK_EQ(p.algorithm.str(), std::string("ring"));
+  CHECK_EQ(p.candidate, -1);
+  CHECK_EQ(t.report().front().source, std::string("model"));
+  CHECK_EQ(t.pick(4000).algorithm.str(), std::string("ring"));
+}
+
+TEST(decisions_round_trip_through_the_cache_text) {
+  const std::vector<std::string> names = {"ring", "rhd", "tree"};  // the file names real algorithms
+  OnlineTuner t = makeTuner({}, names);
+  explore(t, 1 << 20, [&](const std::string& a, int) { return a == "tree" ? 3e-4 : 9e-4; });
+  TuningTable table;
+  table.key = "scalecomm-test world=2";
+  table.world = 2;
+  table.allreduce = t.decided();
+  CHECK_EQ(table.allreduce.size(), size_t{1});
+  const TuningTable back = TuningTable::parse(table.str(), "test");
+  CHECK_EQ(back.key, table.key);
+  CHECK_EQ(back.allreduce.size(), size_t{1});
+  CHECK_EQ(back.allreduce[0].algorithm, std::string("tree"));
+  CHECK_EQ(back.allreduce[0].bytes, int64_t{1} << 20);
+  CHECK(std::fabs(back.allreduce[0].median - 3e-4) < 1e-12);
+  CHECK_EQ(back.allreduce[0].measured.size(), size_t{2});  // rhd (3x) left at the screening
+  OnlineTuner u = makeTuner({}, names);
+  u.load(back.allreduce);
+  const OnlineTuner::Pick p = u.pick(1 << 20);  // loaded: exploits at once
+  CHECK_EQ(p.algorithm.str(), std::string("tree"));
+  CHECK_EQ(p.candidate, -1);
+  CHECK_EQ(u.report().front().source, std::string("cache"));
+  // An old-style line (no times) loads too; a bad one names its line.
+  CHECK_EQ(TuningTable::parse("world 2\nallreduce 8 tree\n", "t").allreduce[0].algorithm, std::string("tree"));
+  bool threw = false;
+  try {
+    TuningTable::parse("allreduce 8 tree 1e-6 2e-6\n", "t");
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("line 1") != std::string::npos;
+  }
+  CHECK(threw);
+}
+
+TEST(every_rank_of_a_live_group_decides_alike_with_exact_results) {
+  constexpr int n = 3;
+  LoopbackFabric fabric(n, 1 << 16);
+  auto comms = loopbackCommunicators(fabric, 0);
+  GroupConfig cfg;
+  cfg.timeoutMs = 20000;
+  CostParams costs;
+  costs.alpha = 5e-6;
+  costs.overhead = 5e-6;
+  costs.beta = 1e-9;
+  std::vector<std::shared_ptr<Group>> groups;
+  for (auto& c : comms) groups.push_back(Group::create(std::move(c), cfg, costs));
+  std::vector<std::map<std::string, uint64_t>> trialsByRank(n);
+  const auto errors = sctest::onThreads(n, [&](int rank) {
+    Group& g = *groups[rank];
+    for (int i = 0; i < 80; ++i) {
+      std::vector<float> v(1024, static_cast<float>(rank + 1 + i));
+      const Group::Prepared& site = g.prepare(CallKind::Allreduce, "allreduce", 4096);
+      CHECK_EQ(site.algorithm.str(), std::string("auto"));
+      Call c;
+      c.kind = CallKind::Allreduce;
+      c.name = site.title;
+      c.algorithm = site.algorithm;
+      c.data = v.data();
+      c.count = 1024;
+      c.dtype = DataType::Float32;
+      c.op = ReduceOp::Sum;
+      c.blocking = i % 2 == 0;  // inline and on the worker alike
+      auto done = std::make_shared<std::promise<std::string>>();
+      auto fut = done->get_future();
+      c.done = [done](const Error* e) { done->set_value(e ? e->what() : ""); };
+      g.submit(std::move(c));
+      CHECK_EQ(fut.get(), std::string());
+      for (float x : v) CHECK_EQ(x, static_cast<float>(n * (n + 1) / 2 + n * i));
+    }
+    for (const auto& [name, s] : g.stats())
+      if (name.find("(trial)") != std::string::npos) trialsByRank[rank][name] = s.calls;
+  });
+  for (const auto& e : errors) CHECK_EQ(e, std::string());
+  const auto report = groups[0]->tuning();
+  CHECK_EQ(report.size(), size_t{1});
+  CHECK_EQ(report[0].phase, std::string("exploiting"));
+  CHECK(report[0].candidates.size() >= 2);
+  for (int r = 1; r < n; ++r) {
+    const auto other = groups[r]->tuning();
+    CHECK_EQ(other[0].algorithm, report[0].algorithm);
+    CHECK_EQ(other[0].median, report[0].median);  // agreed values: the same bits
+    CHECK(trialsByRank[r] == trialsByRank[0]);
+  }
+  for (const auto& c : report[0].candidates)
+    CHECK_EQ(trialsByRank[0]["allreduce:" + c.algorithm + " (trial)"], static_cast<uint64_t>(c.trials));
+  CHECK(groups[0]->stats().count("allreduce:" + report[0].algorithm) == 1);  // then it exploits
+  for (auto& g : groups) g->shutdown();
+}
+
+TEST_MAIN()

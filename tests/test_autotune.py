@@ -1,0 +1,97 @@
+"""auto measured online: exploration on the user's own calls, one decision on
+every rank, the tuning cache written and read back, and what shows it
+(stats, tuning(), the INFO log, python -m pyscalecomm.tune --show)."""
+
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+from dist_helpers import run_ranks
+
+
+def _explore(rank, n, calls, count):
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    for i in range(calls):
+        t = torch.full((count,), float(rank + 1 + i))
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((count,), n * (n + 1) / 2 + n * i)), (i, t[:4])
+    stats = {k: v["calls"] for k, v in be.stats().items() if k.startswith("allreduce")}
+    return be.tuning(), stats, be.tuning_file
+
+
+def test_online_auto_explores_then_every_rank_runs_the_same_winner():
+    calls = 60
+    results = run_ranks(3, _explore, calls, 1024)
+    tuning0, stats0, _ = results[0]
+    assert len(tuning0) == 1, tuning0
+    bucket = tuning0[0]
+    assert bucket["bytes"] == 4096 and bucket["phase"] == "exploiting" and bucket["source"] == "explored", (
+        bucket
+    )
+    cands = bucket["candidates"]
+    assert len(cands) >= 2, bucket
+    winner = bucket["algorithm"]
+    assert winner in [c["algorithm"] for c in cands], bucket
+    assert bucket["lo_s"] <= bucket["median_s"] <= bucket["hi_s"], bucket
+    # one warm-up round and 8 measured ones, every candidate in each (plus two
+    # screening rounds where one far slower left after them)
+    trials = {k: v for k, v in stats0.items() if k.endswith(" (trial)")}
+    for c in cands:
+        assert trials[f"allreduce:{c['algorithm']} (trial)"] == c["trials"] in (9, 11), (c, trials)
+    assert all(v in (3, 9, 11) for v in trials.values()), trials
+    assert stats0[f"allreduce:{winner}"] == calls - sum(trials.values()), stats0
+    for tuning, stats, _ in results[1:]:  # every rank: the same decision on the same evidence
+        assert tuning[0]["algorithm"] == winner and tuning[0]["median_s"] == bucket["median_s"], tuning
+        assert stats == stats0, (stats, stats0)
+
+
+def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
+    path = tmp_path / "cache.txt"
+    env = {"SCALECOMM_TUNING_FILE": str(path)}
+    first = run_ranks(2, _explore, 40, 1024, env=env)
+    winner = first[0][0][0]["algorithm"]
+    text = path.read_text()
+    assert "key scalecomm-" in text and f"allreduce 4096 {winner} " in text, text
+    second = run_ranks(2, _explore, 10, 1024, env=env)
+    for tuning, stats, file in second:
+        assert file == str(path)
+        assert tuning[0]["source"] == "cache" and tuning[0]["algorithm"] == winner, tuning
+        assert stats == {f"allreduce:{winner}": 10}, stats  # no exploration
+    # The cache keys what it measured: another layout (here the window size) starts afresh.
+    third = run_ranks(2, _explore, 3, 1024, env={**env, "SCALECOMM_SHM_WINDOW_BYTES": 65536})
+    assert third[0][0][0]["source"] in ("", "model"), third[0][0]  # exploring, or the model's only candidate
+    # And python -m pyscalecomm.tune --show prints it.
+    res = subprocess.run(
+        [sys.executable, "-m", "pyscalecomm.tune", "--show", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "measured for: scalecomm-" in res.stdout and winner in res.stdout, res.stdout
+
+
+def _quiet(rank, n):
+    for _ in range(40):
+        dist.all_reduce(torch.ones(16))
+    return "ok"
+
+
+def test_each_decision_is_logged_with_its_evidence(tmp_path):
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); from dist_helpers import run_ranks; "
+        "from test_autotune import _quiet; run_ranks(2, _quiet, env={'SCALECOMM_DEBUG': 'INFO'})"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [ln for ln in res.stderr.splitlines() if "auto measured allreduce of up to 64 bytes" in ln]
+    assert len(lines) == 2, res.stderr[-3000:]  # one per rank, the same decision
+    assert lines[0].split("rank ")[1][2:] == lines[1].split("rank ")[1][2:], lines
+    assert " us" in lines[0] and "picks " in lines[0], lines
+
+
+def test_model_mode_measures_nothing():
+    for tuning, stats, _ in run_ranks(2, _explore, 30, 1024, env={"SCALECOMM_AUTOTUNE": "model"}):
+        assert tuning == [], tuning
+        assert not any(k.endswith("(trial)") for k in stats), stats
