@@ -99,6 +99,12 @@ def main() -> int:
     ap.add_argument(
         "--algos", default="", help="also time scalecomm groups fixed to these allreduce algorithms"
     )
+    ap.add_argument(
+        "--settle",
+        type=int,
+        default=150,
+        help="auto calls per size before its rounds, so its online choice has settled (0: none)",
+    )
     args = ap.parse_args()
     algos = [a for a in args.algos.split(",") if a]
     known = pyscalecomm.allreduce_algorithms()
@@ -199,6 +205,8 @@ def main() -> int:
             or k[10:].split("+")[0]
             in fixed[k[10:]]._get_backend(torch.device("cpu")).allreduce_algorithms(size or 4)
         }
+        for _ in range(args.settle if "scalecomm" in table else 0):
+            table["scalecomm"](t, a)
         times = {k: [] for k in table}
         for _ in range(args.rounds):
             for name, fn in table.items():
@@ -247,6 +255,12 @@ def main() -> int:
                     f"{_paired(times, lambda r: r['scalecomm'] - r['barrier floor'] - r['mpi']):.1f} us",
                     flush=True,
                 )
+    tuning = dist.group.WORLD._get_backend(torch.device("cpu")).tuning()
+    if rank == 0 and tuning:
+        picks = ", ".join(
+            f"<={b['bytes']} B {b['algorithm'] or '?'} ({b['source'] or b['phase']})" for b in tuning
+        )
+        print(f"# auto's online choices: {picks}", flush=True)
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
             for r in records:

@@ -49,7 +49,7 @@ def test_online_auto_explores_then_every_rank_runs_the_same_winner():
 def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
     path = tmp_path / "cache.txt"
     env = {"SCALECOMM_TUNING_FILE": str(path)}
-    first = run_ranks(2, _explore, 40, 1024, env=env)
+    first = run_ranks(2, _explore, 80, 1024, env=env)
     winner = first[0][0][0]["algorithm"]
     text = path.read_text()
     assert "key scalecomm-" in text and f"allreduce 4096 {winner} " in text, text

@@ -209,17 +209,23 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
   std::vector<double> favourite(rounds);
   for (int r = 0; r < rounds; ++r) favourite[r] = maxed[r * c];
   int winner = 0;
+  std::vector<Summary> own(c);
   for (int q = 0; q < c; ++q) {
     std::vector<double> mine(rounds), ratio(rounds);
     for (int r = 0; r < rounds; ++r) {
       mine[r] = maxed[r * c + q];
       ratio[r] = favourite[r] > 0 ? mine[r] / favourite[r] : 1.0;
     }
-    k.info[q].median = median(mine);
+    own[q] = summarize(mine);
+    k.info[q].median = own[q].median;
     k.info[q].ratioHigh = summarize(ratio).hi;
   }
+  // q beats the favourite when it is faster beyond the noise: paired by
+  // round (its ratio's interval below 1), or unpaired (its interval below
+  // the favourite's), which holds where the rounds' noise is not shared.
   for (int q = 1; q < c; ++q) {
-    if (k.info[q].ratioHigh < 1.0 && k.info[q].median < k.info[winner].median) winner = q;
+    const bool beats = k.info[q].ratioHigh < 1.0 || own[q].hi < own[0].lo;
+    if (beats && k.info[q].median < k.info[winner].median) winner = q;
   }
   std::vector<double> w(rounds);
   for (int r = 0; r < rounds; ++r) w[r] = maxed[r * c + winner];

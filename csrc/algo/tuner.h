@@ -21,7 +21,8 @@
 // - The decision (docs/algorithms.md, "Online selection"): per round the
 //   ratio of each candidate's time to the model's favourite's; a candidate
 //   beats the favourite when the upper end of the ~90% confidence interval
-//   of its median ratio (order statistics) is below 1. The winner is the
+//   of its median ratio (order statistics) is below 1, or when its own
+//   median's interval lies below the favourite's. The winner is the
 //   fastest by median among the favourite and those that beat it: an
 //   advantage inside the noise leaves the model's choice.
 // - Exploiting: the winner runs. Every `checkEvery` calls (64, doubling to
@@ -58,7 +59,7 @@ namespace scalecomm {
 struct TunerSettings {
   int rounds = 8;           // measured rounds per exploration (after one warm-up round)
   double spread = 10.0;     // candidates predicted within this factor of the model's best
-  int maxCandidates = 4;    // at most this many
+  int maxCandidates = 8;    // at most this many
   int64_t firstCheck = 64;  // calls between drift checks, doubling to maxCheck
   int64_t maxCheck = 4096;
   int64_t reexploreAfter = 4096;  // calls before the next exploration, doubling
@@ -66,7 +67,7 @@ struct TunerSettings {
 
 constexpr double kDriftFactor = 1.3;   // the band's widening before a drift counts
 constexpr int kScreenRounds = 2;       // measured rounds before the screening
-constexpr double kScreenFactor = 2.0;  // screened out: slower than this in every screening round
+constexpr double kScreenFactor = 1.5;  // screened out: slower than this in every screening round
 
 // One measured winner (a line of the tuning cache). Times are the maximum
 // over ranks of one call, in seconds; 0 where unknown.

@@ -276,6 +276,11 @@ class Group : public std::enable_shared_from_this<Group> {
   // The tuning cache this group loads and writes ("" : none) and its key.
   const std::string& tuningPath() const { return tuningPath_; }
   const std::string& tuningKey() const { return tuningKey_; }
+  // Tests: rewrites the time this rank reports to the tuner for a call of
+  // `algorithm` (the ranks' agreement must make every rank decide alike
+  // whatever one rank measures). Set before the group's first call.
+  using TunerTimeSkew = std::function<double(const std::string& algorithm, double seconds)>;
+  void skewTunerTimesForTest(TunerTimeSkew skew) { tunerSkew_ = std::move(skew); }
 
  private:
   Group(std::unique_ptr<Communicator> comm, GroupConfig config);
@@ -318,6 +323,7 @@ class Group : public std::enable_shared_from_this<Group> {
   std::string tuningPath_, tuningKey_;
   bool tuningSaveFailed_ = false;                                      // executing thread: warn once
   std::unordered_map<const void*, std::array<Label, 2>> tunedTitles_;  // algorithm -> titles (executing thread)
+  TunerTimeSkew tunerSkew_;                                            // tests only
   CostParams costs_;
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<GroupState> state_;

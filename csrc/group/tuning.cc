@@ -147,6 +147,7 @@ OnlineTuner::Pick Group::resolveTuned(Call& call) {
 }
 
 void Group::recordTuned(const OnlineTuner::Pick& pick, double seconds, const CollectiveOptions& o) {
+  if (tunerSkew_) seconds = tunerSkew_(pick.algorithm.str(), seconds);
   std::vector<double> values = tuner_->record(pick, seconds);
   if (values.empty()) return;
   // The slowest rank's times: one small allreduce, the same on every rank.

@@ -99,10 +99,11 @@ TEST(a_clearly_faster_algorithm_wins_and_noise_leaves_the_models_choice) {
     CHECK_EQ(winner(t, 4096), std::string("b"));
     CHECK(what.find("picks b") != std::string::npos);
   }
-  {  // b 2% faster on median but inside +-10% noise: the model's a
+  {  // b 2% faster on median, each round's noise +-10% and not shared: the model's a
     OnlineTuner t = makeTuner();
-    explore(t, 4096, [&](const std::string& a, int) {
-      return (a == "a" ? 10e-6 : a == "b" ? 9.8e-6 : 20e-6) * noise(rng);
+    explore(t, 4096, [&](const std::string& a, int call) {
+      const double wobble = 1 + 0.1 * std::sin(call * (a == "a" ? 1.3 : 2.9));
+      return (a == "a" ? 10e-6 : a == "b" ? 9.8e-6 : 20e-6) * wobble;
     });
     CHECK_EQ(winner(t, 4096), std::string("a"));
   }
@@ -127,9 +128,9 @@ TEST(a_far_slower_candidate_leaves_after_the_screening_rounds) {
   CHECK_EQ(r.candidates[1].algorithm, std::string("b"));
   CHECK_EQ(r.candidates[0].trials, int64_t{3 + 8});  // warm-up, 2 screening rounds, 8 measured
   CHECK_EQ(r.algorithm, std::string("b"));
-  // c ran 3 times only; a 1.5x slower one stays.
+  // c ran 3 times only; one 1.3x slower than the fastest stays.
   OnlineTuner u = makeTuner();
-  explore(u, 4096, [&](const std::string& a, int) { return a == "a" ? 10e-6 : a == "b" ? 9e-6 : 15e-6; });
+  explore(u, 4096, [&](const std::string& a, int) { return a == "a" ? 10e-6 : a == "b" ? 9e-6 : 11.7e-6; });
   CHECK_EQ(u.report().front().candidates.size(), size_t{3});
 }
 
@@ -239,8 +240,16 @@ TEST(decisions_round_trip_through_the_cache_text) {
   CHECK(threw);
 }
 
-TEST(every_rank_of_a_live_group_decides_alike_with_exact_results) {
-  constexpr int n = 3;
+namespace {
+
+// n groups over loopback, auto online; every rank runs `calls` allreduces of
+// 4096 bytes (inline and on the worker alternately) and checks each result
+// exactly. Returns the groups (shut down) and each rank's trial counts.
+struct LiveRun {
+  std::vector<std::shared_ptr<Group>> groups;
+  std::vector<std::map<std::string, uint64_t>> trials;
+};
+LiveRun runLive(int n, int calls, const std::function<void(int, Group&)>& setUp = {}) {
   LoopbackFabric fabric(n, 1 << 16);
   auto comms = loopbackCommunicators(fabric, 0);
   GroupConfig cfg;
@@ -249,12 +258,13 @@ TEST(every_rank_of_a_live_group_decides_alike_with_exact_results) {
   costs.alpha = 5e-6;
   costs.overhead = 5e-6;
   costs.beta = 1e-9;
-  std::vector<std::shared_ptr<Group>> groups;
-  for (auto& c : comms) groups.push_back(Group::create(std::move(c), cfg, costs));
-  std::vector<std::map<std::string, uint64_t>> trialsByRank(n);
+  LiveRun run;
+  for (auto& c : comms) run.groups.push_back(Group::create(std::move(c), cfg, costs));
+  run.trials.resize(n);
   const auto errors = sctest::onThreads(n, [&](int rank) {
-    Group& g = *groups[rank];
-    for (int i = 0; i < 80; ++i) {
+    Group& g = *run.groups[rank];
+    if (setUp) setUp(rank, g);
+    for (int i = 0; i < calls; ++i) {
       std::vector<float> v(1024, static_cast<float>(rank + 1 + i));
       const Group::Prepared& site = g.prepare(CallKind::Allreduce, "allreduce", 4096);
       CHECK_EQ(site.algorithm.str(), std::string("auto"));
@@ -275,23 +285,51 @@ TEST(every_rank_of_a_live_group_decides_alike_with_exact_results) {
       for (float x : v) CHECK_EQ(x, static_cast<float>(n * (n + 1) / 2 + n * i));
     }
     for (const auto& [name, s] : g.stats())
-      if (name.find("(trial)") != std::string::npos) trialsByRank[rank][name] = s.calls;
+      if (name.find("(trial)") != std::string::npos) run.trials[rank][name] = s.calls;
   });
   for (const auto& e : errors) CHECK_EQ(e, std::string());
-  const auto report = groups[0]->tuning();
+  for (auto& g : run.groups) g->shutdown();
+  return run;
+}
+
+// Every rank reports the same decision on the same evidence, and ran the same trials.
+void checkAlike(const LiveRun& run) {
+  const auto report = run.groups[0]->tuning();
   CHECK_EQ(report.size(), size_t{1});
   CHECK_EQ(report[0].phase, std::string("exploiting"));
   CHECK(report[0].candidates.size() >= 2);
-  for (int r = 1; r < n; ++r) {
-    const auto other = groups[r]->tuning();
+  for (size_t r = 1; r < run.groups.size(); ++r) {
+    const auto other = run.groups[r]->tuning();
     CHECK_EQ(other[0].algorithm, report[0].algorithm);
     CHECK_EQ(other[0].median, report[0].median);  // agreed values: the same bits
-    CHECK(trialsByRank[r] == trialsByRank[0]);
+    CHECK(run.trials[r] == run.trials[0]);
   }
+}
+
+}  // namespace
+
+TEST(every_rank_of_a_live_group_decides_alike_with_exact_results) {
+  LiveRun run = runLive(3, 80);
+  checkAlike(run);
+  const auto report = run.groups[0]->tuning();
   for (const auto& c : report[0].candidates)
-    CHECK_EQ(trialsByRank[0]["allreduce:" + c.algorithm + " (trial)"], static_cast<uint64_t>(c.trials));
-  CHECK(groups[0]->stats().count("allreduce:" + report[0].algorithm) == 1);  // then it exploits
-  for (auto& g : groups) g->shutdown();
+    CHECK_EQ(run.trials[0]["allreduce:" + c.algorithm + " (trial)"], static_cast<uint64_t>(c.trials));
+  CHECK(run.groups[0]->stats().count("allreduce:" + report[0].algorithm) == 1);  // then it exploits
+}
+
+TEST(one_rank_measuring_differently_cannot_split_the_decision) {
+  // Rank 1 sees every algorithm but tree as 20 ms, the others measure what
+  // ran (microseconds): alone, ranks 0 and 2 would keep their fastest. The
+  // ranks decide on the slowest rank's times, so every rank takes tree.
+  LiveRun run = runLive(3, 120, [](int rank, Group& g) {
+    if (rank == 1) g.skewTunerTimesForTest([](const std::string& a, double s) { return a == "tree" ? s : 20e-3; });
+  });
+  checkAlike(run);
+  const auto report = run.groups[0]->tuning();
+  bool explored = false;
+  for (const auto& c : report[0].candidates) explored = explored || c.algorithm == "tree";
+  CHECK(explored);
+  CHECK_EQ(report[0].algorithm, std::string("tree"));
 }
 
 TEST_MAIN()
