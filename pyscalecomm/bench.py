@@ -13,8 +13,11 @@ average), algbw = size / time, busbw = algbw x the collective's factor
 reduce 1), #wrong (elements differing from the closed-form result; -c 0 skips
 the check). Sizes are of the whole buffer, as in nccl-tests (allgather: the
 gathered output). Then: busbw relative to the first baseline, and which
-implementation won each size (auto's time relative to the best fixed
-algorithm on its row). Each collective ends with nccl-tests' "Avg bus
+implementation won each size. auto's row says what it ran and its time
+against the fixed algorithm with the lowest median round, paired by round:
+``auto->rhd 1.01x of rhd [0.97-1.06]`` is the median ratio and its range over
+rounds (auto's online choice settles on each size before its rounds start).
+Each collective ends with nccl-tests' "Avg bus
 bandwidth" per implementation, and the run with the count of wrong values
 (exit status 1 if any). ``--json`` appends one JSON line per measurement with
 the full configuration and min/avg/max time across ranks; ``--plot`` draws
@@ -23,7 +26,8 @@ busbw against size per implementation (matplotlib).
 Baselines: gloo (torch's CPU backend) and mpi (MPI's own collectives through
 mpi4py on the same buffers; needs mpirun). The timing runs back-to-back calls
 between barriers on a separate gloo group; --rounds R times every
-implementation R times round-robin per size and keeps its fastest round.
+implementation R times round-robin per size; the table keeps each one's fastest
+round, the JSON lines every round (time_us_rounds).
 """
 
 from __future__ import annotations
@@ -254,6 +258,57 @@ def _runner(impl, case, args, dist):
     return torch_runner(case, impl.handle, op)
 
 
+def _settle(fn, backend, nbytes: int, timing, limit: int = 4000) -> None:
+    """Runs auto until its online choice for this size has settled (its bucket
+    exploits a winner), so the timed rounds measure the choice, not the
+    exploration. Calls may still be running when a rank looks, so the ranks
+    agree (on the timing group) before they stop: all make the same calls."""
+    import torch
+    import torch.distributed as dist
+
+    for i in range(limit):
+        if i % 8 == 0:
+            tuning = backend.tuning()
+            done = not tuning or any(
+                b["bytes"] == _bucket(nbytes) and b["phase"] == "exploiting" for b in tuning
+            )
+            flag = torch.tensor([1 if done else 0], dtype=torch.int32)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=timing)
+            if flag.item():
+                return
+        fn()
+
+
+def _bucket(nbytes: int) -> int:
+    """The upper bound of auto's size bucket holding nbytes (algo/tuner.h)."""
+    return 1 if nbytes <= 1 else 1 << (nbytes - 1).bit_length()
+
+
+def _median(values):
+    values = sorted(values)
+    n = len(values)
+    return (values[(n - 1) // 2] + values[n // 2]) / 2 if values else float("nan")
+
+
+def _auto_note(per_round, fixed, handle, device, nbytes: int) -> str:
+    """auto against the fixed algorithm with the lowest median round, paired by
+    round (in place where measured): the median ratio and its spread over rounds."""
+
+    def rounds_of(label):
+        return per_round.get((label, True)) or per_round.get((label, False)) or []
+
+    auto = rounds_of("scalecomm:auto")
+    best = min((f for f in fixed if rounds_of(f)), key=lambda f: _median(rounds_of(f)), default=None)
+    if best is None or not auto:
+        return ""
+    ratios = [a / b for a, b in zip(auto, rounds_of(best), strict=False) if b > 0]
+    buckets = [b for b in handle._get_backend(device).tuning() if b["bytes"] == _bucket(nbytes)]
+    ran = buckets[0]["algorithm"] if buckets else "?"
+    return (
+        f"auto->{ran} {_median(ratios):.2f}x of {best.split(':', 1)[1]} [{min(ratios):.2f}-{max(ratios):.2f}]"
+    )
+
+
 def _progress(args, rank):
     enabled = rank == 0 and (args.progress or sys.stderr.isatty())
 
@@ -287,6 +342,8 @@ def run(args) -> int:
     cfg = world_be.config if hasattr(world_be, "config") else pyscalecomm._C.BackendConfig()
     probed = world_be.cost_params if hasattr(world_be, "cost_params") else {}
     segment = probed.get("segment_bytes") or cfg.segment_bytes  # 0 in the config: resolved by the group
+    # The shared windows the model prices (none where the ranks do not share them).
+    window_bytes = cfg.shm_window_bytes if "shared" in world_be.allreduce_algorithms(8) else 0
     progress = _progress(args, rank)
     total_steps = sum(len(impls) for impls in table.values()) * len(size_list)
     step = 0
@@ -325,7 +382,14 @@ def run(args) -> int:
                 for i in impls
                 for ip, c in cases.items()
             }
-            best = {}
+            for impl in impls:
+                if impl.algo == "auto" and impl.kind == "scalecomm":
+                    for ip in (False, True):
+                        if runners[(impl.label, ip)] is not None:
+                            _settle(
+                                runners[(impl.label, ip)], impl.handle._get_backend(device), nbytes, timing
+                            )
+            best, per_round = {}, {}
             for _round in range(max(1, args.rounds)):
                 for impl in impls:
                     step += 0 if _round else 1
@@ -347,6 +411,7 @@ def run(args) -> int:
                         if lossy:
                             wrong = relative_error(fn, cases[ip], timing)
                         key = (impl.label, ip)
+                        per_round.setdefault(key, []).append(stats[stat])
                         if key not in best or stats[stat] < best[key][0][stat]:
                             best[key] = (stats, max(wrong, best.get(key, (None, 0))[1]), iters)
             progress("", done=True)
@@ -409,8 +474,11 @@ def run(args) -> int:
                             "iters": iters,
                             "warmup_iters": args.warmup_iters,
                             "rounds": args.rounds,
+                            "time_us_rounds": [t * 1e6 for t in per_round.get((impl.label, ip), [])],
                             "model_alpha": probed.get("alpha") if impl.kind == "scalecomm" else None,
                             "model_beta": probed.get("beta") if impl.kind == "scalecomm" else None,
+                            "model": probed if impl.kind == "scalecomm" else None,
+                            "window_bytes": window_bytes if impl.kind == "scalecomm" else None,
                         }
                     )
                 ratio = ""
@@ -418,9 +486,9 @@ def run(args) -> int:
                     ratio = f"{rank_bw[impl.label] / rank_bw[base_label]:.2f}x"
                 note = "<- winner" if impl.label == winner and len(impls) > 1 else ""
                 if impl.label == "scalecomm:auto" and fixed and "scalecomm:auto" in rank_bw:
-                    note = (
-                        note + " " if note else ""
-                    ) + f"auto/best {max(rank_bw[f] for f in fixed) / rank_bw['scalecomm:auto']:.2f}x"
+                    note = (note + " " if note else "") + _auto_note(
+                        per_round, fixed, impl.handle, device, nbytes
+                    )
                 out(row + f" | {ratio:>12} {note:<16}", flush=True)
         for impl in impls:
             total, k = busbw_sums[impl.label]

@@ -4,6 +4,7 @@
     python -m pyscalecomm.simulate --sweep --alpha 5us --bandwidth 100Gbit
     python -m pyscalecomm.simulate --ranks-per-host 8 --intra-alpha 1us --intra-bandwidth 200GB ...
     python -m pyscalecomm.simulate --measured bench.jsonl --alpha 20us --bandwidth 4GB
+    python -m pyscalecomm.simulate --measured bench.jsonl --tuning-file CACHE   # probed vs fitted model
 
 The model (csrc/algo/cost_model.h) walks each algorithm's real schedule: the
 first segment crosses every step (per step, the slowest rank pays alpha, a
@@ -13,7 +14,9 @@ The first form prints every algorithm's predicted time, bus bandwidth and the
 winner; --sweep prints the winner for world sizes 8..65,536 and sizes 8 B..1
 GiB (where the crossovers fall); --measured reads JSON lines written by
 ``python -m pyscalecomm.bench --json`` and prints predicted against measured
-time with the relative error, per algorithm and size.
+time with the relative error, per algorithm and size; with --tuning-file
+(a cache auto wrote, re-fitted by ``python -m pyscalecomm.tune --fit``) it
+prices every point with that cache's model too and prints both errors.
 """
 
 from __future__ import annotations
@@ -107,6 +110,12 @@ def parse_args(argv=None):
         help="bench --json file: predicted vs measured (with the alpha and beta each run probed,"
         " unless --alpha is given)",
     )
+    p.add_argument(
+        "--tuning-file",
+        default="",
+        help="with --measured: also price every point with this tuning cache's model "
+        "(e.g. re-fitted by tune --fit)",
+    )
     p.add_argument("--algos", default="", help="comma list (default: all but ps, and hier without hosts)")
     p.add_argument("--sweep", action="store_true", help="winner table over world sizes and message sizes")
     return p.parse_args(argv)
@@ -159,35 +168,88 @@ def main(argv=None) -> int:
     return 0
 
 
+def _predict_with(model: dict, algorithm: str, world: int, nbytes: int, host_of, window_bytes: int) -> float:
+    """One allreduce priced with a full model dict (a group's cost_params or a tuning cache's model)."""
+    from pyscalecomm import _C
+
+    per_host = world if not host_of or len(set(host_of)) == 1 else host_of.count(host_of[0])
+    return _C.predict_allreduce(
+        algorithm,
+        world,
+        nbytes,
+        model["alpha"],
+        model["beta"],
+        model.get("overhead", model["alpha"]),
+        model.get("gamma", 0.0),
+        segment_bytes=model.get("segment_bytes", 0),
+        ranks_per_host=per_host,
+        intra_alpha=model.get("intra_alpha", -1.0),
+        intra_beta=model.get("intra_beta", -1.0),
+        window_alpha=model.get("window_alpha", -1.0),
+        window_bytes=window_bytes,
+        call=model.get("call", 0.0),
+    )
+
+
+def _median(values):
+    values = sorted(values)
+    return values[len(values) // 2] if values else float("nan")
+
+
 def _compare(args) -> int:
     """Predicted vs measured time for every scalecomm record of a bench --json file."""
     import json
 
+    from pyscalecomm import _C
+
+    fitted = _C.tuning_model(args.tuning_file) if args.tuning_file else None
+    if fitted is not None and not fitted["has_model"]:
+        print(
+            f"# {args.tuning_file} has no model; run python -m pyscalecomm.tune --fit on it", file=sys.stderr
+        )
+        return 2
     print(
         f"{'algorithm':>10} {'world':>5} {'bytes':>10} {'measured(us)':>13} "
-        f"{'predicted(us)':>14} {'error':>7}"
+        f"{'predicted(us)':>14} {'error':>7}" + (f" {'fitted(us)':>11} {'error':>7}" if fitted else "")
     )
-    errors = []
+    errors = {}  # world -> (probe errors, fitted errors)
     for line in open(args.measured):
         r = json.loads(line)
-        if r.get("backend") != "scalecomm" or r.get("algorithm") in (None, "auto"):
+        if r.get("backend") != "scalecomm" or r.get("algorithm") in (None, "auto", "mpi"):
             continue
-        if args.alpha_given is None and r.get("model_alpha"):  # the group's own probe
-            args.alpha, args.bandwidth = r["model_alpha"], 1.0 / r["model_beta"]
-            args.overhead = args.alpha
-        pred = predict(r["algorithm"], r["world_size"], r["bytes"], args)
-        err = (pred - r["time_us"] * 1e-6) / (r["time_us"] * 1e-6)
-        errors.append(abs(err))
-        print(
-            f"{r['algorithm']:>10} {r['world_size']:>5} {r['bytes']:>10} {r['time_us']:>13.1f} "
+        world, nbytes, measured = r["world_size"], r["bytes"], r["time_us"] * 1e-6
+        host_of = r.get("host_of") or []
+        window = r.get("window_bytes", 0)
+        if args.alpha_given is None and r.get("model"):  # the group's own probe, every term
+            model = dict(r["model"], segment_bytes=r.get("segment_bytes") or 0)
+            pred = _predict_with(model, r["algorithm"], world, nbytes, host_of, window)
+        else:
+            if args.alpha_given is None and r.get("model_alpha"):
+                args.alpha, args.bandwidth = r["model_alpha"], 1.0 / r["model_beta"]
+                args.overhead = args.alpha
+            pred = predict(r["algorithm"], world, nbytes, args)
+        err = (pred - measured) / measured
+        probe_err, fit_err = errors.setdefault(world, ([], []))
+        probe_err.append(abs(err))
+        row = (
+            f"{r['algorithm']:>10} {world:>5} {nbytes:>10} {r['time_us']:>13.1f} "
             f"{pred * 1e6:>14.1f} {err * 100:>6.0f}%"
         )
-    if errors:
-        errors.sort()
-        print(
-            f"# {len(errors)} points: median |error| {errors[len(errors) // 2] * 100:.0f}%, "
-            f"max {errors[-1] * 100:.0f}%"
+        if fitted is not None:
+            model = dict(fitted, segment_bytes=r.get("segment_bytes") or 0)
+            fpred = _predict_with(model, r["algorithm"], world, nbytes, host_of, window)
+            ferr = (fpred - measured) / measured
+            fit_err.append(abs(ferr))
+            row += f" {fpred * 1e6:>11.1f} {ferr * 100:>6.0f}%"
+        print(row)
+    for world, (probe_err, fit_err) in sorted(errors.items()):
+        line = (
+            f"# world {world}: {len(probe_err)} points: median |error| {_median(probe_err) * 100:.0f}%, "
+            f"max {max(probe_err) * 100:.0f}%"
         )
+        if fit_err:
+            line += f"; fitted model: median {_median(fit_err) * 100:.0f}%, max {max(fit_err) * 100:.0f}%"
+        print(line)
     return 0
 
 

@@ -2,6 +2,7 @@
 
     python -m pyscalecomm.tune --show                 # this machine's caches
     python -m pyscalecomm.tune --show FILE            # one file
+    python -m pyscalecomm.tune --fit [FILE ...]       # re-fit the cost model to what was measured
     python -m pyscalecomm.tune --nproc 4 -b 8 -e 64M -o scalecomm-tuning.txt
     torchrun --nproc-per-node 4 -m pyscalecomm.tune -o scalecomm-tuning.txt
     SCALECOMM_TUNING_FILE=scalecomm-tuning.txt python train.py   # auto starts from it
@@ -12,6 +13,12 @@ cache (one file per machine, layout and version under ~/.cache/scalecomm,
 or SCALECOMM_TUNING_FILE) that the next run starts from. ``--show`` prints
 those files: per bucket the winner with its median time and interval (the
 maximum over ranks per call) and what the other candidates measured.
+``--fit`` re-fits the cache's cost model (alpha, beta, per-message
+overhead, per-byte reduction, the shared windows' flag round and a per-call
+constant) to every candidate's measured median, prints the median error
+before and after, and stores the fitted model in the cache: the next group
+ranks its candidates with it, and ``python -m pyscalecomm.simulate
+--tuning-file`` prices with it.
 
 The offline sweep times every algorithm at every size (interleaved: every
 algorithm once per round, ``--rounds`` rounds, the fastest round kept, so
@@ -56,7 +63,54 @@ def parse_args(argv=None):
         metavar="FILE",
         help="print tuning caches (default: every file of this machine's cache directory) and exit",
     )
+    p.add_argument(
+        "--fit",
+        nargs="*",
+        metavar="FILE",
+        help="re-fit the cost model of tuning caches (default: this machine's) "
+        "to their measurements and exit",
+    )
     return p.parse_args(argv)
+
+
+def fit(paths: list[str], out=sys.stdout) -> int:
+    """Re-fits each cache's model to its measurements and stores it; 1 when there is none."""
+    from pyscalecomm import _C
+
+    paths = paths or sorted(glob.glob(os.path.join(cache_dir(), "tuning-*.txt")))
+    if not paths:
+        print(f"no tuning caches in {cache_dir()} (auto writes one as it measures)", file=out)
+        return 1
+    for path in paths:
+        try:
+            r = _C.fit_tuning_file(path, write=True)
+        except ValueError as e:
+            print(f"# {path}: {e}", file=out)
+            return 1
+        terms = ", ".join(
+            f"{k} {_us(r[k])} us"
+            if k in ("alpha", "overhead", "intra_alpha", "window_alpha", "call")
+            else f"{k} {r[k]:.3g}"
+            for k in (
+                "call",
+                "alpha",
+                "beta",
+                "overhead",
+                "gamma",
+                "intra_alpha",
+                "intra_beta",
+                "window_alpha",
+            )
+            if r[k] >= 0
+        )
+        print(
+            f"# {path}: {r['samples']} measured medians; median |error| "
+            f"{r['median_error_before'] * 100:.0f}% before, "
+            f"{r['median_error_after'] * 100:.0f}% after the fit",
+            file=out,
+        )
+        print(f"# fitted model (stored): {terms}", file=out)
+    return 0
 
 
 def run(args) -> None:
@@ -155,7 +209,7 @@ def show(paths: list[str], out=sys.stdout) -> int:
             nbytes, algo = r[0], r[1]
             if len(r) >= 5:
                 med, lo, hi = (float(x) for x in r[2:5])
-                others = [x.split("=") for x in r[5:]]
+                others = [x.split("=") for x in r[5:] if not x.startswith("size=")]
                 rest = ", ".join(f"{a} {_us(float(t))}" for a, t in others if a != algo)
                 band = _us(lo) + "-" + _us(hi)
                 print(f"{nbytes:>12} {algo:>9} {_us(med):>10} {band:>18}  {rest}", file=out)
@@ -171,6 +225,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.show is not None:
         return show(args.show)
+    if args.fit is not None:
+        return fit(args.fit)
     return main_with_launcher("pyscalecomm.tune", args, argv, run)
 
 

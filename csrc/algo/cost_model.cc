@@ -158,15 +158,15 @@ double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t byte
     const double beta = params.intraBeta >= 0 ? params.intraBeta : params.beta;
     const double b = static_cast<double>(std::max<int64_t>(bytes, 0));
     if (algo.windowBytes <= 0 || bytes <= algo.windowBytes) {
-      return alpha + beta * b * (n + 1) / 2 + params.gamma * b * (n - 1);
+      return params.call + alpha + beta * b * (n + 1) / 2 + params.gamma * b * (n - 1);
     }
     const double chunks = std::ceil(b / static_cast<double>(algo.windowBytes));
-    return alpha * (chunks + 1) + beta * b * (2 * n - 1) / (2 * n) + params.gamma * b * (n - 1) / n;
+    return params.call + alpha * (chunks + 1) + beta * b * (2 * n - 1) / (2 * n) + params.gamma * b * (n - 1) / n;
   }
   // Priced as float32 (empty blocks still cost their alpha; see priceStep).
   const int64_t count = std::max<int64_t>(bytes / 4, 1);
-  return predictSeconds([&](int r) { return allreduceSchedule(algorithm, r, n, count, false, algo); }, n, 4, params,
-                        algo);
+  return params.call + predictSeconds([&](int r) { return allreduceSchedule(algorithm, r, n, count, false, algo); }, n,
+                                      4, params, algo);
 }
 
 double predictRootedSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params) {

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "algo/schedule.h"
 
@@ -40,14 +41,34 @@ struct CostParams {
   double intraBeta = -1;       // same-host links; < 0: as beta
   int64_t segmentBytes = 0;    // pipelining unit; 0: none (bulk-synchronous)
   double windowAlpha = -1;     // one flag round on the shared windows (algo/shared.h); < 0: as intraAlpha
+  double call = 0;             // seconds every allreduce pays once, whatever its schedule (dispatch, plan lookup)
 };
+
+// CostParams' time terms by name: the tuning cache's "model" line and the
+// Python API's dicts (segmentBytes comes from the group's configuration).
+inline constexpr std::pair<const char*, double CostParams::*> kModelFields[] = {
+    {"alpha", &CostParams::alpha},
+    {"beta", &CostParams::beta},
+    {"overhead", &CostParams::overhead},
+    {"gamma", &CostParams::gamma},
+    {"intra_alpha", &CostParams::intraAlpha},
+    {"intra_beta", &CostParams::intraBeta},
+    {"window_alpha", &CostParams::windowAlpha},
+    {"call", &CostParams::call},
+};
+// The field named `name` in kModelFields, or nullptr.
+inline double* modelField(CostParams& c, const std::string& name) {
+  for (const auto& [n, member] : kModelFields)
+    if (name == n) return &(c.*member);
+  return nullptr;
+}
 
 // makeSchedule(rank) builds the schedule of one rank for a world of n ranks.
 double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, size_t elementBytes,
                       const CostParams& params, const AlgoParams& algo = {});
 
 // Allreduce of `bytes` (float32, at least one element per rank) with the named
-// algorithm on n ranks.
+// algorithm on n ranks, plus params.call.
 double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params,
                                const AlgoParams& algo = {});
 

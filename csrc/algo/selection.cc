@@ -123,6 +123,29 @@ TuningTable TuningTable::parse(const std::string& text, const std::string& what)
     } else if (key == "beta") {
       ok = static_cast<bool>(words >> t.costs.beta);
       haveBeta = ok;
+    } else if (key == "model") {
+      std::string kv;
+      while (ok && (words >> kv)) {
+        const auto eq = kv.find('=');
+        double* field = eq == std::string::npos ? nullptr : modelField(t.costs, kv.substr(0, eq));
+        ok = field != nullptr;
+        if (ok) *field = std::atof(kv.c_str() + eq + 1);
+      }
+      haveAlpha = haveBeta = ok;
+    } else if (key == "layout") {
+      std::string kv;
+      t.hasLayout = true;
+      while (ok && (words >> kv)) {
+        if (kv.rfind("window=", 0) == 0) {
+          t.layout.windowBytes = std::atoll(kv.c_str() + 7);
+        } else if (kv.rfind("hosts=", 0) == 0) {
+          std::stringstream hosts(kv.substr(6));
+          std::string h;
+          while (std::getline(hosts, h, ',')) t.layout.hostOf.push_back(std::atoi(h.c_str()));
+        } else {
+          ok = false;
+        }
+      }
     } else if (key == "allreduce") {
       TunerEntry e;
       ok = static_cast<bool>(words >> e.bytes >> e.algorithm) && e.bytes >= 0;
@@ -133,6 +156,10 @@ TuningTable TuningTable::parse(const std::string& text, const std::string& what)
         ok = static_cast<bool>(words >> e.lo >> e.hi) && e.lo <= e.median && e.median <= e.hi;
         std::string other;
         while (ok && (words >> other)) {
+          if (other.rfind("size=", 0) == 0) {
+            e.size = std::atoll(other.c_str() + 5);
+            continue;
+          }
           const auto eq = other.find('=');
           ok = eq != std::string::npos && isKnown(other.substr(0, eq));
           if (ok) e.measured.emplace_back(other.substr(0, eq), std::atof(other.c_str() + eq + 1));
@@ -158,11 +185,21 @@ std::string TuningTable::str() const {
        "# Show it with: python -m pyscalecomm.tune --show <this file>\n";
   if (!key.empty()) o << "key " << key << "\n";
   if (world > 0) o << "world " << world << "\n";
-  if (hasCosts) o << "alpha " << costs.alpha << "\nbeta " << costs.beta << "\n";
+  if (hasCosts) {
+    o << "model";
+    for (const auto& [name, member] : kModelFields) o << " " << name << "=" << costs.*member;
+    o << "\n";
+  }
+  if (hasLayout) {
+    o << "layout window=" << layout.windowBytes << " hosts=";
+    for (size_t r = 0; r < layout.hostOf.size(); ++r) o << (r ? "," : "") << layout.hostOf[r];
+    o << "\n";
+  }
   for (const TunerEntry& e : allreduce) {
     o << "allreduce " << e.bytes << " " << e.algorithm;
     if (e.median > 0) {
       o << " " << e.median << " " << e.lo << " " << e.hi;
+      if (e.size > 0) o << " size=" << e.size;
       for (const auto& [name, m] : e.measured) o << " " << name << "=" << m;
     }
     o << "\n";

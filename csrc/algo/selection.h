@@ -15,8 +15,12 @@
 // A TuningTable is the text of a tuning cache (algo/tuner.h; written by the
 // run itself, or by `python -m pyscalecomm.tune`): lines "key <text>" (the
 // machine, layout and version it was measured for; absent: any), "world
-// <n>", "alpha <s>", "beta <s/B>" and "allreduce <bytes> <algorithm>
-// [<median s> <lo s> <hi s> [<algorithm>=<median s> ...]]"; '#' starts a
+// <n>", "alpha <s>", "beta <s/B>" (or "model <field>=<value> ...": every
+// CostParams field, see kModelFields), "layout window=<bytes>
+// hosts=<host of rank 0>,<host of rank 1>,..." (what the model's predictions
+// of this group depend on beside its parameters), and "allreduce <bytes>
+// <algorithm> [<median s> <lo s> <hi s> [size=<bytes>] [<algorithm>=<median
+// s> ...]]" (size: the message size measured in that bucket); '#' starts a
 // comment. parse() throws Error(InvalidArgument) naming the line; str()
 // writes what parse() reads. lookup() returns the winner at the nearest
 // measured size (by log2 of bytes), or "" when the table is empty.
@@ -53,6 +57,8 @@ struct TuningTable {
   int world = 0;    // 0: any
   bool hasCosts = false;
   CostParams costs;
+  bool hasLayout = false;
+  AlgoParams layout;                  // hostOf and windowBytes (psServers: the default)
   std::vector<TunerEntry> allreduce;  // measured winners, by bucket
 
   static TuningTable load(const std::string& path);  // throws InvalidArgument on a bad file

@@ -97,6 +97,8 @@ void OnlineTuner::start(Bucket& k, int64_t bytes) {
     k.info.push_back(Candidate{"ring", 0});
   }
   k.exploreAfter = settings_.reexploreAfter;
+  k.size = bytes;
+  k.favourite = k.info.front().algorithm;
   if (k.cands.size() == 1) {
     k.winner = 0;
     k.source = "model";
@@ -107,10 +109,13 @@ void OnlineTuner::start(Bucket& k, int64_t bytes) {
 }
 
 void OnlineTuner::explore(Bucket& k) {
+  k.extended = false;
+  k.evidence.clear();
   k.phase = Phase::Exploring;
   k.screened = false;
   k.trial = 0;
-  k.local.assign(k.cands.size() * settings_.rounds, 0.0);
+  k.rounds = settings_.rounds;
+  k.local.assign(k.cands.size() * k.rounds, 0.0);
   ++k.explorations;
 }
 
@@ -174,14 +179,18 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
   std::lock_guard<std::mutex> g(mu_);
   Bucket& k = buckets_[p.bucket];
   const int c = static_cast<int>(k.cands.size());
+  if (p.candidate >= 0) {
+    ++k.trials;
+    k.trialSeconds += seconds;
+  }
   if (p.candidate >= 0 && k.phase == Phase::Exploring) {
     const int64_t round = (k.trial - 1) / c;  // this trial's
     if (round >= 1) k.local[(round - 1) * c + p.candidate] = seconds;
-    if (!k.screened && c > 2 && settings_.rounds > kScreenRounds && k.trial == c * (kScreenRounds + 1)) {
+    if (!k.screened && c > 2 && k.rounds > kScreenRounds && k.trial == c * (kScreenRounds + 1)) {
       k.pending = Pending::Screen;
       return std::vector<double>(k.local.begin(), k.local.begin() + c * kScreenRounds);
     }
-    if (k.trial == c * (settings_.rounds + 1)) {
+    if (k.trial == c * (k.rounds + 1)) {
       k.pending = Pending::Decide;
       return k.local;
     }
@@ -205,7 +214,7 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
 
 std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>& maxed) {
   const int c = static_cast<int>(k.cands.size());
-  const int rounds = settings_.rounds;
+  const int rounds = k.rounds;
   std::vector<double> favourite(rounds);
   for (int r = 0; r < rounds; ++r) favourite[r] = maxed[r * c];
   int winner = 0;
@@ -227,10 +236,41 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
     const bool beats = k.info[q].ratioHigh < 1.0 || own[q].hi < own[0].lo;
     if (beats && k.info[q].median < k.info[winner].median) winner = q;
   }
+  // Inconclusive: a candidate's median is kExtendMargin below the winner's
+  // but inside the noise. Measure the two alone, in twice the rounds, once
+  // per exploration; the decision then stands.
+  int challenger = winner;
+  for (int q = 0; q < c; ++q)
+    if (k.info[q].median < k.info[challenger].median) challenger = q;
+  if (!k.extended && challenger != winner && k.info[challenger].median < k.info[winner].median * (1 - kExtendMargin)) {
+    std::vector<std::pair<std::string, double>> evidence;
+    for (const Candidate& x : k.info) evidence.emplace_back(x.algorithm, x.median);
+    const int keep[2] = {winner, challenger};  // the favourite (winner 0) or the one that beat it, first
+    std::vector<Label> cands;
+    std::vector<Candidate> info;
+    for (int q : keep) {
+      cands.push_back(k.cands[q]);
+      info.push_back(k.info[q]);
+    }
+    k.cands = std::move(cands);
+    k.info = std::move(info);
+    explore(k);
+    --k.explorations;  // the same exploration, extended
+    k.evidence = std::move(evidence);
+    k.extended = true;
+    k.screened = true;
+    k.rounds = 2 * settings_.rounds;
+    k.local.assign(2 * k.rounds, 0.0);
+    std::ostringstream o;
+    o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << k.info[1].algorithm << " ("
+      << us(k.info[1].median) << " us) against " << k.info[0].algorithm << " (" << us(k.info[0].median)
+      << " us) is inside the noise; measuring the two in " << k.rounds << " more rounds";
+    return o.str();
+  }
   std::vector<double> w(rounds);
   for (int r = 0; r < rounds; ++r) w[r] = maxed[r * c + winner];
   const Summary s = summarize(w);
-  const bool changed = k.winner != winner || k.source != "explored";
+  const bool changed = k.winnerLabel.str() != k.info[winner].algorithm || k.source != "explored";
   k.winner = winner;
   k.median = s.median;
   k.lo = s.lo;
@@ -242,7 +282,7 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
     << " rounds):";
   for (int q = 0; q < c; ++q) o << (q ? "," : "") << " " << k.info[q].algorithm << " " << us(k.info[q].median) << " us";
   o << "; picks " << k.info[winner].algorithm << " [" << us(s.lo) << "-" << us(s.hi) << " us]"
-    << (winner == 0 ? " (the model's choice)" : " (model: " + k.info[0].algorithm + ")")
+    << (k.info[winner].algorithm == k.favourite ? " (the model's choice)" : " (model: " + k.favourite + ")")
     << (changed ? "" : ", unchanged");
   return o.str();
 }
@@ -274,7 +314,7 @@ std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>
   // The survivors start their measured rounds afresh (warmed up already).
   const int left = static_cast<int>(k.cands.size());
   k.trial = left;
-  k.local.assign(left * settings_.rounds, 0.0);
+  k.local.assign(left * k.rounds, 0.0);
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " took over "
     << kScreenFactor << "x the fastest (" << us(reference) << " us) in " << kScreenRounds
@@ -282,10 +322,11 @@ std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>
   return o.str();
 }
 
-std::string OnlineTuner::agreed(const Pick& p, const std::vector<double>& maxed) {
+std::string OnlineTuner::agreed(const Pick& p, const std::vector<double>& maxed, double seconds) {
   if (p.bucket < 0) return "";
   std::lock_guard<std::mutex> g(mu_);
   Bucket& k = buckets_[p.bucket];
+  k.agreementSeconds += seconds;
   const Pending pending = k.pending;
   k.pending = Pending::None;
   if (pending == Pending::Decide && maxed.size() == k.local.size()) return decide(k, p.bucket, maxed);
@@ -294,7 +335,10 @@ std::string OnlineTuner::agreed(const Pick& p, const std::vector<double>& maxed)
   ++k.driftChecks;
   k.sinceCheck = 0;
   const double m = maxed[0];
-  if (m <= k.hi * kDriftFactor && m >= k.lo / kDriftFactor) {
+  // Only slower counts: calls of one algorithm back to back often run
+  // faster than the interleaved rounds did, and a machine that got faster
+  // for every candidate is left to the periodic re-exploration.
+  if (m <= k.hi * kDriftFactor) {
     k.checkEvery = std::min(k.checkEvery * 2, settings_.maxCheck);
     return "";
   }
@@ -319,7 +363,7 @@ std::string OnlineTuner::describe(int bucket) const {
   o << "measuring";
   for (size_t q = 0; q < k.info.size(); ++q)
     o << (q ? "," : "") << " " << k.info[q].algorithm << " (model " << us(k.info[q].predicted) << " us)";
-  o << " in " << settings_.rounds << " interleaved rounds";
+  o << " in " << k.rounds << " interleaved rounds";
   return o.str();
 }
 
@@ -331,12 +375,18 @@ std::vector<TunerEntry> OnlineTuner::decided() const {
     if (k.winner < 0 || k.source == "model") continue;
     TunerEntry e;
     e.bytes = bucketBytes(b);
+    e.size = k.size;
     e.algorithm = k.info[k.winner].algorithm;
     e.median = k.median;
     e.lo = k.lo;
     e.hi = k.hi;
     for (const Candidate& c : k.info)
       if (c.median > 0) e.measured.emplace_back(c.algorithm, c.median);
+    for (const auto& [name, median] : k.evidence) {  // those the extension left out
+      bool kept = false;
+      for (const Candidate& c : k.info) kept = kept || c.algorithm == name;
+      if (!kept && median > 0) e.measured.emplace_back(name, median);
+    }
     out.push_back(std::move(e));
   }
   return out;
@@ -359,6 +409,7 @@ void OnlineTuner::load(const std::vector<TunerEntry>& entries) {
     k.lo = e.lo;
     k.hi = e.hi;
     k.source = "cache";
+    k.size = e.size;
     k.exploreAfter = settings_.reexploreAfter;
     exploit(k);
   }
@@ -379,6 +430,9 @@ std::vector<OnlineTuner::BucketReport> OnlineTuner::report() const {
     r.lo = k.lo;
     r.hi = k.hi;
     r.calls = k.calls;
+    r.trials = k.trials;
+    r.trialSeconds = k.trialSeconds;
+    r.agreementSeconds = k.agreementSeconds;
     r.explorations = k.explorations;
     r.driftChecks = k.driftChecks;
     r.drifts = k.drifts;

@@ -24,12 +24,15 @@
 //   of its median ratio (order statistics) is below 1, or when its own
 //   median's interval lies below the favourite's. The winner is the
 //   fastest by median among the favourite and those that beat it: an
-//   advantage inside the noise leaves the model's choice.
+//   advantage inside the noise leaves the model's choice. Where another
+//   candidate's median is over kExtendMargin below the winner's but not
+//   beyond the noise, the two run alone for 2 x `rounds` more rounds (once
+//   per exploration) and the same rule decides on those.
 // - Exploiting: the winner runs. Every `checkEvery` calls (64, doubling to
 //   4096 while stable) record() returns this rank's median of its last 16
-//   times; agreed() compares the maximum over ranks with the winner's band
-//   (its confidence interval, widened by kDriftFactor) and explores again
-//   when it lies outside. The bucket is explored again anyway after
+//   times; agreed() compares the maximum over ranks with the upper end of
+//   the winner's band (its confidence interval, widened by kDriftFactor)
+//   and explores again when it lies above (slower only). The bucket is explored again anyway after
 //   `reexploreAfter` calls (doubling each time).
 // - Deterministic: the state changes only in pick(), record() and agreed(),
 //   from the sequence of message sizes and agreed values, so ranks that
@@ -65,14 +68,16 @@ struct TunerSettings {
   int64_t reexploreAfter = 4096;  // calls before the next exploration, doubling
 };
 
-constexpr double kDriftFactor = 1.3;   // the band's widening before a drift counts
-constexpr int kScreenRounds = 2;       // measured rounds before the screening
-constexpr double kScreenFactor = 1.5;  // screened out: slower than this in every screening round
+constexpr double kDriftFactor = 1.3;    // the band's widening before a drift counts
+constexpr int kScreenRounds = 2;        // measured rounds before the screening
+constexpr double kScreenFactor = 1.5;   // screened out: slower than this in every screening round
+constexpr double kExtendMargin = 0.05;  // an inconclusive lead this large is measured again
 
 // One measured winner (a line of the tuning cache). Times are the maximum
 // over ranks of one call, in seconds; 0 where unknown.
 struct TunerEntry {
   int64_t bytes = 0;  // the bucket's upper bound
+  int64_t size = 0;   // the message size its times were measured at (0: unknown)
   std::string algorithm;
   double median = 0, lo = 0, hi = 0;
   std::vector<std::pair<std::string, double>> measured;  // every candidate's median (report)
@@ -105,7 +110,8 @@ class OnlineTuner {
   // to their maximum and pass to agreed() before the next pick; or nothing.
   std::vector<double> record(const Pick& pick, double seconds);
   // Returns a one-line account of what changed ("" when nothing did).
-  std::string agreed(const Pick& pick, const std::vector<double>& maxed);
+  // `seconds`: what the agreement took on this rank (reported, not decided on).
+  std::string agreed(const Pick& pick, const std::vector<double>& maxed, double seconds = 0);
 
   // A bucket's candidates as chosen from the model, for the log.
   std::string describe(int bucket) const;
@@ -126,6 +132,9 @@ class OnlineTuner {
     std::string algorithm;  // the winner ("" while exploring the first time)
     double median = 0, lo = 0, hi = 0;
     int64_t calls = 0, explorations = 0, driftChecks = 0, drifts = 0;
+    int64_t trials = 0;           // calls run as trials, all explorations
+    double trialSeconds = 0;      // their time on this rank
+    double agreementSeconds = 0;  // this rank's time in the agreements (screens, decisions, drift checks)
     std::vector<Candidate> candidates;
   };
   std::vector<BucketReport> report() const;
@@ -136,11 +145,16 @@ class OnlineTuner {
   struct Bucket {
     Phase phase = Phase::Fresh;
     Pending pending = Pending::None;
+    int64_t size = 0;          // the message size that started it
+    std::string favourite;     // the model's choice
     std::vector<Label> cands;  // model order, favourite first
     std::vector<Candidate> info;
-    int64_t trial = 0;          // this exploration's calls so far
-    bool screened = false;      // the early screening has run
-    std::vector<double> local;  // [round][candidate], measured rounds
+    int64_t trial = 0;                                     // this exploration's calls so far
+    bool screened = false;                                 // the early screening has run
+    bool extended = false;                                 // this exploration's inconclusive pair is being re-measured
+    int rounds = 0;                                        // measured rounds of this exploration
+    std::vector<std::pair<std::string, double>> evidence;  // medians before an extension
+    std::vector<double> local;                             // [round][candidate], measured rounds
     int winner = -1;
     Label winnerLabel;
     std::string source;
@@ -149,6 +163,8 @@ class OnlineTuner {
     int64_t recentCount = 0;
     int64_t sinceCheck = 0, checkEvery = 0, sinceExplore = 0, exploreAfter = 0;
     int64_t calls = 0, explorations = 0, driftChecks = 0, drifts = 0;
+    int64_t trials = 0;
+    double trialSeconds = 0, agreementSeconds = 0;
   };
   void start(Bucket& k, int64_t bytes);
   void explore(Bucket& k);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -151,12 +152,14 @@ void Group::recordTuned(const OnlineTuner::Pick& pick, double seconds, const Col
   std::vector<double> values = tuner_->record(pick, seconds);
   if (values.empty()) return;
   // The slowest rank's times: one small allreduce, the same on every rank.
+  const auto started = std::chrono::steady_clock::now();
   CollectiveOptions agree = o;
   agree.algorithm = SC_LABEL("ring");
   agree.trace = nullptr;
   allreduce(comm_->collectiveChannel(), values.data(), static_cast<int64_t>(values.size()), DataType::Float64,
             ReduceOp::Max, 1.0, agree);
-  const std::string what = tuner_->agreed(pick, values);
+  const std::string what =
+      tuner_->agreed(pick, values, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   if (what.empty()) return;
   SC_LOG(Info, "rank ", rank_, ": ", what);
   if (rank_ == 0) saveTuning();
@@ -169,6 +172,8 @@ void Group::saveTuning() {
   t.world = size_;
   t.hasCosts = costs_.alpha > 0 && costs_.beta > 0;
   t.costs = costs_;
+  t.hasLayout = true;
+  t.layout = algoParams();
   t.allreduce = tuner_->decided();
   const std::string tmp = tuningPath_ + ".tmp" + std::to_string(getpid());
   const size_t slash = tuningPath_.rfind('/');

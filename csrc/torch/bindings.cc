@@ -4,20 +4,24 @@
 // torch.distributed can hold it), its configuration, the parameter table and
 // small diagnostics. Registration with torch.distributed happens in Python
 // (pyscalecomm/_registration.py).
+#include <cstdio>
+#include <fstream>
+
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/python.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "algo/collectives.h"
 #include "algo/cost_model.h"
+#include "algo/model_fit.h"
 #include "algo/registry.h"
 #include "comm/communicator.h"
 #include "compress/codec.h"
 #include "compress/compressed_allreduce.h"
 #include "compress/sign_cpu.h"
 #include "compress/topk_cpu.h"
-#include "core/version.h"
 #include "core/params.h"
+#include "core/version.h"
 #include "group/flight_recorder.h"
 #include "torch/backend.h"
 #include "torch/nccl_groups.h"
@@ -105,6 +109,9 @@ PYBIND11_MODULE(_C, m) {
               d["explorations"] = r.explorations;
               d["drift_checks"] = r.driftChecks;
               d["drifts"] = r.drifts;
+              d["trials"] = r.trials;
+              d["trial_s"] = r.trialSeconds;
+              d["agreement_s"] = r.agreementSeconds;
               py::list cands;
               for (const auto& c : r.candidates) {
                 py::dict e;
@@ -123,7 +130,8 @@ PYBIND11_MODULE(_C, m) {
           "auto's online allreduce choice per size bucket (messages of up to `bytes`): phase (exploring or "
           "exploiting), source (explored, cache, model), the winner with its median and interval over ranks "
           "(seconds), and every candidate's prediction, measured median, ratio interval's upper end against the "
-          "model's choice and trials. Empty where auto is not online for this group.")
+          "model's choice and trials; the bucket's trials with their total time on this rank (trial_s) and the time "
+          "its agreements took (agreement_s). Empty where auto is not online for this group.")
       .def_property_readonly(
           "tuning_file", [](scalecomm::ScalecommBackend& b) { return b.group().tuningPath(); },
           "The tuning cache this group loaded and writes ('' : none).")
@@ -210,7 +218,7 @@ PYBIND11_MODULE(_C, m) {
             d["alpha"] = c.alpha;
             d["beta"] = c.beta;
             d["segment_bytes"] = c.segmentBytes;
-            d["window_alpha"] = c.windowAlpha;
+            for (const auto& [name, member] : scalecomm::kModelFields) d[name] = c.*member;
             return d;
           },
           "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
@@ -298,19 +306,23 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "predict_allreduce",
       [](const std::string& algorithm, int world, int64_t bytes, double alpha, double beta, double overhead,
-         double gamma, int64_t segmentBytes, int ranksPerHost, double intraAlpha, double intraBeta, int psServers) {
+         double gamma, int64_t segmentBytes, int ranksPerHost, double intraAlpha, double intraBeta, int psServers,
+         double windowAlpha, int64_t windowBytes, double call) {
         if (world < 1) throw py::value_error("world must be >= 1");
         if (ranksPerHost < 0) throw py::value_error("ranks_per_host must be >= 0");
         if (psServers < 1 || psServers > world) throw py::value_error("ps_servers must lie in [1, world]");
         const auto* entry = scalecomm::findAllreduceAlgorithm(algorithm);
         if (entry == nullptr) throw py::value_error("unknown allreduce algorithm '" + algorithm + "'");
-        if (!scalecomm::allreduceServes(algorithm, world, bytes)) {
+        scalecomm::AlgoParams serving;
+        serving.windowBytes = windowBytes;
+        if (!scalecomm::allreduceServes(algorithm, world, bytes, serving)) {
           throw py::value_error("allreduce algorithm '" + algorithm + "' does not serve " + std::to_string(world) +
                                 " ranks and " + std::to_string(bytes) + " bytes");
         }
-        scalecomm::CostParams c{alpha, beta, overhead, gamma, intraAlpha, intraBeta, segmentBytes};
+        scalecomm::CostParams c{alpha, beta, overhead, gamma, intraAlpha, intraBeta, segmentBytes, windowAlpha, call};
         scalecomm::AlgoParams a;
         a.psServers = psServers;
+        a.windowBytes = windowBytes;
         if (ranksPerHost > 0) {
           for (int r = 0; r < world; ++r) a.hostOf.push_back(r / ranksPerHost);
         }
@@ -320,7 +332,50 @@ PYBIND11_MODULE(_C, m) {
       py::arg("algorithm"), py::arg("world"), py::arg("bytes"), py::arg("alpha"), py::arg("beta"),
       py::arg("overhead") = 0.0, py::arg("gamma") = 0.0, py::arg("segment_bytes") = 0, py::arg("ranks_per_host") = 0,
       py::arg("intra_alpha") = -1.0, py::arg("intra_beta") = -1.0, py::arg("ps_servers") = 1,
+      py::arg("window_alpha") = -1.0, py::arg("window_bytes") = 0, py::arg("call") = 0.0,
       "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h).");
+  m.def(
+      "fit_tuning_file",
+      [](const std::string& path, bool write) {
+        scalecomm::TuningTable t = scalecomm::TuningTable::load(path);
+        if (!t.hasCosts) {
+          throw py::value_error("tuning file '" + path +
+                                "' has no model line to start from (written by an older scalecomm or by hand)");
+        }
+        const scalecomm::ModelFit fit = scalecomm::fitTuning(t);
+        if (write) {
+          const std::string tmp = path + ".fit.tmp";
+          {
+            std::ofstream out(tmp);
+            out << t.str();
+            if (!out.flush()) throw py::value_error("cannot write '" + tmp + "'");
+          }
+          if (std::rename(tmp.c_str(), path.c_str()) != 0) throw py::value_error("cannot replace '" + path + "'");
+        }
+        py::dict d;
+        for (const auto& [name, member] : scalecomm::kModelFields) d[name] = fit.params.*member;
+        d["median_error_before"] = fit.medianErrorBefore;
+        d["median_error_after"] = fit.medianErrorAfter;
+        d["samples"] = fit.samples;
+        return d;
+      },
+      py::arg("path"), py::arg("write") = false,
+      "Re-fits the cost model of a tuning cache to the times its online measurements recorded (algo/model_fit.h): "
+      "the fitted parameters, the samples' median relative error before and after, and their count; write=True "
+      "stores the fit as the cache's model (the next group loads it).");
+  m.def(
+      "tuning_model",
+      [](const std::string& path) {
+        const scalecomm::TuningTable t = scalecomm::TuningTable::load(path);
+        py::dict d;
+        for (const auto& [name, member] : scalecomm::kModelFields) d[name] = t.costs.*member;
+        d["has_model"] = t.hasCosts;
+        d["world"] = t.world;
+        d["window_bytes"] = t.layout.windowBytes;
+        d["host_of"] = t.layout.hostOf;
+        return d;
+      },
+      py::arg("path"), "A tuning cache's cost model (its fields by name), world size and layout.");
   m.def(
       "allreduce_algorithms",
       [](int world, int64_t bytes, int64_t windowBytes) {

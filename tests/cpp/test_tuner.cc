@@ -118,6 +118,38 @@ TEST(a_clearly_faster_algorithm_wins_and_noise_leaves_the_models_choice) {
   }
 }
 
+TEST(an_inconclusive_lead_is_measured_again_in_twice_the_rounds) {
+  // b's median is 10% below a's, but in 3 of 8 rounds it is slower: not
+  // beyond the noise. The two run alone in 16 more rounds, where b is faster
+  // in every one: b wins on that evidence.
+  OnlineTuner t = makeTuner({}, {"a", "b", "c"});
+  bool extended = false;
+  std::string decision;
+  int roundB = 0;
+  for (int call = 0; call < 1000 && decision.empty(); ++call) {
+    const OnlineTuner::Pick p = t.pick(4096);
+    CHECK(p.candidate >= 0);
+    double s = 10e-6;
+    if (p.algorithm.str() == "c") s = 12e-6;
+    if (p.algorithm.str() == "b") s = extended ? 9e-6 : (roundB++ % 3 == 0 ? 11e-6 : 9e-6);
+    std::vector<double> agree = t.record(p, s);
+    if (agree.empty()) continue;
+    const std::string what = t.agreed(p, agree);
+    if (what.find("measuring the two in 16 more rounds") != std::string::npos) {
+      CHECK(!extended);
+      extended = true;
+      CHECK_EQ(t.report().front().candidates.size(), size_t{2});
+    } else if (t.report().front().phase == "exploiting") {
+      decision = what;
+    }
+  }
+  CHECK(extended);
+  CHECK_EQ(winner(t, 4096), std::string("b"));
+  CHECK(decision.find("(model: a)") != std::string::npos);
+  // Every candidate's first medians stay in the evidence the cache keeps.
+  CHECK_EQ(t.decided().front().measured.size(), size_t{3});
+}
+
 TEST(a_far_slower_candidate_leaves_after_the_screening_rounds) {
   OnlineTuner t = makeTuner();
   const std::string what = explore(t, 4096, [&](const std::string& a, int) {
@@ -309,12 +341,29 @@ void checkAlike(const LiveRun& run) {
 }  // namespace
 
 TEST(every_rank_of_a_live_group_decides_alike_with_exact_results) {
-  LiveRun run = runLive(3, 80);
+  LiveRun run = runLive(3, 160);
   checkAlike(run);
   const auto report = run.groups[0]->tuning();
   for (const auto& c : report[0].candidates)
     CHECK_EQ(run.trials[0]["allreduce:" + c.algorithm + " (trial)"], static_cast<uint64_t>(c.trials));
   CHECK(run.groups[0]->stats().count("allreduce:" + report[0].algorithm) == 1);  // then it exploits
+}
+
+TEST(a_live_group_extends_an_inconclusive_exploration_alike_on_every_rank) {
+  // Every rank reports the same made-up times: tree 10% faster than the
+  // rest but slower in every third round, so the decision is extended; the
+  // ranks go through it together, with exact results throughout.
+  LiveRun run = runLive(3, 200, [](int, Group& g) {
+    auto count = std::make_shared<int>(0);
+    g.skewTunerTimesForTest([count](const std::string& a, double) {
+      if (a != "tree") return 10e-6;
+      return (*count)++ % 3 == 0 ? 11e-6 : 9e-6;
+    });
+  });
+  checkAlike(run);
+  int64_t trials = 0;
+  for (const auto& c : run.groups[0]->tuning()[0].candidates) trials += c.trials;
+  CHECK(trials > 2 * 16);  // the extension's rounds ran
 }
 
 TEST(one_rank_measuring_differently_cannot_split_the_decision) {

@@ -1,0 +1,57 @@
+"""Markdown table of auto against every fixed allreduce algorithm, from bench --json lines.
+
+    python -m pyscalecomm.bench --nproc 3 -b 8 -e 256M -f 32 --rounds 5 --min-time 0.003 \\
+        --algos ring,rhd,tree,dbtree,direct,shared,auto --baselines none --json b3.jsonl
+    python bench/auto_table.py b3.jsonl
+
+Per size (in-place rows): each algorithm's median time over the rounds (us),
+the best fixed algorithm by that median, and auto's time against it paired by
+round: the median ratio and its range over rounds (the noise band). A row is
+"within" when the median ratio is at most 1.05 or the band reaches below 1.
+"""
+
+import json
+import sys
+from collections import defaultdict
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return (v[(n - 1) // 2] + v[n // 2]) / 2
+
+
+def main(path: str) -> int:
+    rows = defaultdict(dict)
+    world = None
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("collective") != "allreduce" or not r.get("inplace") or r.get("backend") != "scalecomm":
+            continue
+        world = r["world_size"]
+        rows[r["bytes"]][r["algorithm"]] = r["time_us_rounds"]
+    algos = [
+        a for a in ("ring", "rhd", "tree", "dbtree", "direct", "shared") if any(a in v for v in rows.values())
+    ]
+    print(f"world {world}")
+    print("| bytes | " + " | ".join(algos) + " | auto | best fixed | auto/best [band] | |")
+    print("| ---: | " + " | ".join("---:" for _ in algos) + " | ---: | --- | ---: | --- |")
+    within = 0
+    for nbytes in sorted(rows):
+        v = rows[nbytes]
+        meds = {a: median(v[a]) for a in algos if v.get(a)}
+        best = min(meds, key=meds.get)
+        ratios = [x / y for x, y in zip(v["auto"], v[best], strict=False)]
+        ok = median(ratios) <= 1.05 or min(ratios) <= 1.0
+        within += ok
+        cells = " | ".join(f"{meds[a]:.1f}" if a in meds else "" for a in algos)
+        print(
+            f"| {nbytes} | {cells} | {median(v['auto']):.1f} | {best} | "
+            f"{median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}] | {'within' if ok else 'OFF'} |"
+        )
+    print(f"\nwithin 5% or the band: {within} of {len(rows)} sizes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
