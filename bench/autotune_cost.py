@@ -8,9 +8,9 @@ step, one size bucket of auto's), starting from no tuning cache
 (SCALECOMM_TUNING_FILE=none unless set). Then, from the group's own
 accounting (``tuning()`` and ``stats()``, this rank's clock):
 
-- exploration cost = the trials' time - trials x the winner's mean time after
-  the decision + the time of the ranks' agreements (screens, decisions, drift
-  checks);
+- exploration cost = the trials' time - trials x the winner's mean trial
+  time (the same rounds, interleaved, so the same conditions) + the time of
+  the ranks' agreements (screens, decisions, drift checks);
 - communication time = every allreduce's time + the agreements.
 
 Rank 0 prints both and their ratio for each rank (the issue's budget: 2 %).
@@ -64,12 +64,12 @@ def main() -> int:
     cost = agreements
     lines = []
     for b in tuning:
-        winner = stats.get(f"allreduce:{b['algorithm']}")
-        mean = winner["seconds"] / winner["calls"] if winner and winner["calls"] else 0.0
+        won = [c for c in b["candidates"] if c["algorithm"] == b["algorithm"] and c["trials"]]
+        mean = won[0]["trial_s"] / won[0]["trials"] if won else 0.0
         cost += b["trial_s"] - b["trials"] * mean
         lines.append(
             f"bucket <= {b['bytes']} B: {b['calls']} calls, "
-            f"winner {b['algorithm']} ({mean * 1e3:.3f} ms mean), "
+            f"winner {b['algorithm']} ({mean * 1e3:.3f} ms mean trial), "
             f"{b['trials']} trials in {b['trial_s'] * 1e3:.1f} ms, {b['explorations']} exploration(s), "
             f"{b['drift_checks']} drift checks, agreements {b['agreement_s'] * 1e3:.2f} ms"
         )

@@ -36,11 +36,12 @@ def test_online_auto_explores_then_every_rank_runs_the_same_winner():
     assert bucket["lo_s"] <= bucket["median_s"] <= bucket["hi_s"], bucket
     # one warm-up round and 8 measured ones, every candidate in each (plus two
     # screening rounds where one far slower left after them, and 17 more for
-    # the two an inconclusive decision measures again)
+    # the two an inconclusive decision measures again); those that left ran
+    # 3 calls (the screening) or 5 or 7 (the race)
     trials = {k: v for k, v in stats0.items() if k.endswith(" (trial)")}
     for c in cands:
         assert trials[f"allreduce:{c['algorithm']} (trial)"] == c["trials"] in (9, 11, 26, 28), (c, trials)
-    assert all(v in (3, 9, 11, 26, 28) for v in trials.values()), trials
+    assert all(v in (3, 5, 7, 9, 11, 26, 28) for v in trials.values()), trials
     assert stats0[f"allreduce:{winner}"] == calls - sum(trials.values()), stats0
     for tuning, stats, _ in results[1:]:  # every rank: the same decision on the same evidence
         assert tuning[0]["algorithm"] == winner and tuning[0]["median_s"] == bucket["median_s"], tuning

@@ -112,7 +112,7 @@ void OnlineTuner::explore(Bucket& k) {
   k.extended = false;
   k.evidence.clear();
   k.phase = Phase::Exploring;
-  k.screened = false;
+  k.screens = 0;
   k.trial = 0;
   k.rounds = settings_.rounds;
   k.local.assign(k.cands.size() * k.rounds, 0.0);
@@ -182,11 +182,16 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
   if (p.candidate >= 0) {
     ++k.trials;
     k.trialSeconds += seconds;
+    if (p.candidate < static_cast<int>(k.info.size())) k.info[p.candidate].trialSeconds += seconds;
   }
   if (p.candidate >= 0 && k.phase == Phase::Exploring) {
     const int64_t round = (k.trial - 1) / c;  // this trial's
     if (round >= 1) k.local[(round - 1) * c + p.candidate] = seconds;
-    if (!k.screened && c > 2 && k.rounds > kScreenRounds && k.trial == c * (kScreenRounds + 1)) {
+    if (k.screens < 2 && c > 1 && k.rounds > kRaceRounds && k.trial == c * (kRaceRounds + 1)) {
+      k.pending = Pending::Race;
+      return std::vector<double>(k.local.begin(), k.local.begin() + c * kRaceRounds);
+    }
+    if (k.screens == 0 && c > 2 && k.rounds > kScreenRounds && k.trial == c * (kScreenRounds + 1)) {
       k.pending = Pending::Screen;
       return std::vector<double>(k.local.begin(), k.local.begin() + c * kScreenRounds);
     }
@@ -243,7 +248,7 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
   for (int q = 0; q < c; ++q)
     if (k.info[q].median < k.info[challenger].median) challenger = q;
   if (!k.extended && challenger != winner && k.info[challenger].median < k.info[winner].median * (1 - kExtendMargin)) {
-    std::vector<std::pair<std::string, double>> evidence;
+    std::vector<std::pair<std::string, double>> evidence = std::move(k.evidence);  // explore() clears it
     for (const Candidate& x : k.info) evidence.emplace_back(x.algorithm, x.median);
     const int keep[2] = {winner, challenger};  // the favourite (winner 0) or the one that beat it, first
     std::vector<Label> cands;
@@ -258,7 +263,7 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
     --k.explorations;  // the same exploration, extended
     k.evidence = std::move(evidence);
     k.extended = true;
-    k.screened = true;
+    k.screens = 2;
     k.rounds = 2 * settings_.rounds;
     k.local.assign(2 * k.rounds, 0.0);
     std::ostringstream o;
@@ -287,8 +292,54 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
   return o.str();
 }
 
+std::string OnlineTuner::race(Bucket& k, int bucket, const std::vector<double>& maxed) {
+  k.screens = 2;
+  const int c = static_cast<int>(k.cands.size());
+  constexpr int R = kRaceRounds;
+  if (static_cast<int>(maxed.size()) != c * R) return "";
+  std::vector<double> medians(c);
+  for (int q = 0; q < c; ++q) {
+    std::vector<double> v(R);
+    for (int r = 0; r < R; ++r) v[r] = maxed[r * c + q];
+    medians[q] = median(v);
+  }
+  const int leader = static_cast<int>(std::min_element(medians.begin(), medians.end()) - medians.begin());
+  std::vector<int> keep;
+  std::ostringstream dropped;
+  for (int q = 0; q < c; ++q) {
+    bool slower = q != 0 && q != leader;  // never the favourite (the decision compares with it) nor the leader
+    for (int r = 0; r < R && slower; ++r) slower = maxed[r * c + q] > kRaceMargin * maxed[r * c + leader];
+    if (!slower) {
+      keep.push_back(q);
+      continue;
+    }
+    dropped << (dropped.tellp() > 0 ? ", " : "") << k.info[q].algorithm << " " << us(medians[q]) << " us";
+    k.evidence.emplace_back(k.info[q].algorithm, medians[q]);
+  }
+  if (static_cast<int>(keep.size()) == c) return "";
+  // The survivors keep their measured rounds: as if only they had run.
+  const int left = static_cast<int>(keep.size());
+  std::vector<Label> cands;
+  std::vector<Candidate> info;
+  std::vector<double> local(left * k.rounds, 0.0);
+  for (int i = 0; i < left; ++i) {
+    cands.push_back(k.cands[keep[i]]);
+    info.push_back(k.info[keep[i]]);
+    for (int r = 0; r < R; ++r) local[r * left + i] = k.local[r * c + keep[i]];
+  }
+  k.cands = std::move(cands);
+  k.info = std::move(info);
+  k.local = std::move(local);
+  k.trial = left * (R + 1);
+  std::ostringstream o;
+  o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " slower than "
+    << k.info[std::find(keep.begin(), keep.end(), leader) - keep.begin()].algorithm << " (" << us(medians[leader])
+    << " us) by over " << kRaceMargin << "x in each of " << R << " rounds; measuring the rest";
+  return o.str();
+}
+
 std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>& maxed) {
-  k.screened = true;
+  k.screens = 1;
   const int c = static_cast<int>(k.cands.size());
   if (static_cast<int>(maxed.size()) != c * kScreenRounds) return "";
   auto worst = [&](int q) {
@@ -307,6 +358,7 @@ std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>
   for (int q = c - 1; q >= 1; --q) {  // never the favourite: the decision compares with it
     if (best(q) <= kScreenFactor * reference) continue;
     dropped << (dropped.tellp() > 0 ? ", " : "") << k.info[q].algorithm << " " << us(best(q)) << " us";
+    k.evidence.emplace_back(k.info[q].algorithm, best(q));  // its fastest screening round
     k.cands.erase(k.cands.begin() + q);
     k.info.erase(k.info.begin() + q);
   }
@@ -331,6 +383,7 @@ std::string OnlineTuner::agreed(const Pick& p, const std::vector<double>& maxed,
   k.pending = Pending::None;
   if (pending == Pending::Decide && maxed.size() == k.local.size()) return decide(k, p.bucket, maxed);
   if (pending == Pending::Screen) return screen(k, p.bucket, maxed);
+  if (pending == Pending::Race) return race(k, p.bucket, maxed);
   if (pending != Pending::Check || maxed.empty()) return "";
   ++k.driftChecks;
   k.sinceCheck = 0;
@@ -376,13 +429,13 @@ std::vector<TunerEntry> OnlineTuner::decided() const {
     TunerEntry e;
     e.bytes = bucketBytes(b);
     e.size = k.size;
-    e.algorithm = k.info[k.winner].algorithm;
+    e.algorithm = k.winnerLabel.str();  // k.winner indexes the last decision's candidates
     e.median = k.median;
     e.lo = k.lo;
     e.hi = k.hi;
     for (const Candidate& c : k.info)
       if (c.median > 0) e.measured.emplace_back(c.algorithm, c.median);
-    for (const auto& [name, median] : k.evidence) {  // those the extension left out
+    for (const auto& [name, median] : k.evidence) {  // those that left (screening, race, extension)
       bool kept = false;
       for (const Candidate& c : k.info) kept = kept || c.algorithm == name;
       if (!kept && median > 0) e.measured.emplace_back(name, median);
@@ -425,7 +478,7 @@ std::vector<OnlineTuner::BucketReport> OnlineTuner::report() const {
     r.bytes = bucketBytes(b);
     r.phase = k.phase == Phase::Exploring ? "exploring" : "exploiting";
     r.source = k.source;
-    r.algorithm = k.winner >= 0 ? k.info[k.winner].algorithm : "";
+    r.algorithm = k.winner >= 0 ? k.winnerLabel.str() : "";  // candidates may have changed since
     r.median = k.median;
     r.lo = k.lo;
     r.hi = k.hi;

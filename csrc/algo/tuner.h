@@ -15,7 +15,12 @@
 //   maximum over ranks, as below) and every candidate but the favourite whose
 //   fastest round took over kScreenFactor x the slowest round of the best
 //   one leaves; the rest start their measured rounds afresh. This bounds
-//   what a far slower candidate costs. After the last trial record()
+//   what a far slower candidate costs. After kRaceRounds measured rounds
+//   (two candidates or more) the ranks agree again, and every candidate but
+//   the favourite and the leader (the lowest median) that was over
+//   kRaceMargin x slower than the leader in every one of those rounds
+//   leaves (the chance of that for a candidate as fast as the leader is
+//   below 1/16); the rest keep their rounds. After the last trial record()
 //   returns this rank's C x rounds times; the caller makes them the maximum
 //   over ranks (an allreduce) and hands them to agreed(), which decides.
 // - The decision (docs/algorithms.md, "Online selection"): per round the
@@ -71,6 +76,8 @@ struct TunerSettings {
 constexpr double kDriftFactor = 1.3;    // the band's widening before a drift counts
 constexpr int kScreenRounds = 2;        // measured rounds before the screening
 constexpr double kScreenFactor = 1.5;   // screened out: slower than this in every screening round
+constexpr int kRaceRounds = 4;          // measured rounds before the race
+constexpr double kRaceMargin = 1.05;    // raced out: slower than the leader by this in every race round
 constexpr double kExtendMargin = 0.05;  // an inconclusive lead this large is measured again
 
 // One measured winner (a line of the tuning cache). Times are the maximum
@@ -120,10 +127,11 @@ class OnlineTuner {
 
   struct Candidate {
     std::string algorithm;
-    double predicted = 0;  // seconds
-    double median = 0;     // agreed, last exploration; 0 before
-    double ratioHigh = 0;  // upper end of its ratio to the favourite's interval
-    int64_t trials = 0;    // calls run as trials, all explorations
+    double predicted = 0;     // seconds
+    double median = 0;        // agreed, last exploration; 0 before
+    double ratioHigh = 0;     // upper end of its ratio to the favourite's interval
+    int64_t trials = 0;       // calls run as trials, all explorations
+    double trialSeconds = 0;  // their time on this rank
   };
   struct BucketReport {
     int64_t bytes = 0;      // upper bound of the bucket
@@ -141,7 +149,7 @@ class OnlineTuner {
 
  private:
   enum class Phase : uint8_t { Fresh, Exploring, Exploiting };
-  enum class Pending : uint8_t { None, Decide, Screen, Check };
+  enum class Pending : uint8_t { None, Decide, Screen, Race, Check };
   struct Bucket {
     Phase phase = Phase::Fresh;
     Pending pending = Pending::None;
@@ -149,13 +157,13 @@ class OnlineTuner {
     std::string favourite;     // the model's choice
     std::vector<Label> cands;  // model order, favourite first
     std::vector<Candidate> info;
-    int64_t trial = 0;                                     // this exploration's calls so far
-    bool screened = false;                                 // the early screening has run
-    bool extended = false;                                 // this exploration's inconclusive pair is being re-measured
-    int rounds = 0;                                        // measured rounds of this exploration
-    std::vector<std::pair<std::string, double>> evidence;  // medians before an extension
+    int64_t trial = 0;      // this exploration's calls so far
+    int screens = 0;        // eliminations run in this exploration: 1 after the screening, 2 after the race
+    bool extended = false;  // this exploration's inconclusive pair is being re-measured
+    int rounds = 0;         // measured rounds of this exploration
+    std::vector<std::pair<std::string, double>> evidence;  // medians of those that left this exploration
     std::vector<double> local;                             // [round][candidate], measured rounds
-    int winner = -1;
+    int winner = -1;  // index at the last decision (cands change while exploring: use winnerLabel)
     Label winnerLabel;
     std::string source;
     double median = 0, lo = 0, hi = 0;
@@ -171,6 +179,7 @@ class OnlineTuner {
   void exploit(Bucket& k);
   std::string decide(Bucket& k, int bucket, const std::vector<double>& maxed);
   std::string screen(Bucket& k, int bucket, const std::vector<double>& maxed);
+  std::string race(Bucket& k, int bucket, const std::vector<double>& maxed);
   Label modelPickLocked(int64_t bytes);
 
   Ranker ranker_;

@@ -120,6 +120,7 @@ PYBIND11_MODULE(_C, m) {
                 e["median_s"] = c.median;
                 e["ratio_high"] = c.ratioHigh;
                 e["trials"] = c.trials;
+                e["trial_s"] = c.trialSeconds;
                 cands.append(e);
               }
               d["candidates"] = cands;

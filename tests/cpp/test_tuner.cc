@@ -2,6 +2,7 @@
 // exploration in interleaved rounds, the decision rule (a winner must beat the
 // model's choice beyond the noise), drift, the cache's round trip; and on a
 // live group, every rank deciding alike with exact results throughout.
+#include <algorithm>
 #include <cmath>
 #include <future>
 #include <map>
@@ -73,8 +74,10 @@ TEST(exploration_interleaves_every_candidate_in_each_round) {
     const OnlineTuner::Pick p = t.pick(4096);
     seen.push_back(p.algorithm.str());
     agree = t.record(p, 1e-5);
-    // Agreements: the screening after two measured rounds, the decision after the last.
-    CHECK_EQ(agree.empty(), i != 3 * 3 - 1 && i != 3 * 9 - 1);
+    // Agreements: the screening after two measured rounds, the race after
+    // four, the decision after the last.
+    CHECK_EQ(agree.empty(), i != 3 * 3 - 1 && i != 3 * 5 - 1 && i != 3 * 9 - 1);
+    if (i == 3 * 5 - 1) CHECK_EQ(t.agreed(p, agree), std::string());  // alike: nobody leaves
     if (i == 3 * 3 - 1) {
       CHECK_EQ(agree.size(), size_t{3 * 2});
       CHECK_EQ(t.agreed(p, agree), std::string());  // alike: nobody leaves
@@ -160,10 +163,15 @@ TEST(a_far_slower_candidate_leaves_after_the_screening_rounds) {
   CHECK_EQ(r.candidates[1].algorithm, std::string("b"));
   CHECK_EQ(r.candidates[0].trials, int64_t{3 + 8});  // warm-up, 2 screening rounds, 8 measured
   CHECK_EQ(r.algorithm, std::string("b"));
-  // c ran 3 times only; one 1.3x slower than the fastest stays.
+  // c ran 3 times only. One 1.3x slower than the fastest passes the
+  // screening, and leaves at the race, after 4 measured rounds, each slower
+  // than the leader b; its median stays in the evidence.
   OnlineTuner u = makeTuner();
   explore(u, 4096, [&](const std::string& a, int) { return a == "a" ? 10e-6 : a == "b" ? 9e-6 : 11.7e-6; });
-  CHECK_EQ(u.report().front().candidates.size(), size_t{3});
+  CHECK_EQ(u.report().front().candidates.size(), size_t{2});
+  const auto measured = u.decided().front().measured;
+  CHECK(std::find(measured.begin(), measured.end(), std::make_pair(std::string("c"), 11.7e-6)) != measured.end());
+  CHECK_EQ(u.report().front().trials, int64_t{3 * 5 + 2 * 4});  // c: warm-up + 4 rounds; a, b: + 4 more
 }
 
 TEST(one_slow_outlier_per_candidate_does_not_decide) {
@@ -207,6 +215,38 @@ TEST(exploiting_runs_the_winner_and_a_drift_explores_again) {
   CHECK(what.find("measuring again") != std::string::npos);
   CHECK_EQ(t.report().front().phase, std::string("exploring"));
   CHECK(t.pick(4096).candidate >= 0);
+}
+
+TEST(the_report_names_the_last_winner_while_a_re_exploration_drops_candidates) {
+  // c (third) wins; then it slows down and the bucket is explored again, in
+  // which b leaves at the screening: the report must still name c (its
+  // index no longer points into the candidates; ASan catches a stale read).
+  TunerSettings s;
+  s.firstCheck = 16;
+  OnlineTuner t = makeTuner(s);
+  explore(t, 4096, [&](const std::string& a, int) { return a == "c" ? 5e-6 : a == "b" ? 5.1e-6 : 10e-6; });
+  CHECK_EQ(winner(t, 4096), std::string("c"));
+  CHECK_EQ(t.report().front().candidates.size(), size_t{3});  // b stayed (within 5% of c)
+  bool again = false;
+  for (int i = 0; i < 64 && !again; ++i) {
+    const OnlineTuner::Pick p = t.pick(4096);
+    std::vector<double> v = t.record(p, 50e-6);
+    if (!v.empty()) again = t.agreed(p, v).find("measuring again") != std::string::npos;
+  }
+  CHECK(again);
+  bool screened = false;  // b has left, the re-exploration goes on
+  for (int i = 0; i < 64 && !screened; ++i) {
+    const OnlineTuner::Pick p = t.pick(4096);
+    const std::string a = p.algorithm.str();
+    std::vector<double> v = t.record(p, a == "b" ? 40e-6 : a == "c" ? 9e-6 : 10e-6);
+    if (!v.empty()) t.agreed(p, v);
+    const auto r = t.report().front();
+    screened = r.phase == "exploring" && r.candidates.size() == 2;
+  }
+  CHECK(screened);
+  CHECK_EQ(t.report().front().candidates.size(), size_t{2});
+  CHECK_EQ(t.report().front().algorithm, std::string("c"));
+  CHECK_EQ(t.decided().front().algorithm, std::string("c"));
 }
 
 TEST(buckets_are_independent_and_a_single_candidate_is_decided_at_once) {
@@ -254,7 +294,7 @@ TEST(decisions_round_trip_through_the_cache_text) {
   CHECK_EQ(back.allreduce[0].algorithm, std::string("tree"));
   CHECK_EQ(back.allreduce[0].bytes, int64_t{1} << 20);
   CHECK(std::fabs(back.allreduce[0].median - 3e-4) < 1e-12);
-  CHECK_EQ(back.allreduce[0].measured.size(), size_t{2});  // rhd (3x) left at the screening
+  CHECK_EQ(back.allreduce[0].measured.size(), size_t{3});  // rhd (3x) left at the screening, its time kept
   OnlineTuner u = makeTuner({}, names);
   u.load(back.allreduce);
   const OnlineTuner::Pick p = u.pick(1 << 20);  // loaded: exploits at once
@@ -362,7 +402,8 @@ TEST(a_live_group_extends_an_inconclusive_exploration_alike_on_every_rank) {
   });
   checkAlike(run);
   int64_t trials = 0;
-  for (const auto& c : run.groups[0]->tuning()[0].candidates) trials += c.trials;
+  const auto report = run.groups[0]->tuning();
+  for (const auto& c : report[0].candidates) trials += c.trials;
   CHECK(trials > 2 * 16);  // the extension's rounds ran
 }
 
