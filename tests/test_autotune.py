@@ -2,6 +2,7 @@
 every rank, the tuning cache written and read back, and what shows it
 (stats, tuning(), the INFO log, python -m pyscalecomm.tune --show)."""
 
+import json
 import subprocess
 import sys
 
@@ -72,6 +73,32 @@ def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert "measured for: scalecomm-" in res.stdout and winner in res.stdout, res.stdout
+    # tune --fit re-fits the cached model to the measured medians and stores it.
+    before = path.read_text()
+    assert "model alpha=" in before and "layout window=" in before and " size=4096 " in before
+    res = subprocess.run(
+        [sys.executable, "-m", "pyscalecomm.tune", "--fit", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "measured medians; median |error|" in res.stdout and "after the fit" in res.stdout, res.stdout
+    fitted = path.read_text()
+    assert fitted != before and "call=" in fitted, fitted
+    # simulate prices bench points with the fitted model beside the probed one.
+    bench = tmp_path / "bench.jsonl"
+    model = {"alpha": 2e-6, "beta": 1e-9, "overhead": 2e-6, "gamma": 0.0, "intra_alpha": -1.0, "call": 0.0}
+    record = {"backend": "scalecomm", "algorithm": "ring", "world_size": 2, "bytes": 4096, "time_us": 20.0}
+    bench.write_text(json.dumps({**record, "model": model, "window_bytes": 262144}) + "\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "pyscalecomm.simulate", "--measured", str(bench), "--tuning-file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "# world 2: 1 points" in res.stdout and "fitted model: median" in res.stdout, res.stdout
 
 
 def _quiet(rank, n):

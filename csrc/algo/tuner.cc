@@ -88,7 +88,7 @@ void OnlineTuner::start(Bucket& k, int64_t bytes) {
   k.info.clear();
   for (const auto& [name, t] : ranked) {
     if (static_cast<int>(k.cands.size()) >= settings_.maxCandidates) break;
-    if (!k.cands.empty() && t > fastest * settings_.spread) continue;
+    if (static_cast<int>(k.cands.size()) >= kMinCandidates && t > fastest * settings_.spread) continue;
     k.cands.emplace_back(name);
     k.info.push_back(Candidate{name, t});
   }

@@ -6,8 +6,10 @@
 //   (bucket 0: 0 and 1 byte). A bucket starts Fresh; its first pick asks the
 //   ranker (the cost model) for the algorithms that serve it, the model's
 //   choice (the favourite) first, with their predicted times, and keeps in
-//   that order those within `spread` of the fastest prediction (at most
-//   `maxCandidates`). One candidate: decided at once ("model").
+//   that order its first kMinCandidates and any others within `spread` of
+//   the fastest prediction (at most `maxCandidates`): a model that is far
+//   off (a probe on a loaded machine) cannot leave its own choice alone.
+//   One algorithm serves: decided at once ("model").
 // - Exploring: the bucket's calls cycle through the candidates in rounds
 //   (call i of the exploration runs candidate (i + i / C) mod C), one warm-up
 //   round and then `rounds` measured ones. With three candidates or more,
@@ -73,6 +75,7 @@ struct TunerSettings {
   int64_t reexploreAfter = 4096;  // calls before the next exploration, doubling
 };
 
+constexpr int kMinCandidates = 3;       // measured whatever the model predicts for them
 constexpr double kDriftFactor = 1.3;    // the band's widening before a drift counts
 constexpr int kScreenRounds = 2;        // measured rounds before the screening
 constexpr double kScreenFactor = 1.5;   // screened out: slower than this in every screening round

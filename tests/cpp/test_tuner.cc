@@ -250,14 +250,21 @@ TEST(the_report_names_the_last_winner_while_a_re_exploration_drops_candidates) {
 }
 
 TEST(buckets_are_independent_and_a_single_candidate_is_decided_at_once) {
+  using Ranked = std::vector<std::pair<std::string, double>>;
   auto ranker = [](int64_t bytes) {
-    if (bytes <= 64) return std::vector<std::pair<std::string, double>>{{"a", 1e-6}, {"b", 1e-4}};  // b: 100x
-    return std::vector<std::pair<std::string, double>>{{"a", 1e-5}, {"b", 1e-5}};
+    if (bytes <= 8) return Ranked{{"a", 1e-6}};  // one algorithm serves
+    // c is 50x and d 100x the favourite: c is measured anyway (the model's
+    // first three always are), d is beyond the spread
+    if (bytes <= 64) return Ranked{{"a", 1e-6}, {"b", 2e-6}, {"c", 5e-5}, {"d", 1e-4}};
+    return Ranked{{"a", 1e-5}, {"b", 1e-5}};
   };
   OnlineTuner t(ranker, [](const std::string&, int64_t) { return true; });
-  const OnlineTuner::Pick small = t.pick(64);
-  CHECK_EQ(small.candidate, -1);  // b is beyond the spread: a alone, no exploration
-  CHECK_EQ(small.algorithm.str(), std::string("a"));
+  const OnlineTuner::Pick tiny = t.pick(8);
+  CHECK_EQ(tiny.candidate, -1);  // a alone, no exploration
+  CHECK_EQ(tiny.algorithm.str(), std::string("a"));
+  CHECK(t.pick(64).candidate >= 0);
+  CHECK_EQ(t.report()[1].candidates.size(), size_t{3});
+  CHECK_EQ(t.report()[1].candidates[2].algorithm, std::string("c"));
   CHECK(t.pick(1 << 20).candidate >= 0);  // another bucket explores
 }
 
