@@ -42,11 +42,15 @@ WireHeader headerOf(const ExecContext& ctx, int64_t bytes) {
 
 // Whether the peer's next message over its link belongs to this collective:
 // then it runs the collective over the links while this rank is on the windows.
-void checkPeerNotOnLinks(Communicator& comm, int peer, const WireHeader& mine, const ExecContext& ctx) {
+// A peer that has published `call` meanwhile is past it: what it sends next
+// (auto's agreement after the call carries the call's seq) is not this call's.
+void checkPeerNotOnLinks(Communicator& comm, ShmWindows& w, uint64_t call, int peer, const WireHeader& mine,
+                         const ExecContext& ctx) {
   WireHeader next;
   if (comm.link(peer).peek(&next, sizeof(next)) != sizeof(next)) return;
   if (next.magic == kWireMagic && next.seq == mine.seq &&
-      next.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) {
+      next.collective != static_cast<uint8_t>(CollectiveKind::SendRecv) &&
+      w.posted(peer).load(std::memory_order_acquire) < call) {
     failHeaderMismatch(ctx, comm.rank(), peer, next, mine);
   }
 }
@@ -103,7 +107,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
           // mapped here, so only a peer that never published is an error.
           if (w.posted(q).load(std::memory_order_acquire) < call) throw;
         }
-        if (mine.seq != 0) checkPeerNotOnLinks(comm, q, mine, ctx);
+        if (mine.seq != 0) checkPeerNotOnLinks(comm, w, call, q, mine, ctx);
       }
       if (ctx.call.deadline.expired()) failTimeout(comm, w, call, ctx);
       comm.idle(late, since);
