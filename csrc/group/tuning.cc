@@ -152,6 +152,8 @@ void Group::recordTuned(const OnlineTuner::Pick& pick, double seconds, const Col
   std::vector<double> values = tuner_->record(pick, seconds);
   if (values.empty()) return;
   // The slowest rank's times: one small allreduce, the same on every rank.
+  // It carries the call's seq: a peer still in the call must tell it apart
+  // by where the sender is (algo/shared.cc, checkPeerNotOnLinks).
   const auto started = std::chrono::steady_clock::now();
   CollectiveOptions agree = o;
   agree.algorithm = SC_LABEL("ring");
