@@ -1,6 +1,7 @@
 """auto measured online: exploration on the user's own calls, one decision on
 every rank, the tuning cache written and read back, and what shows it
-(stats, tuning(), the INFO log, python -m pyscalecomm.tune --show)."""
+(stats, tuning(), the INFO log, python -m pyscalecomm.tune --show); the cost
+model re-fitted to the cache (tune --fit) and used by simulate --tuning-file."""
 
 import json
 import subprocess
@@ -49,6 +50,13 @@ def test_online_auto_explores_then_every_rank_runs_the_same_winner():
         assert stats == stats0, (stats, stats0)
 
 
+def _cli(module: str, *args: str) -> str:
+    """A pyscalecomm command line's stdout; it must succeed."""
+    res = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
 def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
     path = tmp_path / "cache.txt"
     env = {"SCALECOMM_TUNING_FILE": str(path)}
@@ -65,25 +73,13 @@ def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
     third = run_ranks(2, _explore, 3, 1024, env={**env, "SCALECOMM_SHM_WINDOW_BYTES": 65536})
     assert third[0][0][0]["source"] in ("", "model"), third[0][0]  # exploring, or the model's only candidate
     # And python -m pyscalecomm.tune --show prints it.
-    res = subprocess.run(
-        [sys.executable, "-m", "pyscalecomm.tune", "--show", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert res.returncode == 0, res.stderr
-    assert "measured for: scalecomm-" in res.stdout and winner in res.stdout, res.stdout
+    out = _cli("pyscalecomm.tune", "--show", str(path))
+    assert "measured for: scalecomm-" in out and winner in out, out
     # tune --fit re-fits the cached model to the measured medians and stores it.
     before = path.read_text()
     assert "model alpha=" in before and "layout window=" in before and " size=4096 " in before
-    res = subprocess.run(
-        [sys.executable, "-m", "pyscalecomm.tune", "--fit", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert res.returncode == 0, res.stderr
-    assert "measured medians; median |error|" in res.stdout and "after the fit" in res.stdout, res.stdout
+    out = _cli("pyscalecomm.tune", "--fit", str(path))
+    assert "measured medians; median |error|" in out and "after the fit" in out, out
     fitted = path.read_text()
     assert fitted != before and "call=" in fitted, fitted
     # simulate prices bench points with the fitted model beside the probed one.
@@ -91,14 +87,8 @@ def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
     model = {"alpha": 2e-6, "beta": 1e-9, "overhead": 2e-6, "gamma": 0.0, "intra_alpha": -1.0, "call": 0.0}
     record = {"backend": "scalecomm", "algorithm": "ring", "world_size": 2, "bytes": 4096, "time_us": 20.0}
     bench.write_text(json.dumps({**record, "model": model, "window_bytes": 262144}) + "\n")
-    res = subprocess.run(
-        [sys.executable, "-m", "pyscalecomm.simulate", "--measured", str(bench), "--tuning-file", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert res.returncode == 0, res.stderr
-    assert "# world 2: 1 points" in res.stdout and "fitted model: median" in res.stdout, res.stdout
+    out = _cli("pyscalecomm.simulate", "--measured", str(bench), "--tuning-file", str(path))
+    assert "# world 2: 1 points" in out and "fitted model: median" in out, out
 
 
 def _quiet(rank, n):
