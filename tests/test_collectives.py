@@ -359,8 +359,13 @@ def _detail_debug(rank, n):
 
 def test_torch_distributed_debug_detail_works_on_our_groups():
     out = run_ranks(2, _detail_debug, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
-    for msg in out:
-        assert "Detected mismatch" in msg or "shape" in msg.lower(), msg
+    # Different sizes may run different algorithms (auto picks per size), so
+    # the rank that sees the mismatch first names it and aborts; the other
+    # may only see that rank fail, and says where the cause is.
+    named = ["Detected mismatch" in msg or "shape" in msg.lower() for msg in out]
+    assert any(named), out
+    for msg, ok in zip(out, named, strict=True):
+        assert ok or "see that rank's error for the cause" in msg, msg
 
 
 def _destroy_with_pending_callback(rank, n):
