@@ -34,6 +34,7 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=32)
     args = p.parse_args()
     os.environ.setdefault("SCALECOMM_TUNING_FILE", "none")
+    os.environ.setdefault("SCALECOMM_AUTOTUNE", "online")
     dist.init_process_group("scalecomm")
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

@@ -11,6 +11,8 @@ import torch
 import torch.distributed as dist
 from dist_helpers import run_ranks
 
+ONLINE = {"SCALECOMM_AUTOTUNE": "online"}  # auto measures only when asked
+
 
 def _explore(rank, n, calls, count):
     be = dist.group.WORLD._get_backend(torch.device("cpu"))
@@ -24,7 +26,7 @@ def _explore(rank, n, calls, count):
 
 def test_online_auto_explores_then_every_rank_runs_the_same_winner():
     calls = 100  # past the decision (and an extension), before the first drift check
-    results = run_ranks(3, _explore, calls, 1024)
+    results = run_ranks(3, _explore, calls, 1024, env=ONLINE)
     tuning0, stats0, _ = results[0]
     assert len(tuning0) == 1, tuning0
     bucket = tuning0[0]
@@ -59,7 +61,7 @@ def _cli(module: str, *args: str) -> str:
 
 def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
     path = tmp_path / "cache.txt"
-    env = {"SCALECOMM_TUNING_FILE": str(path)}
+    env = {**ONLINE, "SCALECOMM_TUNING_FILE": str(path)}
     first = run_ranks(2, _explore, 80, 1024, env=env)
     winner = first[0][0][0]["algorithm"]
     text = path.read_text()
@@ -100,7 +102,8 @@ def _quiet(rank, n):
 def test_each_decision_is_logged_with_its_evidence(tmp_path):
     code = (
         "import sys; sys.path.insert(0, 'tests'); from dist_helpers import run_ranks; "
-        "from test_autotune import _quiet; run_ranks(2, _quiet, env={'SCALECOMM_DEBUG': 'INFO'})"
+        "from test_autotune import _quiet, ONLINE; "
+        "run_ranks(2, _quiet, env={**ONLINE, 'SCALECOMM_DEBUG': 'INFO'})"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]

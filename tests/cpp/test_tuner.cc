@@ -333,6 +333,7 @@ LiveRun runLive(int n, int calls, const std::function<void(int, Group&)>& setUp 
   auto comms = loopbackCommunicators(fabric, 0);
   GroupConfig cfg;
   cfg.timeoutMs = 20000;
+  cfg.autotune = "online";
   CostParams costs;
   costs.alpha = 5e-6;
   costs.overhead = 5e-6;
