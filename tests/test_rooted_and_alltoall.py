@@ -255,7 +255,7 @@ def test_auto_picks_a_real_algorithm_per_call_and_names_it():
         assert names and all(x.split(":")[-1] in real for x in names), names
     # Online, the algorithm is picked when the call runs: the range says allreduce,
     # stats and the timeline name the algorithm (tests/test_autotune.py).
-    for names in run_ranks(3, _auto, env={"SCALECOMM_ALGO": "auto"}):
+    for names in run_ranks(3, _auto, env={"SCALECOMM_ALGO": "auto", "SCALECOMM_AUTOTUNE": "online"}):
         assert names == [], names
 
 
@@ -296,7 +296,8 @@ def test_tuning_file_decides_auto_and_skips_the_probe(tmp_path):
         assert costs["alpha"] == 3e-06 and costs["beta"] == 2e-10, costs
     # Online: the sizes it has are decided; the 4 MiB bucket is measured.
     path.write_text(text)
-    for names, costs in run_ranks(2, _tuned, str(path), env={"SCALECOMM_TUNING_FILE": str(path)}):
+    online = {"SCALECOMM_TUNING_FILE": str(path), "SCALECOMM_AUTOTUNE": "online"}
+    for names, costs in run_ranks(2, _tuned, str(path), env=online):
         trials = [x for x in names if x.endswith(" (trial)")]
         assert sorted(set(names) - set(trials)) == ["allreduce:direct", "allreduce:tree"], names
         assert len(trials) == 1, names
