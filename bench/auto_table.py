@@ -12,14 +12,9 @@ inside the best's band (then the band is wider than 5%).
 """
 
 import json
+import statistics
 import sys
 from collections import defaultdict
-
-
-def median(v):
-    v = sorted(v)
-    n = len(v)
-    return (v[(n - 1) // 2] + v[n // 2]) / 2
 
 
 def main(path: str) -> int:
@@ -40,9 +35,9 @@ def main(path: str) -> int:
     within = 0
     for nbytes in sorted(rows):
         v = rows[nbytes]
-        meds = {a: median(v[a]) for a in algos if v.get(a)}
+        meds = {a: statistics.median(v[a]) for a in algos if v.get(a)}
         best = min(meds, key=meds.get)
-        auto = median(v["auto"])
+        auto = statistics.median(v["auto"])
         ratio = auto / meds[best]
         ok = ratio <= 1.05 or auto <= max(v[best])
         within += ok

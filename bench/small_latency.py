@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -53,6 +54,7 @@ import torch.distributed as dist
 import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the "fake" backend)
 
 import pyscalecomm  # noqa: F401  (registers the backend; fills RANK... under mpirun)
+from pyscalecomm.bench import settle_auto
 
 
 def _sizes(spec: str) -> list[int]:
@@ -98,12 +100,6 @@ def main() -> int:
     ap.add_argument("--json", help="write per-size records here (rank 0)")
     ap.add_argument(
         "--algos", default="", help="also time scalecomm groups fixed to these allreduce algorithms"
-    )
-    ap.add_argument(
-        "--settle",
-        type=int,
-        default=150,
-        help="auto calls per size before its rounds, so its online choice has settled (0: none)",
     )
     args = ap.parse_args()
     algos = [a for a in args.algos.split(",") if a]
@@ -205,8 +201,9 @@ def main() -> int:
             or k[10:].split("+")[0]
             in fixed[k[10:]]._get_backend(torch.device("cpu")).allreduce_algorithms(size or 4)
         }
-        for _ in range(args.settle if "scalecomm" in table else 0):
-            table["scalecomm"](t, a)
+        if "scalecomm" in table:  # auto's online choice (SCALECOMM_AUTOTUNE=online) settles before the rounds
+            run = functools.partial(table["scalecomm"], t, a)
+            settle_auto(run, dist.group.WORLD._get_backend(t.device), count * 4, gloo)
         times = {k: [] for k in table}
         for _ in range(args.rounds):
             for name, fn in table.items():

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 
 from pyscalecomm.bench_ops import (
@@ -258,7 +259,7 @@ def _runner(impl, case, args, dist):
     return torch_runner(case, impl.handle, op)
 
 
-def _settle(fn, backend, nbytes: int, timing, limit: int = 4000) -> None:
+def settle_auto(fn, backend, nbytes: int, timing, limit: int = 4000) -> None:
     """Runs auto until its online choice for this size has settled (its bucket
     exploits a winner), so the timed rounds measure the choice, not the
     exploration. Calls may still be running when a rank looks, so the ranks
@@ -266,28 +267,19 @@ def _settle(fn, backend, nbytes: int, timing, limit: int = 4000) -> None:
     import torch
     import torch.distributed as dist
 
+    from pyscalecomm import _C
+
     if backend.config.autotune != "online" or dist.get_world_size() == 1:
         return  # auto does not measure: nothing to settle
+    bucket = _C.auto_bucket_bytes(nbytes)
     for i in range(limit):
         if i % 8 == 0:
-            tuning = backend.tuning()
-            done = any(b["bytes"] == _bucket(nbytes) and b["phase"] == "exploiting" for b in tuning)
+            done = any(b["bytes"] == bucket and b["phase"] == "exploiting" for b in backend.tuning())
             flag = torch.tensor([1 if done else 0], dtype=torch.int32)
             dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=timing)
             if flag.item():
                 return
         fn()
-
-
-def _bucket(nbytes: int) -> int:
-    """The upper bound of auto's size bucket holding nbytes (algo/tuner.h)."""
-    return 1 if nbytes <= 1 else 1 << (nbytes - 1).bit_length()
-
-
-def _median(values):
-    values = sorted(values)
-    n = len(values)
-    return (values[(n - 1) // 2] + values[n // 2]) / 2 if values else float("nan")
 
 
 def _auto_note(per_round, fixed, handle, device, nbytes: int) -> str:
@@ -298,15 +290,19 @@ def _auto_note(per_round, fixed, handle, device, nbytes: int) -> str:
         return per_round.get((label, True)) or per_round.get((label, False)) or []
 
     auto = rounds_of("scalecomm:auto")
-    best = min((f for f in fixed if rounds_of(f)), key=lambda f: _median(rounds_of(f)), default=None)
+    best = min(
+        (f for f in fixed if rounds_of(f)), key=lambda f: statistics.median(rounds_of(f)), default=None
+    )
     if best is None or not auto:
         return ""
     ratios = [a / b for a, b in zip(auto, rounds_of(best), strict=False) if b > 0]
-    buckets = [b for b in handle._get_backend(device).tuning() if b["bytes"] == _bucket(nbytes)]
+    from pyscalecomm import _C
+
+    bucket = _C.auto_bucket_bytes(nbytes)
+    buckets = [b for b in handle._get_backend(device).tuning() if b["bytes"] == bucket]
     ran = buckets[0]["algorithm"] if buckets else "?"
-    return (
-        f"auto->{ran} {_median(ratios):.2f}x of {best.split(':', 1)[1]} [{min(ratios):.2f}-{max(ratios):.2f}]"
-    )
+    ratio = statistics.median(ratios)
+    return f"auto->{ran} {ratio:.2f}x of {best.split(':', 1)[1]} [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
 def _progress(args, rank):
@@ -386,7 +382,7 @@ def run(args) -> int:
                 if impl.algo == "auto" and impl.kind == "scalecomm":
                     for ip in (False, True):
                         if runners[(impl.label, ip)] is not None:
-                            _settle(
+                            settle_auto(
                                 runners[(impl.label, ip)], impl.handle._get_backend(device), nbytes, timing
                             )
             best, per_round = {}, {}

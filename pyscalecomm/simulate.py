@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import sys
 
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -63,21 +64,50 @@ def fmt_bytes(n: int) -> str:
 
 
 def predict(algorithm, world, nbytes, args) -> float:
+    """One allreduce priced with the command line's model."""
+    model = {
+        "alpha": args.alpha,
+        "beta": 1.0 / args.bandwidth,
+        "overhead": args.overhead,
+        "gamma": args.gamma,
+        "segment_bytes": args.segment,
+        "intra_alpha": args.intra_alpha if args.intra_alpha is not None else -1.0,
+        "intra_beta": 1.0 / args.intra_bandwidth if args.intra_bandwidth else -1.0,
+    }
+    return predict_with(
+        model, algorithm, world, nbytes, args.ranks_per_host, ps_servers=min(args.ps_servers, world)
+    )
+
+
+def predict_with(
+    model: dict,
+    algorithm: str,
+    world: int,
+    nbytes: int,
+    ranks_per_host: int,
+    window_bytes: int = 0,
+    ps_servers: int = 1,
+) -> float:
+    """One allreduce priced with a model dict (the command line's, a group's
+    cost_params or a tuning cache's)."""
     from pyscalecomm import _C
 
     return _C.predict_allreduce(
         algorithm,
         world,
         nbytes,
-        args.alpha,
-        1.0 / args.bandwidth,
-        args.overhead,
-        args.gamma,
-        segment_bytes=args.segment,
-        ranks_per_host=args.ranks_per_host,
-        intra_alpha=args.intra_alpha if args.intra_alpha is not None else -1.0,
-        intra_beta=1.0 / args.intra_bandwidth if args.intra_bandwidth else -1.0,
-        ps_servers=min(args.ps_servers, world),
+        model["alpha"],
+        model["beta"],
+        model.get("overhead", model["alpha"]),
+        model.get("gamma", 0.0),
+        segment_bytes=model.get("segment_bytes", 0),
+        ranks_per_host=ranks_per_host,
+        intra_alpha=model.get("intra_alpha", -1.0),
+        intra_beta=model.get("intra_beta", -1.0),
+        ps_servers=ps_servers,
+        window_alpha=model.get("window_alpha", -1.0),
+        window_bytes=window_bytes,
+        call=model.get("call", 0.0),
     )
 
 
@@ -168,34 +198,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def _predict_with(model: dict, algorithm: str, world: int, nbytes: int, host_of, window_bytes: int) -> float:
-    """One allreduce priced with a full model dict (a group's cost_params or a tuning cache's model)."""
-    from pyscalecomm import _C
-
-    per_host = world if not host_of or len(set(host_of)) == 1 else host_of.count(host_of[0])
-    return _C.predict_allreduce(
-        algorithm,
-        world,
-        nbytes,
-        model["alpha"],
-        model["beta"],
-        model.get("overhead", model["alpha"]),
-        model.get("gamma", 0.0),
-        segment_bytes=model.get("segment_bytes", 0),
-        ranks_per_host=per_host,
-        intra_alpha=model.get("intra_alpha", -1.0),
-        intra_beta=model.get("intra_beta", -1.0),
-        window_alpha=model.get("window_alpha", -1.0),
-        window_bytes=window_bytes,
-        call=model.get("call", 0.0),
-    )
-
-
-def _median(values):
-    values = sorted(values)
-    return values[len(values) // 2] if values else float("nan")
-
-
 def _compare(args) -> int:
     """Predicted vs measured time for every scalecomm record of a bench --json file."""
     import json
@@ -219,10 +221,11 @@ def _compare(args) -> int:
             continue
         world, nbytes, measured = r["world_size"], r["bytes"], r["time_us"] * 1e-6
         host_of = r.get("host_of") or []
+        per_host = world if not host_of or len(set(host_of)) == 1 else host_of.count(host_of[0])
         window = r.get("window_bytes", 0)
         if args.alpha_given is None and r.get("model"):  # the group's own probe, every term
             model = dict(r["model"], segment_bytes=r.get("segment_bytes") or 0)
-            pred = _predict_with(model, r["algorithm"], world, nbytes, host_of, window)
+            pred = predict_with(model, r["algorithm"], world, nbytes, per_host, window)
         else:
             if args.alpha_given is None and r.get("model_alpha"):
                 args.alpha, args.bandwidth = r["model_alpha"], 1.0 / r["model_beta"]
@@ -237,18 +240,17 @@ def _compare(args) -> int:
         )
         if fitted is not None:
             model = dict(fitted, segment_bytes=r.get("segment_bytes") or 0)
-            fpred = _predict_with(model, r["algorithm"], world, nbytes, host_of, window)
+            fpred = predict_with(model, r["algorithm"], world, nbytes, per_host, window)
             ferr = (fpred - measured) / measured
             fit_err.append(abs(ferr))
             row += f" {fpred * 1e6:>11.1f} {ferr * 100:>6.0f}%"
         print(row)
     for world, (probe_err, fit_err) in sorted(errors.items()):
-        line = (
-            f"# world {world}: {len(probe_err)} points: median |error| {_median(probe_err) * 100:.0f}%, "
-            f"max {max(probe_err) * 100:.0f}%"
-        )
+        probe, fit = statistics.median_high(probe_err), statistics.median_high(fit_err) if fit_err else 0.0
+        line = f"# world {world}: {len(probe_err)} points: median |error| {probe * 100:.0f}%, "
+        line += f"max {max(probe_err) * 100:.0f}%"
         if fit_err:
-            line += f"; fitted model: median {_median(fit_err) * 100:.0f}%, max {max(fit_err) * 100:.0f}%"
+            line += f"; fitted model: median {fit * 100:.0f}%, max {max(fit_err) * 100:.0f}%"
         print(line)
     return 0
 

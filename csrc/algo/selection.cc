@@ -1,7 +1,11 @@
 #include "algo/selection.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -205,6 +209,26 @@ std::string TuningTable::str() const {
     o << "\n";
   }
   return o.str();
+}
+
+bool TuningTable::save(const std::string& path) const {
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    // mkdir -p of the directory (errors surface at the write below).
+    for (size_t i = 1; i <= slash; ++i) {
+      if (i == slash || path[i] == '/') ::mkdir(path.substr(0, i).c_str(), 0755);
+    }
+  }
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  bool ok = false;
+  {
+    std::ofstream out(tmp);
+    out << str();
+    ok = static_cast<bool>(out.flush());
+  }
+  ok = ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) std::remove(tmp.c_str());
+  return ok;
 }
 
 std::string TuningTable::lookup(int64_t bytes) const {

@@ -64,6 +64,9 @@ struct TuningTable {
   static TuningTable load(const std::string& path);  // throws InvalidArgument on a bad file
   static TuningTable parse(const std::string& text, const std::string& what);
   std::string str() const;
+  // Writes str() to `path` atomically (a temporary file renamed over it),
+  // making its directory first; false where that fails (nothing is left).
+  bool save(const std::string& path) const;
   std::string lookup(int64_t bytes) const;
 };
 

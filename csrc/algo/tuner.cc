@@ -100,9 +100,8 @@ void OnlineTuner::start(Bucket& k, int64_t bytes) {
   k.size = bytes;
   k.favourite = k.info.front().algorithm;
   if (k.cands.size() == 1) {
-    k.winner = 0;
     k.source = "model";
-    exploit(k);
+    exploit(k, k.cands[0]);
   } else {
     explore(k);
   }
@@ -119,9 +118,20 @@ void OnlineTuner::explore(Bucket& k) {
   ++k.explorations;
 }
 
-void OnlineTuner::exploit(Bucket& k) {
+void OnlineTuner::keepOnly(Bucket& k, const std::vector<int>& keep) {
+  std::vector<Label> cands;
+  std::vector<Candidate> info;
+  for (int q : keep) {
+    cands.push_back(k.cands[q]);
+    info.push_back(std::move(k.info[q]));
+  }
+  k.cands = std::move(cands);
+  k.info = std::move(info);
+}
+
+void OnlineTuner::exploit(Bucket& k, Label winner) {
   k.phase = Phase::Exploiting;
-  k.winnerLabel = k.cands[k.winner];
+  k.winnerLabel = winner;
   k.recentCount = 0;
   k.sinceCheck = 0;
   k.sinceExplore = 0;
@@ -145,16 +155,17 @@ OnlineTuner::Pick OnlineTuner::pick(int64_t bytes) {
     if (!serves_(k.cands[cand], bytes)) {
       // A size limit inside the bucket (pairwise): the candidate leaves it,
       // and the exploration starts over without it.
-      k.cands.erase(k.cands.begin() + cand);
-      k.info.erase(k.info.begin() + cand);
+      std::vector<int> keep;
+      for (int q = 0; q < c; ++q)
+        if (q != cand) keep.push_back(q);
+      keepOnly(k, keep);
       if (k.cands.size() > 1) {
         explore(k);
         --k.explorations;  // the same exploration, restarted
         continue;
       }
-      k.winner = 0;
       k.source = "model";
-      exploit(k);
+      exploit(k, k.cands[0]);
       break;
     }
     ++k.trial;
@@ -250,15 +261,7 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
   if (!k.extended && challenger != winner && k.info[challenger].median < k.info[winner].median * (1 - kExtendMargin)) {
     std::vector<std::pair<std::string, double>> evidence = std::move(k.evidence);  // explore() clears it
     for (const Candidate& x : k.info) evidence.emplace_back(x.algorithm, x.median);
-    const int keep[2] = {winner, challenger};  // the favourite (winner 0) or the one that beat it, first
-    std::vector<Label> cands;
-    std::vector<Candidate> info;
-    for (int q : keep) {
-      cands.push_back(k.cands[q]);
-      info.push_back(k.info[q]);
-    }
-    k.cands = std::move(cands);
-    k.info = std::move(info);
+    keepOnly(k, {winner, challenger});  // the favourite (winner 0) or the one that beat it, first
     explore(k);
     --k.explorations;  // the same exploration, extended
     k.evidence = std::move(evidence);
@@ -275,13 +278,12 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
   std::vector<double> w(rounds);
   for (int r = 0; r < rounds; ++r) w[r] = maxed[r * c + winner];
   const Summary s = summarize(w);
-  const bool changed = k.winnerLabel.str() != k.info[winner].algorithm || k.source != "explored";
-  k.winner = winner;
+  const bool changed = k.winnerLabel != k.cands[winner] || k.source != "explored";
   k.median = s.median;
   k.lo = s.lo;
   k.hi = s.hi;
   k.source = "explored";
-  exploit(k);
+  exploit(k, k.cands[winner]);
   std::ostringstream o;
   o << "auto measured allreduce of up to " << bucketBytes(bucket) << " bytes (max over ranks, median of " << rounds
     << " rounds):";
@@ -319,22 +321,17 @@ std::string OnlineTuner::race(Bucket& k, int bucket, const std::vector<double>& 
   if (static_cast<int>(keep.size()) == c) return "";
   // The survivors keep their measured rounds: as if only they had run.
   const int left = static_cast<int>(keep.size());
-  std::vector<Label> cands;
-  std::vector<Candidate> info;
   std::vector<double> local(left * k.rounds, 0.0);
-  for (int i = 0; i < left; ++i) {
-    cands.push_back(k.cands[keep[i]]);
-    info.push_back(k.info[keep[i]]);
+  for (int i = 0; i < left; ++i)
     for (int r = 0; r < R; ++r) local[r * left + i] = k.local[r * c + keep[i]];
-  }
-  k.cands = std::move(cands);
-  k.info = std::move(info);
   k.local = std::move(local);
   k.trial = left * (R + 1);
+  const std::string leaderName = k.info[leader].algorithm;
+  keepOnly(k, keep);
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " slower than "
-    << k.info[std::find(keep.begin(), keep.end(), leader) - keep.begin()].algorithm << " (" << us(medians[leader])
-    << " us) by over " << kRaceMargin << "x in each of " << R << " rounds; measuring the rest";
+    << leaderName << " (" << us(medians[leader]) << " us) by over " << kRaceMargin << "x in each of " << R
+    << " rounds; measuring the rest";
   return o.str();
 }
 
@@ -354,15 +351,18 @@ std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>
   };
   double reference = worst(0);
   for (int q = 1; q < c; ++q) reference = std::min(reference, worst(q));
+  std::vector<int> keep = {0};  // never the favourite: the decision compares with it
   std::ostringstream dropped;
-  for (int q = c - 1; q >= 1; --q) {  // never the favourite: the decision compares with it
-    if (best(q) <= kScreenFactor * reference) continue;
+  for (int q = c - 1; q >= 1; --q) {
+    if (best(q) <= kScreenFactor * reference) {
+      keep.insert(keep.begin() + 1, q);
+      continue;
+    }
     dropped << (dropped.tellp() > 0 ? ", " : "") << k.info[q].algorithm << " " << us(best(q)) << " us";
     k.evidence.emplace_back(k.info[q].algorithm, best(q));  // its fastest screening round
-    k.cands.erase(k.cands.begin() + q);
-    k.info.erase(k.info.begin() + q);
   }
   if (dropped.tellp() == 0) return "";
+  keepOnly(k, keep);
   // The survivors start their measured rounds afresh (warmed up already).
   const int left = static_cast<int>(k.cands.size());
   k.trial = left;
@@ -425,11 +425,11 @@ std::vector<TunerEntry> OnlineTuner::decided() const {
   std::vector<TunerEntry> out;
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
     const Bucket& k = buckets_[b];
-    if (k.winner < 0 || k.source == "model") continue;
+    if (k.winnerLabel.empty() || k.source == "model") continue;
     TunerEntry e;
     e.bytes = bucketBytes(b);
     e.size = k.size;
-    e.algorithm = k.winnerLabel.str();  // k.winner indexes the last decision's candidates
+    e.algorithm = k.winnerLabel.str();
     e.median = k.median;
     e.lo = k.lo;
     e.hi = k.hi;
@@ -457,14 +457,13 @@ void OnlineTuner::load(const std::vector<TunerEntry>& entries) {
       k.cands.emplace_back(name);  // explored again in the order measured
       k.info.push_back(Candidate{name, 0, t});
     }
-    k.winner = 0;
     k.median = e.median;
     k.lo = e.lo;
     k.hi = e.hi;
     k.source = "cache";
     k.size = e.size;
     k.exploreAfter = settings_.reexploreAfter;
-    exploit(k);
+    exploit(k, k.cands[0]);
   }
 }
 
@@ -478,7 +477,7 @@ std::vector<OnlineTuner::BucketReport> OnlineTuner::report() const {
     r.bytes = bucketBytes(b);
     r.phase = k.phase == Phase::Exploring ? "exploring" : "exploiting";
     r.source = k.source;
-    r.algorithm = k.winner >= 0 ? k.winnerLabel.str() : "";  // candidates may have changed since
+    r.algorithm = k.winnerLabel.str();
     r.median = k.median;
     r.lo = k.lo;
     r.hi = k.hi;

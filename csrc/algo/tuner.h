@@ -39,8 +39,8 @@
 //   4096 while stable) record() returns this rank's median of its last 16
 //   times; agreed() compares the maximum over ranks with the upper end of
 //   the winner's band (its confidence interval, widened by kDriftFactor)
-//   and explores again when it lies above (slower only). The bucket is explored again anyway after
-//   `reexploreAfter` calls (doubling each time).
+//   and explores again when it lies above (slower only). The bucket is
+//   explored again anyway after `reexploreAfter` calls (doubling each time).
 // - Deterministic: the state changes only in pick(), record() and agreed(),
 //   from the sequence of message sizes and agreed values, so ranks that
 //   make the same calls and agree the same values pick the same algorithm
@@ -166,8 +166,7 @@ class OnlineTuner {
     int rounds = 0;         // measured rounds of this exploration
     std::vector<std::pair<std::string, double>> evidence;  // medians of those that left this exploration
     std::vector<double> local;                             // [round][candidate], measured rounds
-    int winner = -1;  // index at the last decision (cands change while exploring: use winnerLabel)
-    Label winnerLabel;
+    Label winnerLabel;                                     // the last decision's; empty before the first
     std::string source;
     double median = 0, lo = 0, hi = 0;
     std::array<double, 16> recent{};
@@ -179,7 +178,9 @@ class OnlineTuner {
   };
   void start(Bucket& k, int64_t bytes);
   void explore(Bucket& k);
-  void exploit(Bucket& k);
+  void exploit(Bucket& k, Label winner);
+  // Keeps candidates `keep` (indices, in that order) in cands and info.
+  static void keepOnly(Bucket& k, const std::vector<int>& keep);
   std::string decide(Bucket& k, int bucket, const std::vector<double>& maxed);
   std::string screen(Bucket& k, int bucket, const std::vector<double>& maxed);
   std::string race(Bucket& k, int bucket, const std::vector<double>& maxed);

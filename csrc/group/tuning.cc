@@ -2,9 +2,6 @@
 // tuning cache (its key, path, loading at creation, writing as the tuner
 // decides), resolving a call's algorithm on the executing thread, and the
 // agreement between ranks.
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -154,14 +151,13 @@ void Group::recordTuned(const OnlineTuner::Pick& pick, double seconds, const Col
   // The slowest rank's times: one small allreduce, the same on every rank.
   // It carries the call's seq: a peer still in the call must tell it apart
   // by where the sender is (algo/shared.cc, checkPeerNotOnLinks).
-  const auto started = std::chrono::steady_clock::now();
+  const Clock::time_point started = Clock::now();
   CollectiveOptions agree = o;
   agree.algorithm = SC_LABEL("ring");
   agree.trace = nullptr;
   allreduce(comm_->collectiveChannel(), values.data(), static_cast<int64_t>(values.size()), DataType::Float64,
             ReduceOp::Max, 1.0, agree);
-  const std::string what =
-      tuner_->agreed(pick, values, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  const std::string what = tuner_->agreed(pick, values, std::chrono::duration<double>(Clock::now() - started).count());
   if (what.empty()) return;
   SC_LOG(Info, "rank ", rank_, ": ", what);
   if (rank_ == 0) saveTuning();
@@ -177,23 +173,7 @@ void Group::saveTuning() {
   t.hasLayout = true;
   t.layout = algoParams();
   t.allreduce = tuner_->decided();
-  const std::string tmp = tuningPath_ + ".tmp" + std::to_string(getpid());
-  const size_t slash = tuningPath_.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
-    // mkdir -p of the cache directory (errors surface at the write below).
-    for (size_t i = 1; i <= slash; ++i) {
-      if (i == slash || tuningPath_[i] == '/') ::mkdir(tuningPath_.substr(0, i).c_str(), 0755);
-    }
-  }
-  bool ok = false;
-  {
-    std::ofstream out(tmp);
-    out << t.str();
-    ok = static_cast<bool>(out.flush());
-  }
-  ok = ok && std::rename(tmp.c_str(), tuningPath_.c_str()) == 0;
-  if (!ok) {
-    std::remove(tmp.c_str());
+  if (!t.save(tuningPath_)) {
     if (!tuningSaveFailed_) {
       SC_LOG(Warn, "rank 0: cannot write the tuning cache ", tuningPath_,
              " (SCALECOMM_TUNING_FILE; none turns it off); auto keeps measuring in memory");

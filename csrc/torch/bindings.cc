@@ -4,9 +4,6 @@
 // torch.distributed can hold it), its configuration, the parameter table and
 // small diagnostics. Registration with torch.distributed happens in Python
 // (pyscalecomm/_registration.py).
-#include <cstdio>
-#include <fstream>
-
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/python.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -32,6 +29,17 @@ namespace py = pybind11;
 namespace scalecomm {
 void bindKernels(py::module& m);  // torch/kernel_bindings.cc
 }
+
+namespace {
+
+// The cost model's time terms by name (algo/cost_model.h, kModelFields).
+py::dict modelDict(const scalecomm::CostParams& c) {
+  py::dict d;
+  for (const auto& [name, member] : scalecomm::kModelFields) d[name] = c.*member;
+  return d;
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   py::module::import("torch.distributed");
@@ -215,11 +223,8 @@ PYBIND11_MODULE(_C, m) {
           "cost_params",
           [](const scalecomm::ScalecommBackend& b) {
             const scalecomm::CostParams& c = b.costParams();
-            py::dict d;
-            d["alpha"] = c.alpha;
-            d["beta"] = c.beta;
+            py::dict d = modelDict(c);
             d["segment_bytes"] = c.segmentBytes;
-            for (const auto& [name, member] : scalecomm::kModelFields) d[name] = c.*member;
             return d;
           },
           "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
@@ -336,6 +341,10 @@ PYBIND11_MODULE(_C, m) {
       py::arg("window_alpha") = -1.0, py::arg("window_bytes") = 0, py::arg("call") = 0.0,
       "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h).");
   m.def(
+      "auto_bucket_bytes",
+      [](int64_t nbytes) { return scalecomm::OnlineTuner::bucketBytes(scalecomm::OnlineTuner::bucketOf(nbytes)); },
+      py::arg("nbytes"), "The upper bound of auto's online size bucket that holds a message of nbytes (algo/tuner.h).");
+  m.def(
       "fit_tuning_file",
       [](const std::string& path, bool write) {
         scalecomm::TuningTable t = scalecomm::TuningTable::load(path);
@@ -344,17 +353,8 @@ PYBIND11_MODULE(_C, m) {
                                 "' has no model line to start from (written by an older scalecomm or by hand)");
         }
         const scalecomm::ModelFit fit = scalecomm::fitTuning(t);
-        if (write) {
-          const std::string tmp = path + ".fit.tmp";
-          {
-            std::ofstream out(tmp);
-            out << t.str();
-            if (!out.flush()) throw py::value_error("cannot write '" + tmp + "'");
-          }
-          if (std::rename(tmp.c_str(), path.c_str()) != 0) throw py::value_error("cannot replace '" + path + "'");
-        }
-        py::dict d;
-        for (const auto& [name, member] : scalecomm::kModelFields) d[name] = fit.params.*member;
+        if (write && !t.save(path)) throw py::value_error("cannot write the tuning file '" + path + "'");
+        py::dict d = modelDict(fit.params);
         d["median_error_before"] = fit.medianErrorBefore;
         d["median_error_after"] = fit.medianErrorAfter;
         d["samples"] = fit.samples;
@@ -368,8 +368,7 @@ PYBIND11_MODULE(_C, m) {
       "tuning_model",
       [](const std::string& path) {
         const scalecomm::TuningTable t = scalecomm::TuningTable::load(path);
-        py::dict d;
-        for (const auto& [name, member] : scalecomm::kModelFields) d[name] = t.costs.*member;
+        py::dict d = modelDict(t.costs);
         d["has_model"] = t.hasCosts;
         d["world"] = t.world;
         d["window_bytes"] = t.layout.windowBytes;
