@@ -12,7 +12,9 @@
 namespace scalecomm {
 
 std::string describe(const ExecContext& ctx, int rank) {
-  return strCat("scalecomm ", collectiveName(ctx.collective), " (rank ", rank, ", seq ", ctx.call.seq, ")");
+  return strCat("scalecomm ", collectiveName(ctx.collective), " (rank ", rank, ", seq ", ctx.call.seq,
+                ctx.call.part == CallPart::Call ? "" : strCat(", ", callPartName(static_cast<uint8_t>(ctx.call.part))),
+                ")");
 }
 
 namespace {
@@ -39,6 +41,7 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
   h.rootOrTag = ctx.root;
   h.step = t.step;
   h.seq = ctx.call.seq;
+  h.part = static_cast<uint8_t>(ctx.call.part);
   h.totalCount = ctx.totalCount;
   h.block = t.wireBlock;
   h.segment = t.segment;
@@ -73,6 +76,12 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
          collectiveName(static_cast<CollectiveKind>(got.collective)), " seq ", got.seq, " while this rank is at ",
          collectiveName(ctx.collective), " seq ", want.seq,
          "; all ranks must call the same collectives in the same order");
+  }
+  if (got.part != want.part) {
+    fail(ErrorKind::Internal, who, ": rank ", peer, " is in ", callPartName(got.part), " while this rank is in ",
+         callPartName(want.part),
+         " of the same call: the ranks' online choice went apart, which it must not (please report it with the "
+         "SCALECOMM_TRACE_DIR dumps of every rank); SCALECOMM_AUTOTUNE=model avoids it");
   }
   if (got.dtype != want.dtype || got.totalCount != want.totalCount) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " passed ", got.totalCount, " elements of ",

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/wire.h"
 #include "core/deadline.h"
 
 namespace scalecomm {
@@ -28,8 +29,9 @@ struct CollectiveOptions {
   int64_t timeoutMs = 1800000;
   Deadline deadline = Deadline::never();
   uint64_t seq = 0;
-  int psServers = 1;           // see AlgoParams; the host map comes from the Communicator
-  ExecTrace* trace = nullptr;  // timeline: per-step spans of every execute() (see algo/trace.h)
+  CallPart part = CallPart::Call;  // which exchange under `seq` this is (comm/wire.h)
+  int psServers = 1;               // see AlgoParams; the host map comes from the Communicator
+  ExecTrace* trace = nullptr;      // timeline: per-step spans of every execute() (see algo/trace.h)
   // Compiled plans reused across calls of the same shape (algo/plan_cache.h);
   // null: compiled for this call only. Only the executing thread touches it.
   PlanCache* plans = nullptr;

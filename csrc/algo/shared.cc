@@ -40,17 +40,14 @@ WireHeader headerOf(const ExecContext& ctx, int64_t bytes) {
   return h;
 }
 
-// Whether the peer's next message over its link belongs to this collective:
-// then it runs the collective over the links while this rank is on the windows.
-// A peer that has published `call` meanwhile is past it: what it sends next
-// (auto's agreement after the call carries the call's seq) is not this call's.
-void checkPeerNotOnLinks(Communicator& comm, ShmWindows& w, uint64_t call, int peer, const WireHeader& mine,
-                         const ExecContext& ctx) {
+// Whether the peer's next message over its link belongs to this exchange
+// (seq and part): then it runs it over the links while this rank is on the
+// windows.
+void checkPeerNotOnLinks(Communicator& comm, int peer, const WireHeader& mine, const ExecContext& ctx) {
   WireHeader next;
   if (comm.link(peer).peek(&next, sizeof(next)) != sizeof(next)) return;
-  if (next.magic == kWireMagic && next.seq == mine.seq &&
-      next.collective != static_cast<uint8_t>(CollectiveKind::SendRecv) &&
-      w.posted(peer).load(std::memory_order_acquire) < call) {
+  if (next.magic == kWireMagic && next.seq == mine.seq && next.part == mine.part &&
+      next.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) {
     failHeaderMismatch(ctx, comm.rank(), peer, next, mine);
   }
 }
@@ -107,7 +104,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
           // mapped here, so only a peer that never published is an error.
           if (w.posted(q).load(std::memory_order_acquire) < call) throw;
         }
-        if (mine.seq != 0) checkPeerNotOnLinks(comm, w, call, q, mine, ctx);
+        if (mine.seq != 0) checkPeerNotOnLinks(comm, q, mine, ctx);
       }
       if (ctx.call.deadline.expired()) failTimeout(comm, w, call, ctx);
       comm.idle(late, since);
@@ -219,7 +216,7 @@ void checkPeersNotOnWindows(Communicator& comm, const std::vector<int>& peers, c
     if (posted == 0) continue;
     WireHeader got;
     std::memcpy(&got, w->header(q, posted), sizeof(got));
-    if (got.magic == kWireMagic && got.seq == ctx.call.seq)
+    if (got.magic == kWireMagic && got.seq == ctx.call.seq && got.part == static_cast<uint8_t>(ctx.call.part))
       failHeaderMismatch(ctx, comm.rank(), q, got, collectiveHeader(ctx));
   }
 }

@@ -35,6 +35,22 @@ inline const char* collectiveName(CollectiveKind k) {
   return i < sizeof(names) / sizeof(names[0]) ? names[i] : "unknown";
 }
 
+// Which exchange of a collective call a message belongs to. A group may run
+// more than the call's own exchange under the call's seq: auto's online
+// selection agrees on the ranks' times right after a measured call. A rank
+// still in one exchange must not take a peer's message of the other for its
+// own, so the part is part of the identity every check compares.
+enum class CallPart : uint8_t {
+  Call = 0,       // the collective the user called
+  Agreement = 1,  // auto's agreement on the call's times (a small allreduce)
+};
+
+inline const char* callPartName(uint8_t part) {
+  return part == static_cast<uint8_t>(CallPart::Call)        ? "the call"
+         : part == static_cast<uint8_t>(CallPart::Agreement) ? "auto's agreement on its times"
+                                                             : "an unknown part";
+}
+
 constexpr uint32_t kWireMagic = 0x5343574d;  // "SCWM"
 constexpr uint64_t kWireAlign = 64;
 
@@ -43,7 +59,7 @@ struct alignas(64) WireHeader {
   uint8_t collective;  // CollectiveKind
   uint8_t dtype;       // DataType
   uint8_t reduceOp;    // ReduceOp
-  uint8_t reserved;
+  uint8_t part;        // CallPart
   // Collectives: the root rank (-1 when the collective has none);
   // point-to-point messages (collective SendRecv): the tag.
   int32_t rootOrTag;

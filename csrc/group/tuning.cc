@@ -148,12 +148,13 @@ void Group::recordTuned(const OnlineTuner::Pick& pick, double seconds, const Col
   if (tunerSkew_) seconds = tunerSkew_(pick.algorithm.str(), seconds);
   std::vector<double> values = tuner_->record(pick, seconds);
   if (values.empty()) return;
-  // The slowest rank's times: one small allreduce, the same on every rank.
-  // It carries the call's seq: a peer still in the call must tell it apart
-  // by where the sender is (algo/shared.cc, checkPeerNotOnLinks).
+  // The slowest rank's times: one small allreduce, the same on every rank,
+  // under the call's seq as its agreement part (a peer still in the call, or
+  // a rank checking its peers' windows, tells the two apart: comm/wire.h).
   const Clock::time_point started = Clock::now();
   CollectiveOptions agree = o;
   agree.algorithm = SC_LABEL("ring");
+  agree.part = CallPart::Agreement;
   agree.trace = nullptr;
   allreduce(comm_->collectiveChannel(), values.data(), static_cast<int64_t>(values.size()), DataType::Float64,
             ReduceOp::Max, 1.0, agree);

@@ -282,6 +282,41 @@ TEST(ranks_on_different_channels_get_the_mismatch_error_not_a_timeout) {
   CHECK(contains(errors[1], "runs it with algorithm shared but this rank with ring"));
 }
 
+// auto's agreement runs over the links right after a measured call, under
+// the call's seq. Ranks that reach it first wait for the late one and look at
+// their peers' windows meanwhile: the call each peer published there must not
+// pass for a peer running the agreement on the windows (nor the agreement on
+// a link for a peer running the call over links).
+TEST(auto_s_agreement_after_a_shared_call_is_not_taken_for_that_call) {
+  auto errors = onMesh(3, [&](int r, Communicator& comm) {
+    for (uint64_t seq = 1; seq <= 3; ++seq) {
+      std::vector<float> data(2, static_cast<float>(r + 1));
+      allreduce(comm.channel(), data.data(), 2, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(seq));
+      CHECK(data == std::vector<float>(2, 6.0f));
+      if (r == static_cast<int>(seq % 3)) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      CollectiveOptions agree = sharedOptions(seq);
+      agree.algorithm = "ring";
+      agree.part = CallPart::Agreement;
+      std::vector<double> times(12, static_cast<double>(r));
+      allreduce(comm.channel(), times.data(), 12, DataType::Float64, ReduceOp::Max, 1.0, agree);
+      CHECK(times == std::vector<double>(12, 2.0));
+    }
+  });
+  for (auto& e : errors) CHECK_EQ(e, std::string());
+  // A rank in the agreement while a peer is in the call's own exchange
+  // (over the links) is told so by name, not left to a timeout.
+  errors = onMesh(2, [&](int r, Communicator& comm) {
+    std::vector<double> times(12, 1.0);
+    CollectiveOptions o = sharedOptions(7, 10000);
+    o.algorithm = "ring";
+    if (r == 1) o.part = CallPart::Agreement;
+    keepLinksAfterError([&] { allreduce(comm.channel(), times.data(), 12, DataType::Float64, ReduceOp::Max, 1.0, o); });
+  });
+  CHECK(contains(errors[0], "rank 1 is in auto's agreement on its times while this rank is in the call"));
+  CHECK(contains(errors[1], "rank 0 is in the call while this rank is in auto's agreement on its times"));
+  CHECK(contains(errors[1], "(rank 1, seq 7, auto's agreement on its times)"));
+}
+
 TEST(a_missing_peer_times_out_by_name_and_abort_ends_the_wait) {
   auto errors = onMesh(3, [&](int r, Communicator& comm) {
     if (r == 2) {
