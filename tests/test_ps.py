@@ -1,0 +1,176 @@
+"""The parameter server (pyscalecomm.ps): sync equals DDP, the ssp bound
+holds as a property, async records staleness, state survives a round trip."""
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from dist_helpers import run_ranks
+from torch import nn
+
+from pyscalecomm import ps
+
+
+def _net(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def _batch(rank, step):
+    g = torch.Generator().manual_seed(100 * rank + step)
+    x = torch.randn(8, 6, generator=g)
+    return x, x[:, :3].sum(dim=1, keepdim=True).repeat(1, 3) + 0.1 * torch.randn(8, 3, generator=g)
+
+
+def _sync_vs_ddp(rank, n, optimizer, servers):
+    kwargs = {"lr": 0.05, "weight_decay": 1e-3}
+    if optimizer == "sgd":
+        kwargs.update(momentum=0.9, nesterov=True)
+    ddp = nn.parallel.DistributedDataParallel(_net())
+    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(ddp.parameters(), **kwargs)
+    model = ps.ParameterServer(_net(), servers=servers, mode="sync", optimizer=optimizer, **kwargs)
+    for step in range(6):
+        x, y = _batch(rank, step)
+        opt.zero_grad()
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        nn.functional.mse_loss(model(x), y).backward()
+    model(torch.zeros(1, 6))  # waits for the last pull
+    for a, b in zip(ddp.module.parameters(), model.module.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    moved = any(not torch.equal(a, b) for a, b in zip(_net().parameters(), model.module.parameters(), strict=True))
+    stats = model.stats()
+    model.close()
+    return moved, stats.get("staleness", [])
+
+
+@pytest.mark.parametrize("n,optimizer,servers", [(2, "sgd", 1), (3, "sgd", 2), (3, "adam", 3)])
+def test_sync_matches_ddp_on_the_same_data(n, optimizer, servers):
+    out = run_ranks(n, _sync_vs_ddp, optimizer, servers, timeout_s=180)
+    assert all(moved for moved, _ in out)
+    assert all(s == 0 for _, st in out for s in st)
+
+
+def _sum_mode(rank, n):
+    ddp = nn.parallel.DistributedDataParallel(_net())
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    model = ps.ParameterServer(_net(seed=rank), servers=1, mode="sync", optimizer="sum")  # rank 0's values win
+    mine = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        x, y = _batch(rank, step)
+        opt.zero_grad()
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        mine.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        model.sync_gradients()
+        mine.step()
+    for a, b in zip(ddp.module.parameters(), model.module.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    model.close()
+    return True
+
+
+def test_sum_mode_leaves_the_step_to_the_worker_and_matches_ddp():
+    run_ranks(2, _sum_mode, timeout_s=120)
+
+
+def _straggler_run(rank, n, mode, steps, slow_rank, delay_s):
+    model = ps.ParameterServer(_net(), servers=1, mode=mode, optimizer="sgd", lr=0.05)
+    x_eval, y_eval = _batch(99, 0)
+
+    def held_out():
+        with torch.no_grad():
+            return nn.functional.mse_loss(model.module(x_eval), y_eval).item()
+
+    before = held_out()
+    for step in range(steps):
+        x, y = _batch(rank, step)
+        nn.functional.mse_loss(model(x), y).backward()
+        if rank == slow_rank:
+            time.sleep(delay_s)
+    model.close()  # then every pull has been answered
+    return model.stats(), (before, held_out())
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_ssp_never_lets_a_worker_lead_the_slowest_by_more_than_k(k):
+    steps = 12
+    out = run_ranks(3, _straggler_run, f"ssp:{k}", steps, 2, 0.03, timeout_s=180)
+    stats = out[0][0]
+    assert len(stats["leads"]) == 3 * steps
+    assert max(stats["leads"]) <= k, stats["leads"]
+    assert max(stats["leads"]) == k  # the bound was reached: the fast workers were held at it
+    assert stats["pushes"] == [steps] * 3
+
+
+def test_async_lets_fast_workers_run_ahead_and_records_staleness():
+    steps = 12
+    out = run_ranks(3, _straggler_run, "async", steps, 2, 0.03, timeout_s=180)
+    stats = out[0][0]
+    assert max(stats["leads"]) > 2  # not held: the same run under ssp:2 stays at 2
+    assert max(stats["staleness"]) > 0
+    assert stats["version"] == 3 * steps  # every gradient applied on arrival
+    for _, (before, after) in out:
+        assert after < before
+
+
+def _round_trip(rank, n):
+    model = ps.ParameterServer(_net(), servers=2, mode="sync", optimizer="adam", lr=0.01)
+
+    def train(steps):
+        for step in steps:
+            x, y = _batch(rank, step)
+            nn.functional.mse_loss(model(x), y).backward()
+        model(torch.zeros(1, 6))
+        return [p.detach().clone() for p in model.module.parameters()]
+
+    train(range(3))
+    saved = model.state_dict()
+    after = train(range(3, 5))
+    model.load_state_dict(saved)
+    again = train(range(3, 5))
+    for a, b in zip(after, again, strict=True):
+        assert torch.equal(a, b)
+    stats = model.stats()
+    model.close()
+    return stats.get("version")
+
+
+def test_state_dict_round_trip_restores_shards_versions_and_optimizer_state():
+    versions = run_ranks(2, _round_trip, timeout_s=120)
+    assert versions == [5, 5]  # 5 steps; then back to the saved version 3 and 2 steps again
+
+
+def test_arguments_are_checked():
+    assert ps.parse_mode("ssp:4") == ("ssp", 4)
+    with pytest.raises(ValueError, match="sync, async, ssp:K"):
+        ps.parse_mode("ssp")
+    assert ps.assign_keys([10, 1, 7, 3], 2) == [0, 0, 1, 1]  # loads 10+1 and 7+3
+
+
+def _bad_servers(rank, n):
+    try:
+        ps.ParameterServer(_net(), servers=[0, 5])
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def test_servers_outside_the_group_are_refused():
+    out = run_ranks(2, _bad_servers, timeout_s=60)
+    assert all("servers=[0, 5] on a group of 2 ranks" in e for e in out)
+
+
+def _on_gloo(rank, n):
+    model = ps.ParameterServer(_net(), servers=2, mode="ssp:1", backend="gloo", lr=0.02)
+    for step in range(4):
+        x, y = _batch(rank, step)
+        nn.functional.mse_loss(model(x), y).backward()
+    model.close()
+    return dist.get_backend()
+
+
+def test_runs_over_the_stock_backend_too():
+    assert run_ranks(2, _on_gloo, timeout_s=60) == ["scalecomm", "scalecomm"]
