@@ -39,7 +39,8 @@ def _sync_vs_ddp(rank, n, optimizer, servers):
     model(torch.zeros(1, 6))  # waits for the last pull
     for a, b in zip(ddp.module.parameters(), model.module.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    moved = any(not torch.equal(a, b) for a, b in zip(_net().parameters(), model.module.parameters(), strict=True))
+    start = _net().parameters()
+    moved = any(not torch.equal(a, b) for a, b in zip(start, model.module.parameters(), strict=True))
     stats = model.stats()
     model.close()
     return moved, stats.get("staleness", [])
@@ -55,7 +56,8 @@ def test_sync_matches_ddp_on_the_same_data(n, optimizer, servers):
 def _sum_mode(rank, n):
     ddp = nn.parallel.DistributedDataParallel(_net())
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    model = ps.ParameterServer(_net(seed=rank), servers=1, mode="sync", optimizer="sum")  # rank 0's values win
+    # Ranks start from different values: the server's (rank 0's) win.
+    model = ps.ParameterServer(_net(seed=rank), servers=1, mode="sync", optimizer="sum")
     mine = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(4):
         x, y = _batch(rank, step)
