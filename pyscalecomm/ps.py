@@ -307,6 +307,11 @@ class ParameterServer(nn.Module):
         self._wait_pulls(sum_mode_grads=False)
         return self.module(*args, **kwargs)
 
+    def refresh(self) -> None:
+        """Waits for the pulls in flight and puts their parameters in the
+        module (the next forward does this anyway; for evaluation)."""
+        self._wait_pulls(sum_mode_grads=False)
+
     def sync_gradients(self) -> None:
         """``optimizer="sum"``: waits for the servers' mean gradients and puts
         them in each parameter's ``.grad``."""

@@ -195,6 +195,26 @@ def test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve(tmp_pat
         assert s["final_acc"] == pytest.approx(g["final_acc"], abs=1e-6)
 
 
+def test_parameter_server_strategies_run_in_the_driver_against_allreduce(tmp_path):
+    args = ["--nproc", "3", "--epochs", "2", "--steps", "4", "--width", "32", "--straggler", "random:3"]
+    args += ["--sweep", "strategy=allreduce,ps-sync,ps-ssp:1", "--no-plots"]
+    p = _train(args, tmp_path)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert "| strategy |" in p.stdout and "staleness mean/max" in p.stdout
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    runs = {r["config"]["strategy"]: r for r in doc["runs"]}
+    ar, sync, ssp = runs["allreduce"], runs["ps-sync"], runs["ps-ssp:1"]
+    # The same math as synchronous allreduce SGD: the same loss curve.
+    assert [e["loss"] for e in sync["epochs"]] == pytest.approx([e["loss"] for e in ar["epochs"]], rel=1e-4)
+    assert sync["baseline"] == ar["label"] and sync["acc_delta"] == pytest.approx(0, abs=1e-6)
+    assert sync["staleness"]["max"] == 0 and ar["staleness"] is None
+    assert ssp["staleness"]["max_lead"] <= 1 and sum(ssp["staleness"]["counts"].values()) == 3 * 2 * 4
+    assert RunConfig(world=4, straggler="rank:3:2").label().endswith("straggler=rank:3:2")
+    for bad, why in [("strategy=ps-ssp", "ssp:K"), ("straggler=rank:9:2", "rank 9 is not in 0..2")]:
+        p = _train(["--nproc", "3", "--sweep", bad], tmp_path)
+        assert p.returncode == 2 and why in p.stderr, p.stderr
+
+
 def test_a_bad_sweep_is_refused_before_anything_runs(tmp_path):
     p = _train(["--sweep", "world=1", "optimizer=adam"], tmp_path)
     assert p.returncode == 2 and "unknown sweep key 'optimizer'" in p.stderr

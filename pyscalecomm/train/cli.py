@@ -6,6 +6,9 @@ A sweep (the product of the axes; any option below is an axis):
     python -m pyscalecomm.train --sweep world=1,2,4 backend=gloo,scalecomm compress=none,topk:0.01
 Repeated, round-robin (medians, the spread, ratios paired per repeat):
     python -m pyscalecomm.train --sweep world=2 backend=gloo,scalecomm --repeat 5
+Allreduce against a parameter server, with a straggler (each step one random rank 3x slower):
+    python -m pyscalecomm.train --nproc 4 --straggler random:3 \
+        --sweep strategy=allreduce,ps-sync,ps-async,ps-ssp:4
 More ranks vs more threads per rank (horizontal vs vertical scaling):
     python -m pyscalecomm.train --sweep world=1,2 threads=1,2 backend=gloo,scalecomm
 On an emulated cluster (root: one network namespace per rank, links capped):
@@ -17,7 +20,8 @@ Under a launcher (the job's ranks run every configuration of the sweep):
 Prints a Markdown table (time per epoch, samples/s, speedup T1/TN, efficiency,
 speedup over the stock backend, share of the step spent in exposed
 communication, peak memory, CPU use, final loss and accuracy, accuracy delta
-to the baseline, time to the baseline's accuracy), the fit of
+to the baseline, time to the baseline's accuracy; parameter-server runs are
+compared with synchronous allreduce and report their gradients' staleness), the fit of
 T_N = T_1/N + T_comm, and writes results.json and speedup.png,
 breakdown.png, accuracy.png into --out.
 """
@@ -58,6 +62,19 @@ def parse_args(argv=None):
         type=float,
         default=d.bucket_mb,
         help="DDP bucket cap in MiB (0: DDP's default, a 1 MiB first bucket then 25)",
+    )
+    p.add_argument(
+        "--strategy",
+        default=d.strategy,
+        help="allreduce (DDP), or a parameter server: ps-sync, ps-async, ps-ssp:K (no worker more than K "
+        "steps ahead of the slowest)",
+    )
+    p.add_argument("--ps-servers", type=int, default=d.ps_servers, help="ps strategies: server ranks 0..S-1")
+    p.add_argument(
+        "--straggler",
+        default=d.straggler,
+        help="none, rank:R:F (rank R's compute always F x as long) or random:F (each step one rank, "
+        "drawn from the seed, F x as long)",
     )
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--steps", type=int, default=d.steps, help="steps per epoch (0: the whole training set)")

@@ -12,6 +12,27 @@ import itertools
 from dataclasses import dataclass
 
 BACKENDS = ("scalecomm", "gloo", "nccl")
+STRATEGIES = ("allreduce", "ps-sync", "ps-async", "ps-ssp:K")
+
+
+def parse_straggler(text: str) -> tuple[str, int, float]:
+    """("none"|"rank"|"random", rank, factor) from "none", "rank:R:F" (rank R
+    always F times slower) or "random:F" (each step one rank, drawn from the
+    seed, F times slower)."""
+    parts = text.split(":")
+    try:
+        if parts == ["none"]:
+            return "none", -1, 1.0
+        if parts[0] == "rank" and len(parts) == 3 and float(parts[2]) >= 1:
+            return "rank", int(parts[1]), float(parts[2])
+        if parts[0] == "random" and len(parts) == 2 and float(parts[1]) >= 1:
+            return "random", -1, float(parts[1])
+    except ValueError:
+        pass
+    raise ValueError(
+        f"straggler={text!r}: write none, rank:R:F (rank R always F x slower) or random:F "
+        f"(each step a random rank F x slower), F >= 1"
+    )
 
 
 @dataclass
@@ -33,11 +54,17 @@ class RunConfig:
     seed: int = 0
     device: str = "cpu"
     calib_steps: int = 5  # compute-only steps (no_sync) to measure exposed communication
+    strategy: str = "allreduce"  # allreduce (DDP) | ps-sync | ps-async | ps-ssp:K (pyscalecomm.ps)
+    ps_servers: int = 1  # ps strategies: server ranks 0..S-1
+    straggler: str = "none"  # none | rank:R:F | random:F (see parse_straggler)
 
     def label(self) -> str:
         return (
             f"world={self.world} threads={self.threads} backend={self.backend} compress={self.compress}"
             + (f" algo={self.algo}" if self.backend == "scalecomm" and self.algo != "auto" else "")
+            + (f" strategy={self.strategy}" if self.strategy != "allreduce" else "")
+            + (f" servers={self.ps_servers}" if self.strategy != "allreduce" and self.ps_servers != 1 else "")
+            + (f" straggler={self.straggler}" if self.straggler != "none" else "")
         )
 
     def check(self) -> None:
@@ -54,6 +81,19 @@ class RunConfig:
                     f"compress={self.compress} needs backend=scalecomm; PyTorch's own DDP hooks "
                     f"give {self.backend} only fp16, bf16 and powersgd:<rank>"
                 )
+        if self.strategy != "allreduce":
+            from pyscalecomm.ps import parse_mode
+
+            if not self.strategy.startswith("ps-"):
+                raise ValueError(f"strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
+            parse_mode(self.strategy[3:])
+            if not 1 <= self.ps_servers <= self.world:
+                raise ValueError(f"ps_servers={self.ps_servers}: give 1..world ({self.world})")
+            if self.compress != "none" or self.device != "cpu":
+                raise ValueError(f"strategy={self.strategy} runs on CPU without compression")
+        kind, rank, _ = parse_straggler(self.straggler)
+        if kind == "rank" and not 0 <= rank < self.world:
+            raise ValueError(f"straggler={self.straggler}: rank {rank} is not in 0..{self.world - 1}")
         if self.backend == "nccl" and self.device != "cuda":
             raise ValueError("backend=nccl trains on GPUs: add --device cuda")
 

@@ -5,8 +5,10 @@
   algorithm on 1 rank with 1 thread over this run's (None without that run);
 - ``efficiency``: speedup / cores, cores = world x threads (speedup / N for
   one thread per rank);
-- ``vs_baseline``: time per epoch of the stock backend (gloo on CPU, nccl on
-  GPU) without compression, same world and threads, over this run's;
+- ``vs_baseline``: time per epoch of the baseline over this run's: for DDP
+  (strategy allreduce), the stock backend (gloo on CPU, nccl on GPU) without
+  compression, same world and threads; for a parameter-server strategy,
+  synchronous allreduce on the same backend, world and threads;
 - ``acc_delta``: final accuracy minus the baseline's, in points;
 - ``time_to_target_s``: training time until the test accuracy first reached
   the baseline's final accuracy less 0.5 points (None if never), and
@@ -36,7 +38,7 @@ TARGET_SLACK = 0.005  # 0.5 accuracy points below the baseline's final accuracy
 # Config keys the table shows in columns of their own; every other key
 # (model, lr, bucket_mb, ...) is the run's "setting": runs are only compared
 # (speedup, baseline, fit) with runs of the same setting.
-SHOWN = ("world", "threads", "backend", "algo", "compress")
+SHOWN = ("world", "threads", "backend", "algo", "compress", "strategy", "ps_servers")
 
 
 def _setting(c: dict) -> dict:
@@ -45,7 +47,7 @@ def _setting(c: dict) -> dict:
 
 def _family(r: dict) -> tuple:
     c = r["config"]
-    return (c["backend"], c["compress"], c["algo"], *_setting(c).items())
+    return (c["backend"], c["compress"], c["algo"], c.get("strategy", "allreduce"), *_setting(c).items())
 
 
 def _varying(results: list[dict]) -> list[str]:
@@ -121,14 +123,16 @@ def derive(results: list[dict]) -> list[dict]:
         r["cores"] = cores
         r["speedup"] = one["time_per_epoch_s"] / r["time_per_epoch_s"] if one else None
         r["efficiency"] = r["speedup"] / cores if r["speedup"] is not None else None
-        base = _find(
-            results,
-            backend=_baseline_backend(r),
-            compress="none",
-            world=c["world"],
-            threads=c["threads"],
-            **_setting(c),
-        )
+        if c.get("strategy", "allreduce") == "allreduce":
+            want = {"backend": _baseline_backend(r), "compress": "none", "strategy": "allreduce"}
+        else:
+            want = {
+                "backend": c["backend"],
+                "compress": c["compress"],
+                "algo": c["algo"],
+                "strategy": "allreduce",
+            }
+        base = _find(results, world=c["world"], threads=c["threads"], **want, **_setting(c))
         r["baseline"] = base["label"] if base else None
         r["vs_baseline"], r["vs_baseline_range"] = _paired_ratio(base, r) if base else (None, None)
         r["acc_delta"] = None
@@ -180,6 +184,12 @@ def fit(results: list[dict]) -> list[dict]:
     return fits
 
 
+def _strategy(c: dict) -> str:
+    s = c.get("strategy", "allreduce")
+    servers = c.get("ps_servers", 1)
+    return s if s == "allreduce" or servers == 1 else f"{s} ({servers} servers)"
+
+
 def _f(v, fmt: str, none: str = "-") -> str:
     return none if v is None else format(v, fmt)
 
@@ -201,6 +211,7 @@ COLUMNS = [
         ),
     ),
     ("compress", lambda r: r["config"]["compress"]),
+    ("strategy", lambda r: _strategy(r["config"])),
     ("s/epoch", lambda r: _f(r["time_per_epoch_s"], ".3f") + _spread(r.get("time_per_epoch_runs"), ".2f")),
     ("samples/s", lambda r: _f(r["samples_per_s"], ".0f")),
     ("speedup T1/TN", lambda r: _f(r["speedup"], ".2f")),
@@ -226,6 +237,10 @@ COLUMNS = [
     ("Δacc pts", lambda r: _f(r["acc_delta"], "+.1f")),
     ("time to acc s", lambda r: _f(r["time_to_target_s"], ".2f")),
     ("sooner", lambda r: _f(r["sooner"], ".2f") + ("x" if r["sooner"] else "")),
+    (
+        "staleness mean/max",
+        lambda r: f"{r['staleness']['mean']:.1f}/{r['staleness']['max']}" if r.get("staleness") else "-",
+    ),
 ]
 
 

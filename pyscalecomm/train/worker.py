@@ -21,10 +21,12 @@ What is measured, per configuration:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
 import os
+import random
 import resource
 import statistics
 import sys
@@ -36,7 +38,7 @@ from torch import nn
 
 from pyscalecomm.train import data as data_mod
 from pyscalecomm.train import models
-from pyscalecomm.train.config import RunConfig
+from pyscalecomm.train.config import RunConfig, parse_straggler
 
 
 def _sync(device):
@@ -94,18 +96,24 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    group = _group(cfg)
+    ps_mode = cfg.strategy[3:] if cfg.strategy.startswith("ps-") else None
     d = data_mod.load(cfg.data, cfg.model, cfg.samples)
     torch.manual_seed(cfg.seed)
     model = models.build(cfg.model, d.input_shape, d.classes, cfg.width).to(device)
-    ddp = DDP(
-        model,
-        process_group=group,
-        bucket_cap_mb=cfg.bucket_mb or None,  # None: DDP's default, incl. its small first bucket
-        device_ids=[device.index] if device.type == "cuda" else None,
-    )
-    _register_hook(ddp, cfg, group)
-    opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
+    if ps_mode is None:
+        group = _group(cfg)
+        net = DDP(
+            model,
+            process_group=group,
+            bucket_cap_mb=cfg.bucket_mb or None,  # None: DDP's default, incl. its small first bucket
+            device_ids=[device.index] if device.type == "cuda" else None,
+        )
+        _register_hook(net, cfg, group)
+        no_sync = net.no_sync
+    else:
+        net, no_sync = model, contextlib.nullcontext  # wrapped after the calibration (its hooks push)
+    opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=0.9)
+    straggler, slow_rank, factor = parse_straggler(cfg.straggler)
     xs, ys = d.train_x, d.train_y
     per_step = cfg.batch_size * world
     steps = len(xs) // per_step
@@ -125,17 +133,37 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     # Compute-only calibration: forward + backward without communication.
     calib = []
     order0 = torch.randperm(len(xs), generator=torch.Generator().manual_seed(10_000 + cfg.seed))
-    with ddp.no_sync():
+    with no_sync():
         for s in range(2 + cfg.calib_steps):
             x, y = batch(order0, s)
             _sync(device)
             t0 = time.perf_counter()
-            nn.functional.cross_entropy(ddp(x), y).backward()
+            nn.functional.cross_entropy(net(x), y).backward()
             _sync(device)
             if s >= 2:
                 calib.append(time.perf_counter() - t0)
             opt.zero_grad(set_to_none=True)
     compute_fb = statistics.median(calib) if calib else 0.0
+    compute_fb = _agreed_max(compute_fb)  # a straggler's delay is the same multiple on every rank
+    if ps_mode is not None:
+        from pyscalecomm.ps import ParameterServer
+
+        net = ParameterServer(
+            model,
+            servers=cfg.ps_servers,
+            mode=ps_mode,
+            optimizer="sgd",
+            lr=cfg.lr,
+            momentum=0.9,
+            backend=cfg.backend,
+        )
+
+    def slowed(epoch: int, s: int) -> bool:
+        if straggler == "rank":
+            return rank == slow_rank
+        if straggler == "random":
+            return random.Random(f"{cfg.seed}/{epoch}/{s}").randrange(world) == rank
+        return False
 
     epochs, step_times, opt_times = [], [], []
     cpu0, cum = time.process_time(), 0.0  # ns resolution; os.times() counts 10 ms ticks
@@ -149,12 +177,15 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         for s in range(steps):
             x, y = batch(order, s)
             t0 = time.perf_counter()
+            if slowed(epoch, s):  # a slower machine: its compute takes factor x as long
+                time.sleep((factor - 1) * compute_fb)
             opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(ddp(x), y)
-            loss.backward()
+            loss = nn.functional.cross_entropy(net(x), y)
+            loss.backward()  # a parameter server's pushes go out here
             _sync(device)
             t1 = time.perf_counter()
-            opt.step()
+            if ps_mode is None:  # the servers update a parameter server's parameters
+                opt.step()
             _sync(device)
             t2 = time.perf_counter()
             step_times.append(t2 - t0)
@@ -163,6 +194,8 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         elapsed = time.perf_counter() - start
         wall_train += elapsed
         cum += elapsed
+        if ps_mode is not None:
+            net.refresh()  # the parameters of the last pull
         test_loss, acc = _evaluate(model, d, device)
         epochs.append(
             {
@@ -185,9 +218,13 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     if device.type == "cuda":
         peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
     mine = {"cpu_util": cpu_util, "peak_mib": peak_mib}
+    if ps_mode is not None:
+        net.close()
+        mine["ps"] = net.stats()
     every = [None] * world
     dist.all_gather_object(every, mine)
-    dist.destroy_process_group(group)
+    if ps_mode is None:
+        dist.destroy_process_group(group)
     if rank != 0:
         return None
     step_s = statistics.mean(step_times)
@@ -215,6 +252,30 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         "final_acc": epochs[-1]["acc"],
         "epochs": epochs,
         "world": world,
+        "staleness": _staleness([e["ps"] for e in every if e.get("ps")]) if ps_mode else None,
+    }
+
+
+def _agreed_max(x: float) -> float:
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
+
+
+def _staleness(servers: list[dict]) -> dict:
+    """Every server's applied gradients: how many of each staleness (versions
+    applied between the read and the update), and the largest lead of a
+    worker over the slowest when its pull was answered."""
+    counts: dict[int, int] = {}
+    for st in servers:
+        for v in st["staleness"]:
+            counts[v] = counts.get(v, 0) + 1
+    total = sum(counts.values())
+    return {
+        "counts": {str(k): counts[k] for k in sorted(counts)},
+        "mean": sum(k * c for k, c in counts.items()) / total if total else 0.0,
+        "max": max(counts) if counts else 0,
+        "max_lead": max((max(st["leads"]) for st in servers if st["leads"]), default=0),
     }
 
 
