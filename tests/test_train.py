@@ -197,10 +197,11 @@ def test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve(tmp_pat
 
 def test_parameter_server_strategies_run_in_the_driver_against_allreduce(tmp_path):
     args = ["--nproc", "3", "--epochs", "2", "--steps", "4", "--width", "32", "--straggler", "random:3"]
-    args += ["--sweep", "strategy=allreduce,ps-sync,ps-ssp:1", "--no-plots"]
+    args += ["--sweep", "strategy=allreduce,ps-sync,ps-ssp:1"]
     p = _train(args, tmp_path)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     assert "| strategy |" in p.stdout and "staleness mean/max" in p.stdout
+    assert (tmp_path / "out" / "staleness.png").stat().st_size > 0
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     runs = {r["config"]["strategy"]: r for r in doc["runs"]}
     ar, sync, ssp = runs["allreduce"], runs["ps-sync"], runs["ps-ssp:1"]

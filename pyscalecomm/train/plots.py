@@ -1,6 +1,7 @@
 """The sweep's plots (matplotlib, no display needed): speedup and efficiency
 against workers, the per-step time breakdown (compute and exposed
-communication), and test accuracy against epoch and against training time.
+communication), test accuracy against epoch and against training time, and
+the staleness of parameter-server runs' gradients.
 Returns the paths written; without matplotlib, says so and writes nothing."""
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ def _series_label(r: dict) -> str:
     c = r["config"]
     algo = "" if c["algo"] == "auto" else f":{c['algo']}"
     thr = "" if c["threads"] == 1 else f" x{c['threads']}thr"
-    return f"{c['backend']}{algo} {c['compress']}{thr}"
+    strategy = c.get("strategy", "allreduce")
+    how = "" if strategy == "allreduce" else f" {strategy}"
+    return f"{c['backend']}{algo} {c['compress']}{thr}{how}"
 
 
 def _save(plt, fig, out_dir: str, name: str) -> str:
@@ -81,4 +84,27 @@ def write(results: list[dict], out_dir: str) -> list[str]:
             ax.grid(alpha=0.3)
         ax1.legend(fontsize=6)
         paths.append(_save(plt, fig, out_dir, "accuracy.png"))
+
+    stale = [r for r in results if r.get("staleness")]
+    if stale:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.8 / len(stale)
+        for i, r in enumerate(stale):
+            counts = {int(k): v for k, v in r["staleness"]["counts"].items()}
+            total = sum(counts.values()) or 1
+            xs = sorted(counts)
+            ax.bar(
+                [x + i * width for x in xs],
+                [100 * counts[x] / total for x in xs],
+                width=width,
+                label=f"{_series_label(r)} N={r['config']['world']}",
+            )
+        ax.set(
+            xlabel="staleness (server versions between the read and the update)",
+            ylabel="% of applied gradients",
+            title="Parameter server: staleness of applied gradients",
+        )
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        paths.append(_save(plt, fig, out_dir, "staleness.png"))
     return paths
