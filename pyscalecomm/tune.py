@@ -7,7 +7,7 @@
     torchrun --nproc-per-node 4 -m pyscalecomm.tune -o scalecomm-tuning.txt
     SCALECOMM_TUNING_FILE=scalecomm-tuning.txt python train.py   # auto starts from it
 
-With ``SCALECOMM_AUTOTUNE=online``, ``auto`` measures online: the first calls of each size bucket try
+``auto`` measures online (unless SCALECOMM_AUTOTUNE=model): the first calls of each size bucket try
 the algorithms the cost model ranks close, and the winners go into a tuning
 cache (one file per machine, layout and version under ~/.cache/scalecomm,
 or SCALECOMM_TUNING_FILE) that the next run starts from. ``--show`` prints

@@ -407,13 +407,13 @@ def test_transport_is_chosen_per_peer_and_logged(capfd):
     assert "rank 1: peer rank 0 via shm" in err, err
     assert "rank 2: peer rank 0 via tcp" in err, err
     assert "rank 0: peer rank 2 via tcp" in err, err
-    assert "algorithm=auto ps_servers=1 autotune=model tuning_file=none transport=auto mpi=auto" in err, err
+    assert "algorithm=auto ps_servers=1 autotune=online tuning_file=none transport=auto mpi=auto" in err, err
     want = (
         "algorithms allreduce:auto,broadcast:auto,reduce:auto,allgather:auto,reduce_scatter:auto,barrier:auto"
     )
     assert want in err, err
     assert re.search(
-        r"auto picks (ring|rhd|tree|dbtree|direct|hier) for allreduce of 4000 bytes \(cost model\)", err
+        r"auto: allreduce of up to 4096 bytes: (measuring|runs) (ring|rhd|tree|dbtree|direct|hier)", err
     ), err
 
 

@@ -37,7 +37,7 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "all. nccl (allreduce, CUDA tensors): NCCL's own allreduce. auto picks per call.")                               \
   X(Int, psServers, "ps_servers", "SCALECOMM_PS_SERVERS", 1, 1, kWorld, "",                                           \
     "Parameter-server allreduce (ps): number of server ranks (ranks 0..S-1); 1 is a central server.")                \
-  X(Text, autotune, "autotune", "SCALECOMM_AUTOTUNE", "model", 0, 0, "online|model",                                \
+  X(Text, autotune, "autotune", "SCALECOMM_AUTOTUNE", "online", 0, 0, "online|model",                                \
     "How allreduce's auto chooses: online (the first calls of each size bucket try the algorithms the cost model "  \
     "ranks close, interleaved, and the fastest by median over ranks wins where it beats the model's choice beyond "  \
     "the noise; re-measured on drift), model (the cost model, or the tuning file's winner at the nearest size).")    \
