@@ -352,8 +352,8 @@ class ParameterServer(nn.Module):
         return torch.cat(parts) if parts else torch.zeros(0)
 
     def _push(self, s: int) -> None:
-        if self.pending[s] is not None:
-            self.pending[s].wait()  # the previous step's pull (a push before the forward that waits for it)
+        if self.pending[s] is not None:  # the last pull: two backwards without a forward between
+            self._await(s, self.pending[s])
             self._take(s, self.pending[s], sum_mode_grads=False)
         grad = self._pack(s, grads=True)
         for i in self.shards[s]:
@@ -387,12 +387,29 @@ class ParameterServer(nn.Module):
 
     def _wait_pulls(self, sum_mode_grads: bool) -> None:
         for s, reply in enumerate(self.pending):
-            if reply is None:
-                continue
+            if reply is not None:
+                self._await(s, reply)
+                self._take(s, reply, sum_mode_grads)
+        self._check_server()
+
+    def _await(self, s: int, reply: _Reply) -> None:
+        server = self.server_ranks[s]
+        try:
             reply.wait()
-            self._take(s, reply, sum_mode_grads)
+        except Exception as e:
+            raise RuntimeError(
+                f"ParameterServer (rank {self.rank}): server rank {server} did not answer: {e}. It died or "
+                f"failed, and training cannot go on without its shard: restart the job (from a checkpoint "
+                f"of state_dict() on every rank)"
+            ) from e
+        if server == self.rank:
+            self._check_server()
+
+    def _check_server(self) -> None:
         if self.server is not None and self.server.error is not None:
-            raise RuntimeError(f"ParameterServer: server on rank {self.rank} failed: {self.server.error}")
+            raise RuntimeError(
+                f"ParameterServer (rank {self.rank}): this rank's server failed: {self.server.error}"
+            ) from self.server.error
 
     def _take(self, s: int, reply: _Reply, sum_mode_grads: bool) -> None:
         self.pending[s] = None
@@ -511,8 +528,7 @@ class ParameterServer(nn.Module):
         if self.server is not None:
             for w in self.server.sends:
                 w.wait()
-            if self.server.error is not None:
-                raise RuntimeError(f"ParameterServer: server on rank {self.rank} failed: {self.server.error}")
+            self._check_server()
         dist.barrier()
         for g in self.requests + self.replies:
             dist.destroy_process_group(g)

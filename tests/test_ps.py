@@ -1,6 +1,7 @@
 """The parameter server (pyscalecomm.ps): sync equals DDP, the ssp bound
 holds as a property, async records staleness, state survives a round trip."""
 
+import os
 import time
 
 import pytest
@@ -143,6 +144,28 @@ def _round_trip(rank, n):
 def test_state_dict_round_trip_restores_shards_versions_and_optimizer_state():
     versions = run_ranks(2, _round_trip, timeout_s=120)
     assert versions == [5, 5]  # 5 steps; then back to the saved version 3 and 2 steps again
+
+
+def _worker_dies(rank, n):
+    model = ps.ParameterServer(_net(), servers=1, mode="sync")
+    for step in range(6):
+        if rank == 2 and step == 3:
+            os._exit(3)  # dies without a word
+        x, y = _batch(rank, step)
+        nn.functional.mse_loss(model(x), y).backward()
+    model(torch.zeros(1, 6))
+    model.close()
+    return "finished"
+
+
+def test_a_dead_worker_ends_the_others_with_errors_that_name_it_not_a_hang():
+    started = time.monotonic()
+    out = run_ranks(
+        3, _worker_dies, expect_errors=True, allow_missing=(2,), timeout_s=120, group_timeout_s=300
+    )
+    assert time.monotonic() - started < 60  # the links' closing, not the group's 300 s timeout
+    assert "this rank's server failed" in out[0].text and "rank 2" in out[0].text, out[0].text
+    assert "server rank 0 did not answer" in out[1].text, out[1].text
 
 
 def test_arguments_are_checked():

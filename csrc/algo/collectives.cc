@@ -353,7 +353,7 @@ int recvFromAny(Channel& ch, void* data, int64_t count, DataType dtype, int tag,
     if (p != rank) peers.push_back(p);
   }
   Clock::time_point idleSince = Clock::now();
-  while (true) {
+  for (uint64_t idleRounds = 1;; ++idleRounds) {
     for (int p : peers) {
       WireHeader h;
       if (comm.link(p).peek(&h, sizeof(h)) < sizeof(h)) continue;
@@ -368,6 +368,15 @@ int recvFromAny(Channel& ch, void* data, int64_t count, DataType dtype, int tag,
       fail(ErrorKind::Timeout, "scalecomm recv from any source (rank ", rank, "): Timed out after ", opts.timeoutMs,
            " ms: no rank sent a message with tag ", tag,
            " (only each peer's next message is considered, in the order that peer sent them)");
+    }
+    if (idleRounds % 64 == 0) {
+      for (int p : peers) {
+        try {
+          comm.link(p).checkPeer();
+        } catch (const Error& e) {
+          fail(e.kind(), "scalecomm recv from any source (rank ", rank, "): ", e.what());
+        }
+      }
     }
     comm.idle(peers, idleSince);
   }
