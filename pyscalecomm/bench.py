@@ -4,6 +4,7 @@ Run on one machine:    python -m pyscalecomm.bench --nproc 2 -b 8 -e 256M
 Under a launcher:      torchrun --nproc-per-node 4 -m pyscalecomm.bench -b 1M -e 64M
                        mpirun -n 4 python -m pyscalecomm.bench -b 1M -e 64M --baselines gloo,mpi
 Every collective:      ... --collectives all   (allreduce broadcast reduce allgather reduce_scatter alltoall)
+Parameter server:      ... --collectives ps      (pushes + pulls per second over 1..world server shards)
 
 One row per size and implementation (a scalecomm algorithm from --algos, or a
 baseline from --baselines), with nccl-tests' columns for out-of-place and
@@ -22,6 +23,13 @@ bandwidth" per implementation, and the run with the count of wrong values
 (exit status 1 if any). ``--json`` appends one JSON line per measurement with
 the full configuration and min/avg/max time across ranks; ``--plot`` draws
 busbw against size per implementation (matplotlib).
+
+``--collectives ps`` measures the parameter server (pyscalecomm.ps) instead
+of a collective: per size (the model's gradient, in 16 keys) and server count
+S = 1 .. world, every rank pushes its gradient and pulls the parameters in
+async mode; the row gives the slowest rank's time per step, the requests
+(pushes + pulls) and bytes the servers handle per second together, and the
+speedup over one server; over scalecomm and each CPU baseline backend.
 
 Baselines: gloo (torch's CPU backend) and mpi (MPI's own collectives through
 mpi4py on the same buffers; needs mpirun). The timing runs back-to-back calls
@@ -46,6 +54,7 @@ from pyscalecomm.bench_ops import (
     make_case,
     measure,
     mpi_runner,
+    ps_step_seconds,
     relative_error,
     torch_runner,
     wire_bytes,
@@ -111,7 +120,9 @@ def parse_args(argv=None):
         help="time across ranks: 0 rank 0, 1 avg, 2 min, 3 max",
     )
     p.add_argument(
-        "--collectives", default="allreduce", help=f"comma list or 'all': {', '.join(COLLECTIVES)}"
+        "--collectives",
+        default="allreduce",
+        help=f"comma list or 'all': {', '.join(COLLECTIVES)}; or ps (the parameter server)",
     )
     p.add_argument(
         "--algos",
@@ -164,8 +175,10 @@ def parse_args(argv=None):
         COLLECTIVES if args.collectives == "all" else [c for c in args.collectives.split(",") if c]
     )
     for c in args.collectives:
-        if c not in COLLECTIVES:
-            p.error(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)} or 'all'")
+        if c not in COLLECTIVES and c != "ps":
+            p.error(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}, 'all' or ps")
+    if "ps" in args.collectives and args.device != "cpu":
+        p.error("--collectives ps runs on the CPU (the parameter server holds CPU tensors)")
     if not args.baselines:
         args.baselines = "nccl" if args.device == "cuda" else "gloo"
     args.baselines = [b for b in args.baselines.split(",") if b and b != "none"]
@@ -206,6 +219,8 @@ def _implementations(args, dist, pyscalecomm):
     nccl = dist.new_group(backend="nccl") if "nccl" in args.baselines else None
     table = {}
     for c in args.collectives:
+        if c == "ps":
+            continue  # its own groups, per measurement (run_ps)
         impls = []
         wanted = [a for a in algos if algorithm_applies(c, a)]
         if not any(a != "mpi" for a in wanted):
@@ -352,6 +367,9 @@ def run(args) -> int:
         f"{cfg.algorithm}, transport {cfg.transport}, segment {segment} B"
     )
     for coll in args.collectives:
+        if coll == "ps":
+            records += run_ps(args, size_list, n, out, progress)
+            continue
         impls = table[coll]
         width = max(12, *(len(i.label) for i in impls))
         base_label = args.baselines[0] if args.baselines else None
@@ -495,11 +513,58 @@ def run(args) -> int:
         with open(args.json, "a") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
-    if rank == 0 and args.plot:
-        plot_busbw(records, args.plot, n)
+    plotted = [r for r in records if r["collective"] != "ps"]
+    if rank == 0 and args.plot and plotted:
+        plot_busbw(plotted, args.plot, n)
         out(f"# plot: {args.plot}")
     dist.destroy_process_group()
     return 1 if total_wrong else 0
+
+
+def run_ps(args, size_list: list[int], n: int, out, progress) -> list[dict]:
+    """The parameter server's rows (see the module's doc); its JSON records."""
+    backends = ["scalecomm", *(b for b in args.baselines if b == "gloo")]
+    keys = 16
+    out(f"#\n# ps: async, {keys} keys, servers ranks 0..S-1, {n} workers; time = the slowest rank's")
+    out(
+        f"# {'size':>10} {'backend':>10} {'servers':>7} | {'step(us)':>9} {'requests/s':>11} {'GB/s':>7}"
+        f" | {'vs 1 server':>11}"
+    )
+    records = []
+    for size in size_list:
+        nbytes = max(4 * keys, size - size % (4 * keys))
+        rounds: dict[tuple[str, int], list[float]] = {(b, s): [] for b in backends for s in range(1, n + 1)}
+        for _ in range(args.rounds):
+            for b, s in rounds:
+                progress(f"ps {nbytes} B {b} {s} server(s)")
+                rounds[(b, s)].append(
+                    ps_step_seconds(s, nbytes, keys, args.iters, args.warmup_iters, backend=b)
+                )
+        for (b, s), ts in rounds.items():
+            t = min(ts)  # the fastest round, as the collectives' rows
+            one = min(rounds[(b, 1)])
+            requests = 2 * n * s / t  # every worker pushes and pulls each shard every step
+            moved = 2 * n * nbytes / t
+            out(
+                f"  {nbytes:>10} {b:>10} {s:>7} | {1e6 * t:>9.1f} {requests:>11.0f} {moved / 1e9:>7.3f}"
+                f" | {one / t:>10.2f}x",
+                flush=True,
+            )
+            records.append(
+                {
+                    "collective": "ps",
+                    "bytes": nbytes,
+                    "backend": b,
+                    "servers": s,
+                    "world": n,
+                    "keys": keys,
+                    "time_us": 1e6 * t,
+                    "time_us_rounds": [1e6 * x for x in ts],
+                    "requests_per_s": requests,
+                    "gbps": moved / 1e9,  # GB/s pushed and pulled, all servers
+                }
+            )
+    return records
 
 
 def plot_busbw(records: list[dict], path: str, n: int) -> None:

@@ -299,3 +299,40 @@ def wire_bytes(spec: str, count: int) -> int:
     from pyscalecomm import _C
 
     return int(_C.compressed_wire_bytes(spec, count))
+
+
+def ps_step_seconds(servers: int, nbytes: int, keys: int, iters: int, warmup: int, backend: str) -> float:
+    """The parameter server's time per step (the slowest rank's): every rank
+    pushes a float32 gradient of ``nbytes`` in ``keys`` keys and pulls the
+    parameters back, ``async`` mode (a push answered at once: the servers'
+    handling is the bound, not a barrier), servers ranks 0..servers-1 over
+    ``backend``. Collective: every rank calls it with the same arguments."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from pyscalecomm.ps import ParameterServer
+
+    numel = max(1, nbytes // 4 // keys)
+
+    class Keys(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.keys = nn.ParameterList(nn.Parameter(torch.zeros(numel)) for _ in range(keys))
+
+        def forward(self):
+            return sum(p.sum() for p in self.keys)
+
+    model = ParameterServer(Keys(), servers=servers, mode="async", optimizer="sgd", lr=1e-9, backend=backend)
+    for _ in range(warmup):
+        model().backward()
+    model.refresh()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        model().backward()
+    model.refresh()
+    mine = torch.tensor([(time.perf_counter() - t0) / max(1, iters)], dtype=torch.float64)
+    model.close()
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return float(mine)

@@ -201,3 +201,18 @@ def test_bench_compressed_rows_report_codec_wire_bytes_and_error(tmp_path):
     fp16 = [r for r in rows if r["codec"] == "fp16"][0]
     assert fp16["wire_bytes"] == 2 * 16384 and fp16["relerr"] < 1e-3
     assert "scalecomm:topk:0.01" in out.stdout
+
+
+def test_bench_measures_the_parameter_server_over_each_server_count(tmp_path):
+    args = ["pyscalecomm.bench", "--nproc", "3", "-b", "1K", "-e", "8K", "-f", "8", "-n", "2", "-w", "1"]
+    out = _run([*args, "--collectives", "ps", "--json", "ps.jsonl"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "# ps: async, 16 keys, servers ranks 0..S-1, 3 workers" in out.stdout
+    records = [json.loads(ln) for ln in (tmp_path / "ps.jsonl").read_text().splitlines()]
+    got = {(r["bytes"], r["backend"], r["servers"]) for r in records}
+    assert got == {(b, k, s) for b in (1024, 8192) for k in ("scalecomm", "gloo") for s in (1, 2, 3)}
+    for r in records:
+        assert r["requests_per_s"] == pytest.approx(2 * 3 * r["servers"] / (r["time_us"] * 1e-6))
+        assert r["gbps"] == pytest.approx(2 * 3 * r["bytes"] / (r["time_us"] * 1e-6) / 1e9)
+    bad = _run([*args, "--collectives", "ps", "--device", "cuda"], tmp_path)
+    assert bad.returncode == 2 and "runs on the CPU" in bad.stderr
