@@ -109,13 +109,11 @@ class _Server:
         self.keys = keys  # parameter indices, in shard order
         self.param = nn.Parameter(flat)
         self.optimizer = make_optimizer([self.param])
-        self.version = 0
-        self.key_versions = [0] * len(keys)
+        self.version = 0  # updates applied: every key's version (a shard's keys update together)
         self.clock = [0] * workers  # pushes received per worker
         self.sum = torch.zeros_like(flat)
-        self.mean = torch.zeros_like(
-            flat
-        )  # "sum": the last version's mean gradient (what a push is answered with)
+        # "sum": the last version's mean gradient (what a push is answered with).
+        self.mean = torch.zeros_like(flat)
         self.summed = 0
         self.waiting: list[int] = []  # workers whose pull is held
         self.staleness: list[int] = []
@@ -156,7 +154,6 @@ class _Server:
             self.optimizer.step()
             self.param.grad = None
         self.version += 1
-        self.key_versions = [v + 1 for v in self.key_versions]
 
     def _release(self, workers: list[int], answer: torch.Tensor | None = None, record: bool = True) -> None:
         """Answers these workers' pulls: the shard (or, for "sum", the mean
@@ -188,7 +185,6 @@ class _Server:
         return {
             "shard": self.param.data.clone(),
             "version": self.version,
-            "key_versions": list(self.key_versions),
             "clock": list(self.clock),
             "optimizer": copy.deepcopy(self.optimizer.state_dict()) if self.optimizer is not None else None,
         }
@@ -196,7 +192,6 @@ class _Server:
     def load(self, state: dict) -> None:
         self.param.data.copy_(state["shard"])
         self.version = state["version"]
-        self.key_versions = list(state["key_versions"])
         self.clock = list(state["clock"])
         if self.optimizer is not None and state["optimizer"] is not None:
             self.optimizer.load_state_dict(state["optimizer"])
@@ -266,13 +261,18 @@ class ParameterServer(nn.Module):
         self.shards = [[i for i in range(len(sizes)) if owner[i] == s] for s in range(len(self.server_ranks))]
         self.shard_numel = [sum(sizes[i] for i in keys) for keys in self.shards]
         self.shard_of = owner
+        make = _optimizer_factory(optimizer, lr, momentum, weight_decay, nesterov, betas)
         backend = backend or dist.get_backend(group)
+        options = None
+        if backend == "scalecomm":  # point-to-point only: fixed algorithms, so no cost-model probe
+            import pyscalecomm
+
+            options = pyscalecomm.Options(algorithm="allreduce:ring,broadcast:chain,reduce:chain")
         # Every rank creates every group, in the same order.
         self.requests, self.replies = [], []
         for _ in self.server_ranks:
-            self.requests.append(dist.new_group(backend=backend))
-            self.replies.append(dist.new_group(backend=backend))
-        make = _optimizer_factory(optimizer, lr, momentum, weight_decay, nesterov, betas)
+            self.requests.append(dist.new_group(backend=backend, pg_options=options))
+            self.replies.append(dist.new_group(backend=backend, pg_options=options))
         self.server: _Server | None = None
         self.thread: threading.Thread | None = None
         if self.rank in self.server_ranks:
