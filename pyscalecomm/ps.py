@@ -220,7 +220,11 @@ class ParameterServer(nn.Module):
     by the servers with ``lr``, ``momentum``, ``weight_decay``, ``nesterov``,
     ``betas``) or ``sum`` (sync only: after backward, ``sync_gradients()``
     puts the mean gradient in each ``.grad`` for the caller's optimizer).
-    ``backend``: of the request and reply groups (default: the group's)."""
+    ``backend``: of the request and reply groups (default: the group's).
+    ``compression``: a codec for the pushes (``fp16``, ``bf16``,
+    ``topk:0.01``, ``randomk:0.01``, ``qsgd:8``, ``sign``: docs/compression.md);
+    with ``error_feedback`` each worker adds what its codec dropped from a
+    shard to that shard's next push."""
 
     def __init__(
         self,
@@ -235,6 +239,8 @@ class ParameterServer(nn.Module):
         betas: tuple[float, float] = (0.9, 0.999),
         group=None,
         backend: str | None = None,
+        compression: str | None = None,
+        error_feedback: bool = True,
     ):
         super().__init__()
         self.module = module
@@ -262,6 +268,21 @@ class ParameterServer(nn.Module):
         self.shard_numel = [sum(sizes[i] for i in keys) for keys in self.shards]
         self.shard_of = owner
         make = _optimizer_factory(optimizer, lr, momentum, weight_decay, nesterov, betas)
+        self.compression = compression if compression not in (None, "", "none") else None
+        # Per shard: the encoded push's dtype and bytes (fixed by the codec and the shard's size).
+        self.wire: list[tuple[torch.dtype, int]] = []
+        if self.compression:
+            from pyscalecomm import _C
+
+            if self.compression.startswith("powersgd"):
+                raise ValueError("ParameterServer: powersgd takes two rounds per push; choose another codec")
+            for n in self.shard_numel:
+                _, payload, nbytes, _ = _C.codec_roundtrip(torch.zeros(max(n, 1)), self.compression)
+                self.wire.append((payload.dtype, nbytes))
+        self.residual = (
+            [torch.zeros(n) for n in self.shard_numel] if self.compression and error_feedback else None
+        )
+        self.pushed_bytes = 0  # this worker's, as sent (encoded where compressed)
         backend = backend or dist.get_backend(group)
         options = None
         if backend == "scalecomm":  # point-to-point only: fixed algorithms, so no cost-model probe
@@ -359,9 +380,22 @@ class ParameterServer(nn.Module):
         for i in self.shards[s]:
             self.params[i].grad = None
         self.pushed[s] = True
-        self._request(s, PUSH, grad)
+        payload = None
+        if self.compression and grad.numel() > 0:
+            from pyscalecomm import _C
 
-    def _request(self, s: int, op: int, grad: torch.Tensor | None) -> None:
+            if self.residual is not None:
+                grad = grad + self.residual[s]
+            spec, seed = self.compression, self.clock  # the server decodes with the header's clock
+            decoded, payload, _, _ = _C.codec_roundtrip(grad, spec, seed=seed, rank=self.rank)
+            if self.residual is not None:
+                self.residual[s] = grad - decoded
+            grad = decoded  # what the server applies
+            payload = payload.reshape(-1).view(torch.uint8)
+        self.pushed_bytes += payload.numel() if payload is not None else 4 * grad.numel()
+        self._request(s, PUSH, grad, payload)
+
+    def _request(self, s: int, op: int, grad: torch.Tensor | None, payload: torch.Tensor | None = None):
         server = self.server_ranks[s]
         reply = _Reply(grads=self.sum_mode and op == PUSH)
         self.pending[s] = reply
@@ -376,7 +410,8 @@ class ParameterServer(nn.Module):
         header = torch.tensor([op, self.clock, self.read_version[s], 0], dtype=torch.int64)
         self.sends.append(dist.isend(header, dst=server, group=self.requests[s]))
         if grad is not None:
-            self.sends.append(dist.isend(grad, dst=server, group=self.requests[s]))
+            wire = payload if payload is not None else grad
+            self.sends.append(dist.isend(wire, dst=server, group=self.requests[s]))
         reply.payload = torch.empty(self.shard_numel[s])
         reply.works = [
             dist.irecv(reply.header, src=server, group=self.replies[s]),
@@ -429,6 +464,8 @@ class ParameterServer(nn.Module):
     # -- the server's side ---------------------------------------------------
 
     def _serve(self, s: int) -> None:
+        from pyscalecomm import _C
+
         server = self.server
         remote = self.world - 1
         byes = 0
@@ -436,12 +473,18 @@ class ParameterServer(nn.Module):
             while byes < remote:
                 header = torch.empty(_HEADER, dtype=torch.int64)
                 src = dist.recv(header, group=self.requests[s])
-                op, _clock, read_version = (int(x) for x in header[:3])
+                op, clock, read_version = (int(x) for x in header[:3])
                 if op == BYE:
                     byes += 1
                     continue
                 grad = None
-                if op == PUSH:
+                if op == PUSH and self.compression and self.shard_numel[s] > 0:
+                    dtype, nbytes = self.wire[s]
+                    payload = torch.empty(nbytes, dtype=torch.uint8)
+                    dist.recv(payload, src=src, group=self.requests[s])
+                    grad = torch.zeros(self.shard_numel[s])
+                    _C.codec_decode_add(grad, payload.view(dtype), self.compression, seed=clock)
+                elif op == PUSH:
                     grad = torch.empty(self.shard_numel[s])
                     dist.recv(grad, src=src, group=self.requests[s])
                 with server.lock:
@@ -457,20 +500,22 @@ class ParameterServer(nn.Module):
     # -- the rest ------------------------------------------------------------
 
     def stats(self) -> dict:
-        """This rank's server's record (empty where it does not serve): the
-        staleness of every applied gradient, the lead over the slowest worker
-        of every released pull, its version and the pushes per worker."""
-        if self.server is None:
-            return {}
-        with self.server.lock:
-            return {
-                "version": self.server.version,
-                "staleness": list(self.server.staleness),
-                "leads": list(self.server.leads),
-                "pushes": list(self.server.clock),
-                "keys": len(self.server.keys),
-                "numel": self.server.param.numel(),
-            }
+        """This rank's record: the bytes its worker pushed (encoded, where
+        compressed) and, where it serves, its server's: the staleness of
+        every applied gradient, the lead over the slowest worker of every
+        answered pull, its version, the pushes per worker and its shard."""
+        out = {"pushed_bytes": self.pushed_bytes, "steps": self.clock}
+        if self.server is not None:
+            with self.server.lock:
+                out.update(
+                    version=self.server.version,
+                    staleness=list(self.server.staleness),
+                    leads=list(self.server.leads),
+                    pushes=list(self.server.clock),
+                    keys=len(self.server.keys),
+                    numel=self.server.param.numel(),
+                )
+        return out
 
     def state_dict(self, *args, **kwargs):
         """A copy of the module's parameters as last pulled, and of this

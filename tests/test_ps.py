@@ -79,6 +79,35 @@ def test_sum_mode_leaves_the_step_to_the_worker_and_matches_ddp():
     run_ranks(2, _sum_mode, timeout_s=120)
 
 
+def _compressed(rank, n, codec):
+    model = ps.ParameterServer(_net(), servers=2, mode="sync", optimizer="sgd", lr=0.05, compression=codec)
+    plain = ps.ParameterServer(_net(), servers=2, mode="sync", optimizer="sgd", lr=0.05)
+    x_eval, y_eval = _batch(99, 0)
+    with torch.no_grad():
+        before = nn.functional.mse_loss(model.module(x_eval), y_eval).item()
+    for step in range(10):
+        x, y = _batch(rank, step)
+        nn.functional.mse_loss(model(x), y).backward()
+        nn.functional.mse_loss(plain(x), y).backward()
+    model.close()
+    plain.close()
+    with torch.no_grad():
+        after = nn.functional.mse_loss(model.module(x_eval), y_eval).item()
+    gap = max((a - b).abs().max().item() for a, b in zip(model.parameters(), plain.parameters(), strict=True))
+    return before, after, gap, model.stats()["pushed_bytes"], plain.stats()["pushed_bytes"]
+
+
+@pytest.mark.parametrize("codec", ["fp16", "topk:0.25"])
+def test_compressed_pushes_train_and_send_fewer_bytes(codec):
+    for before, after, gap, sent, plain in run_ranks(2, _compressed, codec, timeout_s=120):
+        assert after < before
+        assert sent < 0.6 * plain  # fp16: half; top-k 25%: an index and a value per kept element
+        if codec == "fp16":
+            assert gap < 1e-2  # fp16 rounding with error feedback stays close to the exact run
+        else:
+            assert gap > 0  # top-k changes the trajectory
+
+
 def _straggler_run(rank, n, mode, steps, slow_rank, delay_s):
     model = ps.ParameterServer(_net(), servers=1, mode=mode, optimizer="sgd", lr=0.05)
     x_eval, y_eval = _batch(99, 0)

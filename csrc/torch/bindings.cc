@@ -245,7 +245,26 @@ PYBIND11_MODULE(_C, m) {
         return py::make_tuple(out, payload, codec->wireBytes(flat.numel()), codec->summable());
       },
       py::arg("x"), py::arg("compression"), py::arg("seed") = 0, py::arg("rank") = 0,
-      "One rank's codec round trip, for tests: (decoded, payload, wire bytes, summable).");
+      "One rank's codec round trip: (decoded, payload, wire bytes, summable). The parameter server encodes "
+      "its pushes with it (the decoded tensor gives the error-feedback residual).");
+  m.def(
+      "codec_decode_add",
+      [](at::Tensor& out, const at::Tensor& payload, const std::string& spec, uint64_t seed) {
+        std::unique_ptr<scalecomm::Codec> codec;
+        try {
+          codec = scalecomm::makeCodec(scalecomm::CodecSpec::parse(spec));
+        } catch (const scalecomm::Error& e) {
+          throw py::value_error(e.what());
+        }
+        if (out.scalar_type() != at::kFloat || out.dim() != 1 || !out.is_contiguous() ||
+            payload.numel() * payload.element_size() != codec->wireBytes(out.numel())) {
+          throw py::value_error("codec_decode_add: a contiguous 1-D float32 out and the payload " + spec +
+                                " encodes for its size (" + std::to_string(codec->wireBytes(out.numel())) + " bytes)");
+        }
+        codec->decodeAdd(out, payload, seed);
+      },
+      py::arg("out"), py::arg("payload"), py::arg("compression"), py::arg("seed") = 0,
+      "out += the decoded payload (one rank's, encoded with the same compression and seed).");
   m.def(
       "fused_encode_cpu",
       [](const at::Tensor& x, std::optional<at::Tensor> residual, const std::string& spec, uint64_t seed) {

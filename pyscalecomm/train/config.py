@@ -74,7 +74,7 @@ class RunConfig:
             raise ValueError("world, threads, epochs and batch_size must be >= 1")
         if self.bucket_mb < 0:
             raise ValueError("bucket_mb must be >= 0 (0: DDP's default buckets)")
-        if self.compress != "none" and self.backend != "scalecomm":
+        if self.compress != "none" and self.backend != "scalecomm" and self.strategy == "allreduce":
             name = self.compress.split(":")[0]
             if name not in ("fp16", "bf16", "powersgd"):
                 raise ValueError(
@@ -89,8 +89,11 @@ class RunConfig:
             parse_mode(self.strategy[3:])
             if not 1 <= self.ps_servers <= self.world:
                 raise ValueError(f"ps_servers={self.ps_servers}: give 1..world ({self.world})")
-            if self.compress != "none" or self.device != "cpu":
-                raise ValueError(f"strategy={self.strategy} runs on CPU without compression")
+            if self.device != "cpu" or self.compress.startswith("powersgd"):
+                raise ValueError(
+                    f"strategy={self.strategy} runs on the CPU, with any codec but powersgd (pushes are one "
+                    f"message)"
+                )
         kind, rank, _ = parse_straggler(self.straggler)
         if kind == "rank" and not 0 <= rank < self.world:
             raise ValueError(f"straggler={self.straggler}: rank {rank} is not in 0..{self.world - 1}")

@@ -8,7 +8,8 @@
 - ``vs_baseline``: time per epoch of the baseline over this run's: for DDP
   (strategy allreduce), the stock backend (gloo on CPU, nccl on GPU) without
   compression, same world and threads; for a parameter-server strategy,
-  synchronous allreduce on the same backend, world and threads;
+  synchronous allreduce without compression on the same backend, world and
+  threads;
 - ``acc_delta``: final accuracy minus the baseline's, in points;
 - ``time_to_target_s``: training time until the test accuracy first reached
   the baseline's final accuracy less 0.5 points (None if never), and
@@ -128,7 +129,7 @@ def derive(results: list[dict]) -> list[dict]:
         else:
             want = {
                 "backend": c["backend"],
-                "compress": c["compress"],
+                "compress": "none",
                 "algo": c["algo"],
                 "strategy": "allreduce",
             }

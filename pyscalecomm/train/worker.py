@@ -156,6 +156,7 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
             lr=cfg.lr,
             momentum=0.9,
             backend=cfg.backend,
+            compression=cfg.compress,
         )
 
     def slowed(epoch: int, s: int) -> bool:
@@ -227,6 +228,8 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         dist.destroy_process_group(group)
     if rank != 0:
         return None
+    served = [e["ps"] for e in every if "staleness" in e.get("ps", {})]  # the servers' records
+    servers_stats = _staleness(served) if ps_mode else None
     step_s = statistics.mean(step_times)
     compute_s = compute_fb + statistics.mean(opt_times)
     exposed = max(0.0, step_s - compute_s)
@@ -252,7 +255,7 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         "final_acc": epochs[-1]["acc"],
         "epochs": epochs,
         "world": world,
-        "staleness": _staleness([e["ps"] for e in every if e.get("ps")]) if ps_mode else None,
+        "staleness": servers_stats,
     }
 
 
