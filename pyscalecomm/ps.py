@@ -36,11 +36,12 @@ serves and works never queues its worker's messages behind its server's
 wait. A worker's own server is called directly. Pushes go out while
 backward runs (a post-accumulate hook per parameter, the rest at the end of
 backward); the pull for the next step is asked with the push and waited for
-at the next forward.
+at the next forward. Pushes may be encoded with a codec (``compression``),
+with error feedback per shard.
 
-CPU tensors; parameters are exchanged as float32. Not handled yet: a worker
-or server that dies (the group's timeout ends the job, as for a
-collective).
+CPU tensors; parameters are exchanged as float32. A worker or server that
+dies ends the others with an error naming it (its links close); dropping a
+dead worker and going on is not built.
 """
 
 from __future__ import annotations
