@@ -257,18 +257,29 @@ def _group_default_and_title(rank, n):
 
     opts = pyscalecomm.Options(compression="fp16", algorithm="ring")
     pg = dist.new_group(backend="scalecomm", pg_options=opts)
-    x = torch.full((1000,), 1.0 + rank)
+    x = torch.full((20000,), 1.0 + rank)  # 80 KB: at least the 64 KiB threshold
     dist.all_reduce(x, group=pg)
-    ints = torch.ones(10, dtype=torch.int32)
+    ints = torch.ones(20000, dtype=torch.int32)
     dist.all_reduce(ints, group=pg)  # integers are never compressed
     stats = pg._get_backend(torch.device("cpu")).stats()
-    return x[0].item(), ints[0].item(), sorted(stats)
+    # A loss or a metric below the threshold stays exact even under top-k.
+    topk = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(compression="topk:0.01"))
+    metric = torch.tensor([10.0, 20.0, 30.0]) * (rank + 1)
+    dist.all_reduce(metric, group=topk)
+    everything = pyscalecomm.Options(compression="topk:0.01", compression_min_bytes=0)
+    lossy = torch.tensor([10.0, 20.0, 30.0]) * (rank + 1)
+    dist.all_reduce(lossy, group=dist.new_group(backend="scalecomm", pg_options=everything))
+    return x[0].item(), ints[0].item(), sorted(stats), metric.tolist(), lossy.tolist()
 
 
-def test_group_default_compresses_floating_allreduce_only():
-    for value, ints, names in run_ranks(2, _group_default_and_title):
+def test_group_default_compresses_large_floating_allreduces_only(capfd):
+    for value, ints, names, metric, lossy in run_ranks(2, _group_default_and_title):
         assert value == 3.0 and ints == 2
         assert "allreduce:ring:fp16" in names and "allreduce:ring" in names
+        assert metric == [30.0, 60.0, 90.0]
+        assert lossy != [30.0, 60.0, 90.0]  # compression_min_bytes=0: top-k keeps one of three
+    err = capfd.readouterr().err
+    assert "default codec fp16 compresses every floating SUM/AVG allreduce of at least 65536" in err
 
 
 def _errors(rank, n):

@@ -62,6 +62,9 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "Group default codec for allreduce (SUM/AVG) of floating tensors: fp16, bf16, topk:<ratio>, "                   \
     "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; empty or none: off. Error "        \
     "feedback is on for the biased ones (topk, randomk, sign, powersgd).")                                           \
+  X(Int, compressionMinBytes, "compression_min_bytes", "SCALECOMM_COMPRESSION_MIN_BYTES", 65536, 0, kNoLimit, "",     \
+    "The group default codec compresses only allreduces of at least this many bytes; smaller ones (a loss, a "     \
+    "metric, a small bucket) go exact, where compressing saves little time and costs their accuracy.")             \
   X(Int, segmentBytes, "segment_bytes", "SCALECOMM_SEGMENT_BYTES", 0, 0, kNoLimit, "",                                \
     "Pipelining unit: each chunk moves in segments of at most this many bytes. 0: 1 MiB when the group spans "      \
     "hosts over tcp, else 256 KiB (one host; collectives on the zero-copy mpi channel).")                            \

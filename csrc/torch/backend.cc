@@ -149,7 +149,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   const at::Tensor& t = singleTensor("allreduce", getRank(), tensors);
   ReductionArgs r = reductionArgs("allreduce", getRank(), t, opts.reduceOp);
   const std::string& codec = config().compression;
-  if (!codec.empty() && isFloating(r.dtype) && (r.op.op == ReduceOp::Sum || r.op.op == ReduceOp::Avg)) {
+  if (!codec.empty() && isFloating(r.dtype) && (r.op.op == ReduceOp::Sum || r.op.op == ReduceOp::Avg) &&
+      static_cast<int64_t>(t.nbytes()) >= config().compressionMinBytes) {
+    if (!compressionAnnounced_.exchange(true)) {
+      SC_LOG(Warn, "rank ", getRank(), ": the group's default codec ", codec,
+             " compresses every floating SUM/AVG allreduce of at least ", config().compressionMinBytes,
+             " bytes (lossy; SCALECOMM_COMPRESSION_MIN_BYTES); smaller ones run exact");
+    }
     // The group's default codec; state per tensor memory (a DDP bucket keeps its buffer).
     const std::string key = strCat("ptr:", reinterpret_cast<uintptr_t>(t.data_ptr()), ":", t.numel());
     return allreduceCompressed(t, codec, key, -1, r.op.op == ReduceOp::Avg, opts.timeout);

@@ -26,6 +26,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -202,6 +203,7 @@ class ScalecommBackend : public c10d::Backend {
   std::shared_ptr<Group> group_;
   std::shared_ptr<NcclGroups> nccl_;  // CUDA allreduce; communicators made on first use
   std::shared_ptr<CompressionStore> compression_ = std::make_shared<CompressionStore>();
+  std::atomic<bool> compressionAnnounced_{false};  // the group default codec's one warning
   std::vector<c10::intrusive_ptr<ScalecommWork>> batchParts_;  // Works of the batch being coalesced
 };
 
