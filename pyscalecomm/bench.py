@@ -177,6 +177,14 @@ def parse_args(argv=None):
     for c in args.collectives:
         if c not in COLLECTIVES and c != "ps":
             p.error(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}, 'all' or ps")
+    from pyscalecomm import algorithms
+
+    known = {"auto", "mpi", "nccl"}
+    for c in ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"):
+        known.update(algorithms(c))
+    for a in (a for a in args.algos.split(",") if a):
+        if a not in known:
+            p.error(f"unknown algorithm {a!r} in --algos; choose from {', '.join(sorted(known))}")
     if "ps" in args.collectives and args.device != "cpu":
         p.error("--collectives ps runs on the CPU (the parameter server holds CPU tensors)")
     if not args.baselines:
@@ -365,6 +373,7 @@ def run(args) -> int:
         f"iters {args.iters}, "
         f"warmup {args.warmup_iters}, rounds {args.rounds}, time = {stat} across ranks; scalecomm: algorithm "
         f"{cfg.algorithm}, transport {cfg.transport}, segment {segment} B"
+        + (f"; --algos {args.algos}" if args.algos else "")
     )
     for coll in args.collectives:
         if coll == "ps":

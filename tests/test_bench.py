@@ -216,3 +216,8 @@ def test_bench_measures_the_parameter_server_over_each_server_count(tmp_path):
         assert r["gbps"] == pytest.approx(2 * 3 * r["bytes"] / (r["time_us"] * 1e-6) / 1e9)
     bad = _run([*args, "--collectives", "ps", "--device", "cuda"], tmp_path)
     assert bad.returncode == 2 and "runs on the CPU" in bad.stderr
+
+
+def test_bench_refuses_an_unknown_algorithm_with_the_choices(tmp_path):
+    out = _run(["pyscalecomm.bench", "--nproc", "2", "--algos", "ring,rng", "-b", "8", "-e", "8"], tmp_path)
+    assert out.returncode == 2 and "unknown algorithm 'rng' in --algos; choose from auto, chain" in out.stderr
