@@ -26,34 +26,35 @@ import re
 import statistics
 import sys
 
-_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
-_RATE = {
-    "bit": 1 / 8,
-    "kbit": 1e3 / 8,
-    "mbit": 1e6 / 8,
-    "gbit": 1e9 / 8,
-    "b": 1,
-    "kb": 1e3,
-    "mb": 1e6,
-    "gb": 1e9,
-}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
 def parse_time(text: str) -> float:
-    """'5us' -> 5e-6 seconds."""
-    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*(s|ms|us|ns)?\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a time: {text!r} (e.g. 5us, 1.5ms)")
-    return float(m.group(1)) * _TIME[m.group(2) or "s"]
+    """'5us' -> 5e-6 seconds; the unit (s, ms, us, ns) is required."""
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*(s|ms|us|µs|ns)\s*", text)
+    try:
+        if m:
+            return float(m.group(1)) * _TIME[m.group(2)]
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"not a time: {text!r}; give a unit (e.g. 5us, 1.5ms, 0.002s)")
 
 
 def parse_rate(text: str) -> float:
-    """'100Gbit' -> bytes per second; 'GB' suffixes are bytes (per second)."""
-    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([a-zA-Z]*?)(/s|ps)?\s*", text)
-    unit = (m.group(2) or "b").lower() if m else None
-    if not m or unit not in _RATE:
-        raise argparse.ArgumentTypeError(f"not a bandwidth: {text!r} (e.g. 100Gbit, 12.5GB)")
-    return float(m.group(1)) * _RATE[unit]
+    """Bytes per second. Bits are b or bit ('100Gbit', '100Gbps', '100Gb/s'),
+    bytes B ('12.5GB', '12.5GB/s', '12.5GBps'); prefixes k/K, M, G, T are
+    decimal. Case matters and the unit is required: '100Gbps' is 12.5e9."""
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKMGT]?)(bit|b|B)(ps|/s)?\s*", text)
+    try:
+        if m:
+            value = float(m.group(1)) * _PREFIX[m.group(2)]
+            return value / 8 if m.group(3) in ("b", "bit") else value
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"not a bandwidth: {text!r}; give a unit: bits as b/bit (100Gbit, 100Gbps), bytes as B (12.5GB/s)"
+    )
 
 
 def fmt_bytes(n: int) -> str:

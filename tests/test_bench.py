@@ -1,5 +1,6 @@
 """Benchmark and driver CLIs: smoke runs with tiny sizes, output schema, busbw formula."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -189,6 +190,14 @@ def test_simulate_parses_units():
 
     assert abs(parse_time("5us") - 5e-6) < 1e-15 and abs(parse_time("1.5ms") - 1.5e-3) < 1e-15
     assert parse_rate("100Gbit") == 12.5e9 and parse_rate("10GB") == 10e9
+    # Bits are b, bytes B, whatever follows: 100Gbps is 100 gigabits, not 800.
+    assert parse_rate("100Gbps") == parse_rate("100Gb/s") == parse_rate("12.5GB/s") == 12.5e9
+    assert parse_rate("10kbit") == 1250.0
+    for bad in ("100", "100gb", "100mb", "5 apples"):  # no unit, or one that could mean either
+        with pytest.raises(argparse.ArgumentTypeError, match="give a unit"):
+            parse_rate(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="give a unit"):
+        parse_time("5")  # 5 seconds or 5 us? refused
 
 
 def test_bench_compressed_rows_report_codec_wire_bytes_and_error(tmp_path):
