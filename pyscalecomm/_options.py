@@ -32,8 +32,16 @@ def _apply_to(self, config) -> None:
             continue
         if p["option"].endswith("_ms"):
             value = _to_ms(value)
+        elif p["type"] == "int" and p["name"].endswith("_BYTES") and isinstance(value, str):
+            try:
+                value = _C.parse_size(value)
+            except ValueError as e:
+                raise ValueError(f"Options({p['option']}={value!r}): {e}") from None
         elif p["type"] == "int":
-            value = int(value)
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError(f"Options({p['option']}={value!r}): not a whole number") from None
         else:
             value = str(value)
         setattr(config, p["option"], value)

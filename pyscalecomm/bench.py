@@ -79,12 +79,13 @@ _REDUCING = ("allreduce", "reduce", "reduce_scatter")
 
 
 def parse_size(text: str) -> int:
-    """'8', '64K', '1M', '2G' -> bytes."""
-    text = text.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    if text and text[-1] in mult:
-        return int(float(text[:-1]) * mult[text[-1]])
-    return int(text)
+    """'8', '64K', '1KB', '1MiB', '2G' -> bytes (1024-based; the settings' parser)."""
+    from pyscalecomm import _C
+
+    try:
+        return _C.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def sizes(begin: int, end: int, factor: int, step: int) -> list[int]:
@@ -177,6 +178,11 @@ def parse_args(argv=None):
     for c in args.collectives:
         if c not in COLLECTIVES and c != "ps":
             p.error(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}, 'all' or ps")
+    for flag, text in (("-b", args.minbytes), ("-e", args.maxbytes), ("-i", args.stepbytes)):
+        try:
+            parse_size(text)
+        except argparse.ArgumentTypeError as e:
+            p.error(f"{flag}: {e}")
     from pyscalecomm import algorithms
 
     known = {"auto", "mpi", "nccl"}

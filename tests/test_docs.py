@@ -69,9 +69,10 @@ def test_options_reach_the_backend_config():
     [
         (
             "SCALECOMM_SEGMENT_BYTES",
-            "12k",
-            "segment_bytes (SCALECOMM_SEGMENT_BYTES)='12k' is not a whole number",
+            "12q",
+            "segment_bytes (SCALECOMM_SEGMENT_BYTES)='12q' is not a size in bytes",
         ),
+        ("SCALECOMM_SPIN_US", "12k", "spin_us (SCALECOMM_SPIN_US)='12k' is not a whole number"),
         ("SCALECOMM_SPIN_US", "99999999999999999999", "spin_us (SCALECOMM_SPIN_US)"),
     ],
 )
@@ -103,3 +104,36 @@ def test_a_setting_out_of_range_is_named(field, value, message):
     setattr(cfg, field, value)
     with pytest.raises(ValueError, match=re.escape(message)):
         cfg.check(4)
+
+
+def test_byte_settings_take_sizes_in_the_variables_the_options_and_the_tools(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("SCALECOMM_SEGMENT_BYTES", "1M")
+    monkeypatch.setenv("SCALECOMM_SHM_WINDOW_BYTES", "64KiB")
+    monkeypatch.setenv("SCALECOMM_SEND_AHEAD_BYTES", "-1")  # -1 keeps its meaning (automatic)
+    cfg = pyscalecomm._C.BackendConfig()
+    cfg.load_environment()
+    assert (cfg.segment_bytes, cfg.shm_window_bytes, cfg.send_ahead_bytes) == (1 << 20, 65536, -1)
+    opts = pyscalecomm._C.BackendConfig()
+    pyscalecomm.Options(segment_bytes="256KB", stage_chunk_bytes=8192).apply_to(opts)
+    assert (opts.segment_bytes, opts.stage_chunk_bytes) == (262144, 8192)
+    with pytest.raises(
+        ValueError, match=re.escape("Options(segment_bytes='1Q'): '1Q' is not a size in bytes")
+    ):
+        pyscalecomm.Options(segment_bytes="1Q").apply_to(opts)
+    from pyscalecomm.bench import parse_size
+
+    assert parse_size("1KB") == parse_size("1K") == parse_size("1KiB") == 1024
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    bad = subprocess.run(
+        [sys.executable, "-m", "pyscalecomm.bench", "--nproc", "2", "-b", "1Q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "-b: '1Q' is not a size in bytes" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr  # refused in the parent, before any rank starts

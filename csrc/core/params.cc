@@ -1,6 +1,8 @@
 #include "core/params.h"
 
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -63,7 +65,50 @@ std::string paramString(const char* name) {
   return (v != nullptr && v[0] != '\0') ? std::string(v) : spec.defaultValue;
 }
 
+std::optional<int64_t> parseSize(const std::string& text) {
+  size_t a = text.find_first_not_of(" \t");
+  size_t b = text.find_last_not_of(" \t");
+  if (a == std::string::npos) return std::nullopt;
+  std::string t = text.substr(a, b - a + 1);
+  size_t digits = 0;
+  while (digits < t.size() && (std::isdigit(static_cast<unsigned char>(t[digits])) || t[digits] == '.')) ++digits;
+  if (digits == 0) return std::nullopt;
+  std::string suffix = t.substr(digits);
+  double mult = 1;
+  if (!suffix.empty() && std::strchr("kKmMgGtT", suffix[0]) != nullptr) {
+    const int power = std::strchr("kK", suffix[0])   ? 1
+                      : std::strchr("mM", suffix[0]) ? 2
+                      : std::strchr("gG", suffix[0]) ? 3
+                                                     : 4;
+    mult = std::ldexp(1.0, 10 * power);
+    suffix = suffix.substr(1);
+    if (suffix == "iB" || suffix == "B" || suffix.empty()) suffix.clear();
+  } else if (suffix == "B") {
+    suffix.clear();
+  }
+  if (!suffix.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const std::string number = t.substr(0, digits);
+  const double x = std::strtod(number.c_str(), &end);
+  if (end != number.c_str() + number.size() || errno == ERANGE) return std::nullopt;
+  const double bytes = x * mult;
+  if (bytes != std::floor(bytes) || bytes >= 9.2e18) return std::nullopt;
+  return static_cast<int64_t>(bytes);
+}
+
 int64_t parseIntParam(const ParamSpec& spec, const std::string& v) {
+  const size_t n = std::strlen(spec.name);
+  if (n > 6 && std::strcmp(spec.name + n - 6, "_BYTES") == 0 && (v.empty() || v[0] != '-')) {
+    const std::optional<int64_t> bytes = parseSize(v);
+    if (!bytes) {
+      fail(ErrorKind::InvalidArgument, "scalecomm: ", label(spec), "='", v,
+           "' is not a size in bytes; give a whole number of bytes, optionally with K, M, G or T (1024-based) and "
+           "B or iB (4096, 64K, 1MiB), ",
+           rangeText(spec, 0), " (default ", spec.defaultValue, ").");
+    }
+    return *bytes;
+  }
   char* end = nullptr;
   errno = 0;
   long long x = std::strtoll(v.c_str(), &end, 10);

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -153,7 +154,15 @@ std::string paramString(const char* name);
 // True when the variable is set (non-empty) in the environment.
 bool paramIsSet(const char* name);
 
-// Parses `text` as the value of `spec` and checks it (size: the group's size
+// A size in bytes: a whole number, optionally with a binary prefix K, M, G
+// or T (either case, 1K = 1024) and an optional B or iB: "4096", "64K",
+// "64KB", "64KiB", "1.5M" (whole bytes). Negative or fractional bytes,
+// other suffixes and overflow: nullopt. The one parser for every byte
+// setting (the *_BYTES variables, Options fields) and the tools' sizes.
+std::optional<int64_t> parseSize(const std::string& text);
+
+// Parses `text` as the value of `spec` (a size where the variable ends in
+// _BYTES, see parseSize) and checks it (size: the group's size
 // for kWorld bounds, 0 when not yet known). Throws Error(InvalidArgument)
 // naming the option, its variable and the valid values.
 int64_t parseIntParam(const ParamSpec& spec, const std::string& text);

@@ -307,6 +307,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_shutdown_all_at_exit", &scalecomm::ScalecommBackend::shutdownAllAtExit,
         "Shuts down every live scalecomm group (registered with atexit by pyscalecomm).");
   m.def(
+      "parse_size",
+      [](const std::string& text) {
+        const std::optional<int64_t> bytes = scalecomm::parseSize(text);
+        if (!bytes) {
+          throw py::value_error("'" + text +
+                                "' is not a size in bytes; give a whole number of bytes, optionally with K, M, G or "
+                                "T (1024-based) and B or iB (4096, 64K, 1MiB)");
+        }
+        return *bytes;
+      },
+      py::arg("text"),
+      "Bytes from '4096', '64K', '64KB', '64KiB', '1.5M' (1024-based): the one size parser of the settings and "
+      "tools.");
+  m.def(
       "params",
       [] {
         py::list out;
