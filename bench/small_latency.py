@@ -58,15 +58,9 @@ from pyscalecomm.bench import settle_auto
 
 
 def _sizes(spec: str) -> list[int]:
-    out = []
-    for s in spec.split(","):
-        s = s.strip().upper()
-        mult = 1
-        for suffix, m in (("K", 1 << 10), ("M", 1 << 20)):
-            if s.endswith(suffix):
-                s, mult = s[:-1], m
-        out.append(int(s) * mult)
-    return out
+    from pyscalecomm.bench import parse_size
+
+    return [parse_size(s) for s in spec.split(",") if s.strip()]
 
 
 def _paired(times: dict[str, list[float]], stat) -> float:
