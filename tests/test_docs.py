@@ -137,3 +137,20 @@ def test_byte_settings_take_sizes_in_the_variables_the_options_and_the_tools(mon
     )
     assert bad.returncode == 2 and "-b: '1Q' is not a size in bytes" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr  # refused in the parent, before any rank starts
+
+
+def test_unknown_variables_and_log_levels_are_named():
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=ROOT, SCALECOMM_SEGMENT_BYTE="1M", SCALECOMM_DEBUG="verbose")
+    code = (
+        "import pyscalecomm; c = pyscalecomm._C.BackendConfig(); c.load_environment(); c.load_environment()"
+    )
+    err = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    ).stderr
+    assert "SCALECOMM_DEBUG=VERBOSE is not a log level (ERROR, WARN, INFO, DEBUG)" in err, err
+    want = "unknown variable SCALECOMM_SEGMENT_BYTE ignored (no setting has this name; did you mean "
+    want += "SCALECOMM_SEGMENT_BYTES?)"
+    assert err.count(want) == 1, err  # once per process

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 #include "core/params.h"
 
@@ -16,6 +17,12 @@ LogLevel logLevel() {
     if (v == "ERROR") return LogLevel::Error;
     if (v == "INFO") return LogLevel::Info;
     if (v == "DEBUG" || v == "TRACE") return LogLevel::Debug;
+    if (!v.empty() && v != "WARN" && v != "WARNING") {
+      std::fprintf(stderr,
+                   "[scalecomm WARN pid %d] SCALECOMM_DEBUG=%s is not a log level (ERROR, WARN, INFO, DEBUG); "
+                   "logging at WARN\n",
+                   static_cast<int>(getpid()), v.c_str());
+    }
     return LogLevel::Warn;
   }();
   return level;

@@ -1,14 +1,55 @@
 #include "group/config.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <sstream>
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace scalecomm {
 
+namespace {
+
+// Warns once per process about SCALECOMM_* variables no setting declares
+// (a typo leaves the setting at its default), naming the closest declared one.
+void warnUnknownVariables() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const std::string name = entry.substr(0, entry.find('='));
+      if (name.rfind("SCALECOMM_", 0) != 0) continue;
+      const ParamSpec* closest = nullptr;
+      size_t best = std::string::npos;
+      bool known = false;
+      for (const ParamSpec& p : allParams()) {
+        if (name == p.name) {
+          known = true;
+          break;
+        }
+        // Distance: characters that differ in the common length plus the difference in length.
+        const std::string other = p.name;
+        size_t d = name.size() > other.size() ? name.size() - other.size() : other.size() - name.size();
+        for (size_t i = 0; i < std::min(name.size(), other.size()); ++i) d += name[i] != other[i];
+        if (d < best) best = d, closest = &p;
+      }
+      if (known || name == "SCALECOMM_NO_CLUSTER") continue;  // scripts/run_main.sh's switch, not a setting
+      SC_LOG(Warn, "unknown variable ", name, " ignored (no setting has this name",
+             closest != nullptr && best <= 4 ? strCat("; did you mean ", closest->name, "?") : std::string(),
+             "); python -c 'import pyscalecomm; print(pyscalecomm.params_markdown())' lists the settings");
+    }
+  });
+}
+
+}  // namespace
+
 void loadEnvironment(GroupConfig& c) {
+  warnUnknownVariables();
   forEachParam(c, [](const ParamSpec& spec, auto& value) {
     if (!paramIsSet(spec.name)) return;
     std::string v = std::getenv(spec.name);
