@@ -100,8 +100,9 @@ void pointToPointBatch(Channel& ch, const std::vector<PointToPointOp>& ops, cons
 // Peers are looked at round-robin from `startPeer`, so none starves. Throws
 // Error(Timeout) past opts.deadline, and the link's error, naming the peer,
 // when a peer with no message waiting has died or closed its links (the
-// sender that left may be the one this receive waits for). recvSeq is the worker's count of messages
-// received per peer, shared with every other receive.
+// sender that left may be the one this receive waits for). recvSeq is the
+// worker's count of messages received per peer, shared with every other
+// receive.
 int recvFromAny(Channel& ch, void* data, int64_t count, DataType dtype, int tag, std::vector<uint64_t>& recvSeq,
                 int startPeer, const CollectiveOptions& opts);
 

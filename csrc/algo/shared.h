@@ -44,9 +44,9 @@ void sharedBarrier(Communicator& comm, const ExecContext& ctx);
 // sizes choose differently, or different settings) would wait on different
 // channels until the timeout. A rank waiting over the links calls this now
 // and then: when a peer it waits for has published this collective (same
-// group number and part, comm/wire.h) on its window, it raises the mismatch error naming both
-// sides; a rank waiting on the windows looks at its late peers' links the
-// same way. Collectives only (point-to-point numbers are per pair) and not
+// group number and part, comm/wire.h) on its window, it raises the mismatch
+// error naming both sides; a rank waiting on the windows looks at its late
+// peers' links the same way. Collectives only (point-to-point numbers are per pair) and not
 // for number 0 (the probe's). No-op without windows.
 void checkPeersNotOnWindows(Communicator& comm, const std::vector<int>& peers, const ExecContext& ctx);
 

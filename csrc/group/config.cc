@@ -36,7 +36,10 @@ void warnUnknownVariables() {
         const std::string other = p.name;
         size_t d = name.size() > other.size() ? name.size() - other.size() : other.size() - name.size();
         for (size_t i = 0; i < std::min(name.size(), other.size()); ++i) d += name[i] != other[i];
-        if (d < best) best = d, closest = &p;
+        if (d < best) {
+          best = d;
+          closest = &p;
+        }
       }
       if (known || name == "SCALECOMM_NO_CLUSTER") continue;  // scripts/run_main.sh's switch, not a setting
       SC_LOG(Warn, "unknown variable ", name, " ignored (no setting has this name",
