@@ -1,22 +1,30 @@
-"""One rank's side of the driver: DDP training of one configuration on a
-process group of the configuration's backend, with the measurements.
+"""One rank's side of the driver: training of one configuration on a process
+group of the configuration's backend, with the measurements. The strategy is
+DDP (allreduce) or a parameter server (pyscalecomm.ps: ps-sync, ps-async,
+ps-ssp:K), with an optional straggler.
 
 ``run_configs(configs, out_dir)`` runs in every rank of a job (started by the
 driver, torchrun, mpirun or srun): the default group is gloo and only
 coordinates (barriers, gathering results); each configuration trains on a
-group of its own backend. Rank 0 writes one JSON file per configuration.
+group (or a parameter server's groups) of its own backend. Rank 0 writes one
+JSON file per configuration.
 
 What is measured, per configuration:
 - time per epoch: the training steps only (no evaluation), between barriers;
-- compute per step: forward + backward under ``DDP.no_sync()`` (no
-  communication; a few calibration steps before training, gradients then
-  discarded) plus the optimizer step as timed during training;
+- compute per step: forward + backward without communication (under
+  ``DDP.no_sync()``, or before the parameter server wraps the model; a few
+  calibration steps before training, gradients then discarded; the slowest
+  rank's median) plus the optimizer step as timed during training;
 - exposed communication per step: the step time minus that compute, i.e. the
-  communication DDP could not hide behind backward (with waiting on slower
+  communication that could not hide behind backward (with waiting on slower
   ranks, which is what a user pays for it);
+- a straggler (``--straggler``) sleeps (F-1) x that compute before its step's
+  forward;
 - per epoch: mean training loss (rank 0), test loss and accuracy;
 - peak resident memory (max over ranks) and CPU use (CPU seconds / wall
-  seconds per rank, averaged over ranks).
+  seconds per rank, averaged over ranks);
+- parameter-server runs: the staleness of every applied gradient and the
+  largest lead of a worker over the slowest (from the servers).
 """
 
 from __future__ import annotations
