@@ -203,7 +203,7 @@ class ScalecommBackend : public c10d::Backend {
   std::shared_ptr<Group> group_;
   std::shared_ptr<NcclGroups> nccl_;  // CUDA allreduce; communicators made on first use
   std::shared_ptr<CompressionStore> compression_ = std::make_shared<CompressionStore>();
-  std::atomic<bool> compressionAnnounced_{false};  // the group default codec's one warning
+  std::atomic<bool> compressionAnnounced_{false};              // the group default codec's one warning
   std::vector<c10::intrusive_ptr<ScalecommWork>> batchParts_;  // Works of the batch being coalesced
 };
 
