@@ -54,12 +54,10 @@ import torch.distributed as dist
 import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the "fake" backend)
 
 import pyscalecomm  # noqa: F401  (registers the backend; fills RANK... under mpirun)
-from pyscalecomm.bench import settle_auto
+from pyscalecomm.bench import parse_size, settle_auto
 
 
 def _sizes(spec: str) -> list[int]:
-    from pyscalecomm.bench import parse_size
-
     return [parse_size(s) for s in spec.split(",") if s.strip()]
 
 

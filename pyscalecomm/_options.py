@@ -32,7 +32,7 @@ def _apply_to(self, config) -> None:
             continue
         if p["option"].endswith("_ms"):
             value = _to_ms(value)
-        elif p["type"] == "int" and p["name"].endswith("_BYTES") and isinstance(value, str):
+        elif p["size"] and isinstance(value, str):
             try:
                 value = _C.parse_size(value)
             except ValueError as e:

@@ -46,11 +46,13 @@ import os
 import statistics
 import sys
 
+from pyscalecomm import _C
 from pyscalecomm.bench_ops import (
     COLLECTIVES,
     algorithm_applies,
     busbw_factor,
     element_count,
+    known_algorithms,
     make_case,
     measure,
     mpi_runner,
@@ -80,12 +82,20 @@ _REDUCING = ("allreduce", "reduce", "reduce_scatter")
 
 def parse_size(text: str) -> int:
     """'8', '64K', '1KB', '1MiB', '2G' -> bytes (1024-based; the settings' parser)."""
-    from pyscalecomm import _C
-
     try:
         return _C.parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def parse_sizes(parser, args, **flags: str) -> None:
+    """Replaces each size option (dest=flag) of ``args`` by its bytes, or
+    exits through ``parser`` naming the flag: in the parent, before ranks start."""
+    for dest, flag in flags.items():
+        try:
+            setattr(args, dest, parse_size(getattr(args, dest)))
+        except argparse.ArgumentTypeError as e:
+            parser.error(f"{flag}: {e}")
 
 
 def sizes(begin: int, end: int, factor: int, step: int) -> list[int]:
@@ -178,19 +188,11 @@ def parse_args(argv=None):
     for c in args.collectives:
         if c not in COLLECTIVES and c != "ps":
             p.error(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}, 'all' or ps")
-    for flag, text in (("-b", args.minbytes), ("-e", args.maxbytes), ("-i", args.stepbytes)):
-        try:
-            parse_size(text)
-        except argparse.ArgumentTypeError as e:
-            p.error(f"{flag}: {e}")
-    from pyscalecomm import algorithms
-
-    known = {"auto", "mpi", "nccl"}
-    for c in ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"):
-        known.update(algorithms(c))
+    parse_sizes(p, args, minbytes="-b", maxbytes="-e", stepbytes="-i")
+    known = known_algorithms()
     for a in (a for a in args.algos.split(",") if a):
         if a not in known:
-            p.error(f"unknown algorithm {a!r} in --algos; choose from {', '.join(sorted(known))}")
+            p.error(f"unknown algorithm {a!r} in --algos; choose from {', '.join(known)}")
     if "ps" in args.collectives and args.device != "cpu":
         p.error("--collectives ps runs on the CPU (the parameter server holds CPU tensors)")
     if not args.baselines:
@@ -296,8 +298,6 @@ def settle_auto(fn, backend, nbytes: int, timing, limit: int = 4000) -> None:
     import torch
     import torch.distributed as dist
 
-    from pyscalecomm import _C
-
     if backend.config.autotune != "online" or dist.get_world_size() == 1:
         return  # auto does not measure: nothing to settle
     bucket = _C.auto_bucket_bytes(nbytes)
@@ -325,8 +325,6 @@ def _auto_note(per_round, fixed, handle, device, nbytes: int) -> str:
     if best is None or not auto:
         return ""
     ratios = [a / b for a, b in zip(auto, rounds_of(best), strict=False) if b > 0]
-    from pyscalecomm import _C
-
     bucket = _C.auto_bucket_bytes(nbytes)
     buckets = [b for b in handle._get_backend(device).tuning() if b["bytes"] == bucket]
     ran = buckets[0]["algorithm"] if buckets else "?"
@@ -360,9 +358,7 @@ def run(args) -> int:
     dtype = getattr(torch, _DTYPES[args.datatype])
     esize = torch.empty((), dtype=dtype).element_size()
     stat = _STATS[args.average]
-    size_list = sizes(
-        parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, parse_size(args.stepbytes)
-    )
+    size_list = sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     world_be = dist.group.WORLD._get_backend(torch.device("cpu"))
     cfg = world_be.config if hasattr(world_be, "config") else pyscalecomm._C.BackendConfig()
     probed = world_be.cost_params if hasattr(world_be, "cost_params") else {}

@@ -36,6 +36,16 @@ def busbw_factor(collective: str, n: int) -> float:
     return 1.0
 
 
+def known_algorithms() -> list[str]:
+    """Every name ``--algos`` takes: some collective's algorithm, auto, mpi or nccl."""
+    from pyscalecomm import algorithms
+
+    names = {"auto", "mpi", "nccl"}
+    for c in ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"):
+        names.update(algorithms(c))
+    return sorted(names)
+
+
 def algorithm_applies(collective: str, algo: str) -> bool:
     """Whether ``algo`` can be given to ``collective`` (others run its default)."""
     if collective == "alltoall":

@@ -54,6 +54,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+import pyscalecomm
+from pyscalecomm import _C
+
 PUSH, PULL, BYE = 1, 2, 3
 _HEADER = 4  # int64: op, clock (pushes so far), version read, 0 | reply: version, lead, 0, 0
 
@@ -273,8 +276,6 @@ class ParameterServer(nn.Module):
         # Per shard: the encoded push's dtype and bytes (fixed by the codec and the shard's size).
         self.wire: list[tuple[torch.dtype, int]] = []
         if self.compression:
-            from pyscalecomm import _C
-
             if self.compression.startswith("powersgd"):
                 raise ValueError("ParameterServer: powersgd takes two rounds per push; choose another codec")
             for n in self.shard_numel:
@@ -287,8 +288,6 @@ class ParameterServer(nn.Module):
         backend = backend or dist.get_backend(group)
         options = None
         if backend == "scalecomm":  # point-to-point only: fixed algorithms, so no cost-model probe
-            import pyscalecomm
-
             options = pyscalecomm.Options(algorithm="allreduce:ring,broadcast:chain,reduce:chain")
         # Every rank creates every group, in the same order.
         self.requests, self.replies = [], []
@@ -383,8 +382,6 @@ class ParameterServer(nn.Module):
         self.pushed[s] = True
         payload = None
         if self.compression and grad.numel() > 0:
-            from pyscalecomm import _C
-
             if self.residual is not None:
                 grad = grad + self.residual[s]
             spec, seed = self.compression, self.clock  # the server decodes with the header's clock
@@ -465,8 +462,6 @@ class ParameterServer(nn.Module):
     # -- the server's side ---------------------------------------------------
 
     def _serve(self, s: int) -> None:
-        from pyscalecomm import _C
-
         server = self.server
         remote = self.world - 1
         byes = 0

@@ -36,7 +36,7 @@ import glob
 import os
 import sys
 
-from pyscalecomm.bench import parse_size, sizes
+from pyscalecomm.bench import parse_sizes, sizes
 from pyscalecomm.bench_ops import make_case, measure, torch_runner
 
 
@@ -70,7 +70,9 @@ def parse_args(argv=None):
         help="re-fit the cost model of tuning caches (default: this machine's) "
         "to their measurements and exit",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    parse_sizes(p, args, minbytes="-b", maxbytes="-e")
+    return args
 
 
 def fit(paths: list[str], out=sys.stdout) -> int:
@@ -131,7 +133,7 @@ def run(args) -> None:
     groups = {
         a: dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=a)) for a in algos
     }
-    size_list = sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, 0)
+    size_list = sizes(args.minbytes, args.maxbytes, args.stepfactor, 0)
     if rank == 0:
         print(
             f"# scalecomm tune: world {n}, {len(set(hosts))} host(s), "

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 
 #include "core/params.h"
 
@@ -18,10 +17,9 @@ LogLevel logLevel() {
     if (v == "INFO") return LogLevel::Info;
     if (v == "DEBUG" || v == "TRACE") return LogLevel::Debug;
     if (!v.empty() && v != "WARN" && v != "WARNING") {
-      std::fprintf(stderr,
-                   "[scalecomm WARN pid %d] SCALECOMM_DEBUG=%s is not a log level (ERROR, WARN, INFO, DEBUG); "
-                   "logging at WARN\n",
-                   static_cast<int>(getpid()), v.c_str());
+      logLine(LogLevel::Warn, strCat("SCALECOMM_DEBUG=", v,
+                                     " is not a log level (ERROR, WARN, INFO, DEBUG); "
+                                     "logging at WARN"));
     }
     return LogLevel::Warn;
   }();

@@ -97,9 +97,13 @@ std::optional<int64_t> parseSize(const std::string& text) {
   return static_cast<int64_t>(bytes);
 }
 
-int64_t parseIntParam(const ParamSpec& spec, const std::string& v) {
+bool paramIsSize(const ParamSpec& spec) {
   const size_t n = std::strlen(spec.name);
-  if (n > 6 && std::strcmp(spec.name + n - 6, "_BYTES") == 0 && (v.empty() || v[0] != '-')) {
+  return spec.integer && n > 6 && std::strcmp(spec.name + n - 6, "_BYTES") == 0;
+}
+
+int64_t parseIntParam(const ParamSpec& spec, const std::string& v) {
+  if (paramIsSize(spec) && (v.empty() || v[0] != '-')) {  // -1 where a setting gives it a meaning
     const std::optional<int64_t> bytes = parseSize(v);
     if (!bytes) {
       fail(ErrorKind::InvalidArgument, "scalecomm: ", label(spec), "='", v,

@@ -161,8 +161,12 @@ bool paramIsSet(const char* name);
 // setting (the *_BYTES variables, Options fields) and the tools' sizes.
 std::optional<int64_t> parseSize(const std::string& text);
 
-// Parses `text` as the value of `spec` (a size where the variable ends in
-// _BYTES, see parseSize) and checks it (size: the group's size
+// Whether `spec` is a size in bytes (its variable ends in _BYTES): parsed
+// with parseSize, and listed as such by the bindings' params().
+bool paramIsSize(const ParamSpec& spec);
+
+// Parses `text` as the value of `spec` (a size where paramIsSize, see
+// parseSize) and checks it (size: the group's size
 // for kWorld bounds, 0 when not yet known). Throws Error(InvalidArgument)
 // naming the option, its variable and the valid values.
 int64_t parseIntParam(const ParamSpec& spec, const std::string& text);

@@ -151,7 +151,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   const std::string& codec = config().compression;
   if (!codec.empty() && isFloating(r.dtype) && (r.op.op == ReduceOp::Sum || r.op.op == ReduceOp::Avg) &&
       static_cast<int64_t>(t.nbytes()) >= config().compressionMinBytes) {
-    if (!compressionAnnounced_.exchange(true)) {
+    if (!compressionAnnounced_.load(std::memory_order_relaxed) && !compressionAnnounced_.exchange(true)) {
       SC_LOG(Warn, "rank ", getRank(), ": the group's default codec ", codec,
              " compresses every floating SUM/AVG allreduce of at least ", config().compressionMinBytes,
              " bytes (lossy; SCALECOMM_COMPRESSION_MIN_BYTES); smaller ones run exact");

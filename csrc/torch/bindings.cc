@@ -329,6 +329,7 @@ PYBIND11_MODULE(_C, m) {
           d["name"] = p.name;
           d["option"] = p.option;
           d["type"] = p.integer ? "int" : "str";
+          d["size"] = scalecomm::paramIsSize(p);  // an int in bytes that also takes "64K", "1MiB"
           d["default"] = p.defaultValue;
           d["lo"] = p.integer ? py::object(py::int_(p.lo)) : py::none();
           d["hi"] = !p.integer || p.hi == scalecomm::kNoLimit ? py::none()
@@ -341,7 +342,8 @@ PYBIND11_MODULE(_C, m) {
         return out;
       },
       "Every declared setting (core/params.h) as a dict: name (the SCALECOMM_* variable), option (the "
-      "Options/BackendConfig field; empty for a process-wide setting), type, default, lo, hi, choices, doc.");
+      "Options/BackendConfig field; empty for a process-wide setting), type, size (bytes, parse_size's forms), "
+      "default, lo, hi, choices, doc.");
   m.def(
       "predict_allreduce",
       [](const std::string& algorithm, int world, int64_t bytes, double alpha, double beta, double overhead,

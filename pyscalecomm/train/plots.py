@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 
+from pyscalecomm.train.report import strategy_label
+
 
 def _series_label(r: dict) -> str:
     c = r["config"]
     algo = "" if c["algo"] == "auto" else f":{c['algo']}"
     thr = "" if c["threads"] == 1 else f" x{c['threads']}thr"
-    strategy = c.get("strategy", "allreduce")
+    strategy = strategy_label(c)
     how = "" if strategy == "allreduce" else f" {strategy}"
     return f"{c['backend']}{algo} {c['compress']}{thr}{how}"
 

@@ -185,7 +185,8 @@ def fit(results: list[dict]) -> list[dict]:
     return fits
 
 
-def _strategy(c: dict) -> str:
+def strategy_label(c: dict) -> str:
+    """A run's strategy as the table and the plots name it ("ps-sync (2 servers)")."""
     s = c.get("strategy", "allreduce")
     servers = c.get("ps_servers", 1)
     return s if s == "allreduce" or servers == 1 else f"{s} ({servers} servers)"
@@ -212,7 +213,7 @@ COLUMNS = [
         ),
     ),
     ("compress", lambda r: r["config"]["compress"]),
-    ("strategy", lambda r: _strategy(r["config"])),
+    ("strategy", lambda r: strategy_label(r["config"])),
     ("s/epoch", lambda r: _f(r["time_per_epoch_s"], ".3f") + _spread(r.get("time_per_epoch_runs"), ".2f")),
     ("samples/s", lambda r: _f(r["samples_per_s"], ".0f")),
     ("speedup T1/TN", lambda r: _f(r["speedup"], ".2f")),
