@@ -399,6 +399,9 @@ class ParameterServer(nn.Module):
         self.pending[s] = reply
         if server == self.rank:
             with self.server.lock:
+                # Under the lock the server thread fails with: a request made
+                # after its failure must not wait for an answer that never comes.
+                self._check_server()
                 self.server.local = reply
                 if op == PUSH:
                     self.server.push(self.rank, self.read_version[s], grad)
@@ -489,9 +492,10 @@ class ParameterServer(nn.Module):
                     else:
                         server.pull(src)
         except BaseException as e:  # noqa: BLE001 - reported to the worker thread
-            server.error = e
-            if server.local is not None:
-                server.local.ready.set()
+            with server.lock:
+                server.error = e
+                if server.local is not None:
+                    server.local.ready.set()
 
     # -- the rest ------------------------------------------------------------
 

@@ -178,10 +178,13 @@ def test_state_dict_round_trip_restores_shards_versions_and_optimizer_state():
 def _worker_dies(rank, n):
     model = ps.ParameterServer(_net(), servers=1, mode="sync")
     for step in range(6):
+        x, y = _batch(rank, step)
+        out = model(x)  # every worker's step-2 push has arrived
         if rank == 2 and step == 3:
             os._exit(3)  # dies without a word
-        x, y = _batch(rank, step)
-        nn.functional.mse_loss(model(x), y).backward()
+        if rank == 0 and step == 3:
+            time.sleep(1)  # its server sees the death before its worker pushes again
+        nn.functional.mse_loss(out, y).backward()
     model(torch.zeros(1, 6))
     model.close()
     return "finished"
