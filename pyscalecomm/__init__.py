@@ -34,6 +34,7 @@ if os.environ.get("SCALECOMM_LAUNCHER_ENV", "1") != "0":
 
 
 from pyscalecomm import compress, hooks  # noqa: E402  (pyscalecomm.hooks.compressed, ...)
+from pyscalecomm.direct import allreduce  # noqa: E402  (any array: torch, NumPy, CuPy)
 
 
 def params() -> list[dict]:
@@ -90,13 +91,6 @@ def allreduce_algorithms(
 def built_with_mpi() -> bool:
     """Whether this build has the MPI transport and the ``mpi`` algorithm."""
     return bool(_C.built_with_mpi)
-
-
-def allreduce(tensor, compression: str, **kwargs):
-    """Compressed allreduce (see pyscalecomm.compress.allreduce)."""
-    from pyscalecomm.compress import allreduce as _allreduce
-
-    return _allreduce(tensor, compression, **kwargs)
 
 
 def built_with_cuda() -> bool:

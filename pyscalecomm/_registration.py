@@ -30,14 +30,23 @@ def _create_backend(dist_opts, pg_options):
     return _C.ScalecommBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, config)
 
 
+_registered = False
+
+
 def register() -> None:
-    """Registers "scalecomm" once per process (idempotent)."""
-    if BACKEND_NAME.upper() in dist.Backend._plugins:
+    """Registers "scalecomm" once per process (idempotent). The name may
+    already be registered by the ``torch.backends`` entry point
+    (pyscalecomm_autoload), whose creator ends in `_create_backend` too."""
+    global _registered
+    if _registered:
         return
+    _registered = True
     # Groups still alive at exit are shut down while Python can free what their
     # worker threads hold (a worker dropping a tensor during interpreter
     # finalisation would abort the process).
     atexit.register(_C._shutdown_all_at_exit)
+    if BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
     # Builds without CUDA refuse CUDA tensors with a clear error; registering
     # "cuda" there too keeps init_process_group("scalecomm") identical everywhere.
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])

@@ -268,9 +268,7 @@ def _runner(impl, case, args, dist):
         import pyscalecomm
 
         key = f"bench:{impl.algo}:{case.count}"
-        return lambda: pyscalecomm.allreduce(
-            case.inp, impl.algo, key=key, error_feedback=False, average=args.op == "avg"
-        )
+        return lambda: pyscalecomm.allreduce(case.inp, impl.algo, op=args.op, key=key, error_feedback=False)
     if impl.kind == "mpi":
         return mpi_runner(case, impl.handle, args.op)
     fixed = impl.algo not in ("", "auto", "mpi", "nccl")

@@ -29,24 +29,32 @@ Every applied gradient's staleness (versions applied since the worker read
 the parameters it computed it on) and every released pull's lead over the
 slowest worker are recorded (``stats()``).
 
-Wire. Per server two groups over all ranks: requests (workers send, the
-server's thread receives from any source) and replies (the server sends).
-Each group has one sender and one receiver side per process, so a rank that
-serves and works never queues its worker's messages behind its server's
-wait. A worker's own server is called directly. Pushes go out while
+Wire. Per server and remote worker two groups of those two ranks:
+requests (the worker sends, one thread of the server receives) and replies
+(the server sends). Each group has one sender and one receiver side per
+process, so a rank that serves and works never queues its worker's
+messages behind its server's wait, and a worker's death touches only its
+own pair of groups. A worker's own server is called directly. Pushes go out while
 backward runs (a post-accumulate hook per parameter, the rest at the end of
 backward); the pull for the next step is asked with the push and waited for
 at the next forward. Pushes may be encoded with a codec (``compression``),
 with error feedback per shard.
 
-CPU tensors; parameters are exchanged as float32. A worker or server that
-dies ends the others with an error naming it (its links close); dropping a
-dead worker and going on is not built.
+Faults. Under ``async`` and ``ssp:K`` a worker whose requests fail (its
+process died, its links closed, or it sent nothing for the group's timeout)
+is dropped by every server, which says so once (log warning, ``stats()``
+``dropped``); the slowest-worker bound then counts the live workers only,
+and training goes on. Under ``sync`` a version needs every worker, so a dead
+worker ends the others with an error naming it. A dead server ends every
+worker with an error naming it: its shard is gone.
+
+CPU tensors; parameters are exchanged as float32.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -56,6 +64,8 @@ from torch import nn
 
 import pyscalecomm
 from pyscalecomm import _C
+
+_log = logging.getLogger("pyscalecomm")
 
 PUSH, PULL, BYE = 1, 2, 3
 _HEADER = 4  # int64: op, clock (pushes so far), version read, 0 | reply: version, lead, 0, 0
@@ -104,8 +114,8 @@ class _Reply:
 
 class _Server:
     """One shard and its update rule. Every method runs under `lock`; replies
-    to remote workers go out on the replies group, to the local one through
-    its _Reply."""
+    to a remote worker go out on its replies group (`replies[worker]`), to
+    the local one through its _Reply."""
 
     def __init__(self, flat, keys, mode, k, workers, make_optimizer, replies, rank):
         self.lock = threading.Lock()
@@ -124,8 +134,14 @@ class _Server:
         self.leads: list[int] = []
         self.replies = replies
         self.local: _Reply | None = None
-        self.sends: list = []
+        self.sends: list = []  # (worker, work) of the replies in flight
         self.error: BaseException | None = None
+        self.live = set(range(workers))
+        self.dropped: dict[int, str] = {}  # worker -> why
+
+    def _low(self) -> int:
+        """The slowest live worker's pushes."""
+        return min(self.clock[w] for w in self.live)
 
     def push(self, worker: int, read_version: int, grad: torch.Tensor) -> None:
         self.clock[worker] += 1
@@ -143,9 +159,22 @@ class _Server:
         self.staleness.append(self.version - read_version)
         self._apply(grad / self.workers)
         self.waiting.append(worker)
-        low = min(self.clock)
+        self._release_within_bound()
+
+    def _release_within_bound(self) -> None:
+        low = self._low()
         ready = [w for w in self.waiting if self.mode == "async" or self.clock[w] - low <= self.k]
         self._release(ready)
+
+    def drop(self, worker: int, why: str) -> None:
+        """async/ssp: stops counting `worker` (its requests failed); the pulls
+        its absence held are answered."""
+        self.live.discard(worker)
+        self.dropped[worker] = why
+        if worker in self.waiting:
+            self.waiting.remove(worker)
+        if self.live:
+            self._release_within_bound()
 
     def pull(self, worker: int) -> None:
         self._release([worker], answer=self.param.data, record=False)
@@ -164,7 +193,7 @@ class _Server:
         gradient), with the version and the worker's lead over the slowest."""
         if answer is None:
             answer = self.mean if self.optimizer is None else self.param.data
-        low = min(self.clock)
+        low = self._low()
         for w in list(workers):
             if w in self.waiting:
                 self.waiting.remove(w)
@@ -179,11 +208,18 @@ class _Server:
                 continue
             payload = answer.clone()  # the update after this one must not change what is sent
             self.sends += [
-                dist.isend(header, dst=w, group=self.replies),
-                dist.isend(payload, dst=w, group=self.replies),
+                (w, dist.isend(header, dst=w, group=self.replies[w])),
+                (w, dist.isend(payload, dst=w, group=self.replies[w])),
             ]
         if len(self.sends) > 64:
-            self.sends = [s for s in self.sends if not s.is_completed()]
+            self.sends = [(w, s) for w, s in self.sends if not s.is_completed()]
+
+    def finish_sends(self) -> None:
+        """Waits for the replies in flight, except to dropped workers."""
+        for w, work in self.sends:
+            if w not in self.dropped:
+                work.wait()
+        self.sends = []
 
     def state(self) -> dict:
         return {
@@ -289,24 +325,31 @@ class ParameterServer(nn.Module):
         options = None
         if backend == "scalecomm":  # point-to-point only: fixed algorithms, so no cost-model probe
             options = pyscalecomm.Options(algorithm="allreduce:ring,broadcast:chain,reduce:chain")
-        # Every rank creates every group, in the same order.
-        self.requests, self.replies = [], []
-        for _ in self.server_ranks:
-            self.requests.append(dist.new_group(backend=backend, pg_options=options))
-            self.replies.append(dist.new_group(backend=backend, pg_options=options))
+        # Per server s and remote worker w: requests[s][w] and replies[s][w],
+        # groups of those two ranks. Every rank creates every group, in the
+        # same order; a rank keeps those it belongs to.
+        self.requests: list[dict] = [{} for _ in self.server_ranks]
+        self.replies: list[dict] = [{} for _ in self.server_ranks]
+        for s, server in enumerate(self.server_ranks):
+            for w in range(self.world):
+                if w == server:
+                    continue
+                for table in (self.requests, self.replies):
+                    g = dist.new_group(ranks=[server, w], backend=backend, pg_options=options)
+                    if self.rank in (server, w):
+                        table[s][w] = g
         self.server: _Server | None = None
-        self.thread: threading.Thread | None = None
+        self.threads: list[threading.Thread] = []
         if self.rank in self.server_ranks:
             s = self.server_ranks.index(self.rank)
             flat = self._pack(s, grads=False)
             self.server = _Server(
                 flat, self.shards[s], self.mode, self.k, self.world, make, self.replies[s], self.rank
             )
-            if self.world > 1:
-                self.thread = threading.Thread(
-                    target=self._serve, args=(s,), daemon=True, name="scalecomm-ps"
-                )
-                self.thread.start()
+            for w in self.requests[s]:  # one thread per remote worker
+                t = threading.Thread(target=self._serve, args=(s, w), daemon=True, name=f"scalecomm-ps-{w}")
+                t.start()
+                self.threads.append(t)
         self.clock = 0
         self.read_version = [0] * len(self.server_ranks)
         self.pending: list[_Reply | None] = [None] * len(self.server_ranks)
@@ -409,14 +452,15 @@ class ParameterServer(nn.Module):
                     self.server.pull(self.rank)
             return
         header = torch.tensor([op, self.clock, self.read_version[s], 0], dtype=torch.int64)
-        self.sends.append(dist.isend(header, dst=server, group=self.requests[s]))
+        requests, replies = self.requests[s][self.rank], self.replies[s][self.rank]
+        self.sends.append(dist.isend(header, dst=server, group=requests))
         if grad is not None:
             wire = payload if payload is not None else grad
-            self.sends.append(dist.isend(wire, dst=server, group=self.requests[s]))
+            self.sends.append(dist.isend(wire, dst=server, group=requests))
         reply.payload = torch.empty(self.shard_numel[s])
         reply.works = [
-            dist.irecv(reply.header, src=server, group=self.replies[s]),
-            dist.irecv(reply.payload, src=server, group=self.replies[s]),
+            dist.irecv(reply.header, src=server, group=replies),
+            dist.irecv(reply.payload, src=server, group=replies),
         ]
         if len(self.sends) > 64:
             self.sends = [w for w in self.sends if not w.is_completed()]
@@ -464,36 +508,52 @@ class ParameterServer(nn.Module):
 
     # -- the server's side ---------------------------------------------------
 
-    def _serve(self, s: int) -> None:
+    def _serve(self, s: int, worker: int) -> None:
+        """Serves one remote worker's requests until its BYE."""
         server = self.server
-        remote = self.world - 1
-        byes = 0
+        group = self.requests[s][worker]
         try:
-            while byes < remote:
+            while True:
                 header = torch.empty(_HEADER, dtype=torch.int64)
-                src = dist.recv(header, group=self.requests[s])
+                dist.recv(header, src=worker, group=group)
                 op, clock, read_version = (int(x) for x in header[:3])
                 if op == BYE:
-                    byes += 1
-                    continue
+                    return
                 grad = None
                 if op == PUSH and self.compression and self.shard_numel[s] > 0:
                     dtype, nbytes = self.wire[s]
                     payload = torch.empty(nbytes, dtype=torch.uint8)
-                    dist.recv(payload, src=src, group=self.requests[s])
+                    dist.recv(payload, src=worker, group=group)
                     grad = torch.zeros(self.shard_numel[s])
                     _C.codec_decode_add(grad, payload.view(dtype), self.compression, seed=clock)
                 elif op == PUSH:
                     grad = torch.empty(self.shard_numel[s])
-                    dist.recv(grad, src=src, group=self.requests[s])
+                    dist.recv(grad, src=worker, group=group)
                 with server.lock:
+                    if server.error is not None:
+                        return
                     if op == PUSH:
-                        server.push(src, read_version, grad)
+                        server.push(worker, read_version, grad)
                     else:
-                        server.pull(src)
+                        server.pull(worker)
         except BaseException as e:  # noqa: BLE001 - reported to the worker thread
             with server.lock:
-                server.error = e
+                if self.mode != "sync" and len(server.live) > 1 and worker in server.live:
+                    why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    why += f" (the worker is rank {dist.get_group_rank(group, worker)} of its request group)"
+                    server.drop(worker, why)
+                    _log.warning(
+                        "ParameterServer (server rank %d, mode %s): dropped worker rank %d, whose requests "
+                        "failed: %s. Training goes on with the %d live workers",
+                        self.rank,
+                        self.mode if self.mode != "ssp" else f"ssp:{self.k}",
+                        worker,
+                        why,
+                        len(server.live),
+                    )
+                    return
+                server.error = RuntimeError(f"worker rank {worker}'s requests failed: {e}")
+                server.error.__cause__ = e
                 if server.local is not None:
                     server.local.ready.set()
 
@@ -512,6 +572,7 @@ class ParameterServer(nn.Module):
                     staleness=list(self.server.staleness),
                     leads=list(self.server.leads),
                     pushes=list(self.server.clock),
+                    dropped=dict(self.server.dropped),
                     keys=len(self.server.keys),
                     numel=self.server.param.numel(),
                 )
@@ -563,17 +624,20 @@ class ParameterServer(nn.Module):
                     dist.isend(
                         torch.tensor([BYE, self.clock, 0, 0], dtype=torch.int64),
                         dst=server,
-                        group=self.requests[s],
+                        group=self.requests[s][self.rank],
                     )
                 )
         for w in self.sends:
             w.wait()
-        if self.thread is not None:
-            self.thread.join()
+        for t in self.threads:
+            t.join()
         if self.server is not None:
-            for w in self.server.sends:
-                w.wait()
+            with self.server.lock:
+                self.server.finish_sends()
             self._check_server()
-        dist.barrier()
-        for g in self.requests + self.replies:
-            dist.destroy_process_group(g)
+        # No barrier: every group's last message (a BYE, the last reply) has
+        # been received on the other side, and the whole group may hold a
+        # dropped worker.
+        for table in self.requests + self.replies:
+            for g in table.values():
+                dist.destroy_process_group(g)

@@ -191,6 +191,32 @@ def _killed_mid_allreduce(rank, n):
         return str(e), time.monotonic() - start, glob.glob(f"/dev/shm/scalecomm-{os.getpid()}-*")
 
 
+def _dies_while_a_peer_receives_from_any_source(rank, n):
+    if rank == 2:
+        time.sleep(0.5)
+        os._exit(3)
+    if rank == 1:
+        dist.send(torch.full((4,), 7.0), dst=0)  # queued before rank 2 leaves: still received
+        time.sleep(3)
+        return "sent"
+    got = torch.zeros(4)
+    first = dist.recv(got)
+    start = time.monotonic()
+    try:
+        dist.recv(torch.zeros(4))
+        return "no error"
+    except dist.DistBackendError as e:
+        return first, got.tolist(), str(e), time.monotonic() - start
+
+
+def test_a_peer_that_dies_during_a_receive_from_any_source_is_named_not_waited_for():
+    out = run_ranks(3, _dies_while_a_peer_receives_from_any_source, group_timeout_s=300, allow_missing=(2,))
+    first, got, msg, elapsed = out[0]
+    assert first == 1 and got == [7.0] * 4
+    assert "recv from any source (rank 0): rank 2" in msg and "died" in msg, msg
+    assert elapsed < 10, elapsed  # not the group's 300 s timeout
+
+
 def test_rank_killed_mid_allreduce_raises_on_every_survivor_quickly():
     for env in [
         {},

@@ -200,6 +200,31 @@ def test_a_dead_worker_ends_the_others_with_errors_that_name_it_not_a_hang():
     assert "server rank 0 did not answer" in out[1].text, out[1].text
 
 
+def _worker_dies_under(rank, n, mode):
+    # Ranks 0 and 1 serve; rank 2 only works, and dies after step 3's pulls.
+    model = ps.ParameterServer(_net(), servers=2, mode=mode, lr=0.02)
+    for step in range(8):
+        x, y = _batch(rank, step)
+        out = model(x)
+        if rank == 2 and step == 3:
+            os._exit(3)
+        nn.functional.mse_loss(out, y).backward()
+    model(torch.zeros(1, 6))
+    model.close()  # after every live worker's last push
+    return model.stats()
+
+
+@pytest.mark.parametrize("mode", ["async", "ssp:1"])
+def test_a_dead_worker_is_dropped_and_training_goes_on_without_it(mode):
+    # Under ssp:1 the survivors would be held forever by the dead worker's clock.
+    out = run_ranks(3, _worker_dies_under, mode, allow_missing=(2,), timeout_s=120, group_timeout_s=300)
+    for stats in out[:2]:
+        assert stats["steps"] == 8
+        assert list(stats["dropped"]) == [2], stats
+        assert "died" in stats["dropped"][2], stats
+        assert stats["pushes"][:2] == [8, 8] and stats["pushes"][2] <= 4, stats
+
+
 def test_arguments_are_checked():
     assert ps.parse_mode("ssp:4") == ("ssp", 4)
     with pytest.raises(ValueError, match="sync, async, ssp:K"):

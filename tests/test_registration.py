@@ -1,0 +1,67 @@
+"""Registration without `import pyscalecomm`: the torch.backends entry point
+names the backend during `import torch`; the extension loads with the first
+group; TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns it off."""
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+
+import pytest
+from dist_helpers import free_port
+
+_SCRIPT = """
+import sys, torch, torch.distributed as dist
+print("loaded at import:", "pyscalecomm" in sys.modules)
+dist.init_process_group("scalecomm", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+t = torch.ones(3)
+dist.all_reduce(t)
+print(dist.get_backend(), "pyscalecomm" in sys.modules, t.tolist())
+dist.destroy_process_group()
+"""
+
+
+def _run(**env):
+    return subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(port=free_port())],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _installed() -> bool:
+    return any(e.name == "scalecomm" for e in importlib.metadata.entry_points(group="torch.backends"))
+
+
+@pytest.mark.skipif(not _installed(), reason="scalecomm is not installed (pip install -e .): no entry point")
+def test_init_process_group_finds_the_backend_without_importing_pyscalecomm():
+    out = _run()
+    assert out.returncode == 0, out.stderr
+    assert "loaded at import: False" in out.stdout  # `import torch` does not load the extension
+    assert "scalecomm True [1.0, 1.0, 1.0]" in out.stdout, out.stdout
+
+
+@pytest.mark.skipif(not _installed(), reason="scalecomm is not installed (pip install -e .): no entry point")
+def test_torch_s_autoload_switch_turns_it_off():
+    out = _run(TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert out.returncode != 0
+    assert "scalecomm" in out.stderr and "nknown backend" in out.stderr, out.stderr[-2000:]
+
+
+def test_the_entry_point_registers_only_a_name_and_the_import_completes_it():
+    # Without the installed metadata: call the entry point as torch would.
+    script = (
+        "import sys, torch, torch.distributed as dist, pyscalecomm_autoload\n"
+        "pyscalecomm_autoload.register(); pyscalecomm_autoload.register()\n"
+        "print('SCALECOMM' in dist.Backend._plugins, 'pyscalecomm' in sys.modules)\n"
+        f"dist.init_process_group('scalecomm', init_method='tcp://127.0.0.1:{free_port()}',"
+        " rank=0, world_size=1)\n"
+        "t = torch.ones(2); dist.all_reduce(t); print(t.tolist()); dist.destroy_process_group()\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["True False", "[1.0, 1.0]"], out.stdout
