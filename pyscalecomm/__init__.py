@@ -93,6 +93,24 @@ def built_with_mpi() -> bool:
     return bool(_C.built_with_mpi)
 
 
+def stats(group=None, device: str = "cpu") -> list[dict]:
+    """What ``group``'s (default: the default group's) scalecomm backend has
+    run so far, per operation and size bucket: ``operation``
+    ("allreduce:ring"), ``bucket_bytes`` (calls of up to that many bytes),
+    ``calls``, ``bytes``, ``seconds``, ``busbw_GBps``. ``SCALECOMM_SUMMARY=1``
+    logs the same table when the group is destroyed."""
+    import torch
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.group.WORLD
+    be = pg._get_backend(torch.device(device))
+    if not hasattr(be, "bucket_stats"):
+        raise ValueError(
+            f"pyscalecomm.stats: this group's {device} backend is {type(be).__name__}, not scalecomm"
+        )
+    return be.bucket_stats()
+
+
 def built_with_cuda() -> bool:
     """Whether this build takes CUDA tensors (kernels, host staging)."""
     return bool(_C.built_with_cuda)
@@ -117,4 +135,5 @@ __all__ = [
     "hooks",
     "params",
     "params_markdown",
+    "stats",
 ]

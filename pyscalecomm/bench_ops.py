@@ -26,14 +26,11 @@ COLLECTIVES = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"
 
 def busbw_factor(collective: str, n: int) -> float:
     """nccl-tests' bus bandwidth factors: allreduce 2(n-1)/n; reduce_scatter,
-    allgather, alltoall (n-1)/n; broadcast, reduce 1."""
-    if n <= 1:
-        return 1.0
-    if collective == "allreduce":
-        return 2.0 * (n - 1) / n
-    if collective in ("reduce_scatter", "allgather", "alltoall"):
-        return (n - 1) / n
-    return 1.0
+    allgather, alltoall (n-1)/n; broadcast, reduce 1 (the core's, which the
+    groups' own stats use too)."""
+    from pyscalecomm import _C
+
+    return _C.busbw_factor(collective, n)
 
 
 def known_algorithms() -> list[str]:

@@ -109,6 +109,9 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
   P("SCALECOMM_SECRET", "", "",                                                                                       \
     "Shared secret mixed into the key every TCP connection must prove (set the same value on every rank). The "     \
     "key's other half comes through the rendezvous store; set this when others can reach your store.")              \
+  P("SCALECOMM_SUMMARY", "0", "0|1",                                                                                  \
+    "1: each group logs its operations per size bucket (calls, bytes, seconds, average, busbw) when it is "         \
+    "destroyed or the process exits; pyscalecomm.stats(group) returns the same at any time.")                        \
   P("SCALECOMM_TRACE_DIR", "", "",                                                                                    \
     "Directory for flight-recorder dumps (scalecomm-trace-<group>-rank<r>.json, one per rank and group) written "   \
     "on a timeout or error; merge them with 'python -m pyscalecomm.trace DIR'. Empty: a summary in the log.")       \

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "core/logging.h"
 #include "core/params.h"
 #include "core/timeline.h"
+#include "core/version.h"
 #include "group/call_checks.h"
 #include "transport/mpi_runtime.h"
 
@@ -120,6 +122,11 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   checkConfig(config, size);
   AlgorithmSelection selection = AlgorithmSelection::parse(config.algorithm);
   checkServes(selection, rank, size);
+  static std::once_flag versionLine;
+  std::call_once(versionLine, [] {
+    SC_LOG(Info, "scalecomm ", kVersion, " (built ", __DATE__, ", MPI transport ",
+           mpiCompiledIn() ? "compiled in" : "not compiled in", ")");
+  });
   SC_LOG(Info, "rank ", rank, "/", size, " group '", config.groupName, "': ", describe(config), "; algorithms ",
          selection.str());
   MeshOptions mesh;
@@ -525,6 +532,13 @@ void Group::shutdown(std::chrono::milliseconds grace) {
     }
   }
   worker_->stop();  // queued calls run (or fail at once when poisoned), each bounded by its deadline
+  if (paramString("SCALECOMM_SUMMARY") == "1") {
+    const std::vector<OpBucketStats> rows = state_->bucketStats();
+    if (!rows.empty()) {
+      logLine(LogLevel::Info, strCat("rank ", rank_, "/", size_, " group '", config_.groupName,
+                                     "': operations by size bucket (SCALECOMM_SUMMARY=1)\n", statsTable(rows, size_)));
+    }
+  }
   {
     std::lock_guard<std::mutex> g(watchdogMu_);
     watchdogStop_ = true;

@@ -269,6 +269,7 @@ class Group : public std::enable_shared_from_this<Group> {
   };
   Counters counters() const;
   std::map<std::string, GroupState::OpStats> stats() const { return state_->stats(); }
+  std::vector<OpBucketStats> bucketStats() const { return state_->bucketStats(); }
   // auto's online allreduce choice per size bucket (empty: auto is not
   // online for this group: a fixed algorithm, SCALECOMM_AUTOTUNE=model, or
   // one rank). Any thread.

@@ -7,9 +7,11 @@
 // wait() expired, abort()). A Work may outlive its backend: detach() (called by
 // the backend before the communicator dies) makes later poison() calls only
 // record the reason. Hooks added with onAbort() run on every aborting
-// poison(). Also keeps per-operation counters for stats(). Thread safe.
+// poison(). Also keeps per-operation counters for stats(), per operation
+// name and size bucket (group/stats.h). Thread safe.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -21,6 +23,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "core/label.h"
+#include "group/stats.h"
 
 namespace scalecomm {
 
@@ -74,15 +77,35 @@ class GroupState {
   };
   void record(Label name, uint64_t bytes, double seconds) {
     std::lock_guard<std::mutex> g(mu_);
-    OpStats& s = stats_[name];
+    OpStats& s = stats_[name][statsBucketOf(bytes)];
     s.calls += 1;
     s.bytes += bytes;
     s.seconds += seconds;
   }
+  // Per operation name, all sizes together.
   std::map<std::string, OpStats> stats() const {
     std::lock_guard<std::mutex> g(mu_);
     std::map<std::string, OpStats> out;
-    for (const auto& [name, s] : stats_) out.emplace(name.str(), s);
+    for (const auto& [name, buckets] : stats_) {
+      OpStats& o = out[name.str()];
+      for (const auto& [bucket, s] : buckets) {
+        o.calls += s.calls;
+        o.bytes += s.bytes;
+        o.seconds += s.seconds;
+      }
+    }
+    return out;
+  }
+  // Per operation name and size bucket, sorted by name, then bucket.
+  std::vector<OpBucketStats> bucketStats() const {
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<OpBucketStats> out;
+    for (const auto& [name, buckets] : stats_) {
+      for (const auto& [bucket, s] : buckets) out.push_back({name.str(), bucket, s.calls, s.bytes, s.seconds});
+    }
+    std::sort(out.begin(), out.end(), [](const OpBucketStats& a, const OpBucketStats& b) {
+      return a.name != b.name ? a.name < b.name : a.bucketBytes < b.bucketBytes;
+    });
     return out;
   }
 
@@ -93,7 +116,8 @@ class GroupState {
   std::atomic<bool> poisoned_{false};
   std::string reason_;
   ErrorKind kind_ = ErrorKind::Internal;
-  std::unordered_map<Label, OpStats> stats_;  // keyed by the interned name: a pointer hash per call
+  // Keyed by the interned name (a pointer hash per call), then the size bucket.
+  std::unordered_map<Label, std::map<uint64_t, OpStats>> stats_;
   std::vector<std::function<void()>> abortHooks_;
 };
 

@@ -163,6 +163,7 @@ class ScalecommBackend : public c10d::Backend {
   static void shutdownAllAtExit();
   bool poisoned() const { return group_->poisoned(); }
   std::map<std::string, GroupState::OpStats> stats() const { return group_->stats(); }
+  std::vector<OpBucketStats> bucketStats() const { return group_->bucketStats(); }
 
  private:
   // Runs `call` through the Group and returns its Work (outputs: the

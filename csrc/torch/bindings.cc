@@ -20,6 +20,7 @@
 #include "core/params.h"
 #include "core/version.h"
 #include "group/flight_recorder.h"
+#include "group/stats.h"
 #include "torch/backend.h"
 #include "torch/nccl_groups.h"
 #include "transport/shm.h"
@@ -100,6 +101,25 @@ PYBIND11_MODULE(_C, m) {
           },
           "Completed operations of this group by name (e.g. 'allreduce:rhd'): calls, bytes (outputs), seconds "
           "(on the worker thread).")
+      .def(
+          "bucket_stats",
+          [](const scalecomm::ScalecommBackend& b) {
+            py::list out;
+            const int n = b.getSize();
+            for (const scalecomm::OpBucketStats& s : b.bucketStats()) {
+              py::dict d;
+              d["operation"] = s.name;
+              d["bucket_bytes"] = s.bucketBytes;
+              d["calls"] = s.calls;
+              d["bytes"] = s.bytes;
+              d["seconds"] = s.seconds;
+              d["busbw_GBps"] = scalecomm::busbwGBps(s, n);
+              out.append(d);
+            }
+            return out;
+          },
+          "Completed operations by name and size bucket (calls of up to bucket_bytes, a power of two): calls, "
+          "bytes (outputs), seconds (on the group's thread), busbw_GBps (nccl-tests' bus bandwidth).")
       .def(
           "tuning",
           [](scalecomm::ScalecommBackend& b) {
@@ -456,6 +476,8 @@ PYBIND11_MODULE(_C, m) {
       },
       "Every allreduce algorithm's registry entry (algo/registry.cc).");
   scalecomm::bindKernels(m);
+  m.def("busbw_factor", &scalecomm::busbwFactor, py::arg("collective"), py::arg("world_size"),
+        "nccl-tests' bus-bandwidth factor: allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; else 1.");
   m.def("host_identity", &scalecomm::hostIdentity,
         "This process's host identity (what decides shm vs tcp; SCALECOMM_HOSTNAME overrides it).");
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,
