@@ -105,9 +105,19 @@ def _nccl_flags():
     return None
 
 
+def _write_build_info() -> None:
+    """pyscalecomm/_build_info.py: the torch the extension is built against,
+    so `import pyscalecomm` can name a mismatch instead of failing on a symbol."""
+    import torch
+
+    with open(os.path.join(ROOT, "pyscalecomm", "_build_info.py"), "w") as f:
+        f.write(f'"""Written by setup.py at build time."""\n\nTORCH_VERSION = "{torch.__version__}"\n')
+
+
 def _extensions():
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
+    _write_build_info()
     sources = _sources("*.cc")
     define_macros = []
     # -fno-trapping-math: nothing here enables floating-point traps, and without

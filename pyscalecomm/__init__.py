@@ -16,14 +16,41 @@ variables there; SCALECOMM_LAUNCHER_ENV=0 turns that off.
 
 import os
 
-import torch  # noqa: F401  (loads libc10 and libtorch before our extension)
+import torch  # (loads libc10 and libtorch before our extension)
 import torch.distributed  # noqa: F401
 
-from pyscalecomm import _C
-from pyscalecomm._options import Options
-from pyscalecomm._registration import BACKEND_NAME, register
+from pyscalecomm._version import VERSION as __version__  # noqa: E402
 
-__version__ = "0.1.0"
+
+def _built_for() -> str:
+    try:
+        from pyscalecomm._build_info import TORCH_VERSION
+    except ImportError:
+        return "unknown"
+    return TORCH_VERSION
+
+
+def _check_torch(built: str, running: str) -> None:
+    """The extension is C++ against one torch's headers: another torch
+    release (the part before '+') cannot load it safely."""
+    if built != "unknown" and built.split("+")[0] != running.split("+")[0]:
+        raise ImportError(
+            f"pyscalecomm was built for torch {built}, but this is torch {running}. Rebuild it against this "
+            f"torch: pip install --no-build-isolation -e . (in the scalecomm checkout), or reinstall "
+            f"the wheel built for it"
+        )
+
+
+_check_torch(_built_for(), torch.__version__)
+try:
+    from pyscalecomm import _C
+except ImportError as e:
+    raise ImportError(
+        f"pyscalecomm's extension does not load ({e}) with torch {torch.__version__} (built for torch "
+        f"{_built_for()}). Build it: pip install --no-build-isolation -e . (in the scalecomm checkout)"
+    ) from e
+from pyscalecomm._options import Options  # noqa: E402
+from pyscalecomm._registration import BACKEND_NAME, register  # noqa: E402
 
 register()
 

@@ -47,6 +47,7 @@ import statistics
 import sys
 
 from pyscalecomm import _C
+from pyscalecomm._version import add_version
 from pyscalecomm.bench_ops import (
     COLLECTIVES,
     algorithm_applies,
@@ -179,6 +180,7 @@ def parse_args(argv=None):
         default=0.0,
         help="raise iterations per size until a size's timed loop lasts this many seconds",
     )
+    add_version(p)
     args = p.parse_args(argv)
     if args.backends:
         args.baselines = ",".join(b for b in args.backends.split(",") if b != "scalecomm") or "none"

@@ -39,6 +39,8 @@ import signal
 import subprocess
 import sys
 
+from pyscalecomm._version import add_version
+
 
 def parse_rate(text: str) -> str:
     """Validates a tc rate such as 1gbit, 500mbit, 25gbit."""
@@ -273,6 +275,7 @@ def parse_args(argv=None):
         "hosts; SCALECOMM_* variables forwarded) instead of once per rank with env:// variables",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command each rank runs")
+    add_version(p)
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]

@@ -30,6 +30,8 @@ import statistics
 import sys
 from collections import Counter, defaultdict
 
+from pyscalecomm._version import add_version
+
 PHASES = ["send", "recv", "recv+reduce", "finalize", "wait"]
 
 
@@ -160,6 +162,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--skew", action="store_true", help="how far apart the ranks started and finished each collective"
     )
+    add_version(p)
     args = p.parse_args(argv)
     events = []
     for path in args.traces:

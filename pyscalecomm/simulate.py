@@ -26,6 +26,8 @@ import re
 import statistics
 import sys
 
+from pyscalecomm._version import add_version
+
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
@@ -149,6 +151,7 @@ def parse_args(argv=None):
     )
     p.add_argument("--algos", default="", help="comma list (default: all but ps, and hier without hosts)")
     p.add_argument("--sweep", action="store_true", help="winner table over world sizes and message sizes")
+    add_version(p)
     return p.parse_args(argv)
 
 

@@ -18,6 +18,8 @@ import os
 import sys
 from collections import defaultdict
 
+from pyscalecomm._version import add_version
+
 
 def load(directory: str) -> dict[str, dict[int, dict]]:
     """Dumps by group name, then rank."""
@@ -72,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("directory", help="the SCALECOMM_TRACE_DIR the ranks wrote to")
     ap.add_argument("--last", type=int, default=8, help="calls per rank to show (default 8)")
     ap.add_argument("--json", action="store_true", help="print the merged report as JSON")
+    add_version(ap)
     args = ap.parse_args(argv)
     groups = load(args.directory)
     if not groups:

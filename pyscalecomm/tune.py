@@ -36,6 +36,7 @@ import glob
 import os
 import sys
 
+from pyscalecomm._version import add_version
 from pyscalecomm.bench import parse_sizes, sizes
 from pyscalecomm.bench_ops import make_case, measure, torch_runner
 
@@ -70,6 +71,7 @@ def parse_args(argv=None):
         help="re-fit the cost model of tuning caches (default: this machine's) "
         "to their measurements and exit",
     )
+    add_version(p)
     args = p.parse_args(argv)
     parse_sizes(p, args, minbytes="-b", maxbytes="-e")
     return args

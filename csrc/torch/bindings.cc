@@ -478,6 +478,8 @@ PYBIND11_MODULE(_C, m) {
   scalecomm::bindKernels(m);
   m.def("busbw_factor", &scalecomm::busbwFactor, py::arg("collective"), py::arg("world_size"),
         "nccl-tests' bus-bandwidth factor: allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; else 1.");
+  m.def("shm_segment_bytes", &scalecomm::ShmSegment::bytesFor, py::arg("world_size"), py::arg("ring_bytes"),
+        py::arg("window_bytes"), "The bytes one rank's shared-memory segment takes in /dev/shm.");
   m.def("host_identity", &scalecomm::hostIdentity,
         "This process's host identity (what decides shm vs tcp; SCALECOMM_HOSTNAME overrides it).");
   m.def("remove_stale_shm_segments", &scalecomm::ShmSegment::removeStaleSegments,

@@ -105,6 +105,10 @@ int ShmSegment::removeStaleSegments() {
   return removed;
 }
 
+uint64_t ShmSegment::bytesFor(int worldSize, uint64_t ringBytes, uint64_t windowBytes) {
+  return segmentBytes(worldSize, ringBytes, windowBytes);
+}
+
 std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uint64_t ringBytes, uint64_t windowBytes) {
   SC_CHECK(ringBytes % 64 == 0 && ringBytes > 0 && windowBytes % 64 == 0);
   removeStaleSegments();

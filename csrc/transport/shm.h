@@ -38,6 +38,8 @@ class ShmSegment {
   // Creates and maps a fresh inbox for `worldSize` senders plus a window of two
   // cells of `windowBytes` (a multiple of 64; 0: no window); the caller's rank owns it.
   static std::shared_ptr<ShmSegment> create(int ownerRank, int worldSize, uint64_t ringBytes, uint64_t windowBytes);
+  // The bytes create() reserves in /dev/shm for these arguments.
+  static uint64_t bytesFor(int worldSize, uint64_t ringBytes, uint64_t windowBytes);
   // Maps a peer's inbox by name; validates its header.
   static std::shared_ptr<ShmSegment> open(const std::string& name, int expectOwner, int worldSize);
   ~ShmSegment();

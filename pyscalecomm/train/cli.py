@@ -35,6 +35,7 @@ import os
 import sys
 import time
 
+from pyscalecomm._version import add_version
 from pyscalecomm.train import report
 from pyscalecomm.train.config import BACKENDS, RunConfig, expand
 from pyscalecomm.train.data import DATASETS
@@ -98,6 +99,7 @@ def parse_args(argv=None):
     )
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     p.add_argument("--no-plots", action="store_true")
+    add_version(p)
     return p.parse_args(argv)
 
 
