@@ -489,8 +489,8 @@ def run(args) -> int:
                             "time_us_avg": stats["avg"] * 1e6,
                             "time_us_max": stats["max"] * 1e6,
                             "time_stat": stat,
-                            "algbw_gbps": algbw,
-                            "busbw_gbps": busbw,
+                            "algbw_GBps": algbw,
+                            "busbw_GBps": busbw,
                             "busbw_factor": busbw_factor(coll, n),
                             "wrong": None if lossy else wrong,
                             "codec": impl.algo if lossy else None,
@@ -572,7 +572,7 @@ def run_ps(args, size_list: list[int], n: int, out, progress) -> list[dict]:
                     "time_us": 1e6 * t,
                     "time_us_rounds": [1e6 * x for x in ts],
                     "requests_per_s": requests,
-                    "gbps": moved / 1e9,  # GB/s pushed and pulled, all servers
+                    "GBps": moved / 1e9,  # pushed and pulled, all servers
                 }
             )
     return records
@@ -596,7 +596,7 @@ def plot_busbw(records: list[dict], path: str, n: int) -> None:
             mine = [r for r in rows if r["implementation"] == label]
             ip = [r for r in mine if r["inplace"]] or mine
             ip.sort(key=lambda r: r["bytes"])
-            xs, ys = [r["bytes"] for r in ip], [r["busbw_gbps"] for r in ip]
+            xs, ys = [r["bytes"] for r in ip], [r["busbw_GBps"] for r in ip]
             ax.plot(xs, ys, marker="o", label=label, color=color[label])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("size (bytes)")

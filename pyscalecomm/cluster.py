@@ -39,23 +39,12 @@ import signal
 import subprocess
 import sys
 
-from pyscalecomm._version import add_version
-
-
-def parse_rate(text: str) -> str:
-    """Validates a tc rate such as 1gbit, 500mbit, 25gbit."""
-    t = text.strip().lower()
-    units = ("kbit", "mbit", "gbit")
-    if not any(t.endswith(u) and t[: -len(u)].replace(".", "", 1).isdigit() for u in units):
-        raise argparse.ArgumentTypeError(f"not a rate: {text!r} (e.g. 1gbit, 500mbit)")
-    return t
-
-
-def rate_bytes_per_s(rate: str) -> float:
-    for unit, mult in (("kbit", 1e3), ("mbit", 1e6), ("gbit", 1e9)):
-        if rate.endswith(unit):
-            return float(rate[: -len(unit)]) * mult / 8
-    raise ValueError(rate)
+if __package__:
+    from pyscalecomm._version import add_version
+    from pyscalecomm.units import parse_rate, rate_text, tc_rate
+else:  # run as a file (an unprivileged user may not read torch): its siblings, standard library only
+    from _version import add_version
+    from units import parse_rate, rate_text, tc_rate
 
 
 class Cluster:
@@ -65,7 +54,8 @@ class Cluster:
         self, hosts: int, rate: str | None, cluster_id: int = 0, net: int = 77, queue_ms: float = 100
     ) -> None:
         self.hosts = hosts
-        self.rate = rate
+        self.rate = rate  # as given (1gbit, 10Gbps, 1.25GB/s: pyscalecomm.units)
+        self.bytes_per_s = parse_rate(rate) if rate else None
         self.queue_ms = queue_ms
         self.prefix = f"sc{cluster_id}"
         self.bridge_ns = f"{self.prefix}br"
@@ -87,8 +77,9 @@ class Cluster:
         if not self.rate:
             return
         # burst: at least one 4 ms timer tick of traffic, so the rate is reachable
-        burst = max(64 * 1024, int(rate_bytes_per_s(self.rate) / 250))
-        self._ip("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate, "burst", str(burst),
+        burst = max(64 * 1024, int(self.bytes_per_s / 250))
+        rate = tc_rate(self.bytes_per_s)
+        self._ip("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst),
                  "latency", f"{self.queue_ms:g}ms", ns=ns)  # fmt: skip
 
     def remove_stale(self) -> None:
@@ -256,7 +247,10 @@ def parse_args(argv=None):
     p.add_argument("--hosts", type=int, default=2, help="emulated hosts (network namespaces), 1-64")
     p.add_argument("--ranks-per-host", type=int, default=1)
     p.add_argument(
-        "--rate", type=parse_rate, default=None, help="link cap per host and direction (e.g. 1gbit)"
+        "--rate",
+        type=rate_text,
+        default=None,
+        help="link cap per host and direction: bits as 1gbit, 10Gbit, 10Gbps; bytes as 1.25GB/s",
     )
     p.add_argument(
         "--queue-ms",

@@ -27,9 +27,9 @@ import statistics
 import sys
 
 from pyscalecomm._version import add_version
+from pyscalecomm.units import parse_rate
 
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
 def parse_time(text: str) -> float:
@@ -41,22 +41,6 @@ def parse_time(text: str) -> float:
     except ValueError:
         pass
     raise argparse.ArgumentTypeError(f"not a time: {text!r}; give a unit (e.g. 5us, 1.5ms, 0.002s)")
-
-
-def parse_rate(text: str) -> float:
-    """Bytes per second. Bits are b or bit ('100Gbit', '100Gbps', '100Gb/s'),
-    bytes B ('12.5GB', '12.5GB/s', '12.5GBps'); prefixes k/K, M, G, T are
-    decimal. Case matters and the unit is required: '100Gbps' is 12.5e9."""
-    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKMGT]?)(bit|b|B)(ps|/s)?\s*", text)
-    try:
-        if m:
-            value = float(m.group(1)) * _PREFIX[m.group(2)]
-            return value / 8 if m.group(3) in ("b", "bit") else value
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(
-        f"not a bandwidth: {text!r}; give a unit: bits as b/bit (100Gbit, 100Gbps), bytes as B (12.5GB/s)"
-    )
 
 
 def fmt_bytes(n: int) -> str:

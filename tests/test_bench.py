@@ -78,17 +78,17 @@ def test_bench_every_collective_in_and_out_of_place_with_json_and_plot(tmp_path)
         "time_us_min",
         "time_us_avg",
         "time_us_max",
-        "algbw_gbps",
-        "busbw_gbps",
+        "algbw_GBps",
+        "busbw_GBps",
         "wrong",
     }
     for r in records:
         assert keys <= set(r), set(r) ^ keys
         assert r["wrong"] == 0, r
         assert r["time_us_min"] <= r["time_us_avg"] <= r["time_us_max"]
-        assert abs(r["busbw_gbps"] - r["algbw_gbps"] * busbw_factor(r["collective"], 2)) < 1e-9
-        assert abs(r["algbw_gbps"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) < 1e-9 * max(
-            1, r["algbw_gbps"]
+        assert abs(r["busbw_GBps"] - r["algbw_GBps"] * busbw_factor(r["collective"], 2)) < 1e-9
+        assert abs(r["algbw_GBps"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) < 1e-9 * max(
+            1, r["algbw_GBps"]
         )
     # ring/rhd apply to allreduce, chain to broadcast and reduce; alltoall has no in-place form
     by = {(r["collective"], r["implementation"], r["inplace"]) for r in records}
@@ -186,7 +186,7 @@ def test_simulate_prices_every_algorithm_and_names_a_winner(tmp_path):
 
 
 def test_simulate_parses_units():
-    from pyscalecomm.simulate import parse_rate, parse_time
+    from pyscalecomm.simulate import parse_rate, parse_time  # the shared parser (pyscalecomm.units)
 
     assert abs(parse_time("5us") - 5e-6) < 1e-15 and abs(parse_time("1.5ms") - 1.5e-3) < 1e-15
     assert parse_rate("100Gbit") == 12.5e9 and parse_rate("10GB") == 10e9
@@ -198,6 +198,27 @@ def test_simulate_parses_units():
             parse_rate(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="give a unit"):
         parse_time("5")  # 5 seconds or 5 us? refused
+
+
+def test_every_tool_reads_rates_the_same(capsys):
+    from pyscalecomm import cluster
+    from pyscalecomm.train import cli
+    from pyscalecomm.units import parse_rate, tc_rate
+
+    assert parse_rate("1gbit") == parse_rate("1Gbit") == parse_rate("1Gbps") == 1.25e8
+    assert parse_rate("125MB/s") == 1.25e8
+    assert tc_rate(parse_rate("10Gbps")) == "10000000000bit"  # tc's spelling that cannot be misread
+    with pytest.raises(argparse.ArgumentTypeError, match="lower-case 'bps' is bytes to tc"):
+        parse_rate("1gbps")
+    assert cluster.parse_args(["--hosts", "2", "--rate", "10Gbps", "--", "true"]).rate == "10Gbps"
+    for parse in (
+        lambda r: cluster.parse_args(["--hosts", "2", "--rate", r, "--", "true"]),
+        lambda r: cli.parse_args(["--cluster-rate", r]),
+    ):
+        for bad in ("1gbps", "100", "fast"):
+            with pytest.raises(SystemExit):
+                parse(bad)
+    assert "not a rate: '1gbps'" in capsys.readouterr().err
 
 
 def test_bench_compressed_rows_report_codec_wire_bytes_and_error(tmp_path):
@@ -222,7 +243,7 @@ def test_bench_measures_the_parameter_server_over_each_server_count(tmp_path):
     assert got == {(b, k, s) for b in (1024, 8192) for k in ("scalecomm", "gloo") for s in (1, 2, 3)}
     for r in records:
         assert r["requests_per_s"] == pytest.approx(2 * 3 * r["servers"] / (r["time_us"] * 1e-6))
-        assert r["gbps"] == pytest.approx(2 * 3 * r["bytes"] / (r["time_us"] * 1e-6) / 1e9)
+        assert r["GBps"] == pytest.approx(2 * 3 * r["bytes"] / (r["time_us"] * 1e-6) / 1e9)
     bad = _run([*args, "--collectives", "ps", "--device", "cuda"], tmp_path)
     assert bad.returncode == 2 and "runs on the CPU" in bad.stderr
 

@@ -289,6 +289,8 @@ def _errors(rank, n):
     for bad_call in (
         lambda: pyscalecomm.allreduce(torch.ones(4, dtype=torch.int64), "topk:0.5"),
         lambda: pyscalecomm.allreduce(torch.ones(4), "zip"),
+        lambda: pyscalecomm.allreduce(torch.ones(4), "topk"),  # how much is kept must be spelled out
+        lambda: pyscalecomm.allreduce(torch.ones(4), "qsgd"),
     ):
         try:
             bad_call()
@@ -303,6 +305,8 @@ def test_bad_input_raises_clearly_and_loses_nothing():
     for msgs, t in run_ranks(2, _errors):
         assert "not floating point" in msgs[0] and "rank" in msgs[0]
         assert "unknown compression 'zip'" in msgs[1]
+        assert "compression 'topk': give the fraction of values kept, e.g. topk:0.01" in msgs[2]
+        assert "compression 'qsgd': give the quantisation levels, e.g. qsgd:8" in msgs[3]
         assert t == [2.0] * 4
 
 

@@ -194,14 +194,18 @@ CodecSpec CodecSpec::parse(const std::string& spec) {
   auto need = [&](bool ok, const char* what) {
     if (!ok) fail(ErrorKind::InvalidArgument, "scalecomm compression '", spec, "': ", what);
   };
+  // A lossy codec's strength is spelled out: a default would hide how much is dropped.
   if (c.name == "topk" || c.name == "topk_sampled" || c.name == "randomk") {
-    if (!arg.empty()) c.ratio = parseNumber(spec, arg);
+    need(!arg.empty(), "give the fraction of values kept, e.g. topk:0.01 (1 %)");
+    c.ratio = parseNumber(spec, arg);
     need(c.ratio > 0 && c.ratio <= 1, "the ratio must lie in (0, 1], e.g. topk:0.01");
   } else if (c.name == "qsgd") {
-    if (!arg.empty()) c.levels = static_cast<int>(parseNumber(spec, arg));
+    need(!arg.empty(), "give the quantisation levels, e.g. qsgd:8");
+    c.levels = static_cast<int>(parseNumber(spec, arg));
     need(c.levels >= 1 && c.levels <= 127, "QSGD levels must lie in [1, 127], e.g. qsgd:8");
   } else if (c.name == "powersgd") {
-    if (!arg.empty()) c.rank = static_cast<int>(parseNumber(spec, arg));
+    need(!arg.empty(), "give the rank of the approximation, e.g. powersgd:4");
+    c.rank = static_cast<int>(parseNumber(spec, arg));
     need(c.rank >= 1 && c.rank <= 64, "the PowerSGD rank must lie in [1, 64], e.g. powersgd:4");
   } else if (c.name == "fp16" || c.name == "bf16" || c.name == "sign") {
     need(arg.empty(), "takes no argument");

@@ -40,6 +40,7 @@ from pyscalecomm.train import report
 from pyscalecomm.train.config import BACKENDS, RunConfig, expand
 from pyscalecomm.train.data import DATASETS
 from pyscalecomm.train.models import MODELS
+from pyscalecomm.units import rate_text
 
 
 def parse_args(argv=None):
@@ -87,7 +88,10 @@ def parse_args(argv=None):
     p.add_argument("--nproc", type=int, default=2, help="ranks (world) of a single run without a launcher")
     p.add_argument("--sweep", nargs="*", default=[], metavar="KEY=V1,V2", help="grid axes, e.g. world=1,2,4")
     p.add_argument(
-        "--cluster-rate", default=None, help="run on an emulated cluster with links of this rate (root)"
+        "--cluster-rate",
+        type=rate_text,
+        default=None,
+        help="run on an emulated cluster with links of this rate (root): 1gbit, 10Gbps, 1.25GB/s",
     )
     p.add_argument("--out", default=None, help="output folder (default results/train-<time>)")
     p.add_argument(
