@@ -19,7 +19,7 @@ import os
 import torch  # (loads libc10 and libtorch before our extension)
 import torch.distributed  # noqa: F401
 
-from pyscalecomm._version import VERSION as __version__  # noqa: E402
+from pyscalecomm._cli import VERSION as __version__  # noqa: E402
 
 
 def _built_for() -> str:

@@ -47,7 +47,7 @@ import statistics
 import sys
 
 from pyscalecomm import _C
-from pyscalecomm._version import add_version
+from pyscalecomm._cli import HelpFormatter, add_version
 from pyscalecomm.bench_ops import (
     COLLECTIVES,
     algorithm_applies,
@@ -111,7 +111,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m pyscalecomm.bench",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (e.g. 8, 1K, 1M)")
     p.add_argument("-e", "--maxbytes", default="64M", help="largest size")
@@ -168,7 +168,14 @@ def parse_args(argv=None):
         default=1,
         help="time every implementation this many times, round-robin; keep the fastest (for noisy machines)",
     )
-    p.add_argument("--nproc", type=int, default=0, help="spawn this many local ranks (no launcher needed)")
+    p.add_argument(
+        "--nproc",
+        "--nproc-per-node",
+        dest="nproc",
+        type=int,
+        default=0,
+        help="spawn this many local ranks (no launcher needed)",
+    )
     p.add_argument("--json", default="", help="append one JSON line per measurement to this file")
     p.add_argument("--plot", default="", help="write busbw against size per implementation to this PNG")
     p.add_argument(

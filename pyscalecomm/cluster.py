@@ -40,10 +40,10 @@ import subprocess
 import sys
 
 if __package__:
-    from pyscalecomm._version import add_version
+    from pyscalecomm._cli import HelpFormatter, add_version
     from pyscalecomm.units import parse_rate, rate_text, tc_rate
 else:  # run as a file (an unprivileged user may not read torch): its siblings, standard library only
-    from _version import add_version
+    from _cli import HelpFormatter, add_version
     from units import parse_rate, rate_text, tc_rate
 
 
@@ -242,7 +242,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m pyscalecomm.cluster",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--hosts", type=int, default=2, help="emulated hosts (network namespaces), 1-64")
     p.add_argument("--ranks-per-host", type=int, default=1)

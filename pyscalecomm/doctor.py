@@ -384,7 +384,7 @@ def report(rows: list[Check]) -> str:
 
 
 def main(argv=None) -> int:
-    from pyscalecomm._version import add_version
+    from pyscalecomm._cli import add_version
 
     p = argparse.ArgumentParser(
         prog="python -m pyscalecomm",

@@ -25,12 +25,15 @@ on one host, or the emulated cluster, share one clock).
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import os
+import re
 import statistics
 import sys
 from collections import Counter, defaultdict
 
-from pyscalecomm._version import add_version
+from pyscalecomm._cli import HelpFormatter, add_version
 
 PHASES = ["send", "recv", "recv+reduce", "finalize", "wait"]
 
@@ -45,6 +48,36 @@ def load_events(path: str) -> list[dict]:
         text += "]"
     text = text.replace(",\n]", "\n]").replace(",]", "]")
     return json.loads(text)
+
+
+def expand(path: str) -> list[str]:
+    """The files a path names: itself, or, given the SCALECOMM_TIMELINE
+    pattern the ranks wrote with, every rank's file ('{rank}' or '.rank<r>'
+    before the extension), in rank order."""
+    if os.path.exists(path):
+        return [path]
+    if "{rank}" in path:
+        pattern = path.replace("{rank}", "*")
+    else:
+        stem, ext = os.path.splitext(path)
+        pattern = f"{stem}.rank*{ext}"
+    found = glob.glob(pattern)
+    if not found:
+        raise FileNotFoundError(
+            f"no timeline at {path} nor any rank's file ({pattern}): run with SCALECOMM_TIMELINE={path} first"
+        )
+
+    def rank_of(f: str) -> int:
+        m = re.findall(r"\d+", f[len(pattern.split("*")[0]) :])
+        return int(m[0]) if m else 0
+
+    return sorted(found, key=rank_of)
+
+
+def merge(events: list[dict], out: str) -> None:
+    """One Chrome/Perfetto trace of every rank's events (a process per rank)."""
+    with open(out, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
 
 
 def summarise(events: list[dict]) -> dict:
@@ -155,18 +188,35 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m pyscalecomm.profile",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("traces", nargs="+", help="timeline files written with SCALECOMM_TIMELINE")
+    p.add_argument(
+        "traces",
+        nargs="+",
+        help="timeline files written with SCALECOMM_TIMELINE, or the value it was set to (every rank's file)",
+    )
+    p.add_argument(
+        "--merge", metavar="FILE", default=None, help="also write every rank's events into one trace"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
         "--skew", action="store_true", help="how far apart the ranks started and finished each collective"
     )
     add_version(p)
     args = p.parse_args(argv)
+    files = []
+    try:
+        for path in args.traces:
+            files += expand(path)
+    except FileNotFoundError as e:
+        print(f"pyscalecomm.profile: {e}", file=sys.stderr)
+        return 2
     events = []
-    for path in args.traces:
+    for path in files:
         events.extend(load_events(path))
+    if args.merge:
+        merge(events, args.merge)
+        print(f"# merged {len(files)} files ({len(events)} events) into {args.merge}", file=sys.stderr)
     if args.skew:
         sk = skew(events)
         print(json.dumps(sk, indent=1) if args.json else format_skew(sk))
@@ -175,7 +225,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        print(format_table(summary, len(args.traces)))
+        print(format_table(summary, len(files)))
     return 0
 
 

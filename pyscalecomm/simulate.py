@@ -26,7 +26,7 @@ import re
 import statistics
 import sys
 
-from pyscalecomm._version import add_version
+from pyscalecomm._cli import HelpFormatter, add_version
 from pyscalecomm.units import parse_rate
 
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -104,7 +104,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m pyscalecomm.simulate",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--world", type=int, default=1024)
     p.add_argument("--bytes", type=parse_size, default=256 << 20)

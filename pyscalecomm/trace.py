@@ -18,7 +18,7 @@ import os
 import sys
 from collections import defaultdict
 
-from pyscalecomm._version import add_version
+from pyscalecomm._cli import HelpFormatter, add_version
 
 
 def load(directory: str) -> dict[str, dict[int, dict]]:
@@ -70,7 +70,9 @@ def _print(rep: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyscalecomm.trace", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m pyscalecomm.trace", description=__doc__.splitlines()[0], formatter_class=HelpFormatter
+    )
     ap.add_argument("directory", help="the SCALECOMM_TRACE_DIR the ranks wrote to")
     ap.add_argument("--last", type=int, default=8, help="calls per rank to show (default 8)")
     ap.add_argument("--json", action="store_true", help="print the merged report as JSON")

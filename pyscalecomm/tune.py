@@ -3,8 +3,8 @@
     python -m pyscalecomm.tune --show                 # this machine's caches
     python -m pyscalecomm.tune --show FILE            # one file
     python -m pyscalecomm.tune --fit [FILE ...]       # re-fit the cost model to what was measured
-    python -m pyscalecomm.tune --nproc 4 -b 8 -e 64M -o scalecomm-tuning.txt
-    torchrun --nproc-per-node 4 -m pyscalecomm.tune -o scalecomm-tuning.txt
+    python -m pyscalecomm.tune --nproc 4 -b 8 -e 64M --out scalecomm-tuning.txt
+    torchrun --nproc-per-node 4 -m pyscalecomm.tune --out scalecomm-tuning.txt
     SCALECOMM_TUNING_FILE=scalecomm-tuning.txt python train.py   # auto starts from it
 
 ``auto`` measures online (unless SCALECOMM_AUTOTUNE=model): the first calls of each size bucket try
@@ -36,7 +36,7 @@ import glob
 import os
 import sys
 
-from pyscalecomm._version import add_version
+from pyscalecomm._cli import HelpFormatter, add_version
 from pyscalecomm.bench import parse_sizes, sizes
 from pyscalecomm.bench_ops import make_case, measure, torch_runner
 
@@ -45,7 +45,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m pyscalecomm.tune",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("-b", "--minbytes", default="8")
     p.add_argument("-e", "--maxbytes", default="64M")
@@ -56,8 +56,17 @@ def parse_args(argv=None):
     p.add_argument(
         "--algos", default="ring,rhd,tree,direct,hier", help="candidates (hier only on several hosts)"
     )
-    p.add_argument("-o", "--output", default="scalecomm-tuning.txt")
-    p.add_argument("--nproc", type=int, default=0, help="spawn this many local ranks (no launcher needed)")
+    p.add_argument(
+        "--out", "--output", dest="output", default="scalecomm-tuning.txt", help="the tuning file to write"
+    )
+    p.add_argument(
+        "--nproc",
+        "--nproc-per-node",
+        dest="nproc",
+        type=int,
+        default=0,
+        help="spawn this many local ranks (no launcher needed)",
+    )
     p.add_argument(
         "--show",
         nargs="*",

@@ -335,7 +335,7 @@ def test_tune_command_writes_a_file_that_auto_accepts(tmp_path):
 
     out = tmp_path / "t.txt"
     cmd = [sys.executable, "-m", "pyscalecomm.tune", "--nproc", "2", "-b", "8", "-e", "4K", "-f", "64"]
-    cmd += ["-n", "2", "-w", "1", "--rounds", "1", "-o", str(out)]
+    cmd += ["-n", "2", "-w", "1", "--rounds", "1", "--out", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "winner" in res.stdout, res.stdout

@@ -104,3 +104,36 @@ def test_nvtx_ranges_leave_results_alone():
     # tool attached NVTX does nothing visible, so this checks the path runs.
     results = run_ranks(2, _allreduce_sum, env={"SCALECOMM_NVTX": "1"})
     assert results == [3.0, 3.0]
+
+
+_CLEAN_EXIT = """
+import torch, torch.distributed as dist, pyscalecomm
+dist.init_process_group("scalecomm", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+dist.all_reduce(torch.ones(1000))
+dist.destroy_process_group()
+"""
+
+
+def test_a_clean_exit_leaves_strict_json_and_profile_takes_the_variable_s_value(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    from dist_helpers import free_port
+
+    value = str(tmp_path / "t.json")  # what SCALECOMM_TIMELINE was set to
+    env = {**os.environ, "SCALECOMM_TIMELINE": value, "RANK": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", _CLEAN_EXIT.format(port=free_port())], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    written = tmp_path / "t.rank0.json"
+    events = json.loads(written.read_text())  # strict JSON: the array is closed
+    assert any(e["cat"] == "collective" for e in events), events
+    # the variable's value, not a file
+    assert profile.main([value, "--merge", str(tmp_path / "all.json")]) == 0
+    assert "allreduce" in capsys.readouterr().out
+    merged = json.loads((tmp_path / "all.json").read_text())
+    assert len(merged["traceEvents"]) == len(events)
+    assert profile.main([str(tmp_path / "none.json")]) == 2
+    assert "no timeline at" in capsys.readouterr().err

@@ -55,12 +55,14 @@ Timeline::Timeline(std::string path) : path_(std::move(path)) {
     SC_LOG(Warn, "scalecomm: cannot write the timeline to ", path_, " (SCALECOMM_TIMELINE); no trace is recorded");
     return;
   }
-  std::fputs("[\n", file_);
+  std::fputs("[", file_);
   SC_LOG(Info, "scalecomm: writing the timeline to ", path_);
 }
 
 Timeline::~Timeline() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (file_ == nullptr) return;
+  std::fputs("\n]\n", file_);  // a clean exit leaves a whole JSON array
+  std::fclose(file_);
 }
 
 void Timeline::span(const std::string& name, const std::string& cat, int pid, int tid, int64_t startNs, int64_t endNs,
@@ -70,8 +72,10 @@ void Timeline::span(const std::string& name, const std::string& cat, int pid, in
                             ",\"tid\":", tid, ",\"ts\":", startNs / 1000, ".", (startNs / 100) % 10,
                             ",\"dur\":", (endNs - startNs) / 1000, ".", ((endNs - startNs) / 100) % 10, ",\"args\":{");
   for (size_t i = 0; i < args.size(); ++i) line += strCat(i ? "," : "", jsonString(args[i].first), ":", args[i].second);
-  line += "}},\n";
+  line += "}}";
   std::lock_guard<std::mutex> g(mu_);
+  std::fputs(first_ ? "\n" : ",\n", file_);
+  first_ = false;
   std::fputs(line.c_str(), file_);
 }
 

@@ -4,9 +4,10 @@
 // SCALECOMM_TIMELINE is set, else nullptr (then nothing is recorded). The file
 // is opened on first use: '{rank}' in the path is replaced by the rank, or
 // '.rank<r>' is inserted before the extension. Events are written as they
-// come, one complete event ("ph":"X") per line, in the JSON array format
-// whose closing bracket is optional, so a crashed or killed process still
-// leaves a readable trace (chrome://tracing and ui.perfetto.dev open it).
+// come, one complete event ("ph":"X") per line, in the JSON array format.
+// A clean exit closes the array (the file is then strict JSON); a crashed or
+// killed process leaves it open, which the trace format allows
+// (chrome://tracing, ui.perfetto.dev and pyscalecomm.profile read both).
 // Timestamps are microseconds of the steady clock. Thread safe.
 #pragma once
 
@@ -36,6 +37,7 @@ class Timeline {
   explicit Timeline(std::string path);
   std::string path_;
   std::FILE* file_ = nullptr;
+  bool first_ = true;  // events are separated by commas written before each one
   std::mutex mu_;
 };
 

@@ -35,7 +35,7 @@ import os
 import sys
 import time
 
-from pyscalecomm._version import add_version
+from pyscalecomm._cli import HelpFormatter, add_version
 from pyscalecomm.train import report
 from pyscalecomm.train.config import BACKENDS, RunConfig, expand
 from pyscalecomm.train.data import DATASETS
@@ -48,7 +48,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m pyscalecomm.train",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--model", choices=MODELS, default=d.model)
     p.add_argument(
@@ -85,7 +85,14 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, default=d.threads, help="intra-op threads per rank")
     p.add_argument("--device", choices=("cpu", "cuda"), default=d.device)
-    p.add_argument("--nproc", type=int, default=2, help="ranks (world) of a single run without a launcher")
+    p.add_argument(
+        "--nproc",
+        "--nproc-per-node",
+        dest="nproc",
+        type=int,
+        default=2,
+        help="ranks (world) of a single run without a launcher",
+    )
     p.add_argument("--sweep", nargs="*", default=[], metavar="KEY=V1,V2", help="grid axes, e.g. world=1,2,4")
     p.add_argument(
         "--cluster-rate",

@@ -1,0 +1,27 @@
+"""What every command-line tool shares: ``--version`` and a help that shows
+the defaults. Standard library only (the cluster runs without torch)."""
+
+import argparse
+
+VERSION = "0.1.0"  # the core's kVersion and setup.py carry the same string
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The module's docstring as written, and every option's default (where
+    it has one and its help does not already say it)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if unset or not action.option_strings or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--version`` ("scalecomm 0.1.0"), and gives options without a
+    help text an empty one, so the help shows their defaults too."""
+    parser.add_argument("--version", action="version", version=f"scalecomm {VERSION}")
+    for action in parser._actions:
+        if action.help is None and action.default not in (None, argparse.SUPPRESS) and action.option_strings:
+            action.help = " "
