@@ -213,7 +213,9 @@ def test_a_peer_that_dies_during_a_receive_from_any_source_is_named_not_waited_f
     out = run_ranks(3, _dies_while_a_peer_receives_from_any_source, group_timeout_s=300, allow_missing=(2,))
     first, got, msg, elapsed = out[0]
     assert first == 1 and got == [7.0] * 4
-    assert "recv from any source (rank 0): rank 2" in msg and "died" in msg, msg
+    # shm: the peer's pid is gone; tcp: its connection closed
+    assert "recv from any source (rank 0): rank 2" in msg, msg
+    assert "died" in msg or "closed its tcp connection" in msg, msg
     assert elapsed < 10, elapsed  # not the group's 300 s timeout
 
 

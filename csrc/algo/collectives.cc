@@ -352,11 +352,20 @@ int recvFromAny(Channel& ch, void* data, int64_t count, DataType dtype, int tag,
     const int p = modRank(startPeer + k, n);
     if (p != rank) peers.push_back(p);
   }
+  // A link's own errors (a tcp peer that closed, an shm peer that died) name
+  // the receive they interrupted.
+  auto peek = [&](int p, WireHeader& h) {
+    try {
+      return comm.link(p).peek(&h, sizeof(h));
+    } catch (const Error& e) {
+      fail(e.kind(), "scalecomm recv from any source (rank ", rank, "): ", e.what());
+    }
+  };
   Clock::time_point idleSince = Clock::now();
   for (uint64_t idleRounds = 1;; ++idleRounds) {
     for (int p : peers) {
       WireHeader h;
-      if (comm.link(p).peek(&h, sizeof(h)) < sizeof(h)) continue;
+      if (peek(p, h) < sizeof(h)) continue;
       if (h.magic != kWireMagic || h.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) continue;
       if (h.seq != recvSeq[p] + 1 || h.rootOrTag != tag) continue;
       CollectiveOptions o = opts;

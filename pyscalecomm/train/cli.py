@@ -126,6 +126,9 @@ def _report(runs: list[dict], out_dir: str, plots: bool) -> None:
     fits = report.fit(results)
     print()
     print(report.markdown_table(results))
+    story = report.verdict(results)
+    if story:
+        print("\n" + story)
     scaling = report.scaling_table(results)
     if scaling:
         print("\nHorizontal (ranks) vs vertical (threads per rank) scaling at equal cores:\n")
@@ -149,6 +152,9 @@ def _report(runs: list[dict], out_dir: str, plots: bool) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # c10d's TCPStore warns on every connection from an emulated host it cannot
+    # name ("hostname of the client socket cannot be retrieved"): not ours to fix.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     out_dir = args.out or os.path.join("results", time.strftime("train-%Y%m%d-%H%M%S"))
     from pyscalecomm.launch import env_from_launcher
 

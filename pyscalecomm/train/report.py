@@ -257,6 +257,27 @@ def markdown_table(results: list[dict]) -> str:
     return "\n".join([head, rule, *rows])
 
 
+def verdict(results: list[dict]) -> str:
+    """One line per run compared with its baseline (the table's story in
+    words): how much faster per epoch, the accuracy it ended at, and whether
+    and how much sooner it reached the baseline's accuracy."""
+    lines = []
+    for r in results:
+        if r.get("vs_baseline") is None or r["baseline"] == r["label"]:
+            continue
+        rng = r.get("vs_baseline_range")
+        spread = f" [{rng[0]:.2f}-{rng[1]:.2f}]" if rng else ""
+        line = f"{r['label']}: {r['vs_baseline']:.2f}x{spread} the speed of {r['baseline']} per epoch"
+        if r["acc_delta"] is not None:
+            line += f", accuracy {r['acc_delta']:+.1f} points"
+            if r["sooner"]:
+                line += f", at its accuracy {r['sooner']:.2f}x sooner"
+            else:
+                line += f", never within {100 * TARGET_SLACK:.1f} points of its accuracy in this run"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def fit_table(fits: list[dict]) -> str:
     if not fits:
         return ""
