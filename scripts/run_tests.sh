@@ -37,3 +37,9 @@ bash tests/torch_suite/run.sh -k test_all_reduce_sum -k test_all_reduce_max -k t
   -k test_all_gather -k test_reduce_sum -k test_scatter -k test_gather -k test_DistributedDataParallelCPU \
   -k test_send_recv -k test_all_reduce_coalesced_sum -k test_batch_isend_irecv_gloo -k test_monitored_barrier_gloo \
   -k test_all_to_all_single_unequal_split
+
+# The fast tests against the CPU-only torch 2.13.0 too, in their own venv and
+# build (scripts/torch_compat.sh; about 7 minutes). SCALECOMM_TORCH_COMPAT=0 skips them.
+if [ "${SCALECOMM_TORCH_COMPAT:-1}" != 0 ]; then
+  bash scripts/torch_compat.sh
+fi
