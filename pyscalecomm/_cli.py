@@ -25,3 +25,15 @@ def add_version(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions:
         if action.help is None and action.default not in (None, argparse.SUPPRESS) and action.option_strings:
             action.help = " "
+
+
+def add_nproc(parser: argparse.ArgumentParser, default: int = 0, help: str = "") -> None:
+    """``--nproc N`` (or torchrun's ``--nproc-per-node N``): local ranks to spawn."""
+    parser.add_argument(
+        "--nproc",
+        "--nproc-per-node",
+        dest="nproc",
+        type=int,
+        default=default,
+        help=help or "spawn this many local ranks (no launcher needed)",
+    )

@@ -47,7 +47,7 @@ import statistics
 import sys
 
 from pyscalecomm import _C
-from pyscalecomm._cli import HelpFormatter, add_version
+from pyscalecomm._cli import HelpFormatter, add_nproc, add_version
 from pyscalecomm.bench_ops import (
     COLLECTIVES,
     algorithm_applies,
@@ -168,14 +168,7 @@ def parse_args(argv=None):
         default=1,
         help="time every implementation this many times, round-robin; keep the fastest (for noisy machines)",
     )
-    p.add_argument(
-        "--nproc",
-        "--nproc-per-node",
-        dest="nproc",
-        type=int,
-        default=0,
-        help="spawn this many local ranks (no launcher needed)",
-    )
+    add_nproc(p)
     p.add_argument("--json", default="", help="append one JSON line per measurement to this file")
     p.add_argument("--plot", default="", help="write busbw against size per implementation to this PNG")
     p.add_argument(

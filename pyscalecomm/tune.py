@@ -36,7 +36,7 @@ import glob
 import os
 import sys
 
-from pyscalecomm._cli import HelpFormatter, add_version
+from pyscalecomm._cli import HelpFormatter, add_nproc, add_version
 from pyscalecomm.bench import parse_sizes, sizes
 from pyscalecomm.bench_ops import make_case, measure, torch_runner
 
@@ -59,14 +59,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--out", "--output", dest="output", default="scalecomm-tuning.txt", help="the tuning file to write"
     )
-    p.add_argument(
-        "--nproc",
-        "--nproc-per-node",
-        dest="nproc",
-        type=int,
-        default=0,
-        help="spawn this many local ranks (no launcher needed)",
-    )
+    add_nproc(p)
     p.add_argument(
         "--show",
         nargs="*",

@@ -35,7 +35,7 @@ import os
 import sys
 import time
 
-from pyscalecomm._cli import HelpFormatter, add_version
+from pyscalecomm._cli import HelpFormatter, add_nproc, add_version
 from pyscalecomm.train import report
 from pyscalecomm.train.config import BACKENDS, RunConfig, expand
 from pyscalecomm.train.data import DATASETS
@@ -85,14 +85,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, default=d.threads, help="intra-op threads per rank")
     p.add_argument("--device", choices=("cpu", "cuda"), default=d.device)
-    p.add_argument(
-        "--nproc",
-        "--nproc-per-node",
-        dest="nproc",
-        type=int,
-        default=2,
-        help="ranks (world) of a single run without a launcher",
-    )
+    add_nproc(p, default=2, help="ranks (world) of a single run without a launcher")
     p.add_argument("--sweep", nargs="*", default=[], metavar="KEY=V1,V2", help="grid axes, e.g. world=1,2,4")
     p.add_argument(
         "--cluster-rate",
