@@ -38,6 +38,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 if __package__:
     from pyscalecomm._cli import HelpFormatter, add_version
@@ -45,6 +46,10 @@ if __package__:
 else:  # run as a file (an unprivileged user may not read torch): its siblings, standard library only
     from _cli import HelpFormatter, add_version
     from units import parse_rate, rate_text, tc_rate
+
+
+def _interrupted(signum, frame):  # SIGTERM: the same clean teardown as Ctrl-C
+    raise KeyboardInterrupt
 
 
 class Cluster:
@@ -92,6 +97,11 @@ class Cluster:
                 subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
 
     def __enter__(self) -> Cluster:
+        # A SIGTERM (timeout, a job scheduler) tears down like Ctrl-C instead
+        # of leaving the namespaces behind (restored on exit; main thread only).
+        self._old_term = None
+        if threading.current_thread() is threading.main_thread():
+            self._old_term = signal.signal(signal.SIGTERM, _interrupted)
         self.remove_stale()
         try:
             self._ip("ip", "netns", "add", self.bridge_ns)
@@ -121,6 +131,8 @@ class Cluster:
         for ns in reversed(self.created):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
         self.created.clear()
+        if self._old_term is not None:
+            signal.signal(signal.SIGTERM, self._old_term)
 
     def _job_vars(self, base: dict) -> dict:
         """What every rank of a run gets on top of `base`: a fresh rendezvous
@@ -291,10 +303,6 @@ def main(argv=None) -> int:
         )
         return 2
 
-    def interrupted(signum, frame):  # turn SIGTERM into the same clean teardown as Ctrl-C
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupted)
     try:
         with Cluster(args.hosts, args.rate, args.id, queue_ms=args.queue_ms) as cluster:
             print(

@@ -152,3 +152,22 @@ def test_bad_queue_ms_is_refused_before_anything_runs():
         cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)
     )
     assert res.returncode == 2 and "--queue-ms must lie in 0.1..10000" in res.stderr, res.stderr
+
+
+@needs_root
+def test_a_terminated_training_run_leaves_no_namespaces(tmp_path):
+    # The driver's cluster (id 7) under SIGTERM, as `timeout` or a scheduler sends it.
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "pyscalecomm.train", "--cluster-rate", "1gbit", "--out", str(tmp_path)]
+    cmd += ["--sweep", "world=2", "--epochs", "50", "--no-plots"]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not [ns for ns in _namespaces() if ns.startswith("sc7h")] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [ns for ns in _namespaces() if ns.startswith("sc7h")], "the cluster never came up"
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert not [ns for ns in _namespaces() if ns.startswith("sc7")]
