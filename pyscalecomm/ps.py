@@ -173,8 +173,7 @@ class _Server:
         self.dropped[worker] = why
         if worker in self.waiting:
             self.waiting.remove(worker)
-        if self.live:
-            self._release_within_bound()
+        self._release_within_bound()  # the server's own worker is always live
 
     def pull(self, worker: int) -> None:
         self._release([worker], answer=self.param.data, record=False)
@@ -538,7 +537,7 @@ class ParameterServer(nn.Module):
                         server.pull(worker)
         except BaseException as e:  # noqa: BLE001 - reported to the worker thread
             with server.lock:
-                if self.mode != "sync" and len(server.live) > 1 and worker in server.live:
+                if self.mode != "sync" and worker in server.live:
                     why = str(e).splitlines()[0] if str(e) else type(e).__name__
                     why += f" (the worker is rank {dist.get_group_rank(group, worker)} of its request group)"
                     server.drop(worker, why)
