@@ -23,6 +23,10 @@ import subprocess
 from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+# The build imports torch; torch imports installed backends (a previous
+# scalecomm install among them), and one whose sources were moved would fail
+# that import: the build never needs them, and reinstalling must heal that.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 
 _DEVICE_DIRS = (os.sep + "cuda" + os.sep, os.sep + "nccl" + os.sep)

@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+# Until the install below is done, an older scalecomm install (say, an
+# editable one whose folder moved) must not stop `import torch`.
+export TORCH_DEVICE_BACKEND_AUTOLOAD=0
 TORCH_SPEC=${TORCH_SPEC:-torch==2.14.1}
 
 if ! "$PY" -c "import torch" 2>/dev/null; then
@@ -20,4 +23,4 @@ if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
   export CUDA_HOME=/usr/local/cuda
 fi
 "$PY" -m pip install --quiet --no-build-isolation -e .
-"$PY" -c "import pyscalecomm, torch; print('scalecomm', pyscalecomm.__version__, 'built for torch', torch.__version__, '(CUDA sources:', pyscalecomm._C.built_with_cuda, ')')"
+TORCH_DEVICE_BACKEND_AUTOLOAD=1 "$PY" -c "import pyscalecomm, torch; print('scalecomm', pyscalecomm.__version__, 'built for torch', torch.__version__, '(CUDA sources:', pyscalecomm._C.built_with_cuda, ')')"

@@ -65,3 +65,27 @@ def test_the_entry_point_registers_only_a_name_and_the_import_completes_it():
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["True False", "[1.0, 1.0]"], out.stdout
+
+
+def test_the_build_runs_where_a_moved_install_breaks_import_torch(tmp_path):
+    # An editable install whose checkout moved leaves an entry point to a
+    # module that is gone: `import torch` then fails, and reinstalling must
+    # still work (setup.py imports torch), or nothing could heal it.
+    dist_info = tmp_path / "gone-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: gone\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[torch.backends]\ngone = no_such_module:register\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SCALECOMM_MPI": "0"}
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    broken = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+    assert "Failed to load the backend extension: gone" in broken.stderr  # the failure is real
+    build = subprocess.run(
+        [sys.executable, "setup.py", "--version"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert build.returncode == 0, build.stderr
