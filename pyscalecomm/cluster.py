@@ -158,7 +158,7 @@ class Cluster:
     ) -> int:
         """Runs `command` once per rank inside its host (on the first `hosts`
         hosts, default all); returns the worst exit status."""
-        from pyscalecomm.launch import wait_ranks  # here: the no-root path stays standard-library only
+        from pyscalecomm.launch import rank_env, wait_ranks
 
         world = (hosts or self.hosts) * ranks_per_host
         base = {**os.environ, **extra_env}
@@ -168,14 +168,10 @@ class Cluster:
         try:
             for rank in range(world):
                 host = rank // ranks_per_host
-                env = dict(job)
-                env.update(
-                    RANK=str(rank),
-                    WORLD_SIZE=str(world),
-                    LOCAL_RANK=str(rank % ranks_per_host),
-                    LOCAL_WORLD_SIZE=str(ranks_per_host),
-                    SCALECOMM_HOSTNAME=f"{self.prefix}-host{host}",
+                env = rank_env(
+                    rank, world, job["MASTER_ADDR"], job["MASTER_PORT"], local_world=ranks_per_host, base=job
                 )
+                env["SCALECOMM_HOSTNAME"] = f"{self.prefix}-host{host}"
                 out = None
                 if rank > 0:
                     os.makedirs(logdir, exist_ok=True)

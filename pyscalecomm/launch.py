@@ -9,8 +9,12 @@
   the port from the job id and multi-host jobs must set MASTER_ADDR. Under
   Slurm, MASTER_ADDR is the first host of the job's node list and the port is
   derived from the job id.
-- :func:`spawn_self` re-runs ``python -m <module> <args>`` as N local ranks,
-  for single-machine runs without any launcher; it returns the worst exit code.
+- :func:`rank_env` is one rank's environment as torchrun gives it; every
+  launcher this package starts builds its ranks with it: :func:`run_local`
+  (N ranks of a command on this host), :func:`spawn_self` (``python -m
+  <module> <args>`` as N local ranks, for the CLIs' ``--nproc``) and the
+  emulated cluster. Under torchrun, mpirun and srun, :func:`env_from_launcher`
+  fills the same variables in the rank itself.
 - :func:`wait_ranks` waits for the processes of one job within a deadline:
   when one fails the others get 10 s to report, then every straggler is killed.
 """
@@ -147,23 +151,56 @@ def main_with_launcher(module: str, args, argv, run) -> int:
     return run(args) or 0
 
 
+def rank_env(
+    rank: int,
+    world: int,
+    master_addr: str,
+    master_port: int | str,
+    *,
+    local_world: int | None = None,
+    base: dict | None = None,
+) -> dict[str, str]:
+    """The environment of rank ``rank`` of ``world``: ``base`` (default this
+    process's) with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE: ``local_world`` ranks per host, default all on one,
+    MASTER_ADDR, MASTER_PORT) and one intra-op thread unless ``base`` sets
+    OMP_NUM_THREADS (ranks sharing a host would otherwise oversubscribe it)."""
+    local_world = local_world or world
+    env = dict(os.environ if base is None else base)
+    env.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank % local_world),
+        LOCAL_WORLD_SIZE=str(local_world),
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(master_port),
+    )
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_local(
+    command: list[str], world: int, timeout: float | None, what: str, extra_env: dict | None = None
+) -> int:
+    """Runs ``command`` as ranks 0..world-1 on this host (a fresh rendezvous
+    port); returns the worst exit status (see :func:`wait_ranks`)."""
+    port = _free_port()
+    base = {**os.environ, **(extra_env or {})}
+    procs = []
+    try:
+        for rank in range(world):
+            procs.append(subprocess.Popen(command, env=rank_env(rank, world, "127.0.0.1", port, base=base)))
+    except BaseException:
+        for p in procs:  # a failed start leaves none behind
+            p.kill()
+            p.wait(timeout=10)
+        raise
+    return wait_ranks(procs, timeout, what)
+
+
 def spawn_self(module: str, nproc: int, args: list[str], extra_env: dict | None = None) -> int:
     """Runs ``python -m module args`` as ranks 0..nproc-1 on this host; returns the worst exit code."""
-    port = str(_free_port())
-    procs = []
-    for rank in range(nproc):
-        env = dict(os.environ)
-        env.update(extra_env or {})
-        env.update(
-            RANK=str(rank),
-            WORLD_SIZE=str(nproc),
-            LOCAL_RANK=str(rank),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=port,
-            OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
-        )
-        procs.append(subprocess.Popen([sys.executable, "-m", module, *args], env=env))
-    return wait_ranks(procs, None, module)
+    return run_local([sys.executable, "-m", module, *args], nproc, None, module, extra_env)
 
 
 def wait_ranks(procs: list, timeout: float | None, what: str) -> int:

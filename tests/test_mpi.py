@@ -149,6 +149,31 @@ def test_env_from_launcher_keeps_torchrun_and_user_values(monkeypatch):
     assert launch.env_from_launcher() == "torchrun" and os.environ["RANK"] == "3"
 
 
+def test_every_launcher_we_start_gives_its_ranks_torchruns_variables(tmp_path):
+    env = launch.rank_env(3, 4, "10.0.0.1", 29999, local_world=2, base={"OMP_NUM_THREADS": "4", "X": "y"})
+    assert env == {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29999",
+        "OMP_NUM_THREADS": "4",  # the caller's, kept
+        "X": "y",
+    }
+    assert launch.rank_env(0, 2, "h", 1, base={})["OMP_NUM_THREADS"] == "1"
+    # run_local: each rank sees its own variables; a failing rank is the job's status
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    show = f"import os; e = os.environ; open({str(tmp_path)!r} + '/ranks' + e['RANK'], 'w').write("
+    command = [sys.executable, "-c", show + f"' '.join(e[k] for k in {keys!r}))"]
+    assert launch.run_local(command, 3, 60, "test", {"OMP_NUM_THREADS": "2"}) == 0
+    assert [(tmp_path / f"ranks{r}").read_text().split() for r in range(3)] == [
+        [str(r), "3", str(r), "3"] for r in range(3)
+    ]
+    failing = [sys.executable, "-c", "import os, sys; sys.exit(int(os.environ['RANK']) * 3)"]
+    assert launch.run_local(failing, 2, 60, "test") == 3
+
+
 _SLURM_SCRIPT = """
 import torch, torch.distributed as dist
 import pyscalecomm  # fills RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from SLURM_*

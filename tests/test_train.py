@@ -60,6 +60,17 @@ def test_sweep_grid_is_the_product_in_order_and_names_bad_keys():
     assert RunConfig().bucket_mb == 0  # DDP's own default buckets unless asked
 
 
+def test_a_sweep_axis_over_several_keys_lists_their_points_not_the_product():
+    assert parse_sweep(["world=2", "backend/compress=gloo/none,scalecomm/topk:0.01"]) == [
+        {"world": 2, "backend": "gloo", "compress": "none"},
+        {"world": 2, "backend": "scalecomm", "compress": "topk:0.01"},
+    ]
+    with pytest.raises(ValueError, match="gives 1 value.*for the 2 keys backend/compress"):
+        parse_sweep(["backend/compress=gloo"])
+    with pytest.raises(ValueError, match="world='x': expected int"):
+        parse_sweep(["backend/world=gloo/x"])
+
+
 def _run(world, backend="gloo", compress="none", threads=1, t=1.0, accs=(0.5, 0.9), **setting):
     cfg = RunConfig(world=world, backend=backend, compress=compress, threads=threads, **setting)
     epochs = [
@@ -108,6 +119,13 @@ def test_derived_metrics_follow_their_definitions():
     table = report.markdown_table(runs)
     assert table.count("\n") == len(runs) + 1 and "| 8.00x |" in table
     assert "| 4 | gloo | none | 4.000 | 3.000 | 0.75x |" in report.scaling_table(runs)
+    story = report.verdict(runs).splitlines()
+    # one line per run with a baseline other than itself, naming runs by what differs
+    assert len(story) == 4
+    assert story[1] == (
+        "world=4 threads=1 backend=scalecomm compress=topk:0.01: 4.00x the speed of world=4 threads=1 "
+        "backend=gloo compress=none per epoch, accuracy +1.0 points, at its accuracy 8.00x sooner"
+    )
 
 
 def test_runs_are_compared_only_with_runs_of_the_same_setting():

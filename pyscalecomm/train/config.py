@@ -3,6 +3,9 @@
 ``parse_sweep(["world=1,2,4", "backend=gloo,scalecomm", "compress=none,topk:0.01"])``
 -> the list of overrides, one dict per grid point (the product of the axes,
 in the order given). Sweepable keys are the fields of :class:`RunConfig`.
+An axis over several keys at once lists their values together, separated
+by "/": ``backend/compress=gloo/none,scalecomm/topk:0.01`` is two points,
+not the four of the product.
 """
 
 from __future__ import annotations
@@ -120,8 +123,18 @@ def parse_sweep(items: list[str]) -> list[dict]:
         key, sep, values = item.partition("=")
         if not sep or not values:
             raise ValueError(f"sweep axis {item!r}: write key=v1,v2 (e.g. world=1,2,4)")
-        axes.append([(key, convert(key, v)) for v in values.split(",") if v])
-    return [dict(point) for point in itertools.product(*axes)] if axes else [{}]
+        keys = key.split("/")
+        axis = []
+        for value in (v for v in values.split(",") if v):
+            parts = value.split("/")
+            if len(parts) != len(keys):
+                raise ValueError(
+                    f"sweep axis {item!r}: {value!r} gives {len(parts)} value(s) for the {len(keys)} keys "
+                    f"{key}; write one per key, separated by '/'"
+                )
+            axis.append([(k, convert(k, v)) for k, v in zip(keys, parts, strict=True)])
+        axes.append(axis)
+    return [dict(kv for part in point for kv in part) for point in itertools.product(*axes)] if axes else [{}]
 
 
 def expand(base: RunConfig, items: list[str]) -> tuple[list[RunConfig], list[str]]:

@@ -257,17 +257,26 @@ def markdown_table(results: list[dict]) -> str:
     return "\n".join([head, rule, *rows])
 
 
+def short_label(r: dict, results: list[dict]) -> str:
+    """A run named by the configuration keys that differ between ``results``
+    ("backend=scalecomm compress=topk:0.01"), or by its full label."""
+    keys = [k for k in r["config"] if len({repr(o["config"].get(k)) for o in results}) > 1]
+    return " ".join(f"{k}={r['config'][k]}" for k in keys) or r["label"]
+
+
 def verdict(results: list[dict]) -> str:
     """One line per run compared with its baseline (the table's story in
     words): how much faster per epoch, the accuracy it ended at, and whether
     and how much sooner it reached the baseline's accuracy."""
     lines = []
+    by_label = {r["label"]: r for r in results}
     for r in results:
         if r.get("vs_baseline") is None or r["baseline"] == r["label"]:
             continue
         rng = r.get("vs_baseline_range")
         spread = f" [{rng[0]:.2f}-{rng[1]:.2f}]" if rng else ""
-        line = f"{r['label']}: {r['vs_baseline']:.2f}x{spread} the speed of {r['baseline']} per epoch"
+        base = short_label(by_label[r["baseline"]], results)
+        line = f"{short_label(r, results)}: {r['vs_baseline']:.2f}x{spread} the speed of {base} per epoch"
         if r["acc_delta"] is not None:
             line += f", accuracy {r['acc_delta']:+.1f} points"
             if r["sooner"]:

@@ -15,34 +15,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 
-from pyscalecomm.launch import _free_port, wait_ranks
+from pyscalecomm.launch import run_local
 from pyscalecomm.train.config import RunConfig
 
 
 def _command(items, out_dir: str, total: int) -> list[str]:
     spec = json.dumps([[i, dataclasses.asdict(c)] for i, c in items])
     return [sys.executable, "-m", "pyscalecomm.train.worker", out_dir, spec, str(total)]
-
-
-def _local(world: int, command: list[str], timeout: float) -> int:
-    port = str(_free_port())
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ)
-        env.update(
-            RANK=str(rank),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE=str(world),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=port,
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(subprocess.Popen(command, env=env))
-    return wait_ranks(procs, timeout, f"train job of {world} ranks")
 
 
 def schedule(configs: list[RunConfig], repeats: int = 1) -> list[tuple[int, RunConfig]]:
@@ -75,7 +56,8 @@ def run(
     jobs = schedule(configs, repeats)
     if cluster_rate is None:
         for k, c in jobs:
-            code = _local(c.world, _command([(k, c)], out_dir, len(jobs)), timeout)
+            command = _command([(k, c)], out_dir, len(jobs))
+            code = run_local(command, c.world, timeout, f"train job of {c.world} ranks")
             worst = max(worst, code, key=abs)
         return worst
     from pyscalecomm.cluster import Cluster
