@@ -38,7 +38,8 @@ import sys
 
 from pyscalecomm._cli import HelpFormatter, add_nproc, add_version
 from pyscalecomm.bench import parse_sizes, sizes
-from pyscalecomm.bench_ops import make_case, measure, torch_runner
+from pyscalecomm.bench.specs import make_case, torch_runner
+from pyscalecomm.bench.timing import measure
 
 
 def parse_args(argv=None):

@@ -5,8 +5,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=${PYTHON:-python3}
 
-"$PY" -m ruff check setup.py pyscalecomm_autoload.py pyscalecomm tests bench examples
-"$PY" -m ruff format --check setup.py pyscalecomm_autoload.py pyscalecomm tests bench examples
+"$PY" -m ruff check setup.py pyscalecomm_autoload.py pyscalecomm tests bench examples scripts
+"$PY" -m ruff format --check setup.py pyscalecomm_autoload.py pyscalecomm tests bench examples scripts
 find csrc tests/cpp -name '*.h' -o -name '*.cc' -o -name '*.cu' | xargs clang-format --dry-run --Werror
 
 cmake -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from pyscalecomm.bench import parse_size, sizes
-from pyscalecomm.bench_ops import COLLECTIVES, busbw_factor, element_count
+from pyscalecomm.bench.specs import COLLECTIVES, busbw_factor, element_count
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -101,7 +101,7 @@ def test_bench_every_collective_in_and_out_of_place_with_json_and_plot(tmp_path)
 def test_result_check_counts_wrong_elements():
     import torch
 
-    from pyscalecomm.bench_ops import make_case
+    from pyscalecomm.bench.specs import make_case
 
     case = make_case("allgather", 8, torch.float32, rank=1, n=2, inplace=True)
     case.fill()

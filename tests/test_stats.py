@@ -45,7 +45,7 @@ def test_summary_and_version_are_logged(capfd):
 
 
 def test_the_bench_and_the_groups_share_one_busbw_factor():
-    from pyscalecomm.bench_ops import busbw_factor
+    from pyscalecomm.bench.specs import busbw_factor
 
     assert busbw_factor("allreduce", 4) == 1.5
     assert busbw_factor("allgather", 4) == 0.75 and busbw_factor("alltoall", 4) == 0.75

@@ -41,27 +41,26 @@ round, the JSON lines every round (time_us_rounds).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 
 from pyscalecomm import _C
 from pyscalecomm._cli import HelpFormatter, add_nproc, add_version
-from pyscalecomm.bench_ops import (
+from pyscalecomm.bench.ps import run_ps
+from pyscalecomm.bench.rows import Row, Table, plot_busbw, write_jsonl
+from pyscalecomm.bench.specs import (
     COLLECTIVES,
     algorithm_applies,
     busbw_factor,
     element_count,
     known_algorithms,
     make_case,
-    measure,
     mpi_runner,
-    ps_step_seconds,
-    relative_error,
     torch_runner,
     wire_bytes,
 )
+from pyscalecomm.bench.timing import measure, relative_error, settle_auto
 
 _DTYPES = {
     "float": "float32",
@@ -78,7 +77,6 @@ _DTYPES = {
 }
 _OPS = ["sum", "prod", "min", "max", "avg"]
 _STATS = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
-_REDUCING = ("allreduce", "reduce", "reduce_scatter")
 
 
 def parse_size(text: str) -> int:
@@ -278,7 +276,7 @@ def _runner(impl, case, args, dist):
         be = impl.handle._get_backend(case.inp.device)
         if impl.algo not in be.allreduce_algorithms(case.count * case.inp.element_size()):
             return None  # e.g. pairwise above 4032 bytes, shared above its window
-    if impl.kind == "gloo" and args.op == "avg" and case.collective in _REDUCING:
+    if impl.kind == "gloo" and args.op == "avg" and case.spec.reduces:
         return None  # gloo has no AVG
     op = {
         "sum": dist.ReduceOp.SUM,
@@ -288,27 +286,6 @@ def _runner(impl, case, args, dist):
         "avg": dist.ReduceOp.AVG,
     }[args.op]
     return torch_runner(case, impl.handle, op)
-
-
-def settle_auto(fn, backend, nbytes: int, timing, limit: int = 4000) -> None:
-    """Runs auto until its online choice for this size has settled (its bucket
-    exploits a winner), so the timed rounds measure the choice, not the
-    exploration. Calls may still be running when a rank looks, so the ranks
-    agree (on the timing group) before they stop: all make the same calls."""
-    import torch
-    import torch.distributed as dist
-
-    if backend.config.autotune != "online" or dist.get_world_size() == 1:
-        return  # auto does not measure: nothing to settle
-    bucket = _C.auto_bucket_bytes(nbytes)
-    for i in range(limit):
-        if i % 8 == 0:
-            done = any(b["bytes"] == bucket and b["phase"] == "exploiting" for b in backend.tuning())
-            flag = torch.tensor([1 if done else 0], dtype=torch.int32)
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=timing)
-            if flag.item():
-                return
-        fn()
 
 
 def _auto_note(per_round, fixed, handle, device, nbytes: int) -> str:
@@ -343,6 +320,102 @@ def _progress(args, rank):
     return report
 
 
+def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
+    """Times every implementation at one size, ``args.rounds`` times round-robin.
+
+    Returns {(label, inplace): Row} (each keeps its fastest round; every
+    round in ``time_us_rounds``) and {(label, inplace): [seconds per round]}."""
+    import torch.distributed as dist
+
+    n, rank, device = ctx["n"], ctx["rank"], ctx["device"]
+    count = element_count(coll, size, ctx["esize"], n)
+    cases = {
+        ip: make_case(coll, count, ctx["dtype"], rank, n, ip, args.root, args.op, device=device)
+        for ip in (False, True)
+    }
+    runners = {
+        (i.label, ip): _runner(i, c, args, dist) if c else None for i in impls for ip, c in cases.items()
+    }
+    nbytes = count * ctx["esize"]
+    for impl in impls:
+        if impl.algo == "auto" and impl.kind == "scalecomm":
+            for ip in (False, True):
+                if runners[(impl.label, ip)] is not None:
+                    settle_auto(
+                        runners[(impl.label, ip)], impl.handle._get_backend(device), nbytes, ctx["timing"]
+                    )
+    best: dict = {}
+    per_round: dict = {}
+    for round_ in range(max(1, args.rounds)):
+        for impl in impls:
+            ctx["progress"](f"{coll} {nbytes} B {impl.label} (round {round_ + 1} of {args.rounds})")
+            for ip in (False, True):
+                fn = runners[(impl.label, ip)]
+                if fn is None:
+                    continue
+                lossy = impl.kind == "compress"
+                timing = ctx["timing"]
+                stats, wrong, iters = measure(
+                    fn,
+                    cases[ip],
+                    timing,
+                    args.iters,
+                    args.warmup_iters,
+                    args.min_time,
+                    args.check and not lossy,
+                )
+                relerr = relative_error(fn, cases[ip], timing) if lossy else None
+                key = (impl.label, ip)
+                per_round.setdefault(key, []).append(stats[ctx["stat"]])
+                prev = best.get(key)
+                if prev is None or stats[ctx["stat"]] < prev.seconds:  # keep the fastest round
+                    best[key] = _row(impl, coll, cases[ip], stats, iters, args, ctx)
+                # the check's verdict covers every round
+                best[key].wrong = None if lossy else max(wrong, prev.wrong if prev else wrong)
+                best[key].relerr = max(relerr, prev.relerr if prev else relerr) if lossy else None
+    ctx["progress"]("", done=True)
+    for key, row in best.items():
+        row.time_us_rounds = [t * 1e6 for t in per_round[key]]
+    return best, per_round
+
+
+def _row(impl, coll, case, stats, iters, args, ctx) -> Row:
+    """The row of one measurement (``wrong`` and ``relerr`` filled by the caller)."""
+    ours = impl.kind == "scalecomm"
+    lossy = impl.kind == "compress"
+    nbytes = case.count * ctx["esize"]
+    return Row(
+        collective=coll,
+        implementation=impl.label,
+        backend=impl.kind,
+        algorithm=impl.algo or (ctx["cfg"].algorithm if ours else impl.kind),
+        world_size=ctx["n"],
+        bytes=nbytes,
+        count=case.count,
+        dtype=args.datatype,
+        op=args.op if case.spec.reduces else "none",
+        root=args.root if case.spec.rooted else -1,
+        inplace=case.inplace,
+        time_us=stats[ctx["stat"]] * 1e6,
+        time_us_min=stats["min"] * 1e6,
+        time_us_avg=stats["avg"] * 1e6,
+        time_us_max=stats["max"] * 1e6,
+        time_stat=ctx["stat"],
+        busbw_factor=busbw_factor(coll, ctx["n"]),
+        iters=iters,
+        warmup_iters=args.warmup_iters,
+        rounds=args.rounds,
+        codec=impl.algo if lossy else None,
+        wire_bytes=wire_bytes(impl.algo, case.count) if lossy else nbytes,
+        transport=ctx["cfg"].transport if ours else impl.kind,
+        segment_bytes=ctx["segment"] if ours else None,
+        model=ctx["probed"] if ours else None,
+        model_alpha=ctx["probed"].get("alpha") if ours else None,
+        model_beta=ctx["probed"].get("beta") if ours else None,
+        window_bytes=ctx["window_bytes"] if ours else None,
+    )
+
+
 def run(args) -> int:
     import torch
     import torch.distributed as dist
@@ -356,257 +429,79 @@ def run(args) -> int:
     table, timing = _implementations(args, dist, pyscalecomm)
     rank, n = dist.get_rank(), dist.get_world_size()
     dtype = getattr(torch, _DTYPES[args.datatype])
-    esize = torch.empty((), dtype=dtype).element_size()
-    stat = _STATS[args.average]
-    size_list = sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     world_be = dist.group.WORLD._get_backend(torch.device("cpu"))
     cfg = world_be.config if hasattr(world_be, "config") else pyscalecomm._C.BackendConfig()
     probed = world_be.cost_params if hasattr(world_be, "cost_params") else {}
-    segment = probed.get("segment_bytes") or cfg.segment_bytes  # 0 in the config: resolved by the group
-    # The shared windows the model prices (none where the ranks do not share them).
-    window_bytes = cfg.shm_window_bytes if "shared" in world_be.allreduce_algorithms(8) else 0
-    progress = _progress(args, rank)
-    total_steps = sum(len(impls) for impls in table.values()) * len(size_list)
-    step = 0
-    records, total_wrong = [], 0
+    ctx = {
+        "n": n,
+        "rank": rank,
+        "device": device,
+        "dtype": dtype,
+        "esize": torch.empty((), dtype=dtype).element_size(),
+        "stat": _STATS[args.average],
+        "timing": timing,
+        "cfg": cfg,
+        "probed": probed,
+        "segment": probed.get("segment_bytes") or cfg.segment_bytes,  # 0 in the config: resolved by the group
+        # The shared windows the model prices (none where the ranks do not share them).
+        "window_bytes": cfg.shm_window_bytes if "shared" in world_be.allreduce_algorithms(8) else 0,
+        "progress": _progress(args, rank),
+    }
+    size_list = sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     out = print if rank == 0 else (lambda *a, **k: None)
     out(
         f"# scalecomm bench: world {n}, type {args.datatype}, op {args.op}, root {args.root}, "
-        f"iters {args.iters}, "
-        f"warmup {args.warmup_iters}, rounds {args.rounds}, time = {stat} across ranks; scalecomm: algorithm "
-        f"{cfg.algorithm}, transport {cfg.transport}, segment {segment} B"
+        f"iters {args.iters}, warmup {args.warmup_iters}, rounds {args.rounds}, time = {ctx['stat']} across "
+        f"ranks; scalecomm: algorithm {cfg.algorithm}, transport {cfg.transport}, segment {ctx['segment']} B"
         + (f"; --algos {args.algos}" if args.algos else "")
     )
+    render = Table(out)
+    rows: list[Row] = []
+    ps_records: list[dict] = []
     for coll in args.collectives:
         if coll == "ps":
-            records += run_ps(args, size_list, n, out, progress)
+            ps_records += run_ps(args, size_list, n, out, ctx["progress"])
             continue
         impls = table[coll]
-        width = max(12, *(len(i.label) for i in impls))
         base_label = args.baselines[0] if args.baselines else None
-        out(f"#\n# {coll}: busbw = algbw x {busbw_factor(coll, n):.3f}")
-        out(
-            f"# {'size':>10} {'count':>11} {'type':>8} {'redop':>6} {'root':>4} {'implementation':>{width}}"
-            f" | {'out-of-place':^33} | {'in-place':^33} | {'busbw/' + (base_label or '-'):>12} {'':<16}"
-        )
-        out(
-            f"# {'(B)':>10} {'(elements)':>11} {'':>8} {'':>6} {'':>4} {'':>{width}}"
-            + f" | {'time(us)':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}" * 2
-            + f" | {'':>12} {'winner':<16}"
-        )
-        busbw_sums = {i.label: [0.0, 0] for i in impls}
+        render.header(coll, busbw_factor(coll, n), [i.label for i in impls], base_label)
         for size in size_list:
-            count = element_count(coll, size, esize, n)
-            nbytes = count * esize
-            cases = {
-                ip: make_case(coll, count, dtype, rank, n, ip, args.root, args.op, device=device)
-                for ip in (False, True)
-            }
-            runners = {
-                (i.label, ip): _runner(i, c, args, dist) if c else None
-                for i in impls
-                for ip, c in cases.items()
-            }
-            for impl in impls:
-                if impl.algo == "auto" and impl.kind == "scalecomm":
-                    for ip in (False, True):
-                        if runners[(impl.label, ip)] is not None:
-                            settle_auto(
-                                runners[(impl.label, ip)], impl.handle._get_backend(device), nbytes, timing
-                            )
-            best, per_round = {}, {}
-            for _round in range(max(1, args.rounds)):
-                for impl in impls:
-                    step += 0 if _round else 1
-                    progress(f"[{step}/{total_steps}] {coll} {nbytes} B {impl.label} (round {_round + 1})")
-                    for ip in (False, True):
-                        fn = runners[(impl.label, ip)]
-                        if fn is None:
-                            continue
-                        lossy = impl.kind == "compress"
-                        stats, wrong, iters = measure(
-                            fn,
-                            cases[ip],
-                            timing,
-                            args.iters,
-                            args.warmup_iters,
-                            args.min_time,
-                            args.check and not lossy,
-                        )
-                        if lossy:
-                            wrong = relative_error(fn, cases[ip], timing)
-                        key = (impl.label, ip)
-                        per_round.setdefault(key, []).append(stats[stat])
-                        if key not in best or stats[stat] < best[key][0][stat]:
-                            best[key] = (stats, max(wrong, best.get(key, (None, 0))[1]), iters)
-            progress("", done=True)
+            best, per_round = _measure_size(coll, size, impls, args, ctx)
+            rows += best.values()
             # One busbw per implementation for ranking: in place where it exists.
             rank_bw = {}
             for impl in impls:
                 for ip in (True, False):
                     if (impl.label, ip) in best:
-                        rank_bw.setdefault(impl.label, nbytes / best[(impl.label, ip)][0][stat] / 1e9)
-            ours = [i.label for i in impls if i.kind == "scalecomm" and i.label in rank_bw]
+                        rank_bw.setdefault(impl.label, best[(impl.label, ip)].algbw_GBps)
             winner = max(rank_bw, key=rank_bw.get) if rank_bw else ""
-            fixed = [lab for lab in ours if lab != "scalecomm:auto"]
+            fixed = [
+                i.label for i in impls if i.kind == "scalecomm" and i.label in rank_bw and i.algo != "auto"
+            ]
             for impl in impls:
-                redop = args.op if coll in _REDUCING else "none"
-                row = f"  {nbytes:>10} {count:>11} {args.datatype:>8} {redop:>6}"
-                root = args.root if coll in ("broadcast", "reduce") else -1
-                row += f" {root:>4} {impl.label:>{width}}"
-                for ip in (False, True):
-                    if (impl.label, ip) not in best:
-                        row += f" | {'n/a':>9} {'':>7} {'':>7} {'':>6}"
-                        continue
-                    stats, wrong, iters = best[(impl.label, ip)]
-                    sec = stats[stat]
-                    algbw = nbytes / sec / 1e9
-                    busbw = algbw * busbw_factor(coll, n)
-                    busbw_sums[impl.label][0] += busbw
-                    busbw_sums[impl.label][1] += 1
-                    lossy = impl.kind == "compress"
-                    total_wrong += 0 if lossy else max(0, wrong)
-                    shown = f"~{wrong:.3f}" if lossy else wrong
-                    row += f" | {sec * 1e6:>9.1f} {algbw:>7.3f} {busbw:>7.3f} {shown:>6}"
-                    records.append(
-                        {
-                            "collective": coll,
-                            "implementation": impl.label,
-                            "backend": impl.kind,
-                            "algorithm": impl.algo
-                            or (cfg.algorithm if impl.kind == "scalecomm" else impl.kind),
-                            "transport": cfg.transport if impl.kind == "scalecomm" else impl.kind,
-                            "segment_bytes": segment if impl.kind == "scalecomm" else None,
-                            "world_size": n,
-                            "bytes": nbytes,
-                            "count": count,
-                            "dtype": args.datatype,
-                            "op": args.op,
-                            "root": args.root,
-                            "inplace": ip,
-                            "time_us": sec * 1e6,
-                            "time_us_min": stats["min"] * 1e6,
-                            "time_us_avg": stats["avg"] * 1e6,
-                            "time_us_max": stats["max"] * 1e6,
-                            "time_stat": stat,
-                            "algbw_GBps": algbw,
-                            "busbw_GBps": busbw,
-                            "busbw_factor": busbw_factor(coll, n),
-                            "wrong": None if lossy else wrong,
-                            "codec": impl.algo if lossy else None,
-                            "relerr": wrong if lossy else None,
-                            "wire_bytes": wire_bytes(impl.algo, count) if lossy else nbytes,
-                            "iters": iters,
-                            "warmup_iters": args.warmup_iters,
-                            "rounds": args.rounds,
-                            "time_us_rounds": [t * 1e6 for t in per_round.get((impl.label, ip), [])],
-                            "model_alpha": probed.get("alpha") if impl.kind == "scalecomm" else None,
-                            "model_beta": probed.get("beta") if impl.kind == "scalecomm" else None,
-                            "model": probed if impl.kind == "scalecomm" else None,
-                            "window_bytes": window_bytes if impl.kind == "scalecomm" else None,
-                        }
-                    )
+                placed = {ip: best.get((impl.label, ip)) for ip in (False, True)}
+                shape = placed[True] or placed[False]
+                if shape is None:
+                    continue
                 ratio = ""
                 if base_label in rank_bw and impl.label in rank_bw and impl.label != base_label:
                     ratio = f"{rank_bw[impl.label] / rank_bw[base_label]:.2f}x"
                 note = "<- winner" if impl.label == winner and len(impls) > 1 else ""
-                if impl.label == "scalecomm:auto" and fixed and "scalecomm:auto" in rank_bw:
+                if impl.label == "scalecomm:auto" and fixed:
                     note = (note + " " if note else "") + _auto_note(
-                        per_round, fixed, impl.handle, device, nbytes
+                        per_round, fixed, impl.handle, device, shape.bytes
                     )
-                out(row + f" | {ratio:>12} {note:<16}", flush=True)
-        for impl in impls:
-            total, k = busbw_sums[impl.label]
-            if k:
-                out(f"# Avg bus bandwidth    : {total / k:.3f} GB/s  ({coll}, {impl.label})")
-    out("#\n# Out of bounds values : " + (f"{total_wrong} FAILED" if total_wrong else "0 OK"))
+                render.line(impl.label, placed, shape, ratio, note)
+        render.footer(coll)
+    total_wrong = sum(max(0, r.wrong) for r in rows if r.wrong is not None)
+    render.summary(total_wrong)
     if rank == 0 and args.json:
-        with open(args.json, "a") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
-    plotted = [r for r in records if r["collective"] != "ps"]
-    if rank == 0 and args.plot and plotted:
-        plot_busbw(plotted, args.plot, n)
+        write_jsonl(args.json, [*rows, *ps_records])
+    if rank == 0 and args.plot and rows:
+        plot_busbw(rows, args.plot, n)
         out(f"# plot: {args.plot}")
     dist.destroy_process_group()
     return 1 if total_wrong else 0
-
-
-def run_ps(args, size_list: list[int], n: int, out, progress) -> list[dict]:
-    """The parameter server's rows (see the module's doc); its JSON records."""
-    backends = ["scalecomm", *(b for b in args.baselines if b == "gloo")]
-    keys = 16
-    out(f"#\n# ps: async, {keys} keys, servers ranks 0..S-1, {n} workers; time = the slowest rank's")
-    out(
-        f"# {'size':>10} {'backend':>10} {'servers':>7} | {'step(us)':>9} {'requests/s':>11} {'GB/s':>7}"
-        f" | {'vs 1 server':>11}"
-    )
-    records = []
-    for size in size_list:
-        nbytes = max(4 * keys, size - size % (4 * keys))
-        rounds: dict[tuple[str, int], list[float]] = {(b, s): [] for b in backends for s in range(1, n + 1)}
-        for _ in range(args.rounds):
-            for b, s in rounds:
-                progress(f"ps {nbytes} B {b} {s} server(s)")
-                rounds[(b, s)].append(
-                    ps_step_seconds(s, nbytes, keys, args.iters, args.warmup_iters, backend=b)
-                )
-        for (b, s), ts in rounds.items():
-            t = min(ts)  # the fastest round, as the collectives' rows
-            one = min(rounds[(b, 1)])
-            requests = 2 * n * s / t  # every worker pushes and pulls each shard every step
-            moved = 2 * n * nbytes / t
-            out(
-                f"  {nbytes:>10} {b:>10} {s:>7} | {1e6 * t:>9.1f} {requests:>11.0f} {moved / 1e9:>7.3f}"
-                f" | {one / t:>10.2f}x",
-                flush=True,
-            )
-            records.append(
-                {
-                    "collective": "ps",
-                    "bytes": nbytes,
-                    "backend": b,
-                    "servers": s,
-                    "world": n,
-                    "keys": keys,
-                    "time_us": 1e6 * t,
-                    "time_us_rounds": [1e6 * x for x in ts],
-                    "requests_per_s": requests,
-                    "GBps": moved / 1e9,  # pushed and pulled, all servers
-                }
-            )
-    return records
-
-
-def plot_busbw(records: list[dict], path: str, n: int) -> None:
-    """busbw against size, one line per implementation (in place where measured), one panel per collective."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colls = list(dict.fromkeys(r["collective"] for r in records))
-    labels = list(dict.fromkeys(r["implementation"] for r in records))
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    color = {lab: palette[i % len(palette)] for i, lab in enumerate(labels)}  # one colour per implementation
-    fig, axes = plt.subplots(len(colls), 1, figsize=(8, 3.6 * len(colls)), squeeze=False)
-    for ax, coll in zip(axes[:, 0], colls, strict=True):
-        rows = [r for r in records if r["collective"] == coll]
-        for label in dict.fromkeys(r["implementation"] for r in rows):
-            mine = [r for r in rows if r["implementation"] == label]
-            ip = [r for r in mine if r["inplace"]] or mine
-            ip.sort(key=lambda r: r["bytes"])
-            xs, ys = [r["bytes"] for r in ip], [r["busbw_GBps"] for r in ip]
-            ax.plot(xs, ys, marker="o", label=label, color=color[label])
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("busbw (GB/s)")
-        ax.set_title(f"{coll}, {n} ranks")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,5 @@
+import sys
+
+from pyscalecomm.bench.cli import main
+
+sys.exit(main())

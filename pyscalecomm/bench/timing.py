@@ -1,0 +1,83 @@
+"""Timing of one measurement: back-to-back calls between barriers, the
+statistics across ranks, the result check, and auto's settling before it is
+timed."""
+
+from __future__ import annotations
+
+import time
+
+from pyscalecomm import _C
+from pyscalecomm.bench.specs import Case
+
+
+def measure(run_once, case: Case, timing, iters: int, warmup: int, min_time: float = 0.0, check: bool = True):
+    """Times back-to-back calls of ``run_once`` between barriers on the ``timing`` group.
+
+    Returns per-call seconds {"min", "avg", "max" across ranks, "rank0"}, the
+    number of wrong elements summed over ranks (-1 when not checked) and the
+    iterations timed (doubled until the loop lasts ``min_time`` seconds).
+    """
+    import torch
+    import torch.distributed as dist
+
+    case.fill()
+    for _ in range(warmup):
+        run_once()
+    while True:
+        dist.barrier(group=timing)
+        start = time.perf_counter()
+        for _ in range(iters):
+            run_once()
+        if case.out.is_cuda:
+            torch.cuda.synchronize(case.out.device)  # async GPU work counts until it is done
+        mine = (time.perf_counter() - start) / iters
+        t = torch.tensor([mine, -mine, mine, mine if dist.get_rank() == 0 else 0.0], dtype=torch.float64)
+        dist.all_reduce(t[:2], op=dist.ReduceOp.MAX, group=timing)
+        dist.all_reduce(t[2:], op=dist.ReduceOp.SUM, group=timing)
+        stats = {"max": t[0].item(), "min": -t[1].item(), "avg": t[2].item() / dist.get_world_size()}
+        stats["rank0"] = t[3].item()
+        if stats["max"] * iters >= min_time or iters >= 1 << 20:
+            break
+        iters *= 2
+    wrong = -1
+    if check:
+        case.fill()
+        run_once()
+        w = torch.tensor([case.wrong()], dtype=torch.int64)
+        dist.all_reduce(w, group=timing)
+        wrong = int(w.item())
+    return stats, wrong, iters
+
+
+def relative_error(run_once, case: Case, timing) -> float:
+    """||result - exact|| / ||exact||, the largest over ranks (lossy compressed rows)."""
+    import torch
+    import torch.distributed as dist
+
+    case.fill()
+    run_once()
+    want = case.spec.expected(case).double()
+    err = torch.tensor([float((case.out.double() - want).norm() / want.norm().clamp_min(1e-30))])
+    dist.all_reduce(err, op=dist.ReduceOp.MAX, group=timing)
+    return float(err.item())
+
+
+def settle_auto(fn, backend, nbytes: int, timing, limit: int = 4000) -> None:
+    """Runs auto until its online choice for this size has settled (its bucket
+    exploits a winner), so the timed rounds measure the choice, not the
+    exploration. Calls may still be running when a rank looks, so the ranks
+    agree (on the timing group) before they stop: all make the same calls."""
+    import torch
+    import torch.distributed as dist
+
+    if backend.config.autotune != "online" or dist.get_world_size() == 1:
+        return  # auto does not measure: nothing to settle
+    bucket = _C.auto_bucket_bytes(nbytes)
+    for i in range(limit):
+        if i % 8 == 0:
+            done = any(b["bytes"] == bucket and b["phase"] == "exploiting" for b in backend.tuning())
+            flag = torch.tensor([1 if done else 0], dtype=torch.int32)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=timing)
+            if flag.item():
+                return
+        fn()
