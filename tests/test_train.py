@@ -238,6 +238,8 @@ def test_a_bad_sweep_is_refused_before_anything_runs(tmp_path):
     p = _train(["--sweep", "world=1", "optimizer=adam"], tmp_path)
     assert p.returncode == 2 and "unknown sweep key 'optimizer'" in p.stderr
     assert not (tmp_path / "out").exists()
+    p = _train(["--algos", "ring,rng"], tmp_path)  # a list is an axis, each name checked
+    assert p.returncode == 2 and "algo='rng': choose auto or one of" in p.stderr and "ring" in p.stderr
 
 
 def test_runs_under_torchrun_with_the_jobs_world(tmp_path):

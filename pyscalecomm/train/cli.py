@@ -57,7 +57,13 @@ def parse_args(argv=None):
     p.add_argument("--data", choices=DATASETS, default=d.data)
     p.add_argument("--samples", type=int, default=d.samples, help="synthetic training samples")
     p.add_argument("--backend", choices=BACKENDS, default=d.backend)
-    p.add_argument("--algo", default=d.algo, help="scalecomm allreduce algorithm (auto, ring, rhd, ...)")
+    p.add_argument(
+        "--algo",
+        "--algos",
+        default=d.algo,
+        help="scalecomm allreduce algorithm (auto, ring, rhd, ...); a comma list (as bench's --algos) "
+        "is a sweep axis",
+    )
     p.add_argument("--compress", default=d.compress, help="none, fp16, topk:0.01, sign, powersgd:4, ...")
     p.add_argument(
         "--bucket-mb",
@@ -155,6 +161,9 @@ def main(argv=None) -> int:
     try:
         if launcher:
             args.nproc = int(os.environ["WORLD_SIZE"])
+        if "," in args.algo:  # one run per algorithm, as bench, tune and simulate take them
+            args.sweep = [*args.sweep, f"algo={args.algo}"]
+            args.algo = RunConfig.algo
         configs, skipped = expand(_base(args), args.sweep)
         if args.repeat < 1:
             raise ValueError(f"--repeat {args.repeat}: give 1 or more")

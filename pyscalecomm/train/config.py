@@ -75,6 +75,12 @@ class RunConfig:
             raise ValueError(f"backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if self.world < 1 or self.threads < 1 or self.epochs < 1 or self.batch_size < 1:
             raise ValueError("world, threads, epochs and batch_size must be >= 1")
+        if self.algo != "auto":
+            from pyscalecomm import algorithms
+
+            known = [*algorithms("allreduce"), "mpi", "nccl"]  # the last two: MPI's and NCCL's own
+            if self.algo not in known:
+                raise ValueError(f"algo={self.algo!r}: choose auto or one of {', '.join(known)}")
         if self.bucket_mb < 0:
             raise ValueError("bucket_mb must be >= 0 (0: DDP's default buckets)")
         if self.compress != "none" and self.backend != "scalecomm" and self.strategy == "allreduce":
