@@ -63,6 +63,15 @@ def _docstring() -> str:
     return "\n".join(lines)
 
 
+def _torch_timeout(self) -> timedelta | None:
+    """The group's timeout under the name torch's own backend options use
+    (``DeviceMesh`` and ``init_device_mesh(backend_override=...)`` read it)."""
+    t = self.timeout
+    if t is None or isinstance(t, timedelta):
+        return t
+    return timedelta(seconds=float(t))
+
+
 _GROUP_PARAMS = [p for p in _C.params() if p["option"]]
 
 Options = dataclasses.make_dataclass(
@@ -75,6 +84,6 @@ Options = dataclasses.make_dataclass(
         )
         for p in _GROUP_PARAMS
     ],
-    namespace={"apply_to": _apply_to, "__doc__": _docstring()},
+    namespace={"apply_to": _apply_to, "_timeout": property(_torch_timeout), "__doc__": _docstring()},
 )
 Options.__module__ = __name__

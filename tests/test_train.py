@@ -50,7 +50,7 @@ def test_sweep_grid_is_the_product_in_order_and_names_bad_keys():
         ("scalecomm", "none"),
         ("scalecomm", "topk:0.01"),
     ]
-    assert len(skipped) == 1 and "needs backend=scalecomm" in skipped[0]
+    assert len(skipped) == 1 and "needs backend=scalecomm" in skipped[0][1]
     with pytest.raises(ValueError, match="needs backend=scalecomm"):  # a single run is not skipped
         expand(RunConfig(backend="gloo", compress="sign"), [])
     with pytest.raises(ValueError, match="--device cuda"):

@@ -119,8 +119,52 @@ def _base(args) -> RunConfig:
     return RunConfig(world=args.nproc, **kw)
 
 
-def _report(runs: list[dict], out_dir: str, plots: bool) -> None:
+def _predictions(configs: list[RunConfig], cluster_rate: str | None) -> dict[str, dict]:
+    """Each multi-rank configuration's predicted step (pyscalecomm.train.predict),
+    by label: compute measured here once per model and batch, the link's
+    alpha-beta. Printed before anything runs; the report sets them beside
+    the measurements."""
+    import torch
+
+    from pyscalecomm.train import data, models, predict, strategies
+
+    wanted = [c for c in configs if c.world > 1 and not c.strategy.startswith("ps-") and c.device == "cpu"]
+    if not wanted:
+        return {}
+    link = predict.link_for(cluster_rate)
+    profiles, costs, out = {}, {}, {}
+    threads = torch.get_num_threads()
+    for c in wanted:
+        key = (c.model, c.width, c.data, c.samples, c.batch_size * c.world, c.threads, c.seed)
+        if key not in profiles:
+            d = data.load(c.data, c.model, c.samples)
+            torch.manual_seed(c.seed)
+            torch.set_num_threads(c.threads)
+            model = models.build(c.model, d.input_shape, d.classes, c.width)
+            profiles[key] = predict.profile(model, d.train_x[0], c.batch_size * c.world)
+            costs[key] = predict.overheads(c)
+        mesh = strategies.mesh_shape(c.strategy, c.world, c.mesh)
+        p = predict.predict(
+            c.strategy,
+            c.world,
+            mesh,
+            profiles[key],
+            link,
+            threads=c.threads,
+            microbatches=c.microbatches,
+            overhead=costs[key],
+        )
+        out[c.label()] = dict(p.as_dict(), link=link.name, mesh=list(mesh))
+    torch.set_num_threads(threads)
+    print(f"# predicted before running (compute measured here, alpha-beta over {link.name}):")
+    print(report.prediction_table([(c, out[c.label()]) for c in wanted]), flush=True)
+    return out
+
+
+def _report(runs: list[dict], out_dir: str, plots: bool, predicted: dict | None = None) -> None:
     results = report.aggregate(runs)
+    for r in results:
+        r["predicted"] = (predicted or {}).get(r["label"])
     report.derive(results)
     fits = report.fit(results)
     print()
@@ -128,6 +172,9 @@ def _report(runs: list[dict], out_dir: str, plots: bool) -> None:
     story = report.verdict(results)
     if story:
         print("\n" + story)
+    hits = report.prediction_verdict(results)
+    if hits:
+        print("\nPredicted against measured, per group of strategies:\n" + hits)
     scaling = report.scaling_table(results)
     if scaling:
         print("\nHorizontal (ranks) vs vertical (threads per rank) scaling at equal cores:\n")
@@ -171,8 +218,11 @@ def main(argv=None) -> int:
         print(f"pyscalecomm.train: {e}", file=sys.stderr)
         return 2
     os.makedirs(out_dir, exist_ok=True)
-    for why in skipped:
-        print(f"# left out {why}", flush=True)
+    reasons: dict[str, list[str]] = {}
+    for label, why in skipped:
+        reasons.setdefault(why, []).append(label)
+    for why, labels in reasons.items():
+        print(f"# left out ({why}): " + "; ".join(labels), flush=True)
     if launcher:  # this process is one rank of the job
         from pyscalecomm.train import worker
 
@@ -183,9 +233,12 @@ def main(argv=None) -> int:
             return 2
         from pyscalecomm.train.runner import collect, schedule
 
+        predicted = {}
+        if int(os.environ["RANK"]) == 0 and len({c.strategy for c in configs}) > 1:
+            predicted = _predictions(configs, None)
         worker.run_configs(schedule(configs, args.repeat), out_dir)
         if int(os.environ["RANK"]) == 0:
-            _report(collect(configs, out_dir, args.repeat), out_dir, not args.no_plots)
+            _report(collect(configs, out_dir, args.repeat), out_dir, not args.no_plots, predicted)
         return 0
     if args.cluster_rate and os.geteuid() != 0:
         print(
@@ -196,11 +249,12 @@ def main(argv=None) -> int:
     from pyscalecomm.train import runner
 
     times = f" x {args.repeat} repeats" if args.repeat > 1 else ""
+    predicted = _predictions(configs, args.cluster_rate) if len({c.strategy for c in configs}) > 1 else {}
     print(f"# {len(configs)} configuration(s){times}, results in {out_dir}", flush=True)
     code = runner.run(configs, out_dir, args.timeout, args.cluster_rate, args.repeat)
     results = runner.collect(configs, out_dir, args.repeat)
     if results:
-        _report(results, out_dir, not args.no_plots)
+        _report(results, out_dir, not args.no_plots, predicted)
     return code if code else (0 if len(results) == len(configs) * args.repeat else 1)
 
 

@@ -15,7 +15,12 @@ import itertools
 from dataclasses import dataclass
 
 BACKENDS = ("scalecomm", "gloo", "nccl")
-STRATEGIES = ("allreduce", "ps-sync", "ps-async", "ps-ssp:K")
+
+
+class Incompatible(ValueError):
+    """A grid point whose values cannot go together (a codec on a backend
+    without it, a hybrid strategy on too few ranks): left out of a sweep that
+    has other points, an error for a single run."""
 
 
 def parse_straggler(text: str) -> tuple[str, int, float]:
@@ -57,16 +62,29 @@ class RunConfig:
     seed: int = 0
     device: str = "cpu"
     calib_steps: int = 5  # compute-only steps (no_sync) to measure exposed communication
-    strategy: str = "allreduce"  # allreduce (DDP) | ps-sync | ps-async | ps-ssp:K (pyscalecomm.ps)
+    strategy: str = "allreduce"  # see pyscalecomm.train.strategies: allreduce (ddp), fsdp, tp, pp, dp+tp, ...
+    mesh: str = ""  # hybrid strategies: "DxM" (data-parallel x model-parallel); "": (world/2) x 2
+    microbatches: int = 4  # pipeline strategies: microbatches per step
+    pp_schedule: str = "1f1b"  # pipeline strategies: gpipe | 1f1b
     ps_servers: int = 1  # ps strategies: server ranks 0..S-1
     straggler: str = "none"  # none | rank:R:F | random:F (see parse_straggler)
+
+    def __post_init__(self):
+        if self.strategy == "ddp":  # the same strategy: DDP's allreduce
+            self.strategy = "allreduce"
 
     def label(self) -> str:
         return (
             f"world={self.world} threads={self.threads} backend={self.backend} compress={self.compress}"
             + (f" algo={self.algo}" if self.backend == "scalecomm" and self.algo != "auto" else "")
             + (f" strategy={self.strategy}" if self.strategy != "allreduce" else "")
-            + (f" servers={self.ps_servers}" if self.strategy != "allreduce" and self.ps_servers != 1 else "")
+            + (f" mesh={self.mesh}" if self.mesh else "")
+            + (f" schedule={self.pp_schedule}/{self.microbatches}" if "pp" in self.strategy else "")
+            + (
+                f" servers={self.ps_servers}"
+                if self.strategy.startswith("ps-") and self.ps_servers != 1
+                else ""
+            )
             + (f" straggler={self.straggler}" if self.straggler != "none" else "")
         )
 
@@ -86,15 +104,15 @@ class RunConfig:
         if self.compress != "none" and self.backend != "scalecomm" and self.strategy == "allreduce":
             name = self.compress.split(":")[0]
             if name not in ("fp16", "bf16", "powersgd"):
-                raise ValueError(
+                raise Incompatible(
                     f"compress={self.compress} needs backend=scalecomm; PyTorch's own DDP hooks "
                     f"give {self.backend} only fp16, bf16 and powersgd:<rank>"
                 )
-        if self.strategy != "allreduce":
+        from pyscalecomm.train import strategies
+
+        if self.strategy.startswith("ps-"):
             from pyscalecomm.ps import parse_mode
 
-            if not self.strategy.startswith("ps-"):
-                raise ValueError(f"strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
             parse_mode(self.strategy[3:])
             if not 1 <= self.ps_servers <= self.world:
                 raise ValueError(f"ps_servers={self.ps_servers}: give 1..world ({self.world})")
@@ -103,6 +121,33 @@ class RunConfig:
                     f"strategy={self.strategy} runs on the CPU, with any codec but powersgd (pushes are one "
                     f"message)"
                 )
+        elif strategies.canonical(self.strategy) not in strategies.BUILDERS:
+            raise ValueError(f"strategy {self.strategy!r}: choose one of {', '.join(strategies.NAMES)}")
+        elif self.strategy != "allreduce" and self.world == 1:
+            raise Incompatible(f"strategy={self.strategy} on 1 rank: the 1-rank reference runs as allreduce")
+        else:
+            try:
+                dp, mp = strategies.mesh_shape(self.strategy, self.world, self.mesh)
+            except ValueError as e:
+                raise Incompatible(str(e)) from None
+            if self.strategy != "allreduce" and self.compress != "none":
+                raise Incompatible(
+                    f"compress={self.compress} compresses DDP's gradients: use strategy=allreduce"
+                )
+            if self.strategy in ("tp", "dp+tp") and self.model not in ("mlp", "transformer"):
+                raise Incompatible(
+                    f"strategy={self.strategy} needs a tensor-parallel plan: model mlp or transformer"
+                )
+            if mp > 1 and self.device != "cpu":
+                raise ValueError(f"strategy={self.strategy} runs on the CPU in this driver")
+            if "pp" in self.strategy:
+                if self.pp_schedule not in strategies.PP_SCHEDULES:
+                    raise ValueError(f"pp_schedule={self.pp_schedule!r}: choose gpipe or 1f1b")
+                if self.microbatches < 1 or (self.batch_size * self.world // dp) % self.microbatches:
+                    raise ValueError(
+                        f"microbatches={self.microbatches}: must divide the pipeline's batch "
+                        f"({self.batch_size * self.world // dp} = batch_size x world / {dp} data-parallel)"
+                    )
         kind, rank, _ = parse_straggler(self.straggler)
         if kind == "rank" and not 0 <= rank < self.world:
             raise ValueError(f"straggler={self.straggler}: rank {rank} is not in 0..{self.world - 1}")
@@ -143,12 +188,12 @@ def parse_sweep(items: list[str]) -> list[dict]:
     return [dict(kv for part in point for kv in part) for point in itertools.product(*axes)] if axes else [{}]
 
 
-def expand(base: RunConfig, items: list[str]) -> tuple[list[RunConfig], list[str]]:
-    """The sweep's configurations, and why grid points were left out.
+def expand(base: RunConfig, items: list[str]) -> tuple[list[RunConfig], list[tuple[str, str]]]:
+    """The sweep's configurations, and the grid points left out: (label, why).
 
-    A point that pairs a codec with a backend that cannot run it (top-k on
-    gloo) is left out when the grid has other points, with its reason; any
-    other invalid value raises ValueError."""
+    A point whose values cannot go together (:class:`Incompatible`: top-k on
+    gloo, a hybrid strategy on one rank) is left out when the grid has other
+    points, with its reason; any other invalid value raises ValueError."""
     points = [dataclasses.replace(base, **point) for point in parse_sweep(items)]
     configs, skipped = [], []
     for c in points:
@@ -156,7 +201,7 @@ def expand(base: RunConfig, items: list[str]) -> tuple[list[RunConfig], list[str
             c.check()
             configs.append(c)
         except ValueError as e:
-            if len(points) == 1 or "needs backend=scalecomm" not in str(e):
+            if len(points) == 1 or not isinstance(e, Incompatible):
                 raise
-            skipped.append(f"{c.label()}: {e}")
+            skipped.append((c.label(), str(e)))
     return configs, skipped

@@ -9,6 +9,8 @@ gradient each step communicates (``param_bytes``).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -77,24 +79,42 @@ def resnet(input_shape, classes: int, width: int) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-class Transformer(nn.Module):
-    """A pre-norm transformer encoder over a sequence of feature vectors
-    (input_shape = (tokens, features)), mean-pooled into a classifier."""
+class _Embed(nn.Module):
+    """Each token's features to width, plus a learned position."""
 
-    def __init__(self, input_shape, classes: int, width: int, layers: int = 2):
+    def __init__(self, tokens: int, features: int, width: int):
         super().__init__()
-        tokens, features = input_shape
-        heads = 4 if width % 4 == 0 else 1
         self.embed = nn.Linear(features, width)
         self.position = nn.Parameter(torch.zeros(1, tokens, width))
-        layer = nn.TransformerEncoderLayer(
-            width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
-        )
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.embed(x) + self.position
+
+
+class _PoolHead(nn.Module):
+    """Mean over tokens, then the classifier."""
+
+    def __init__(self, width: int, classes: int):
+        super().__init__()
         self.head = nn.Linear(width, classes)
 
     def forward(self, x):
-        return self.head(self.encoder(self.embed(x) + self.position).mean(1))
+        return self.head(x.mean(1))
+
+
+def transformer(input_shape, classes: int, width: int, layers: int = 2) -> nn.Sequential:
+    """A pre-norm transformer encoder over a sequence of feature vectors
+    (input_shape = (tokens, features)), mean-pooled into a classifier; an
+    nn.Sequential (embedding, the encoder layers, pooling and classifier), so
+    a pipeline can split it between layers."""
+    tokens, features = input_shape
+    heads = 4 if width % 4 == 0 else 1
+    embed = _Embed(tokens, features, width)
+    layer = nn.TransformerEncoderLayer(
+        width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
+    )
+    blocks = [copy.deepcopy(layer) for _ in range(layers)]  # as nn.TransformerEncoder: copies of one layer
+    return nn.Sequential(embed, *blocks, _PoolHead(width, classes))
 
 
 def build(name: str, input_shape, classes: int, width: int) -> nn.Module:
@@ -105,7 +125,7 @@ def build(name: str, input_shape, classes: int, width: int) -> nn.Module:
     if name == "resnet":
         return resnet(input_shape, classes, width)
     if name == "transformer":
-        return Transformer(input_shape, classes, width)
+        return transformer(input_shape, classes, width)
     raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
 
 

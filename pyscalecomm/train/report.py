@@ -30,6 +30,7 @@ the measurement.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -39,7 +40,21 @@ TARGET_SLACK = 0.005  # 0.5 accuracy points below the baseline's final accuracy
 # Config keys the table shows in columns of their own; every other key
 # (model, lr, bucket_mb, ...) is the run's "setting": runs are only compared
 # (speedup, baseline, fit) with runs of the same setting.
-SHOWN = ("world", "threads", "backend", "algo", "compress", "strategy", "ps_servers")
+SHOWN = (
+    "world",
+    "threads",
+    "backend",
+    "algo",
+    "compress",
+    "strategy",
+    "ps_servers",
+    "mesh",
+    "microbatches",
+    "pp_schedule",
+)
+# The strategy's own keys: runs that differ only in these are the same
+# strategy family with another layout.
+_STRATEGY_KEYS = ("strategy", "mesh", "microbatches", "pp_schedule", "ps_servers")
 
 
 def _setting(c: dict) -> dict:
@@ -47,8 +62,18 @@ def _setting(c: dict) -> dict:
 
 
 def _family(r: dict) -> tuple:
+    """Runs that scale the same computation: a 1-rank run of the family is
+    their T_1. Data- and model-parallel strategies all run the same model on
+    one rank alike (as allreduce); a parameter server's family is its own."""
     c = r["config"]
-    return (c["backend"], c["compress"], c["algo"], c.get("strategy", "allreduce"), *_setting(c).items())
+    strategy = c.get("strategy", "allreduce")
+    return (
+        c["backend"],
+        c["compress"],
+        c["algo"],
+        strategy if strategy.startswith("ps-") else "",
+        *_setting(c).items(),
+    )
 
 
 def _varying(results: list[dict]) -> list[str]:
@@ -123,16 +148,16 @@ def derive(results: list[dict]) -> list[dict]:
         )
         r["cores"] = cores
         r["speedup"] = one["time_per_epoch_s"] / r["time_per_epoch_s"] if one else None
+        r["acc_vs_one"] = None
+        if one and one["final_acc"] is not None and r["final_acc"] is not None:
+            r["acc_vs_one"] = 100 * (r["final_acc"] - one["final_acc"])
         r["efficiency"] = r["speedup"] / cores if r["speedup"] is not None else None
-        if c.get("strategy", "allreduce") == "allreduce":
-            want = {"backend": _baseline_backend(r), "compress": "none", "strategy": "allreduce"}
-        else:
-            want = {
-                "backend": c["backend"],
-                "compress": "none",
-                "algo": c["algo"],
-                "strategy": "allreduce",
-            }
+        strategy = c.get("strategy", "allreduce")
+        if strategy.startswith("ps-"):  # against synchronous allreduce on its own backend
+            want = {"backend": c["backend"], "compress": "none", "algo": c["algo"], "strategy": "allreduce"}
+        else:  # against the stock backend running the same strategy
+            want = {"backend": _baseline_backend(r), "compress": "none"}
+            want.update({k: c.get(k) for k in _STRATEGY_KEYS if k in c})
         base = _find(results, world=c["world"], threads=c["threads"], **want, **_setting(c))
         r["baseline"] = base["label"] if base else None
         r["vs_baseline"], r["vs_baseline_range"] = _paired_ratio(base, r) if base else (None, None)
@@ -151,14 +176,19 @@ def derive(results: list[dict]) -> list[dict]:
 def fit(results: list[dict]) -> list[dict]:
     varying = _varying(results)
     fits = []
-    families = {}
+    ones, families = {}, {}
     for r in results:
-        families.setdefault(_family(r) + (r["config"]["threads"],), []).append(r)
-    for key, runs in families.items():
-        one = next((r for r in runs if r["config"]["world"] == 1), None)
-        more = [r for r in runs if r["config"]["world"] > 1]
-        if not one or not more:
+        key = _family(r) + (r["config"]["threads"],)
+        if r["config"]["world"] == 1:
+            ones.setdefault(key, r)
+        else:  # one series per strategy (and layout), sharing the family's 1-rank run
+            families.setdefault(key + (strategy_label(r["config"]),), []).append(r)
+    for series, more in families.items():
+        key, strategy = series[:-1], series[-1]
+        one = ones.get(key)
+        if not one:
             continue
+        runs = [one, *more]
         t1 = one["time_per_epoch_s"]
         t_comm = sum(r["time_per_epoch_s"] - t1 / r["config"]["world"] for r in more) / len(more)
         fits.append(
@@ -167,6 +197,7 @@ def fit(results: list[dict]) -> list[dict]:
                 "compress": key[1],
                 "algo": key[2],
                 "threads": key[-1],
+                "strategy": strategy,
                 "setting": _setting_label(one, varying),
                 "t1_s": t1,
                 "t_comm_s": t_comm,
@@ -186,10 +217,17 @@ def fit(results: list[dict]) -> list[dict]:
 
 
 def strategy_label(c: dict) -> str:
-    """A run's strategy as the table and the plots name it ("ps-sync (2 servers)")."""
+    """A run's strategy as the table and the plots name it ("ps-sync (2 servers)",
+    "dp+pp 2x2 1f1b/4")."""
     s = c.get("strategy", "allreduce")
-    servers = c.get("ps_servers", 1)
-    return s if s == "allreduce" or servers == 1 else f"{s} ({servers} servers)"
+    if s.startswith("ps-"):
+        servers = c.get("ps_servers", 1)
+        return s if servers == 1 else f"{s} ({servers} servers)"
+    if c.get("mesh"):
+        s += f" {c['mesh']}"
+    if "pp" in s:
+        s += f" {c.get('pp_schedule', '1f1b')}/{c.get('microbatches', 4)}"
+    return s
 
 
 def _f(v, fmt: str, none: str = "-") -> str:
@@ -231,12 +269,16 @@ COLUMNS = [
     ),
     ("comm %", lambda r: _f(100 * r["comm_share"], ".0f")),
     ("step ms", lambda r: _f(r["step_ms"], ".1f")),
+    ("predicted ms", lambda r: _f(r.get("predicted") and 1e3 * r["predicted"]["step_s"], ".1f")),
     ("compute ms", lambda r: _f(r["compute_ms"], ".1f")),
     ("peak MiB", lambda r: _f(r["peak_mem_mib"], ".0f")),
+    ("state MiB", lambda r: _f(r.get("state_mib"), ".1f")),
+    ("bubble", lambda r: _f(r.get("bubble") and 100 * r["bubble"], ".0f") + ("%" if r.get("bubble") else "")),
     ("CPU", lambda r: _f(r["cpu_util"], ".2f")),
     ("loss", lambda r: _f(r["final_loss"], ".4f")),
     ("acc", lambda r: _f(r["final_acc"], ".3f")),
     ("Δacc pts", lambda r: _f(r["acc_delta"], "+.1f")),
+    ("Δacc vs 1 rank", lambda r: _f(r.get("acc_vs_one"), "+.1f")),
     ("time to acc s", lambda r: _f(r["time_to_target_s"], ".2f")),
     ("sooner", lambda r: _f(r["sooner"], ".2f") + ("x" if r["sooner"] else "")),
     (
@@ -287,6 +329,58 @@ def verdict(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def prediction_table(predicted: list[tuple]) -> str:
+    """(config, prediction) pairs before running: step, compute, communication, state."""
+    lines = [
+        "| world | threads | strategy | mesh DxM | predicted step ms | compute ms | comm ms "
+        "| state MiB/rank |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    seen = set()
+    for c, p in predicted:
+        cfg = dataclasses.asdict(c)
+        key = (c.world, c.threads, strategy_label(cfg), *_setting(cfg).items())
+        if key in seen:  # the prediction does not depend on the backend
+            continue
+        seen.add(key)
+        lines.append(
+            f"| {c.world} | {c.threads} | {strategy_label(cfg)} | {p['mesh'][0]}x{p['mesh'][1]} "
+            f"| {1e3 * p['step_s']:.2f} | {1e3 * p['compute_s']:.2f} | {1e3 * p['comm_s']:.2f} "
+            f"| {p['state_bytes'] / 2**20:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def prediction_verdict(results: list[dict]) -> str:
+    """Per group of runs that differ only in their strategy (same world,
+    threads, backend, codec and setting), with two or more predicted: the
+    strategy the predictor named, the one measured fastest (time per epoch),
+    and by how much the predicted one fell behind where they differ."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        if r.get("predicted"):
+            c = r["config"]
+            key = (c["world"], c["threads"], c["backend"], c["compress"], c["algo"], *_setting(c).items())
+            groups.setdefault(key, []).append(r)
+    lines = []
+    for key, runs in groups.items():
+        if len(runs) < 2:
+            continue
+        named = min(runs, key=lambda r: r["predicted"]["step_s"])
+        fastest = min(runs, key=lambda r: r["time_per_epoch_s"])
+        head = f"world={key[0]} backend={key[2]}" + (f" threads={key[1]}" if key[1] != 1 else "")
+        pred = strategy_label(named["config"])
+        if named is fastest:
+            lines.append(f"{head}: predicted {pred}, measured {pred} fastest: hit")
+        else:
+            behind = named["time_per_epoch_s"] / fastest["time_per_epoch_s"]
+            lines.append(
+                f"{head}: predicted {pred}, measured {strategy_label(fastest['config'])} fastest "
+                f"({pred} {behind:.2f}x its time per epoch): miss"
+            )
+    return "\n".join(lines)
+
+
 def fit_table(fits: list[dict]) -> str:
     if not fits:
         return ""
@@ -296,9 +390,12 @@ def fit_table(fits: list[dict]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for f in fits:
+        notes = ", ".join(
+            x for x in (f["setting"], "" if f["strategy"] == "allreduce" else f["strategy"]) if x
+        )
         for p in f["points"]:
             lines.append(
-                f"| {f['backend']}{' (' + f['setting'] + ')' if f['setting'] else ''} | {f['compress']} "
+                f"| {f['backend']}{' (' + notes + ')' if notes else ''} | {f['compress']} "
                 f"| {f['threads']} | {f['t1_s']:.3f} "
                 f"| {f['t_comm_s']:.3f} | "
                 f"{p['world']} | {p['measured_s']:.3f} | {p['predicted_s']:.3f} | {p['linear_s']:.3f} |"

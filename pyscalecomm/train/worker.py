@@ -10,11 +10,17 @@ group (or a parameter server's groups) of its own backend. Rank 0 writes one
 JSON file per configuration.
 
 What is measured, per configuration:
-- time per epoch: the training steps only (no evaluation), between barriers;
+- time per epoch: the training steps only (no evaluation), from a barrier
+  until the slowest rank is done;
 - compute per step: forward + backward without communication (under
   ``DDP.no_sync()``, or before the parameter server wraps the model; a few
   calibration steps before training, gradients then discarded; the slowest
   rank's median) plus the optimizer step as timed during training;
+- a model-parallel rank's compute is that of the whole model on its batch
+  share divided by the model-parallel degree (the ideal split);
+- step time: the slowest rank's mean;
+- model state per rank: parameters, gradients and optimizer state it holds
+  (the largest over ranks);
 - exposed communication per step: the step time minus that compute, i.e. the
   communication that could not hide behind backward (with waiting on slower
   ranks, which is what a user pays for it);
@@ -29,7 +35,6 @@ What is measured, per configuration:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import json
@@ -45,7 +50,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pyscalecomm.train import data as data_mod
-from pyscalecomm.train import models
+from pyscalecomm.train import models, strategies
 from pyscalecomm.train.config import RunConfig, parse_straggler
 
 
@@ -54,15 +59,7 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _group(cfg: RunConfig):
-    if cfg.backend == "scalecomm":
-        import pyscalecomm
-
-        return dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=cfg.algo))
-    return dist.new_group(backend=cfg.backend)
-
-
-def _register_hook(ddp, cfg: RunConfig, group) -> None:
+def _register_hook(cfg: RunConfig, ddp, group) -> None:
     if cfg.compress == "none":
         return
     if cfg.backend == "scalecomm":
@@ -85,6 +82,7 @@ def _register_hook(ddp, cfg: RunConfig, group) -> None:
 
 
 def _evaluate(model, d: data_mod.Data, device) -> tuple[float, float]:
+    """Test loss and accuracy of ``model`` (every rank calls it: a sharded model communicates)."""
     model.eval()
     with torch.no_grad():
         logits = model(d.test_x.to(device))
@@ -96,34 +94,20 @@ def _evaluate(model, d: data_mod.Data, device) -> tuple[float, float]:
 
 def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     """Trains cfg on the current job; returns the result on rank 0, else None."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(cfg.threads)
     device = torch.device(cfg.device)
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    ps_mode = cfg.strategy[3:] if cfg.strategy.startswith("ps-") else None
     d = data_mod.load(cfg.data, cfg.model, cfg.samples)
     torch.manual_seed(cfg.seed)
     model = models.build(cfg.model, d.input_shape, d.classes, cfg.width).to(device)
-    if ps_mode is None:
-        group = _group(cfg)
-        net = DDP(
-            model,
-            process_group=group,
-            bucket_cap_mb=cfg.bucket_mb or None,  # None: DDP's default, incl. its small first bucket
-            device_ids=[device.index] if device.type == "cuda" else None,
-        )
-        _register_hook(net, cfg, group)
-        no_sync = net.no_sync
-    else:
-        net, no_sync = model, contextlib.nullcontext  # wrapped after the calibration (its hooks push)
-    opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=0.9)
+    dp, mp = strategies.mesh_shape(cfg.strategy, world, cfg.mesh)
     straggler, slow_rank, factor = parse_straggler(cfg.straggler)
     xs, ys = d.train_x, d.train_y
-    per_step = cfg.batch_size * world
+    per_step = cfg.batch_size * world  # the global batch, whatever the strategy
+    local = per_step // dp
     steps = len(xs) // per_step
     if cfg.steps:
         steps = min(steps, cfg.steps) if steps else cfg.steps
@@ -133,39 +117,29 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
             f"lower --batch-size"
         )
 
-    def batch(order, s):
-        lo = (s * per_step + rank * cfg.batch_size) % len(xs)
-        idx = order[lo : lo + cfg.batch_size]
+    def batch(order, s, share):
+        lo = (s * per_step + share * local) % len(xs)
+        idx = order[lo : lo + local]
         return xs[idx].to(device), ys[idx].to(device)
 
-    # Compute-only calibration: forward + backward without communication.
+    # Compute-only calibration, on the model before the strategy wraps it (no
+    # communication): forward + backward of this rank's share of a step.
     calib = []
     order0 = torch.randperm(len(xs), generator=torch.Generator().manual_seed(10_000 + cfg.seed))
-    with no_sync():
-        for s in range(2 + cfg.calib_steps):
-            x, y = batch(order0, s)
-            _sync(device)
-            t0 = time.perf_counter()
-            nn.functional.cross_entropy(net(x), y).backward()
-            _sync(device)
-            if s >= 2:
-                calib.append(time.perf_counter() - t0)
-            opt.zero_grad(set_to_none=True)
-    compute_fb = statistics.median(calib) if calib else 0.0
+    for s in range(2 + cfg.calib_steps):
+        x, y = batch(order0, s, rank % dp)
+        _sync(device)
+        t0 = time.perf_counter()
+        nn.functional.cross_entropy(model(x), y).backward()
+        _sync(device)
+        if s >= 2:
+            calib.append(time.perf_counter() - t0)
+        model.zero_grad(set_to_none=True)
+    # A model-parallel rank computes 1/mp of it (the ideal split).
+    compute_fb = (statistics.median(calib) if calib else 0.0) / mp
     compute_fb = _agreed_max(compute_fb)  # a straggler's delay is the same multiple on every rank
-    if ps_mode is not None:
-        from pyscalecomm.ps import ParameterServer
-
-        net = ParameterServer(
-            model,
-            servers=cfg.ps_servers,
-            mode=ps_mode,
-            optimizer="sgd",
-            lr=cfg.lr,
-            momentum=0.9,
-            backend=cfg.backend,
-            compression=cfg.compress,
-        )
+    share = strategies.build(cfg, model, device, lambda ddp, group: _register_hook(cfg, ddp, group))
+    opt = torch.optim.SGD(share.params, lr=cfg.lr, momentum=0.9) if share.params else None
 
     def slowed(epoch: int, s: int) -> bool:
         if straggler == "rank":
@@ -184,34 +158,36 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         start = time.perf_counter()
         losses = []
         for s in range(steps):
-            x, y = batch(order, s)
+            x, y = batch(order, s, share.dp_rank)
             t0 = time.perf_counter()
             if slowed(epoch, s):  # a slower machine: its compute takes factor x as long
                 time.sleep((factor - 1) * compute_fb)
-            opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(net(x), y)
-            loss.backward()  # a parameter server's pushes go out here
+            if opt is not None:
+                opt.zero_grad(set_to_none=True)
+            loss = share.step(x, y)  # a parameter server's pushes go out here
             _sync(device)
             t1 = time.perf_counter()
-            if ps_mode is None:  # the servers update a parameter server's parameters
+            if opt is not None:  # the servers update a parameter server's parameters
                 opt.step()
             _sync(device)
             t2 = time.perf_counter()
             step_times.append(t2 - t0)
             opt_times.append(t2 - t1)
-            losses.append(loss.item())
-        elapsed = time.perf_counter() - start
+            if loss is not None:
+                losses.append(loss)
+        # The epoch ends when its slowest rank is done (a pipeline's first
+        # stage, say, finishes its sends long before the last stage).
+        elapsed = _agreed_max(time.perf_counter() - start)
         wall_train += elapsed
         cum += elapsed
-        if ps_mode is not None:
-            net.refresh()  # the parameters of the last pull
-        test_loss, acc = _evaluate(model, d, device)
+        share.after_epoch()
+        test_loss, acc = _evaluate(share.evaluate_model(), d, device)
         epochs.append(
             {
                 "epoch": epoch + 1,
                 "time_s": elapsed,
                 "cum_time_s": cum,
-                "loss": sum(losses) / len(losses),
+                "loss": _mean_over_ranks(losses),
                 "test_loss": test_loss,
                 "acc": acc if d.real else None,
             }
@@ -226,30 +202,38 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if device.type == "cuda":
         peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
-    mine = {"cpu_util": cpu_util, "peak_mib": peak_mib}
-    if ps_mode is not None:
-        net.close()
-        mine["ps"] = net.stats()
+    mine = {
+        "cpu_util": cpu_util,
+        "peak_mib": peak_mib,
+        "state_mib": strategies.state_bytes(share.params, opt) / 2**20,
+        "step_s": statistics.mean(step_times),
+        "opt_s": statistics.mean(opt_times),
+    }
+    mine.update(share.close())
     every = [None] * world
     dist.all_gather_object(every, mine)
-    if ps_mode is None:
-        dist.destroy_process_group(group)
+    for g in share.groups:
+        dist.destroy_process_group(g)
     if rank != 0:
         return None
     served = [e["ps"] for e in every if "staleness" in e.get("ps", {})]  # the servers' records
-    servers_stats = _staleness(served) if ps_mode else None
-    step_s = statistics.mean(step_times)
-    compute_s = compute_fb + statistics.mean(opt_times)
+    servers_stats = _staleness(served) if cfg.strategy.startswith("ps-") else None
+    slowest = max(every, key=lambda e: e["step_s"])  # the rank the others wait for
+    step_s = slowest["step_s"]
+    compute_s = compute_fb + slowest["opt_s"]
     exposed = max(0.0, step_s - compute_s)
     timed = epochs[1:] if len(epochs) > 1 else epochs  # the first epoch carries warm-up
     epoch_s = statistics.mean(e["time_s"] for e in timed)
     return {
         "config": dataclasses.asdict(cfg),
         "label": cfg.label(),
-        "params": sum(p.numel() for p in model.parameters()),
+        "params": sum(
+            p.numel() for p in models.build(cfg.model, d.input_shape, d.classes, cfg.width).parameters()
+        ),
         "grad_bytes": models.param_bytes(model),
         "steps_per_epoch": steps,
         "global_batch": per_step,
+        "mesh": list(share.mesh),
         "time_per_epoch_s": epoch_s,
         "samples_per_s": steps * per_step / epoch_s,
         "step_ms": 1e3 * step_s,
@@ -257,6 +241,8 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         "exposed_comm_ms": 1e3 * exposed,
         "comm_share": exposed / step_s if step_s > 0 else 0.0,
         "peak_mem_mib": max(e["peak_mib"] for e in every),
+        "state_mib": None if cfg.strategy.startswith("ps-") else max(e["state_mib"] for e in every),
+        "bubble": share.bubble,
         "cpu_util": sum(e["cpu_util"] for e in every) / world,
         "final_loss": epochs[-1]["loss"],
         "final_test_loss": epochs[-1]["test_loss"],
@@ -265,6 +251,14 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         "world": world,
         "staleness": servers_stats,
     }
+
+
+def _mean_over_ranks(losses: list[float]) -> float:
+    """The epoch's mean training loss over every rank that computed losses
+    (a pipeline's last stages; every rank otherwise): the global batch's."""
+    t = torch.tensor([sum(losses), len(losses)], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t[0] / t[1]) if t[1] else float("nan")
 
 
 def _agreed_max(x: float) -> float:
