@@ -5,6 +5,8 @@
     python -m pyscalecomm.simulate --ranks-per-host 8 --intra-alpha 1us --intra-bandwidth 200GB ...
     python -m pyscalecomm.simulate --measured bench.jsonl --alpha 20us --bandwidth 4GB
     python -m pyscalecomm.simulate --measured bench.jsonl --tuning-file CACHE   # probed vs fitted model
+    python -m pyscalecomm.simulate --strategy ddp,fsdp,tp,pp,dp+tp,dp+pp --world 512 --mesh 64x8 \
+        --model transformer --width 1024 --batch-size 8 --alpha 10us --bandwidth 100Gbit
 
 The model (csrc/algo/cost_model.h) walks each algorithm's real schedule: the
 first segment crosses every step (per step, the slowest rank pays alpha, a
@@ -17,6 +19,14 @@ GiB (where the crossovers fall); --measured reads JSON lines written by
 time with the relative error, per algorithm and size; with --tuning-file
 (a cache auto wrote, re-fitted by ``python -m pyscalecomm.tune --fit``) it
 prices every point with that cache's model too and prints both errors.
+
+--strategy prices the training driver's parallelism strategies instead
+(pyscalecomm.train.predict: the same model the driver prints before a run):
+each one's step time (compute, communication) and model state per rank for
+--model at --width, --batch-size samples per rank, on --world ranks over
+links of --alpha and --bandwidth, with the expected winner. Compute is the
+model's forward and backward measured on this machine (with each strategy's
+PyTorch overhead), or --compute-ms for the global batch on another machine.
 """
 
 from __future__ import annotations
@@ -135,6 +145,19 @@ def parse_args(argv=None):
     )
     p.add_argument("--algos", default="", help="comma list (default: all but ps, and hier without hosts)")
     p.add_argument("--sweep", action="store_true", help="winner table over world sizes and message sizes")
+    g = p.add_argument_group("training strategies (--strategy)")
+    g.add_argument("--strategy", default="", help="comma list: ddp, fsdp, tp, pp, dp+tp, dp+pp")
+    g.add_argument("--model", default="mlp", help="a driver model: mlp, cnn, resnet, transformer")
+    g.add_argument("--width", type=int, default=1024, help="the driver's --width")
+    g.add_argument("--batch-size", type=int, default=32, help="samples per rank (the global batch: x world)")
+    g.add_argument("--mesh", default="", help="hybrids: DxM (default (world/2)x2)")
+    g.add_argument("--microbatches", type=int, default=4, help="pipelines: microbatches per step")
+    g.add_argument(
+        "--compute-ms",
+        type=float,
+        default=0.0,
+        help="forward + backward of the global batch on one process, in ms (0: measured here)",
+    )
     add_version(p)
     return p.parse_args(argv)
 
@@ -155,6 +178,8 @@ def main(argv=None) -> int:
         f"# alpha {args.alpha * 1e6:g} us, bandwidth {args.bandwidth * 8 / 1e9:g} Gbit/s, "
         f"overhead {args.overhead * 1e6:g} us/message, gamma {args.gamma:g} s/B"
     )
+    if args.strategy:
+        return _strategies(args)
     if args.measured:
         return _compare(args)
     if not args.sweep:
@@ -241,6 +266,63 @@ def _compare(args) -> int:
             line += f"; fitted model: median {fit * 100:.0f}%, max {max(fit_err) * 100:.0f}%"
         print(line)
     return 0
+
+
+def _strategies(args) -> int:
+    """The driver's strategies priced for --world ranks (see the module doc)."""
+    import torch
+
+    from pyscalecomm.train import data, models, predict, strategies
+    from pyscalecomm.train.config import RunConfig
+
+    d = data.load("digits", args.model)
+    torch.manual_seed(0)
+    model = models.build(args.model, d.input_shape, d.classes, args.width)
+    batch = args.batch_size * args.world
+    probe = min(batch, args.batch_size * 8)  # measured at up to 8 ranks' batch, scaled linearly
+    prof = predict.profile(model, d.train_x[0], probe)
+    overhead = None
+    if args.compute_ms:
+        prof = predict.scaled(prof, batch, args.compute_ms / 1e3)
+        source = f"given: {args.compute_ms:g} ms"
+    else:
+        prof = predict.scaled(prof, batch)
+        overhead = predict.overheads(
+            RunConfig(model=args.model, width=args.width, batch_size=args.batch_size)
+        )
+        source = f"measured here at {probe} samples, scaled: {prof.compute_s * 1e3:.1f} ms"
+    link = predict.Link(args.alpha, 1.0 / args.bandwidth, "links")
+    print(
+        f"# {args.model} (width {args.width}, {prof.params / 1e6:.2f} M parameters) on {args.world} ranks, "
+        f"global batch {batch}; compute of the global batch on one process {source}"
+    )
+    head = f"{'strategy':>10} {'mesh':>9} {'step(ms)':>12} {'compute(ms)':>12} {'comm(ms)':>12}"
+    print(head + f" {'state MiB/rank':>15}")
+    times = {}
+    for name in (x for x in args.strategy.split(",") if x):
+        try:
+            mesh = strategies.mesh_shape(name, args.world, args.mesh if "+" in name else "")
+            p = predict.predict(
+                name,
+                args.world,
+                mesh,
+                prof,
+                link,
+                cores=args.world,
+                microbatches=args.microbatches,
+                overhead=overhead,
+            )
+        except ValueError as e:
+            print(f"# {name}: {e}")
+            continue
+        times[name] = p.step_s
+        print(
+            f"{name:>10} {mesh[0]:>4}x{mesh[1]:<4} {p.step_s * 1e3:>12.2f} {p.compute_s * 1e3:>12.2f} "
+            f"{p.comm_s * 1e3:>12.2f} {p.state_bytes / 2**20:>15.2f}"
+        )
+    if times:
+        print(f"expected winner: {min(times, key=times.get)}")
+    return 0 if times else 2
 
 
 if __name__ == "__main__":

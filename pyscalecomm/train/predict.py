@@ -224,6 +224,14 @@ def _measure_overheads(cfg) -> dict[str, float]:
     return out
 
 
+def scaled(prof: Profile, batch: int, compute_s: float | None = None) -> Profile:
+    """``prof`` at another global batch (compute in proportion), or with the
+    global batch's forward + backward time given (another machine's)."""
+    total = compute_s if compute_s is not None else prof.compute_s * batch / prof.batch
+    share = [t / prof.compute_s for t in prof.layer_s] if prof.compute_s else prof.layer_s
+    return dataclasses.replace(prof, batch=batch, compute_s=total, layer_s=[total * f for f in share])
+
+
 def _allreduce(n: float, p: int, link: Link) -> float:
     return 0.0 if p <= 1 else 2 * (p - 1) * link.alpha + 2 * (p - 1) / p * n * link.beta
 
