@@ -109,4 +109,25 @@ def write(results: list[dict], out_dir: str) -> list[str]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         paths.append(_save(plt, fig, out_dir, "staleness.png"))
+
+    predicted = [r for r in results if r.get("predicted")]
+    if predicted:  # strategies side by side: step time as measured and as predicted, model state
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+        xs = range(len(predicted))
+        names = [f"{_series_label(r)}\nN={r['config']['world']}" for r in predicted]
+        ax1.bar([x - 0.2 for x in xs], [r["step_ms"] for r in predicted], width=0.4, label="measured")
+        ax1.bar(
+            [x + 0.2 for x in xs],
+            [1e3 * r["predicted"]["step_s"] for r in predicted],
+            width=0.4,
+            label="predicted",
+        )
+        ax1.set(ylabel="ms per step", title="Step time: measured and predicted")
+        ax2.bar(xs, [r.get("state_mib") or 0 for r in predicted], color="tab:green")
+        ax2.set(ylabel="MiB per rank", title="Model state (parameters, gradients, momentum)")
+        for ax in (ax1, ax2):
+            ax.set_xticks(list(xs), names, rotation=45, ha="right", fontsize=7)
+            ax.grid(alpha=0.3, axis="y")
+        ax1.legend(fontsize=8)
+        paths.append(_save(plt, fig, out_dir, "strategies.png"))
     return paths
