@@ -124,7 +124,9 @@ class RunConfig:
         elif strategies.canonical(self.strategy) not in strategies.BUILDERS:
             raise ValueError(f"strategy {self.strategy!r}: choose one of {', '.join(strategies.NAMES)}")
         elif self.strategy != "allreduce" and self.world == 1:
-            raise Incompatible(f"strategy={self.strategy} on 1 rank: the 1-rank reference runs as allreduce")
+            raise Incompatible(
+                "a strategy other than allreduce needs 2 or more ranks (1 rank: the reference run)"
+            )
         else:
             try:
                 dp, mp = strategies.mesh_shape(self.strategy, self.world, self.mesh)

@@ -5,11 +5,13 @@
   algorithm on 1 rank with 1 thread over this run's (None without that run);
 - ``efficiency``: speedup / cores, cores = world x threads (speedup / N for
   one thread per rank);
-- ``vs_baseline``: time per epoch of the baseline over this run's: for DDP
-  (strategy allreduce), the stock backend (gloo on CPU, nccl on GPU) without
-  compression, same world and threads; for a parameter-server strategy,
+- ``vs_baseline``: time per epoch of the baseline over this run's: for a
+  data- or model-parallel strategy (allreduce, fsdp, tp, pp, hybrids), the
+  stock backend (gloo on CPU, nccl on GPU) without compression running the
+  same strategy, same world and threads; for a parameter-server strategy,
   synchronous allreduce without compression on the same backend, world and
   threads;
+- ``acc_vs_one``: final accuracy minus the 1-rank run's, in points;
 - ``acc_delta``: final accuracy minus the baseline's, in points;
 - ``time_to_target_s``: training time until the test accuracy first reached
   the baseline's final accuracy less 0.5 points (None if never), and
