@@ -153,3 +153,37 @@ def test_every_strategy_trains_on_both_backends_with_ddps_loss_curve(tmp_path, w
     assert all(r["bubble"] > 0 for r in pp)
     sharded = [r for r in runs if r["config"]["strategy"] in ("fsdp", "dp+tp")]
     assert all(r["state_mib"] < ddp["state_mib"] for r in sharded)
+
+
+def test_strategies_run_one_after_another_under_torchrun(tmp_path):
+    # The job's ranks run every configuration in turn (each one's groups are
+    # destroyed after it); the prediction's child job must not join torchrun's.
+    from dist_helpers import free_port
+
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+    ]
+    cmd += [
+        "-m",
+        "pyscalecomm.train",
+        "--out",
+        str(tmp_path / "out"),
+        "--no-plots",
+        "--sweep",
+        "strategy=ddp,tp,pp",
+    ]
+    cmd += ["--width", "32", "--epochs", "1", "--steps", "3", "--batch-size", "8"]
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "# predicted before running" in out.stdout
+    assert [r["config"]["strategy"] for r in _runs(tmp_path)] == ["allreduce", "tp", "pp"]

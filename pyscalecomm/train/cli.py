@@ -120,6 +120,15 @@ def _base(args) -> RunConfig:
 
 
 def _predictions(configs: list[RunConfig], cluster_rate: str | None) -> dict[str, dict]:
+    """:func:`_predict`, or none where it fails (it only informs: the sweep runs regardless)."""
+    try:
+        return _predict(configs, cluster_rate)
+    except Exception as e:  # noqa: BLE001 - a failed prediction must not cost the measurement
+        print(f"# no prediction: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+        return {}
+
+
+def _predict(configs: list[RunConfig], cluster_rate: str | None) -> dict[str, dict]:
     """Each multi-rank configuration's predicted step (pyscalecomm.train.predict),
     by label: compute measured here once per model and batch, the link's
     alpha-beta. Printed before anything runs; the report sets them beside

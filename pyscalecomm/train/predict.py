@@ -10,8 +10,10 @@ Inputs:
   widths;
 - the link (:class:`Link`): latency alpha (s per message) and inverse
   bandwidth beta (s per byte);
-- the machine: cores (ranks x threads beyond it share them: compute slows in
-  proportion).
+- the machine: cores. Compute takes the longer of the critical path (the
+  slowest rank's share; a pipeline's slots) and all ranks' work over the
+  ranks the cores run at once (a work-conserving scheduler: a pipeline's
+  idle stages leave their cores to the busy one).
 
 Collective costs are the ring's (the bandwidth-optimal schedule every
 backend uses at these sizes): allreduce of n bytes over p ranks
@@ -154,7 +156,7 @@ def profile(model, sample, batch: int, repeats: int = 5) -> Profile:
     )
 
 
-def overheads(cfg, timeout: float = 300) -> dict[str, float]:
+def overheads(cfg, timeout: float = 120) -> dict[str, float]:
     """Seconds per step each strategy's PyTorch machinery adds to the plain
     model's forward and backward (DDP's hooks, FSDP's per-layer hooks and
     copies, DTensor's dispatch, the pipeline's microbatching), measured on a
@@ -164,9 +166,11 @@ def overheads(cfg, timeout: float = 300) -> dict[str, float]:
     import subprocess
     import sys
 
-    from pyscalecomm.launch import _free_port, rank_env
-
-    env = rank_env(0, 1, "127.0.0.1", _free_port())
+    # The child is a job of its own: nothing of this job's launcher (torchrun's
+    # agent store, MPI's or Slurm's rank variables) may reach it.
+    launcher = ("OMPI_", "PMI", "PMIX_", "SLURM_", "TORCHELASTIC_", "MPI_", "HYDRA_", "MASTER_")
+    ours = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launcher) and k not in ours}
     cmd = [sys.executable, "-m", "pyscalecomm.train.predict", json.dumps(dataclasses.asdict(cfg))]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if out.returncode != 0:
@@ -184,7 +188,7 @@ def _measure_overheads(cfg) -> dict[str, float]:
 
     from pyscalecomm.train import data, models, strategies
 
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     torch.set_num_threads(cfg.threads)
     d = data.load(cfg.data, cfg.model, cfg.samples)
     x, y = d.train_x[: cfg.batch_size], d.train_y[: cfg.batch_size]
@@ -270,19 +274,25 @@ def predict(
     s = canonical(strategy)
     d, m = mesh
     cores = cores or os.cpu_count() or 1
-    slow = max(1.0, world * threads / cores)  # ranks beyond the cores share them
-    t = prof.compute_s * slow
+    running = max(1, min(world, cores // max(1, threads)))  # ranks that compute at once
+    ov = overhead or {}
+    parts = {"dp+tp": ("tp", "fsdp"), "dp+pp": ("pp",)}.get(s, (s,))
+    extra = sum(ov.get(p, 0.0) for p in parts)  # the machinery's own time per rank and step
+    t = prof.compute_s
     pbytes = 4 * prof.params
-    if s == "allreduce":
-        comp, comm, state = t / d, _allreduce(pbytes, d, link), 3 * pbytes
-    elif s == "fsdp":
-        units = sum(1 for p in prof.layer_params if p)  # each parameterised layer is sharded on its own
-        comp = t / d
-        comm = 0.0 if d == 1 else 3 * ((d - 1) * units * link.alpha + (d - 1) / d * pbytes * link.beta)
-        state = 3 * pbytes / d
+    if s in ("allreduce", "fsdp"):
+        critical = t / d
+        work = world * (critical + extra)
+        if s == "allreduce":
+            comm, state = _allreduce(pbytes, d, link), 3 * pbytes
+        else:
+            units = sum(1 for p in prof.layer_params if p)  # each parameterised layer is sharded on its own
+            comm = 0.0 if d == 1 else 3 * ((d - 1) * units * link.alpha + (d - 1) / d * pbytes * link.beta)
+            state = 3 * pbytes / d
     elif s in ("tp", "dp+tp"):
         b = prof.batch / d
-        comp = t / d / m
+        critical = t / d / m
+        work = world * (critical + extra)
         comm = sum(_allreduce(4 * b * i, m, link) + _allreduce(4 * b * o, m, link) for i, o in prof.tp_pairs)
         local = prof.params - prof.tp_params + prof.tp_params / m
         if d > 1:  # fully sharded across the rows
@@ -291,20 +301,23 @@ def predict(
     elif s in ("pp", "dp+pp"):
         stages = m
         bounds = pp_split_sizes(prof.layer_params, stages)
-        stage_s = [sum(prof.layer_s[a:b]) * slow / d for a, b in bounds]
+        stage_s = [sum(prof.layer_s[a:b]) / d for a, b in bounds]
         stage_p = [sum(prof.layer_params[a:b]) for a, b in bounds]
         boundary = max((prof.act_bytes[b - 1] for a, b in bounds[:-1]), default=0)
         per_mb = prof.batch / d / microbatches
-        slot = max(stage_s) / microbatches + 2 * (link.alpha + boundary * per_mb * link.beta)
         slots = microbatches + stages - 1
-        comp = max(stage_s)
-        comm = slots * slot - comp + _allreduce(4 * max(stage_p), d, link)
+        critical = slots * max(stage_s) / microbatches
+        work = d * sum(stage_s) + world * extra
+        comm = slots * 2 * (link.alpha + boundary * per_mb * link.beta) + _allreduce(
+            4 * max(stage_p), d, link
+        )
         state = 3 * 4 * max(stage_p)
     else:
         raise ValueError(f"no prediction for strategy {strategy!r}")
-    ov = overhead or {}
-    parts = {"dp+tp": ("tp", "fsdp"), "dp+pp": ("pp",)}.get(s, (s,))
-    comp += slow * sum(ov.get(p, 0.0) for p in parts)  # the machinery's own time, on shared cores too
+    # The slowest rank's path, or all ranks' work over the cores that run them
+    # at once, whichever is longer (a pipeline's idle stages leave their cores
+    # to the busy one).
+    comp = max(critical + extra, work / running)
     return Prediction(comp + comm, comp, comm, int(state))
 
 

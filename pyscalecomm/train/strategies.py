@@ -168,6 +168,11 @@ def _mesh(cfg, shape: tuple[int, ...], names: tuple[str, ...]):
     )
 
 
+def _groups(mesh) -> list:
+    """The mesh's own groups (destroyed with the run; never the default group)."""
+    return [g for g in mesh.get_all_groups() if g is not dist.group.WORLD]
+
+
 def _ce(model):
     def step(x, y):
         loss = nn.functional.cross_entropy(model(x), y)
@@ -203,7 +208,10 @@ def _fsdp(cfg, model, device, hook):
     world = dist.get_world_size()
     mesh = _mesh(cfg, (world,), ("dp",))
     _shard(model, mesh)
-    return Share(_ce(model), list(model.parameters()), world, dist.get_rank(), (world, 1), lambda: model)
+    rank = dist.get_rank()
+    return Share(
+        _ce(model), list(model.parameters()), world, rank, (world, 1), lambda: model, groups=_groups(mesh)
+    )
 
 
 def _shard(model, mesh) -> None:
@@ -229,12 +237,15 @@ def _tp(cfg, model, device, hook, dp: int = 1):
     if dp == 1:
         mesh = _mesh(cfg, (world,), ("tp",))
         parallelize_module(model, mesh, plan)
-        return Share(_ce(model), list(model.parameters()), 1, 0, (1, world), lambda: model)
+        return Share(
+            _ce(model), list(model.parameters()), 1, 0, (1, world), lambda: model, groups=_groups(mesh)
+        )
     mesh = _mesh(cfg, (dp, world // dp), ("dp", "tp"))
     parallelize_module(model, mesh["tp"], plan)
     _shard(model, mesh["dp"])
     d = mesh["dp"].get_local_rank()
-    return Share(_ce(model), list(model.parameters()), dp, d, (dp, world // dp), lambda: model)
+    shape = (dp, world // dp)
+    return Share(_ce(model), list(model.parameters()), dp, d, shape, lambda: model, groups=_groups(mesh))
 
 
 def _pp(cfg, model, device, hook, dp: int = 1):
@@ -289,7 +300,8 @@ def _pp(cfg, model, device, hook, dp: int = 1):
         return model
 
     m = cfg.microbatches
-    return Share(step, params, dp, d, (dp, stages), whole, bubble=(stages - 1) / (m + stages - 1))
+    bubble = (stages - 1) / (m + stages - 1)
+    return Share(step, params, dp, d, (dp, stages), whole, bubble=bubble, groups=_groups(mesh))
 
 
 def _ps(cfg, model, device, hook):
