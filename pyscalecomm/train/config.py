@@ -15,6 +15,7 @@ import itertools
 from dataclasses import dataclass
 
 BACKENDS = ("scalecomm", "gloo", "nccl")
+PIPELINES = ("pp", "dp+pp")  # the strategies with a pipeline schedule and microbatches
 
 
 class Incompatible(ValueError):
@@ -61,7 +62,7 @@ class RunConfig:
     lr: float = 0.05
     seed: int = 0
     device: str = "cpu"
-    calib_steps: int = 5  # compute-only steps (no_sync) to measure exposed communication
+    calib_steps: int = 5  # compute-only steps (no communication) to measure exposed communication
     strategy: str = "allreduce"  # see pyscalecomm.train.strategies: allreduce (ddp), fsdp, tp, pp, dp+tp, ...
     mesh: str = ""  # hybrid strategies: "DxM" (data-parallel x model-parallel); "": (world/2) x 2
     microbatches: int = 4  # pipeline strategies: microbatches per step
@@ -79,7 +80,7 @@ class RunConfig:
             + (f" algo={self.algo}" if self.backend == "scalecomm" and self.algo != "auto" else "")
             + (f" strategy={self.strategy}" if self.strategy != "allreduce" else "")
             + (f" mesh={self.mesh}" if self.mesh else "")
-            + (f" schedule={self.pp_schedule}/{self.microbatches}" if "pp" in self.strategy else "")
+            + (f" schedule={self.pp_schedule}/{self.microbatches}" if self.strategy in PIPELINES else "")
             + (
                 f" servers={self.ps_servers}"
                 if self.strategy.startswith("ps-") and self.ps_servers != 1
@@ -142,7 +143,7 @@ class RunConfig:
                 )
             if mp > 1 and self.device != "cpu":
                 raise ValueError(f"strategy={self.strategy} runs on the CPU in this driver")
-            if "pp" in self.strategy:
+            if self.strategy in PIPELINES:
                 if self.pp_schedule not in strategies.PP_SCHEDULES:
                     raise ValueError(f"pp_schedule={self.pp_schedule!r}: choose gpipe or 1f1b")
                 if self.microbatches < 1 or (self.batch_size * self.world // dp) % self.microbatches:

@@ -36,6 +36,8 @@ import dataclasses
 import json
 import statistics
 
+from pyscalecomm.train.config import PIPELINES
+
 TARGET_SLACK = 0.005  # 0.5 accuracy points below the baseline's final accuracy
 
 
@@ -227,7 +229,7 @@ def strategy_label(c: dict) -> str:
         return s if servers == 1 else f"{s} ({servers} servers)"
     if c.get("mesh"):
         s += f" {c['mesh']}"
-    if "pp" in s:
+    if s in PIPELINES:
         s += f" {c.get('pp_schedule', '1f1b')}/{c.get('microbatches', 4)}"
     return s
 
