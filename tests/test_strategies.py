@@ -187,3 +187,9 @@ def test_strategies_run_one_after_another_under_torchrun(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "# predicted before running" in out.stdout
     assert [r["config"]["strategy"] for r in _runs(tmp_path)] == ["allreduce", "tp", "pp"]
+    # The same mesh strategy twice in one job is refused before anything runs.
+    cmd[cmd.index("--master-port") + 1] = str(free_port())
+    at = cmd.index("strategy=ddp,tp,pp") + 1
+    twice = [*cmd[:at], "backend=gloo,scalecomm", *cmd[at:]]
+    twice = subprocess.run(twice, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert twice.returncode != 0 and "can run once per job" in twice.stderr
