@@ -227,6 +227,7 @@ def main(argv=None) -> int:
         print(f"pyscalecomm.train: {e}", file=sys.stderr)
         return 2
     os.makedirs(out_dir, exist_ok=True)
+    compare = len({c.strategy for c in configs}) > 1  # a sweep over strategies: predict them first
     reasons: dict[str, list[str]] = {}
     for label, why in skipped:
         reasons.setdefault(why, []).append(label)
@@ -240,15 +241,13 @@ def main(argv=None) -> int:
                 f"pyscalecomm.train: under {launcher} the world is the job's ({args.nproc})", file=sys.stderr
             )
             return 2
-        meshed = [
-            c.strategy
-            for c in configs
-            if c.strategy not in ("allreduce",) and not c.strategy.startswith("ps-")
-        ]
+        from pyscalecomm.train.strategies import MESHED
+
+        meshed = [c.strategy for c in configs if c.strategy in MESHED]
         if len(meshed) * args.repeat > len(set(meshed)):
             print(
-                f"pyscalecomm.train: under {launcher} each of fsdp, tp, pp, dp+tp, dp+pp can run once per "
-                f"job "
+                f"pyscalecomm.train: under {launcher} each of {', '.join(MESHED)} can run once "
+                f"per job "
                 f"(a later device mesh of the same layout in the same process reaches the earlier one's "
                 f"destroyed groups); give one launcher job per configuration, or sweep with --nproc or "
                 f"--cluster-rate (a job per configuration)",
@@ -257,9 +256,7 @@ def main(argv=None) -> int:
             return 2
         from pyscalecomm.train.runner import collect, schedule
 
-        predicted = {}
-        if int(os.environ["RANK"]) == 0 and len({c.strategy for c in configs}) > 1:
-            predicted = _predictions(configs, None)
+        predicted = _predictions(configs, None) if compare and int(os.environ["RANK"]) == 0 else {}
         worker.run_configs(schedule(configs, args.repeat), out_dir)
         if int(os.environ["RANK"]) == 0:
             _report(collect(configs, out_dir, args.repeat), out_dir, not args.no_plots, predicted)
@@ -273,7 +270,7 @@ def main(argv=None) -> int:
     from pyscalecomm.train import runner
 
     times = f" x {args.repeat} repeats" if args.repeat > 1 else ""
-    predicted = _predictions(configs, args.cluster_rate) if len({c.strategy for c in configs}) > 1 else {}
+    predicted = _predictions(configs, args.cluster_rate) if compare else {}
     print(f"# {len(configs)} configuration(s){times}, results in {out_dir}", flush=True)
     code = runner.run(configs, out_dir, args.timeout, args.cluster_rate, args.repeat)
     results = runner.collect(configs, out_dir, args.repeat)

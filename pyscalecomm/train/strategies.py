@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+MESHED = ("fsdp", "tp", "pp", "dp+tp", "dp+pp")  # built on a DeviceMesh
 DATA_PARALLEL = ("allreduce", "ddp", "fsdp")
 MODEL_PARALLEL = ("tp", "pp")
 HYBRID = ("dp+tp", "dp+pp")
@@ -149,12 +150,13 @@ class Share:
     groups: list = dataclasses.field(default_factory=list)  # destroyed when the run ends
 
 
-def _options(cfg):
+def _options(cfg) -> tuple:
+    """(backend, its options or None) of the run's groups: scalecomm's carry the algorithm."""
     if cfg.backend != "scalecomm":
-        return cfg.backend
+        return cfg.backend, None
     import pyscalecomm
 
-    return (cfg.backend, pyscalecomm.Options(algorithm=cfg.algo))
+    return cfg.backend, pyscalecomm.Options(algorithm=cfg.algo)
 
 
 def _mesh(cfg, shape: tuple[int, ...], names: tuple[str, ...]):
@@ -185,12 +187,8 @@ def _ce(model):
 def _ddp(cfg, model, device, hook):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    if cfg.backend == "scalecomm":
-        import pyscalecomm
-
-        group = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=cfg.algo))
-    else:
-        group = dist.new_group(backend=cfg.backend)
+    backend, options = _options(cfg)
+    group = dist.new_group(backend=backend, pg_options=options)
     net = DDP(
         model,
         process_group=group,

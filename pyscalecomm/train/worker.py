@@ -12,10 +12,10 @@ JSON file per configuration.
 What is measured, per configuration:
 - time per epoch: the training steps only (no evaluation), from a barrier
   until the slowest rank is done;
-- compute per step: forward + backward without communication (under
-  ``DDP.no_sync()``, or before the parameter server wraps the model; a few
-  calibration steps before training, gradients then discarded; the slowest
-  rank's median) plus the optimizer step as timed during training;
+- compute per step: forward + backward without communication (on the model
+  before the strategy wraps it; a few calibration steps before training,
+  gradients then discarded; the slowest rank's median) plus the optimizer
+  step as timed during training;
 - a model-parallel rank's compute is that of the whole model on its batch
   share divided by the model-parallel degree (the ideal split);
 - step time: the slowest rank's mean;
