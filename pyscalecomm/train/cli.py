@@ -241,19 +241,6 @@ def main(argv=None) -> int:
                 f"pyscalecomm.train: under {launcher} the world is the job's ({args.nproc})", file=sys.stderr
             )
             return 2
-        from pyscalecomm.train.strategies import MESHED
-
-        meshed = [c.strategy for c in configs if c.strategy in MESHED]
-        if len(meshed) * args.repeat > len(set(meshed)):
-            print(
-                f"pyscalecomm.train: under {launcher} each of {', '.join(MESHED)} can run once "
-                f"per job "
-                f"(a later device mesh of the same layout in the same process reaches the earlier one's "
-                f"destroyed groups); give one launcher job per configuration, or sweep with --nproc or "
-                f"--cluster-rate (a job per configuration)",
-                file=sys.stderr,
-            )
-            return 2
         from pyscalecomm.train.runner import collect, schedule
 
         predicted = _predictions(configs, None) if compare and int(os.environ["RANK"]) == 0 else {}

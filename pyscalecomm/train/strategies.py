@@ -33,6 +33,7 @@ calls. ``Share.mesh`` is (data-parallel degree, model-parallel degree).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +41,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-MESHED = ("fsdp", "tp", "pp", "dp+tp", "dp+pp")  # built on a DeviceMesh
 DATA_PARALLEL = ("allreduce", "ddp", "fsdp")
 MODEL_PARALLEL = ("tp", "pp")
 HYBRID = ("dp+tp", "dp+pp")
@@ -159,15 +159,32 @@ def _options(cfg) -> tuple:
     return cfg.backend, pyscalecomm.Options(algorithm=cfg.algo)
 
 
-def _mesh(cfg, shape: tuple[int, ...], names: tuple[str, ...]):
+_MESH_NUMBERS = itertools.count()  # gives each run's mesh dimensions names of their own (see _mesh)
+
+
+def _mesh(cfg, shape: tuple[int, ...], names: tuple[str, ...]) -> tuple:
+    """A device mesh on groups of this run's own, and its dimensions by name.
+
+    PyTorch compares device meshes by layout and dimension names, not by their
+    groups, and DTensor caches sharding and redistribution plans under that
+    comparison. A run destroys its groups when it ends, so a later mesh equal
+    to this one would be handed plans that reach the destroyed groups. Each
+    run's dimension names carry a number of their own ("tp#3"), so no mesh is
+    equal to an earlier run's. The number counts meshes in this process; every
+    rank runs the same configurations in the same order.
+    """
     from torch.distributed.device_mesh import init_device_mesh
 
-    return init_device_mesh(
+    number = next(_MESH_NUMBERS)
+    own = tuple(f"{n}#{number}" for n in names)
+    mesh = init_device_mesh(
         "cpu" if cfg.device == "cpu" else "cuda",
         shape,
-        mesh_dim_names=names,
-        backend_override={n: _options(cfg) for n in names},
+        mesh_dim_names=own,
+        backend_override={n: _options(cfg) for n in own},
     )
+    dims = {n: mesh if len(names) == 1 else mesh[o] for n, o in zip(names, own, strict=True)}
+    return mesh, dims
 
 
 def _groups(mesh) -> list:
@@ -204,7 +221,7 @@ def _ddp(cfg, model, device, hook):
 
 def _fsdp(cfg, model, device, hook):
     world = dist.get_world_size()
-    mesh = _mesh(cfg, (world,), ("dp",))
+    mesh, _ = _mesh(cfg, (world,), ("dp",))
     _shard(model, mesh)
     rank = dist.get_rank()
     return Share(
@@ -233,15 +250,15 @@ def _tp(cfg, model, device, hook, dp: int = 1):
         )
     world = dist.get_world_size()
     if dp == 1:
-        mesh = _mesh(cfg, (world,), ("tp",))
+        mesh, _ = _mesh(cfg, (world,), ("tp",))
         parallelize_module(model, mesh, plan)
         return Share(
             _ce(model), list(model.parameters()), 1, 0, (1, world), lambda: model, groups=_groups(mesh)
         )
-    mesh = _mesh(cfg, (dp, world // dp), ("dp", "tp"))
-    parallelize_module(model, mesh["tp"], plan)
-    _shard(model, mesh["dp"])
-    d = mesh["dp"].get_local_rank()
+    mesh, dims = _mesh(cfg, (dp, world // dp), ("dp", "tp"))
+    parallelize_module(model, dims["tp"], plan)
+    _shard(model, dims["dp"])
+    d = dims["dp"].get_local_rank()
     shape = (dp, world // dp)
     return Share(_ce(model), list(model.parameters()), dp, d, shape, lambda: model, groups=_groups(mesh))
 
@@ -252,13 +269,13 @@ def _pp(cfg, model, device, hook, dp: int = 1):
     world = dist.get_world_size()
     stages = world // dp
     if dp == 1:
-        mesh = _mesh(cfg, (world,), ("pp",))
+        mesh, _ = _mesh(cfg, (world,), ("pp",))
         pp_group, dp_group, s = mesh.get_group(), None, mesh.get_local_rank()
         d = 0
     else:
-        mesh = _mesh(cfg, (dp, stages), ("dp", "pp"))
-        pp_group, dp_group = mesh["pp"].get_group(), mesh["dp"].get_group()
-        s, d = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+        mesh, dims = _mesh(cfg, (dp, stages), ("dp", "pp"))
+        pp_group, dp_group = dims["pp"].get_group(), dims["dp"].get_group()
+        s, d = dims["pp"].get_local_rank(), dims["dp"].get_local_rank()
     bounds = pp_split(model, stages)
     lo, hi = bounds[s]
     part = model[lo:hi]

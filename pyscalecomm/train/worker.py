@@ -208,6 +208,7 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         "state_mib": strategies.state_bytes(share.params, opt) / 2**20,
         "step_s": statistics.mean(step_times),
         "opt_s": statistics.mean(opt_times),
+        "group_backends": sorted({dist.get_backend(g) for g in share.groups}),
     }
     mine.update(share.close())
     every = [None] * world
@@ -234,6 +235,7 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         "steps_per_epoch": steps,
         "global_batch": per_step,
         "mesh": list(share.mesh),
+        "group_backends": sorted({b for e in every for b in e["group_backends"]}),  # what its groups ran on
         "time_per_epoch_s": epoch_s,
         "samples_per_s": steps * per_step / epoch_s,
         "step_ms": 1e3 * step_s,
