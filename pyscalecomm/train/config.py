@@ -109,7 +109,7 @@ class RunConfig:
                     f"compress={self.compress} needs backend=scalecomm; PyTorch's own DDP hooks "
                     f"give {self.backend} only fp16, bf16 and powersgd:<rank>"
                 )
-        from pyscalecomm.train import strategies
+        from pyscalecomm.train import models, strategies
 
         if self.strategy.startswith("ps-"):
             from pyscalecomm.ps import parse_mode
@@ -137,9 +137,10 @@ class RunConfig:
                 raise Incompatible(
                     f"compress={self.compress} compresses DDP's gradients: use strategy=allreduce"
                 )
-            if self.strategy in ("tp", "dp+tp") and self.model not in ("mlp", "transformer"):
+            if self.strategy in ("tp", "dp+tp") and not strategies.has_tp_plan(self.model):
+                with_plan = [m for m in models.MODELS if strategies.has_tp_plan(m)]
                 raise Incompatible(
-                    f"strategy={self.strategy} needs a tensor-parallel plan: model mlp or transformer"
+                    f"strategy={self.strategy} needs a tensor-parallel plan: model {' or '.join(with_plan)}"
                 )
             if mp > 1 and self.device != "cpu":
                 raise ValueError(f"strategy={self.strategy} runs on the CPU in this driver")

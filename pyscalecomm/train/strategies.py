@@ -33,6 +33,7 @@ calls. ``Share.mesh`` is (data-parallel degree, model-parallel degree).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,6 +104,15 @@ def tp_plan(model: nn.Module) -> dict | None:
         if isinstance(m, nn.TransformerEncoderLayer):
             plan[f"{name}.linear1"], plan[f"{name}.linear2"] = ColwiseParallel(), RowwiseParallel()
     return plan or None
+
+
+@functools.cache
+def has_tp_plan(model: str) -> bool:
+    """Whether :func:`tp_plan` finds a plan in the named model (built small: the
+    plan follows the model's structure, not its size)."""
+    from pyscalecomm.train import data, models
+
+    return tp_plan(models.build(model, data.synthetic(model, 1).input_shape, 10, 8)) is not None
 
 
 def pp_split(model: nn.Module, stages: int) -> list[tuple[int, int]]:
@@ -242,12 +252,7 @@ def _shard(model, mesh) -> None:
 def _tp(cfg, model, device, hook, dp: int = 1):
     from torch.distributed.tensor.parallel import parallelize_module
 
-    plan = tp_plan(model)
-    if plan is None:
-        raise ValueError(
-            f"strategy={cfg.strategy}: the {cfg.model} model has no tensor-parallel plan; "
-            f"use mlp or transformer"
-        )
+    plan = tp_plan(model)  # not None: RunConfig.check asked has_tp_plan
     world = dist.get_world_size()
     if dp == 1:
         mesh, _ = _mesh(cfg, (world,), ("tp",))
