@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -77,6 +78,23 @@ def memcpy_rate(nbytes: int = 32 << 20) -> float:
         dst.copy_(src)
         best = min(best, time.perf_counter() - t0)
     return nbytes / best
+
+
+def median_step_s(step, repeats: int, warmup: int = 2, sync=lambda: None, on_warm=lambda: None) -> float:
+    """Median seconds of ``step(k)`` over ``repeats`` calls (0.0 for none),
+    after ``warmup`` untimed ones; ``on_warm()`` runs between the two, and
+    ``sync()`` before and after each call waits for a device."""
+    times = []
+    for k in range(warmup + repeats):
+        if k == warmup:
+            on_warm()
+        sync()
+        t0 = time.perf_counter()
+        step(k)
+        sync()
+        if k >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) if times else 0.0
 
 
 @dataclass
@@ -122,18 +140,14 @@ def profile(model, sample, batch: int, repeats: int = 5) -> Profile:
 
     handles = [c.register_forward_pre_hook(pre(i)) for i, c in enumerate(children)]
     handles += [c.register_forward_hook(post(i)) for i, c in enumerate(children)]
-    times = []
-    for k in range(2 + repeats):
-        if k == 2:
-            fwd = [0.0] * len(children)
-        t0 = time.perf_counter()
+
+    def run(k):
         nn.functional.cross_entropy(model(x), y).backward()
-        if k >= 2:
-            times.append(time.perf_counter() - t0)
         model.zero_grad(set_to_none=True)
+
+    compute = median_step_s(run, repeats, on_warm=lambda: fwd.__setitem__(slice(None), [0.0] * len(fwd)))
     for h in handles:
         h.remove()
-    compute = sorted(times)[len(times) // 2]
     total_fwd = sum(fwd) or 1.0
     plan = tp_plan(model) or {}
     pairs, tp_params = [], 0
@@ -180,8 +194,6 @@ def overheads(cfg, timeout: float = 120) -> dict[str, float]:
 
 def _measure_overheads(cfg) -> dict[str, float]:
     """The child's side of :func:`overheads` (a 1-rank gloo job)."""
-    import statistics
-
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -193,14 +205,8 @@ def _measure_overheads(cfg) -> dict[str, float]:
     d = data.load(cfg.data, cfg.model, cfg.samples)
     x, y = d.train_x[: cfg.batch_size], d.train_y[: cfg.batch_size]
 
-    def timed(step, n=12) -> float:
-        times = []
-        for k in range(n):
-            t0 = time.perf_counter()
-            step(x, y)
-            if k >= 3:
-                times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+    def timed(step) -> float:
+        return median_step_s(lambda k: step(x, y), 9, warmup=3)
 
     def fresh():
         torch.manual_seed(cfg.seed)

@@ -50,7 +50,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pyscalecomm.train import data as data_mod
-from pyscalecomm.train import models, strategies
+from pyscalecomm.train import models, predict, strategies
 from pyscalecomm.train.config import RunConfig, parse_straggler
 
 
@@ -124,19 +124,17 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
 
     # Compute-only calibration, on the model before the strategy wraps it (no
     # communication): forward + backward of this rank's share of a step.
-    calib = []
     order0 = torch.randperm(len(xs), generator=torch.Generator().manual_seed(10_000 + cfg.seed))
-    for s in range(2 + cfg.calib_steps):
-        x, y = batch(order0, s, rank % dp)
-        _sync(device)
-        t0 = time.perf_counter()
-        nn.functional.cross_entropy(model(x), y).backward()
-        _sync(device)
-        if s >= 2:
-            calib.append(time.perf_counter() - t0)
+    calib = [batch(order0, s, rank % dp) for s in range(2 + cfg.calib_steps)]
+
+    def calib_step(k):
         model.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model(calib[k][0]), calib[k][1]).backward()
+
+    fb = predict.median_step_s(calib_step, cfg.calib_steps, sync=lambda: _sync(device))
+    model.zero_grad(set_to_none=True)
     # A model-parallel rank computes 1/mp of it (the ideal split).
-    compute_fb = (statistics.median(calib) if calib else 0.0) / mp
+    compute_fb = fb / mp
     compute_fb = _agreed_max(compute_fb)  # a straggler's delay is the same multiple on every rank
     share = strategies.build(cfg, model, device, lambda ddp, group: _register_hook(cfg, ddp, group))
     opt = torch.optim.SGD(share.params, lr=cfg.lr, momentum=0.9) if share.params else None
