@@ -3,6 +3,7 @@ with every output, loss-curve parity of gloo and scalecomm, and launches
 under torchrun and mpirun."""
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -179,6 +180,37 @@ def test_every_model_trains_a_step_on_each_data_set(name, data):
     assert all(p.grad is not None for p in m.parameters())
     assert models.param_bytes(m) == 4 * sum(p.numel() for p in m.parameters())
     assert d.real == (data == "digits")
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])  # resnet at width 256: minutes per step here
+def test_every_model_trains_at_the_drivers_defaults(name):
+    # The driver's defaults (width 256, SGD lr 0.05, momentum 0.9, global
+    # batch 64 at 2 ranks) must train the models: a pre-norm transformer
+    # without its final norm reached NaN here within 20 steps.
+    cfg = RunConfig(model=name)
+    torch.manual_seed(0)
+    d = load("digits", name)
+    m = models.build(name, d.input_shape, d.classes, cfg.width)
+    opt = torch.optim.SGD(m.parameters(), lr=cfg.lr, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(50):
+        idx = torch.randint(0, len(d.train_x), (2 * cfg.batch_size,), generator=g)
+        loss = torch.nn.functional.cross_entropy(m(d.train_x[idx]), d.train_y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(math.isfinite(v) for v in losses), losses
+    assert sum(losses[-5:]) / 5 < losses[0]
+
+
+def test_a_run_whose_loss_is_not_finite_is_named_as_diverged():
+    runs = [_run(1, "gloo"), _run(2, "scalecomm")]
+    runs[1]["epochs"][-1]["loss"] = float("nan")
+    text = report.diverged(runs)
+    assert "diverged" in text and "--lr" in text and "scalecomm" in text and "gloo" not in text
+    assert report.diverged(runs[:1]) == ""
 
 
 def test_resnet_at_width_64_has_resnet18s_size():

@@ -178,6 +178,9 @@ def _report(runs: list[dict], out_dir: str, plots: bool, predicted: dict | None 
     fits = report.fit(results)
     print()
     print(report.markdown_table(results))
+    bad = report.diverged(results)
+    if bad:
+        print("\n" + bad)
     story = report.verdict(results)
     if story:
         print("\n" + story)

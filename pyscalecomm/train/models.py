@@ -92,14 +92,17 @@ class _Embed(nn.Module):
 
 
 class _PoolHead(nn.Module):
-    """Mean over tokens, then the classifier."""
+    """The pre-norm stack's final LayerNorm, the mean over tokens, then the
+    classifier (without the norm the residual stream reaches the classifier
+    unscaled, and SGD at the driver's learning rate diverges from width 256)."""
 
     def __init__(self, width: int, classes: int):
         super().__init__()
+        self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, classes)
 
     def forward(self, x):
-        return self.head(x.mean(1))
+        return self.head(self.norm(x).mean(1))
 
 
 def transformer(input_shape, classes: int, width: int, layers: int = 2) -> nn.Sequential:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 
 from pyscalecomm.train.config import PIPELINES
@@ -330,6 +331,20 @@ def verdict(results: list[dict]) -> str:
             else:
                 line += f", never within {100 * TARGET_SLACK:.1f} points of its accuracy in this run"
         lines.append(line)
+    return "\n".join(lines)
+
+
+def diverged(results: list[dict]) -> str:
+    """One line per run whose training loss stopped being finite: its
+    accuracy and time to accuracy mean nothing (its speed still does)."""
+    lines = []
+    for r in results:
+        bad = [e["epoch"] for e in r["epochs"] if e["loss"] is not None and not math.isfinite(e["loss"])]
+        if bad:
+            lines.append(
+                f"{r['label']}: diverged (training loss not finite from epoch {bad[0]}); its accuracy "
+                f"means nothing: lower --lr (now {r['config']['lr']}) or --width"
+            )
     return "\n".join(lines)
 
 
