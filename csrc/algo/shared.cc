@@ -73,7 +73,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
   const int n = w.size();
   const int rank = w.rank();
   std::memcpy(w.header(rank, call), &mine, sizeof(mine));
-  w.posted(rank).store(call, std::memory_order_release);
+  w.post(call);
   auto arrived = [&] {
     for (int q = 0; q < n; ++q) {
       if (q != rank && w.posted(q).load(std::memory_order_acquire) < call) return false;
@@ -107,7 +107,10 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
         if (mine.seq != 0) checkPeerNotOnLinks(comm, q, mine, ctx);
       }
       if (ctx.call.deadline.expired()) failTimeout(comm, w, call, ctx);
-      comm.idle(late, since);
+      comm.idle(late, since, [&] {
+        return std::any_of(late.begin(), late.end(),
+                           [&](int q) { return w.posted(q).load(std::memory_order_acquire) >= call; });
+      });
     }
     if (ctx.call.trace != nullptr) {
       ctx.call.trace->idle(

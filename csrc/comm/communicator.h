@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,11 +88,20 @@ class Communicator {
   void setWindows(std::shared_ptr<ShmWindows> w) { windows_ = std::move(w); }
 
   // Idles briefly until something may have changed on the given peers' links:
-  // spins for spinMicros after idleSince, then yields until 200 us, then blocks
-  // in poll() on tcp sockets or sleeps in short slices. Never blocks longer than
-  // ~1 ms. Calls progress() first on every link that needs it.
+  // spins for spinMicros after idleSince, then yields until 200 us, then blocks:
+  // in poll() on tcp sockets; on the process's shm doorbell when every peer's
+  // link rings it (transport/link.h), after re-checking `ready` (default: any
+  // of those links is ready(); a caller waiting for something else that its
+  // peers ring the doorbell for, such as a shared window, passes its own
+  // condition); else sleeps in short slices. Never blocks longer than ~1 ms.
+  // Calls progress() first on every link that needs it.
   // Throws Error(Aborted) after abort(). The caller checks its deadline.
-  void idle(const std::vector<int>& peers, Clock::time_point idleSince);
+  void idle(const std::vector<int>& peers, Clock::time_point idleSince, const std::function<bool()>& ready = {});
+  // Times idle() blocked or slept, and of those the times a doorbell woke it.
+  struct IdleCounts {
+    uint64_t blocked = 0, rung = 0;
+  };
+  IdleCounts idleCounts() const { return {idleBlocked_, idleRung_}; }
   int64_t spinMicros() const { return spinMicros_; }
   void setSpinMicros(int64_t us) { spinMicros_ = us; }
 
@@ -109,6 +119,7 @@ class Communicator {
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> progressed_;  // the links whose needsProgress() holds
   int64_t spinMicros_;
+  uint64_t idleBlocked_ = 0, idleRung_ = 0;  // the executing thread's
   std::vector<int> hostOf_;
   std::shared_ptr<MpiGroup> mpi_;  // null without MPI; mpi links hold their own reference
   std::shared_ptr<ShmWindows> windows_;

@@ -11,6 +11,12 @@
 //   thread does both); close() may be called from any thread and makes later
 //   calls on both ends fail promptly.
 // - peek() copies arrived bytes without consuming them.
+// - doorbell() is a wake-up word the waiting thread may sleep on instead of
+//   polling (shm: the process's own segment; null elsewhere); the peer rings
+//   it whenever it moves bytes on a link to this process, closes one, or
+//   posts its window. ready() says this link could move bytes now (data has
+//   arrived, or a send that found no room would now find it, or it is
+//   closed); a waiter re-checks it after arming, before it sleeps.
 // - waitFd() is a pollable descriptor that becomes readable when tryRecv may
 //   move bytes (tcp), or -1 (shm, loopback: the caller spins/yields instead);
 //   sendBlocked() says the last trySend could not take all its bytes, so a
@@ -23,6 +29,24 @@
 #include <string>
 
 namespace scalecomm {
+
+// A wake-up word in memory that several processes map (see Link::doorbell).
+// A waiter reads key(), arm()s (a full fence: a ringer that does not see the
+// waiter armed published its bytes before the waiter's re-check), re-checks
+// its condition, then sleep()s unless the key has moved since, and disarm()s.
+// ring() wakes every armed sleeper; it costs a fence and a load when none is.
+class Doorbell {
+ public:
+  virtual uint32_t key() const = 0;
+  virtual void arm() = 0;
+  virtual void disarm() = 0;
+  // Sleeps until rung or timeoutUs passed; true when rung (or rung after key()).
+  virtual bool sleep(uint32_t key, int64_t timeoutUs) = 0;
+  virtual void ring() = 0;
+
+ protected:
+  ~Doorbell() = default;
+};
 
 class RecvConsumer {
  public:
@@ -51,6 +75,8 @@ class Link {
   virtual void progress() {}
   // Marks the link closed in both directions (idempotent, any thread).
   virtual void close() = 0;
+  virtual Doorbell* doorbell() { return nullptr; }
+  virtual bool ready() const { return true; }
   virtual int waitFd() const { return -1; }
   virtual int sendWaitFd() const { return waitFd(); }
   virtual bool sendBlocked() const { return false; }

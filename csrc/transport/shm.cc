@@ -2,13 +2,17 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <random>
 
@@ -32,6 +36,8 @@ struct alignas(64) SegmentHeader {
   uint64_t windowBytes;
   uint64_t pidNamespace;            // the owner's (pidNamespaceId())
   std::atomic<uint64_t> heartbeat;  // the owner's beat count (ShmSegment::beat)
+  std::atomic<uint32_t> doorbell;   // moves on every ring() that found a sleeper (a futex word)
+  std::atomic<uint32_t> sleepers;   // the owner's threads armed on it
 };
 static_assert(sizeof(SegmentHeader) == 64);
 
@@ -153,6 +159,8 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uin
   hdr->ownerPid = getpid();
   hdr->pidNamespace = pidNamespaceId();
   new (&hdr->heartbeat) std::atomic<uint64_t>(1);
+  new (&hdr->doorbell) std::atomic<uint32_t>(0);
+  new (&hdr->sleepers) std::atomic<uint32_t>(0);
   hdr->worldSize = worldSize;
   hdr->ringBytes = ringBytes;
   hdr->windowBytes = windowBytes;
@@ -215,6 +223,33 @@ SpscRing ShmSegment::ring(int sender) {
   return SpscRing(reinterpret_cast<RingControl*>(slot), slot + sizeof(RingControl), hdr->ringBytes);
 }
 
+// The doorbell. The futex is process-shared (no FUTEX_PRIVATE_FLAG): the
+// word lives in a MAP_SHARED segment that the peers map at other addresses.
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
+
+uint32_t ShmSegment::key() const {
+  return static_cast<SegmentHeader*>(base_)->doorbell.load(std::memory_order_acquire);
+}
+
+void ShmSegment::arm() { static_cast<SegmentHeader*>(base_)->sleepers.fetch_add(1, std::memory_order_seq_cst); }
+
+void ShmSegment::disarm() { static_cast<SegmentHeader*>(base_)->sleepers.fetch_sub(1, std::memory_order_relaxed); }
+
+bool ShmSegment::sleep(uint32_t key, int64_t timeoutUs) {
+  auto* word = &static_cast<SegmentHeader*>(base_)->doorbell;
+  timespec ts{static_cast<time_t>(timeoutUs / 1000000), static_cast<long>((timeoutUs % 1000000) * 1000)};
+  const long r = syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, key, &ts, nullptr, 0);
+  return r == 0 || errno == EAGAIN;  // woken, or the word had moved already; else timed out or interrupted
+}
+
+void ShmSegment::ring() {
+  auto* hdr = static_cast<SegmentHeader*>(base_);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with arm(): publish, then look for sleepers
+  if (hdr->sleepers.load(std::memory_order_relaxed) == 0) return;
+  hdr->doorbell.fetch_add(1, std::memory_order_release);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&hdr->doorbell), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
 int ShmSegment::ownerPid() const { return static_cast<SegmentHeader*>(base_)->ownerPid; }
 uint64_t ShmSegment::ownerPidNamespace() const { return static_cast<SegmentHeader*>(base_)->pidNamespace; }
 void ShmSegment::beat() { static_cast<SegmentHeader*>(base_)->heartbeat.fetch_add(1, std::memory_order_relaxed); }
@@ -246,6 +281,12 @@ ShmWindows::ShmWindows(int rank, std::vector<std::shared_ptr<ShmSegment>> segmen
   }
 }
 
+void ShmWindows::post(uint64_t call) {
+  segments_[rank_]->windowPosted().store(call, std::memory_order_release);
+  for (int r = 0; r < size(); ++r)
+    if (r != rank_) segments_[r]->ring();
+}
+
 ShmLink::ShmLink(int self, int peer, std::shared_ptr<ShmSegment> myInbox, std::shared_ptr<ShmSegment> peerInbox)
     : Link(peer),
       self_(self),
@@ -272,7 +313,13 @@ void ShmLink::throwClosed(const SpscRing& ring) {
 size_t ShmLink::trySend(const void* data, size_t bytes) {
   if (out_.closed()) throwClosed(out_);
   size_t n = out_.write(data, bytes);
-  if (n == 0) checkPeer();
+  if (n == 0) {
+    sendNeed_ = out_.minChunk(bytes);
+    checkPeer();
+  } else {
+    sendNeed_ = 0;
+    peerInbox_->ring();
+  }
   return n;
 }
 
@@ -283,8 +330,15 @@ size_t ShmLink::tryRecv(RecvConsumer& consumer) {
     return 0;
   }
   size_t used = consumer.consume(ptr, avail);
-  if (used > 0) in_.consume(used);
+  if (used > 0) {
+    in_.consume(used);
+    peerInbox_->ring();  // the peer may wait for the room
+  }
   return used;
+}
+
+bool ShmLink::ready() const {
+  return !in_.empty() || in_.closed() || out_.closed() || (sendNeed_ > 0 && out_.space() >= sendNeed_);
 }
 
 size_t ShmLink::peek(void* out, size_t n) { return in_.peek(out, n); }
@@ -317,6 +371,8 @@ void ShmLink::checkPeer() {
 void ShmLink::close() {
   if (!out_.closed()) out_.close(self_);
   if (!in_.closed()) in_.close(self_);
+  peerInbox_->ring();
+  myInbox_->ring();  // a thread of ours asleep on this link (an abort from another thread)
 }
 
 }  // namespace scalecomm

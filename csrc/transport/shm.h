@@ -12,6 +12,10 @@
 // - After the rings the segment holds the owner's window: a `posted` counter
 //   (the number of the owner's last window call whose data is in place) and two
 //   cells of windowBytes each, used by alternate calls (see ShmWindows).
+// - The segment's header holds the owner's doorbell (transport/link.h): the
+//   owner's waiting thread sleeps on it (a futex on the shared word) rather
+//   than polling, and a peer rings it after it writes into or consumes from a
+//   ring the owner uses, after it closes a link and after it posts its window.
 // - A ShmLink detects a closed peer by the ring's closed flag, and a dead
 //   peer by its pid (gone or zombie) when both share a PID namespace; across
 //   PID namespaces (containers sharing the host's IPC) pids mean nothing, so
@@ -33,7 +37,7 @@
 
 namespace scalecomm {
 
-class ShmSegment {
+class ShmSegment final : public Doorbell {
  public:
   // Creates and maps a fresh inbox for `worldSize` senders plus a window of two
   // cells of `windowBytes` (a multiple of 64; 0: no window); the caller's rank owns it.
@@ -43,6 +47,12 @@ class ShmSegment {
   // Maps a peer's inbox by name; validates its header.
   static std::shared_ptr<ShmSegment> open(const std::string& name, int expectOwner, int worldSize);
   ~ShmSegment();
+
+  uint32_t key() const override;
+  void arm() override;
+  void disarm() override;
+  bool sleep(uint32_t key, int64_t timeoutUs) override;
+  void ring() override;
 
   const std::string& name() const { return name_; }
   void unlinkName();  // idempotent
@@ -96,6 +106,8 @@ class ShmWindows {
   int size() const { return static_cast<int>(segments_.size()); }
   // The largest message one call carries.
   int64_t windowBytes() const { return windowBytes_; }
+  // Publishes this rank's call (release) and rings every peer's doorbell.
+  void post(uint64_t call);
   uint64_t nextCall() { return ++calls_; }
   std::atomic<uint64_t>& posted(int r) { return segments_[r]->windowPosted(); }
   uint8_t* header(int r, uint64_t call) { return segments_[r]->windowCell(static_cast<int>(call % 2)); }
@@ -118,6 +130,8 @@ class ShmLink : public Link {
   void checkPeer() override;
   void heartbeat() override;
   void close() override;
+  Doorbell* doorbell() override { return myInbox_.get(); }
+  bool ready() const override;
   const char* kind() const override { return "shm"; }
 
  private:
@@ -129,6 +143,7 @@ class ShmLink : public Link {
   std::shared_ptr<ShmSegment> myInbox_, peerInbox_;
   SpscRing in_, out_;
   uint64_t lastAliveCheckNs_ = 0;
+  uint64_t sendNeed_ = 0;  // room the last trySend waited for (0: it moved bytes, or none was tried)
 };
 
 }  // namespace scalecomm

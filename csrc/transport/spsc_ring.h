@@ -46,8 +46,7 @@ class SpscRing {
     uint64_t head = ctl_->head.load(std::memory_order_relaxed);
     uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
     uint64_t space = cap_ - checkedFill(head, tail);
-    uint64_t minChunk = bytes < cap_ / 8 ? bytes : cap_ / 8;
-    if (space < minChunk || bytes == 0) return 0;
+    if (space < minChunk(bytes) || bytes == 0) return 0;
     size_t n = bytes < space ? bytes : static_cast<size_t>(space);
     uint64_t pos = head % cap_;
     size_t first = static_cast<size_t>(cap_ - pos) < n ? static_cast<size_t>(cap_ - pos) : n;
@@ -93,6 +92,12 @@ class SpscRing {
     uint32_t open = 0;
     ctl_->closed.compare_exchange_strong(open, byRank + 1, std::memory_order_acq_rel);
   }
+  // Bytes write() could take now.
+  uint64_t space() const {
+    return cap_ - checkedFill(ctl_->head.load(std::memory_order_relaxed), ctl_->tail.load(std::memory_order_acquire));
+  }
+  // What write() needs free before it takes anything from a message of `bytes`.
+  uint64_t minChunk(size_t bytes) const { return bytes < cap_ / 8 ? bytes : cap_ / 8; }
   bool empty() const {
     return ctl_->head.load(std::memory_order_acquire) == ctl_->tail.load(std::memory_order_relaxed);
   }

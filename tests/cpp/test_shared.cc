@@ -411,4 +411,55 @@ TEST(shared_serves_every_size_where_the_group_has_windows_and_auto_prices_it) {
         predictAllreduceSeconds("ring", 4, 1000 * kWindow, p, windows));
 }
 
+// A rank that waits long sleeps on its doorbell (a handful of 1 ms naps,
+// not a poll every few microseconds) and its peer's bytes wake it: for a
+// message that arrives late, for room in a full ring, and for a window post.
+TEST(a_long_wait_sleeps_on_the_doorbell_and_the_peer_wakes_it) {
+  constexpr int kRounds = 20;
+  constexpr auto kLate = std::chrono::milliseconds(5);
+  std::vector<Communicator::IdleCounts> counts(2);
+  const auto errors = onMesh(2, [&](int rank, Communicator& comm) {
+    auto opts = [](uint64_t seq) {
+      CollectiveOptions o = sharedOptions(seq);
+      o.algorithm = "";
+      return o;
+    };
+    // A small message sent late: rank 1 waits for data.
+    std::vector<float> small(256);
+    for (int k = 1; k <= kRounds; ++k) {
+      if (rank == 0) {
+        std::this_thread::sleep_for(kLate);
+        std::fill(small.begin(), small.end(), static_cast<float>(k));
+        sendTo(comm.channel(), small.data(), 256, DataType::Float32, 1, 0, opts(k));
+      } else {
+        recvFrom(comm.channel(), small.data(), 256, DataType::Float32, 0, 0, opts(k));
+        CHECK(small.front() == static_cast<float>(k) && small.back() == static_cast<float>(k));
+      }
+    }
+    // A message 16x the ring, received late: rank 0 waits for room.
+    std::vector<float> big((1 << 20) / 4, 1.0f);
+    for (int k = kRounds + 1; k <= kRounds + 3; ++k) {
+      if (rank == 0) {
+        sendTo(comm.channel(), big.data(), static_cast<int64_t>(big.size()), DataType::Float32, 1, 0, opts(k));
+      } else {
+        std::this_thread::sleep_for(kLate);
+        recvFrom(comm.channel(), big.data(), static_cast<int64_t>(big.size()), DataType::Float32, 0, 0, opts(k));
+      }
+    }
+    // A shared window call that rank 0 joins late.
+    for (int k = 1; k <= kRounds; ++k) {
+      if (rank == 0) std::this_thread::sleep_for(kLate);
+      std::vector<float> data(64, 1.0f);
+      allreduce(comm.channel(), data.data(), 64, DataType::Float32, ReduceOp::Sum, 1.0, sharedOptions(k));
+      CHECK(data[0] == 2.0f);
+    }
+    counts[rank] = comm.idleCounts();
+  });
+  CHECK(errors[0].empty() && errors[1].empty());
+  // Rank 1 waited about 2 x 20 x 5 ms; polling in 20 us slices took thousands of naps.
+  CHECK(counts[1].blocked < 2 * kRounds * 12);
+  CHECK(counts[1].rung >= kRounds);
+  CHECK(counts[0].rung >= 1);  // room in the full ring woke rank 0
+}
+
 TEST_MAIN()
