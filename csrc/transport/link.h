@@ -15,8 +15,8 @@
 //   polling (shm: the process's own segment; null elsewhere); the peer rings
 //   it whenever it moves bytes on a link to this process, closes one, or
 //   posts its window. ready() says this link could move bytes now (data has
-//   arrived, or a send that found no room would now find it, or it is
-//   closed); a waiter re-checks it after arming, before it sleeps.
+//   arrived, or a send that found no room would now find it); a waiter
+//   re-checks it after arming, before it sleeps.
 // - waitFd() is a pollable descriptor that becomes readable when tryRecv may
 //   move bytes (tcp), or -1 (shm, loopback: the caller spins/yields instead);
 //   sendBlocked() says the last trySend could not take all its bytes, so a

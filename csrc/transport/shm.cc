@@ -338,7 +338,10 @@ size_t ShmLink::tryRecv(RecvConsumer& consumer) {
 }
 
 bool ShmLink::ready() const {
-  return !in_.empty() || in_.closed() || out_.closed() || (sendNeed_ > 0 && out_.space() >= sendNeed_);
+  // A closed link is not "ready": close() rings the doorbell, and a waiter
+  // that does not treat a finished peer as an error (receive from any source)
+  // must sleep, not spin, while it waits for the others.
+  return !in_.empty() || (sendNeed_ > 0 && out_.space() >= sendNeed_);
 }
 
 size_t ShmLink::peek(void* out, size_t n) { return in_.peek(out, n); }

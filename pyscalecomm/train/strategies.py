@@ -252,7 +252,9 @@ def _shard(model, mesh) -> None:
 def _tp(cfg, model, device, hook, dp: int = 1):
     from torch.distributed.tensor.parallel import parallelize_module
 
-    plan = tp_plan(model)  # not None: RunConfig.check asked has_tp_plan
+    plan = tp_plan(model)
+    if plan is None:  # RunConfig.check refuses this first; the predictor's probe relies on the error
+        raise ValueError(f"strategy={cfg.strategy}: the {cfg.model} model has no tensor-parallel plan")
     world = dist.get_world_size()
     if dp == 1:
         mesh, _ = _mesh(cfg, (world,), ("tp",))
