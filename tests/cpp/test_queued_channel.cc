@@ -264,7 +264,7 @@ TEST(nothing_runs_on_the_host_at_issue) {
   std::condition_variable cv;
   bool release = false;
   std::vector<std::vector<float>> bufs = {rankInput(0, 1000), rankInput(1, 1000)};
-  std::atomic<int> untouchedAtReturn{0};
+  std::atomic<int> untouchedAtReturn{0}, returned{0};
   auto errors = runQueued(2, [&](int r, EmulatedQueuedChannel& ch) {
     ch.enqueue([&] {
       std::unique_lock<std::mutex> g(mu);
@@ -272,11 +272,11 @@ TEST(nothing_runs_on_the_host_at_issue) {
     });
     allreduce(ch, bufs[r].data(), 1000, DataType::Float32, ReduceOp::Sum, 1, opts("ring", 256));
     if (bufs[r] == rankInput(r, 1000)) ++untouchedAtReturn;
-    if (r == 0) {
+    if (++returned == 2) {  // the queues run once both ranks have looked (not before the slower one did)
       std::lock_guard<std::mutex> g(mu);
       release = true;
+      cv.notify_all();
     }
-    cv.notify_all();
   });
   CHECK_EQ(joined(errors), std::string());
   CHECK_EQ(untouchedAtReturn.load(), 2);
