@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <vector>
 
@@ -88,6 +89,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
   for (int i = 0; i < quickPolls && !arrived(); ++i) SC_CPU_RELAX();
   if (!arrived()) {
     const Clock::time_point since = Clock::now();
+    const std::function<bool()> allArrived = arrived;  // idle's re-check before it sleeps (built once)
     thread_local std::vector<int> late;
     for (;;) {
       late.clear();
@@ -107,10 +109,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
         if (mine.seq != 0) checkPeerNotOnLinks(comm, q, mine, ctx);
       }
       if (ctx.call.deadline.expired()) failTimeout(comm, w, call, ctx);
-      comm.idle(late, since, [&] {
-        return std::any_of(late.begin(), late.end(),
-                           [&](int q) { return w.posted(q).load(std::memory_order_acquire) >= call; });
-      });
+      comm.idle(late, since, allArrived);
     }
     if (ctx.call.trace != nullptr) {
       ctx.call.trace->idle(

@@ -145,7 +145,10 @@ def profile(model, sample, batch: int, repeats: int = 5) -> Profile:
         nn.functional.cross_entropy(model(x), y).backward()
         model.zero_grad(set_to_none=True)
 
-    compute = median_step_s(run, repeats, on_warm=lambda: fwd.__setitem__(slice(None), [0.0] * len(fwd)))
+    def forget_warmup():  # the layer times count the timed steps only
+        fwd[:] = [0.0] * len(fwd)
+
+    compute = median_step_s(run, repeats, on_warm=forget_warmup)
     for h in handles:
         h.remove()
     total_fwd = sum(fwd) or 1.0
