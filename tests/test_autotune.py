@@ -66,6 +66,11 @@ def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
     winner = first[0][0][0]["algorithm"]
     text = path.read_text()
     assert "key scalecomm-" in text and f"allreduce 4096 {winner} " in text, text
+    # The key names the processor: a VM of one name moves between processors, which rank differently.
+    cpu = next(
+        (ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), ["?"]
+    )
+    assert f" cpu={'_'.join(cpu) or '?'} " in text, text
     second = run_ranks(2, _explore, 10, 1024, env=env)
     for tuning, stats, file in second:
         assert file == str(path)

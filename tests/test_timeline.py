@@ -17,9 +17,9 @@ def _work(rank, n):
 
 
 def test_timeline_has_collective_and_step_spans_per_rank(tmp_path, capsys):
-    pattern = str(tmp_path / "trace-{rank}.json")
+    pattern = str(tmp_path / "traces" / "run-1" / "trace-{rank}.json")  # folders made as needed
     run_ranks(2, _work, env={"SCALECOMM_TIMELINE": pattern, "SCALECOMM_ALGO": "ring"})
-    files = [tmp_path / f"trace-{r}.json" for r in range(2)]
+    files = [tmp_path / "traces" / "run-1" / f"trace-{r}.json" for r in range(2)]
     for rank, f in enumerate(files):
         events = profile.load_events(str(f))
         colls = [e for e in events if e["cat"] == "collective"]

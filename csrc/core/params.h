@@ -122,7 +122,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "Host identity used to decide which peers share memory (default: hostname and namespaces).")                     \
   P("SCALECOMM_TIMELINE", "", "",                                                                                     \
     "Write a Chrome/Perfetto trace per rank to this path ('{rank}' is replaced, else '.rank<r>' is inserted "        \
-    "before the extension): one span per collective and, inside, per step: send, recv, recv+reduce, wait.")          \
+    "before the extension; missing folders are created): one span per collective and, inside, per step: send, "  \
+    "recv, recv+reduce, wait.")                                                                                       \
   P("SCALECOMM_LAUNCHER_ENV", "1", "0|1",                                                                             \
     "Python: 1 lets 'import pyscalecomm' fill RANK, WORLD_SIZE, MASTER_ADDR, ... from mpirun or srun (not "          \
     "torchrun); 0 leaves the environment alone.")                                                                    \

@@ -1,7 +1,9 @@
 #include "core/timeline.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <system_error>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -50,6 +52,9 @@ Timeline* Timeline::get(int rank) {
 }
 
 Timeline::Timeline(std::string path) : path_(std::move(path)) {
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  std::error_code ignored;  // an unwritable folder fails the open below, which says so
+  if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
   file_ = std::fopen(path_.c_str(), "w");
   if (file_ == nullptr) {
     SC_LOG(Warn, "scalecomm: cannot write the timeline to ", path_, " (SCALECOMM_TIMELINE); no trace is recorded");

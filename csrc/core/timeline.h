@@ -2,9 +2,10 @@
 //
 // Contract: Timeline::get() returns the process-wide timeline when
 // SCALECOMM_TIMELINE is set, else nullptr (then nothing is recorded). The file
-// is opened on first use: '{rank}' in the path is replaced by the rank, or
-// '.rank<r>' is inserted before the extension. Events are written as they
-// come, one complete event ("ph":"X") per line, in the JSON array format.
+// is opened on first use, its missing folders created: '{rank}' in the path
+// is replaced by the rank, or '.rank<r>' is inserted before the extension.
+// Events are written as they come, one complete event ("ph":"X") per line, in
+// the JSON array format.
 // A clean exit closes the array (the file is then strict JSON); a crashed or
 // killed process leaves it open, which the trace format allows
 // (chrome://tracing, ui.perfetto.dev and pyscalecomm.profile read both).

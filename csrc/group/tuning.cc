@@ -25,8 +25,32 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-// What a measurement depends on: the library, the machine (rank 0's host
-// and cores), the layout (ranks per host, link kinds, the mpi channel) and
+// The processor's model as /proc/cpuinfo names it, blanks as '_' ("?"
+// where unknown): a cache measured on one processor does not rank the
+// algorithms of another (a cloud VM of one name moves between them).
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    std::string name;
+    for (char c : line.substr(colon + 1)) {
+      if (c == ' ' || c == '\t') {
+        if (!name.empty() && name.back() != '_') name += '_';
+      } else {
+        name += c;
+      }
+    }
+    while (!name.empty() && name.back() == '_') name.pop_back();
+    return name.empty() ? "?" : name;
+  }
+  return "?";
+}
+
+// What a measurement depends on: the library, the machine (rank 0's host,
+// processor and cores), the layout (ranks per host, link kinds, the mpi channel) and
 // the settings that change how fast an algorithm runs.
 std::string tuningKeyOf(const GroupConfig& c, Communicator& comm) {
   std::ostringstream o;
@@ -44,7 +68,7 @@ std::string tuningKeyOf(const GroupConfig& c, Communicator& comm) {
   for (auto it = kinds.begin(); it != kinds.end(); ++it) o << (it == kinds.begin() ? "" : "+") << *it;
   o << (comm.collectivesOnMpi() ? " mpi-channel" : "") << " segment=" << c.segmentBytes
     << " window=" << c.shmWindowBytes << " spin=" << c.spinMicros << " sockets=" << c.socketsPerPeer
-    << " cores=" << hostCores() << " machine=" << hostIdentity();
+    << " cores=" << hostCores() << " cpu=" << cpuModel() << " machine=" << hostIdentity();
   return o.str();
 }
 
