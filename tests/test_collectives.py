@@ -564,7 +564,8 @@ def test_synchronous_calls_run_inline_async_ones_on_the_worker_and_plans_are_reu
     for before, mid, after, algos in run_ranks(2, _where_calls_run, env=model):
         assert mid["inline_calls"] - before["inline_calls"] == 50, (before, mid)
         assert after["worker_calls"] - mid["worker_calls"] == 20, (mid, after)
-        assert "allreduce:shared" in algos, algos  # auto's pick for small messages on one host
+        # the model's picks for small messages on one host (which of the two: the probe's timings decide)
+        assert algos and set(algos) <= {"allreduce:shared", "allreduce:pairwise"}, algos
     # Schedules compile once per shape (shared runs none; without windows auto picks schedules).
     no_windows = {**model, "SCALECOMM_SHM_WINDOW_BYTES": 0}
     for before, _mid, after, algos in run_ranks(2, _where_calls_run, env=no_windows):
