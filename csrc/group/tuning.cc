@@ -35,15 +35,9 @@ std::string cpuModel() {
     if (line.rfind("model name", 0) != 0) continue;
     const size_t colon = line.find(':');
     if (colon == std::string::npos) break;
-    std::string name;
-    for (char c : line.substr(colon + 1)) {
-      if (c == ' ' || c == '\t') {
-        if (!name.empty() && name.back() != '_') name += '_';
-      } else {
-        name += c;
-      }
-    }
-    while (!name.empty() && name.back() == '_') name.pop_back();
+    std::istringstream words(line.substr(colon + 1));
+    std::string word, name;
+    while (words >> word) name += (name.empty() ? "" : "_") + word;
     return name.empty() ? "?" : name;
   }
   return "?";
