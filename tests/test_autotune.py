@@ -12,41 +12,56 @@ import torch.distributed as dist
 from dist_helpers import run_ranks
 
 ONLINE = {"SCALECOMM_AUTOTUNE": "online"}  # auto measures only when asked
+BLOCK = 16  # calls per trial at 4 KiB (SCALECOMM_AUTO_BLOCK_BYTES 4 MiB: at most 16)
 
 
-def _explore(rank, n, calls, count):
+def _decided(be) -> bool:
+    return any(b["phase"] == "exploiting" for b in be.tuning())
+
+
+def _explore(rank, n, calls, count, after_decision=None):
+    """`calls` allreduces of `count` floats, each checked exactly; with
+    `after_decision`, as many as the exploration takes and then that many
+    more (the same number on every rank: they decide at the same call)."""
     be = dist.group.WORLD._get_backend(torch.device("cpu"))
-    for i in range(calls):
+    i = 0
+    while i < calls or (after_decision is not None and not _decided(be)):
+        assert i < 5000, be.tuning()
         t = torch.full((count,), float(rank + 1 + i))
         dist.all_reduce(t)
         assert torch.equal(t, torch.full((count,), n * (n + 1) / 2 + n * i)), (i, t[:4])
+        i += 1
+    for _ in range(after_decision or 0):
+        dist.all_reduce(torch.ones(count))
     stats = {k: v["calls"] for k, v in be.stats().items() if k.startswith("allreduce")}
     return be.tuning(), stats, be.tuning_file
 
 
 def test_online_auto_explores_then_every_rank_runs_the_same_winner():
-    calls = 100  # past the decision (and an extension), before the first drift check
-    results = run_ranks(3, _explore, calls, 1024, env=ONLINE)
+    # past the decision (and an extension) by 10 calls: before the first drift check
+    results = run_ranks(3, _explore, 0, 1024, 10, env=ONLINE)
     tuning0, stats0, _ = results[0]
     assert len(tuning0) == 1, tuning0
     bucket = tuning0[0]
     assert bucket["bytes"] == 4096 and bucket["phase"] == "exploiting" and bucket["source"] == "explored", (
         bucket
     )
-    cands = bucket["candidates"]
-    assert len(cands) >= 2, bucket
+    cands = bucket["candidates"]  # those still in at the decision (the others left at a screening or race)
+    assert cands, bucket
     winner = bucket["algorithm"]
     assert winner in [c["algorithm"] for c in cands], bucket
     assert bucket["lo_s"] <= bucket["median_s"] <= bucket["hi_s"], bucket
     # one warm-up round and 8 measured ones, every candidate in each (plus two
     # screening rounds where one far slower left after them, and 17 more for
     # the two an inconclusive decision measures again); those that left ran
-    # 3 calls (the screening) or 5 or 7 (the race)
+    # 3 trials (the screening) or 5 or 7 (the race); each trial a block of calls
     trials = {k: v for k, v in stats0.items() if k.endswith(" (trial)")}
     for c in cands:
-        assert trials[f"allreduce:{c['algorithm']} (trial)"] == c["trials"] in (9, 11, 26, 28), (c, trials)
-    assert all(v in (3, 5, 7, 9, 11, 26, 28) for v in trials.values()), trials
-    assert stats0[f"allreduce:{winner}"] == calls - sum(trials.values()), stats0
+        assert trials[f"allreduce:{c['algorithm']} (trial)"] == c["trials"], (c, trials)
+        assert c["trials"] in [BLOCK * k for k in (9, 11, 26, 28)], (c, trials)
+    assert all(v in [BLOCK * k for k in (3, 5, 7, 9, 11, 26, 28)] for v in trials.values()), trials
+    assert len(trials) >= 2, trials  # more than one algorithm was measured
+    assert stats0[f"allreduce:{winner}"] == 10, stats0
     for tuning, stats, _ in results[1:]:  # every rank: the same decision on the same evidence
         assert tuning[0]["algorithm"] == winner and tuning[0]["median_s"] == bucket["median_s"], tuning
         assert stats == stats0, (stats, stats0)
@@ -62,7 +77,7 @@ def _cli(module: str, *args: str) -> str:
 def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
     path = tmp_path / "cache.txt"
     env = {**ONLINE, "SCALECOMM_TUNING_FILE": str(path)}
-    first = run_ranks(2, _explore, 80, 1024, env=env)
+    first = run_ranks(2, _explore, 0, 1024, 0, env=env)
     winner = first[0][0][0]["algorithm"]
     text = path.read_text()
     assert "key scalecomm-" in text and f"allreduce 4096 {winner} " in text, text
@@ -99,9 +114,12 @@ def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
 
 
 def _quiet(rank, n):
-    for _ in range(100):
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    for _ in range(5000):
         dist.all_reduce(torch.ones(16))
-    return "ok"
+        if _decided(be):
+            return "ok"
+    raise AssertionError(be.tuning())
 
 
 def test_each_decision_is_logged_with_its_evidence(tmp_path):

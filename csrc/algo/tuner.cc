@@ -67,6 +67,11 @@ int OnlineTuner::bucketOf(int64_t bytes) {
   return b;
 }
 
+int OnlineTuner::blockLength(int bucket) const {
+  if (settings_.blockBytes <= 0) return 1;
+  return static_cast<int>(std::clamp<int64_t>(settings_.blockBytes / bucketBytes(bucket), 1, kMaxBlock));
+}
+
 Label OnlineTuner::modelPickLocked(int64_t bytes) {
   auto it = modelPicks_.find(bytes);
   if (it != modelPicks_.end()) return it->second;
@@ -113,6 +118,8 @@ void OnlineTuner::explore(Bucket& k) {
   k.phase = Phase::Exploring;
   k.screens = 0;
   k.trial = 0;
+  k.step = 0;
+  k.blockTimed = 0;
   k.rounds = settings_.rounds;
   k.local.assign(k.cands.size() * k.rounds, 0.0);
   ++k.explorations;
@@ -148,9 +155,10 @@ OnlineTuner::Pick OnlineTuner::pick(int64_t bytes) {
   Pick p;
   p.bucket = b;
   p.fresh = fresh;
+  k.block = blockLength(b);
   while (k.phase == Phase::Exploring) {
     const int c = static_cast<int>(k.cands.size());
-    const int64_t i = k.trial;
+    const int64_t i = k.step / k.block;
     const int cand = static_cast<int>((i + i / c) % c);
     if (!serves_(k.cands[cand], bytes)) {
       // A size limit inside the bucket (pairwise): the candidate leaves it,
@@ -168,7 +176,8 @@ OnlineTuner::Pick OnlineTuner::pick(int64_t bytes) {
       exploit(k, k.cands[0]);
       break;
     }
-    ++k.trial;
+    ++k.step;
+    k.trial = i + 1;
     ++k.info[cand].trials;
     p.algorithm = k.cands[cand];
     p.candidate = cand;
@@ -196,6 +205,12 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
     if (p.candidate < static_cast<int>(k.info.size())) k.info[p.candidate].trialSeconds += seconds;
   }
   if (p.candidate >= 0 && k.phase == Phase::Exploring) {
+    // The trial's time: the median of its block's second half.
+    const int64_t j = (k.step - 1) % k.block;
+    if (j >= k.block / 2) k.blockTimes[k.blockTimed++] = seconds;
+    if (j != k.block - 1) return {};
+    seconds = median(std::vector<double>(k.blockTimes.begin(), k.blockTimes.begin() + k.blockTimed));
+    k.blockTimed = 0;
     const int64_t round = (k.trial - 1) / c;  // this trial's
     if (round >= 1) k.local[(round - 1) * c + p.candidate] = seconds;
     if (k.screens < 2 && c > 1 && k.rounds > kRaceRounds && k.trial == c * (kRaceRounds + 1)) {
@@ -326,6 +341,7 @@ std::string OnlineTuner::race(Bucket& k, int bucket, const std::vector<double>& 
     for (int r = 0; r < R; ++r) local[r * left + i] = k.local[r * c + keep[i]];
   k.local = std::move(local);
   k.trial = left * (R + 1);
+  k.step = k.trial * k.block;
   const std::string leaderName = k.info[leader].algorithm;
   keepOnly(k, keep);
   std::ostringstream o;
@@ -366,6 +382,7 @@ std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>
   // The survivors start their measured rounds afresh (warmed up already).
   const int left = static_cast<int>(k.cands.size());
   k.trial = left;
+  k.step = k.trial * k.block;
   k.local.assign(left * k.rounds, 0.0);
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " took over "
@@ -417,6 +434,7 @@ std::string OnlineTuner::describe(int bucket) const {
   for (size_t q = 0; q < k.info.size(); ++q)
     o << (q ? "," : "") << " " << k.info[q].algorithm << " (model " << us(k.info[q].predicted) << " us)";
   o << " in " << k.rounds << " interleaved rounds";
+  if (k.block > 1) o << " of " << k.block << " calls each (timed on the last " << k.block - k.block / 2 << ")";
   return o.str();
 }
 

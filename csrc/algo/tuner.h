@@ -10,9 +10,15 @@
 //   the fastest prediction (at most `maxCandidates`): a model that is far
 //   off (a probe on a loaded machine) cannot leave its own choice alone.
 //   One algorithm serves: decided at once ("model").
-// - Exploring: the bucket's calls cycle through the candidates in rounds
-//   (call i of the exploration runs candidate (i + i / C) mod C), one warm-up
-//   round and then `rounds` measured ones. With three candidates or more,
+// - Exploring: the bucket's trials cycle through the candidates in rounds
+//   (trial i of the exploration runs candidate (i + i / C) mod C), one
+//   warm-up round and then `rounds` measured ones. A trial is a block of
+//   L = blockLength(bucket) consecutive calls of its candidate; its time is
+//   the median of the block's last ceil(L / 2) calls, so a candidate is
+//   timed as it runs back to back (its own buffers, caches and peers' pace
+//   settled), not just after another algorithm's call. L is a function of
+//   the bucket alone (`blockBytes` / the bucket's bytes, 1 to kMaxBlock),
+//   the same on every rank. With three candidates or more,
 //   after kScreenRounds measured rounds the ranks agree on those times (the
 //   maximum over ranks, as below) and every candidate but the favourite whose
 //   fastest round took over kScreenFactor x the slowest round of the best
@@ -73,8 +79,10 @@ struct TunerSettings {
   int64_t firstCheck = 64;  // calls between drift checks, doubling to maxCheck
   int64_t maxCheck = 4096;
   int64_t reexploreAfter = 4096;  // calls before the next exploration, doubling
+  int64_t blockBytes = 0;         // a trial's calls make up this many bytes (0: one call per trial)
 };
 
+constexpr int kMaxBlock = 16;           // calls per trial at most
 constexpr int kMinCandidates = 3;       // measured whatever the model predicts for them
 constexpr double kDriftFactor = 1.3;    // the band's widening before a drift counts
 constexpr int kScreenRounds = 2;        // measured rounds before the screening
@@ -104,12 +112,14 @@ class OnlineTuner {
 
   static int bucketOf(int64_t bytes);
   static int64_t bucketBytes(int bucket) { return bucket <= 0 ? 1 : int64_t{1} << bucket; }
+  // Calls per trial in `bucket`: blockBytes / bucketBytes, 1 to kMaxBlock.
+  int blockLength(int bucket) const;
 
   struct Pick {
     Label algorithm;
     int bucket = -1;
     int candidate = -1;     // >= 0: an exploration trial of this candidate
-    bool measured = false;  // record() wants the call's time
+    bool measured = false;  // record() wants the call's time (every trial call and exploited call)
     bool fresh = false;     // this pick started its bucket (see describe())
   };
   Pick pick(int64_t bytes);
@@ -160,7 +170,11 @@ class OnlineTuner {
     std::string favourite;     // the model's choice
     std::vector<Label> cands;  // model order, favourite first
     std::vector<Candidate> info;
-    int64_t trial = 0;      // this exploration's calls so far
+    int64_t trial = 0;                           // this exploration's trials so far (the one under way included)
+    int64_t step = 0;                            // this exploration's calls so far
+    int block = 1;                               // calls per trial (blockLength)
+    std::array<double, kMaxBlock> blockTimes{};  // the current trial's timed calls
+    int blockTimed = 0;
     int screens = 0;        // eliminations run in this exploration: 1 after the screening, 2 after the race
     bool extended = false;  // this exploration's inconclusive pair is being re-measured
     int rounds = 0;         // measured rounds of this exploration

@@ -132,7 +132,9 @@ void Group::startTuner() {
     return out;
   };
   auto serves = [this](const std::string& a, int64_t bytes) { return allreduceServes(a, size_, bytes, algoParams()); };
-  tuner_ = std::make_unique<OnlineTuner>(ranker, serves);
+  TunerSettings settings;
+  settings.blockBytes = config_.autoBlockBytes;
+  tuner_ = std::make_unique<OnlineTuner>(ranker, serves, settings);
   tuner_->load(tuning_.allreduce);
 }
 

@@ -91,6 +91,45 @@ TEST(exploration_interleaves_every_candidate_in_each_round) {
   CHECK_EQ(agree.size(), size_t{3 * 8});
 }
 
+TEST(a_trial_is_a_block_of_calls_timed_on_its_second_half) {
+  TunerSettings s;
+  s.blockBytes = 4 * 4096;  // 4 calls per trial at 4096 bytes
+  OnlineTuner t = makeTuner(s);
+  CHECK_EQ(t.blockLength(OnlineTuner::bucketOf(4096)), 4);
+  CHECK_EQ(t.blockLength(OnlineTuner::bucketOf(8)), kMaxBlock);
+  CHECK_EQ(t.blockLength(OnlineTuner::bucketOf(1 << 20)), 1);
+  // b's first two calls after a switch take 100 us (its buffers are cold),
+  // the rest 7 us; a and c take 10 and 20 us throughout. Timed on the block's
+  // second half, b is the faster (one-call trials would see only the 100 us).
+  std::vector<std::string> seen;
+  const std::string what = explore(t, 4096, [&](const std::string& a, int) {
+    const bool cold = seen.size() < 2 || seen[seen.size() - 2] != a || seen.back() != a;
+    seen.push_back(a);
+    if (a == "b") return cold ? 100e-6 : 7e-6;
+    return a == "a" ? 10e-6 : 20e-6;
+  });
+  CHECK_EQ(winner(t, 4096), std::string("b"));
+  CHECK(std::fabs(t.report().front().median - 7e-6) < 1e-12);
+  CHECK(seen.size() % 4 == 0);
+  for (size_t i = 0; i < seen.size(); i += 4)  // blocks of one candidate, rotated by round
+    CHECK(seen[i] == seen[i + 1] && seen[i] == seen[i + 2] && seen[i] == seen[i + 3]);
+  for (const auto& c : t.report().front().candidates) CHECK_EQ(c.trials % 4, int64_t{0});
+  CHECK(t.describe(OnlineTuner::bucketOf(4096)).find("runs b") != std::string::npos);
+  OnlineTuner u = makeTuner(s);
+  u.pick(4096);
+  CHECK(u.describe(OnlineTuner::bucketOf(4096)).find("of 4 calls each (timed on the last 2)") != std::string::npos);
+  // One call per trial (blockBytes 0) on the same times: b always cold, a wins.
+  OnlineTuner one = makeTuner();
+  seen.clear();
+  explore(one, 4096, [&](const std::string& a, int) {
+    const bool cold = seen.size() < 2 || seen[seen.size() - 2] != a || seen.back() != a;
+    seen.push_back(a);
+    if (a == "b") return cold ? 100e-6 : 7e-6;
+    return a == "a" ? 10e-6 : 20e-6;
+  });
+  CHECK_EQ(winner(one, 4096), std::string("a"));
+}
+
 TEST(a_clearly_faster_algorithm_wins_and_noise_leaves_the_models_choice) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> noise(0.9, 1.1);
@@ -321,19 +360,21 @@ TEST(decisions_round_trip_through_the_cache_text) {
 
 namespace {
 
-// n groups over loopback, auto online; every rank runs `calls` allreduces of
-// 4096 bytes (inline and on the worker alternately) and checks each result
-// exactly. Returns the groups (shut down) and each rank's trial counts.
+// n groups over loopback, auto online with trials of kBlock calls; every rank
+// runs `calls` allreduces of 4096 bytes (inline and on the worker
+// alternately) and checks each result exactly. Returns the groups (shut down) and each rank's trial counts.
 struct LiveRun {
   std::vector<std::shared_ptr<Group>> groups;
   std::vector<std::map<std::string, uint64_t>> trials;
 };
+constexpr int kBlock = 2;
 LiveRun runLive(int n, int calls, const std::function<void(int, Group&)>& setUp = {}) {
   LoopbackFabric fabric(n, 1 << 16);
   auto comms = loopbackCommunicators(fabric, 0);
   GroupConfig cfg;
   cfg.timeoutMs = 20000;
   cfg.autotune = "online";
+  cfg.autoBlockBytes = kBlock * 4096;
   CostParams costs;
   costs.alpha = 5e-6;
   costs.overhead = 5e-6;
@@ -389,11 +430,13 @@ void checkAlike(const LiveRun& run) {
 }  // namespace
 
 TEST(every_rank_of_a_live_group_decides_alike_with_exact_results) {
-  LiveRun run = runLive(3, 160);
+  LiveRun run = runLive(3, 160 * kBlock);
   checkAlike(run);
   const auto report = run.groups[0]->tuning();
-  for (const auto& c : report[0].candidates)
+  for (const auto& c : report[0].candidates) {
     CHECK_EQ(run.trials[0]["allreduce:" + c.algorithm + " (trial)"], static_cast<uint64_t>(c.trials));
+    CHECK_EQ(c.trials % kBlock, int64_t{0});
+  }
   CHECK(run.groups[0]->stats().count("allreduce:" + report[0].algorithm) == 1);  // then it exploits
 }
 
@@ -401,7 +444,7 @@ TEST(a_live_group_extends_an_inconclusive_exploration_alike_on_every_rank) {
   // Every rank reports the same made-up times: tree 10% faster than the
   // rest but slower in every third round, so the decision is extended; the
   // ranks go through it together, with exact results throughout.
-  LiveRun run = runLive(3, 200, [](int, Group& g) {
+  LiveRun run = runLive(3, 200 * kBlock, [](int, Group& g) {
     auto count = std::make_shared<int>(0);
     g.skewTunerTimesForTest([count](const std::string& a, double) {
       if (a != "tree") return 10e-6;
@@ -412,14 +455,14 @@ TEST(a_live_group_extends_an_inconclusive_exploration_alike_on_every_rank) {
   int64_t trials = 0;
   const auto report = run.groups[0]->tuning();
   for (const auto& c : report[0].candidates) trials += c.trials;
-  CHECK(trials > 2 * 16);  // the extension's rounds ran
+  CHECK(trials > 2 * 16 * kBlock);  // the extension's rounds ran
 }
 
 TEST(one_rank_measuring_differently_cannot_split_the_decision) {
   // Rank 1 sees every algorithm but tree as 20 ms, the others measure what
   // ran (microseconds): alone, ranks 0 and 2 would keep their fastest. The
   // ranks decide on the slowest rank's times, so every rank takes tree.
-  LiveRun run = runLive(3, 120, [](int rank, Group& g) {
+  LiveRun run = runLive(3, 120 * kBlock, [](int rank, Group& g) {
     if (rank == 1) g.skewTunerTimesForTest([](const std::string& a, double s) { return a == "tree" ? s : 20e-3; });
   });
   checkAlike(run);
