@@ -207,7 +207,8 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
   if (p.candidate >= 0 && k.phase == Phase::Exploring) {
     // The trial's time: the median of its block's second half.
     const int64_t j = (k.step - 1) % k.block;
-    if (j >= k.block / 2) k.blockTimes[k.blockTimed++] = seconds;
+    if (j == 0) k.blockTimed = 0;
+    if (j >= k.block / 2 && k.blockTimed < kMaxBlock) k.blockTimes[k.blockTimed++] = seconds;
     if (j != k.block - 1) return {};
     seconds = median(std::vector<double>(k.blockTimes.begin(), k.blockTimes.begin() + k.blockTimed));
     k.blockTimed = 0;

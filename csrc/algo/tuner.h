@@ -15,8 +15,8 @@
 //   warm-up round and then `rounds` measured ones. A trial is a block of
 //   L = blockLength(bucket) consecutive calls of its candidate; its time is
 //   the median of the block's last ceil(L / 2) calls, so a candidate is
-//   timed as it runs back to back (its own buffers, caches and peers' pace
-//   settled), not just after another algorithm's call. L is a function of
+//   timed as it runs back to back, as the winner will, not just after
+//   another algorithm's call. L is a function of
 //   the bucket alone (`blockBytes` / the bucket's bytes, 1 to kMaxBlock),
 //   the same on every rank. With three candidates or more,
 //   after kScreenRounds measured rounds the ranks agree on those times (the

@@ -288,6 +288,13 @@ def _runner(impl, case, args, dist):
     return torch_runner(case, impl.handle, op)
 
 
+def _auto_ran(handle, device, nbytes: int) -> str:
+    """The algorithm auto's tuner runs for messages of `nbytes` ("?" before its first call)."""
+    bucket = _C.auto_bucket_bytes(nbytes)
+    buckets = [b for b in handle._get_backend(device).tuning() if b["bytes"] == bucket]
+    return (buckets[0]["algorithm"] or "?") if buckets else "?"
+
+
 def _auto_note(per_round, fixed, handle, device, nbytes: int) -> str:
     """auto against the fixed algorithm with the lowest median round, paired by
     round (in place where measured): the median ratio and its spread over rounds."""
@@ -302,9 +309,7 @@ def _auto_note(per_round, fixed, handle, device, nbytes: int) -> str:
     if best is None or not auto:
         return ""
     ratios = [a / b for a, b in zip(auto, rounds_of(best), strict=False) if b > 0]
-    bucket = _C.auto_bucket_bytes(nbytes)
-    buckets = [b for b in handle._get_backend(device).tuning() if b["bytes"] == bucket]
-    ran = buckets[0]["algorithm"] if buckets else "?"
+    ran = _auto_ran(handle, device, nbytes)
     ratio = statistics.median(ratios)
     return f"auto->{ran} {ratio:.2f}x of {best.split(':', 1)[1]} [{min(ratios):.2f}-{max(ratios):.2f}]"
 
@@ -491,6 +496,11 @@ def run(args) -> int:
                     note = (note + " " if note else "") + _auto_note(
                         per_round, fixed, impl.handle, device, shape.bytes
                     )
+                if impl.label == "scalecomm:auto":
+                    ran = _auto_ran(impl.handle, device, shape.bytes)
+                    for r in placed.values():
+                        if r is not None:
+                            r.ran = ran
                 render.line(impl.label, placed, shape, ratio, note)
         render.footer(coll)
     total_wrong = sum(max(0, r.wrong) for r in rows if r.wrong is not None)

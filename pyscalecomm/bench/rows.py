@@ -49,6 +49,7 @@ class Row:
     model_alpha: float | None = None
     model_beta: float | None = None
     window_bytes: int | None = None
+    ran: str | None = None  # auto rows: what auto's tuner ran for this size after the rounds
 
     @property
     def seconds(self) -> float:
