@@ -96,6 +96,13 @@ def test_bench_every_collective_in_and_out_of_place_with_json_and_plot(tmp_path)
     assert ("broadcast", "scalecomm:rhd", True) not in by and ("alltoall", "scalecomm", True) not in by
     assert ("allgather", "scalecomm:ring", True) in by and ("alltoall", "gloo", False) in by
     assert len({r["bytes"] for r in records if r["collective"] == "allreduce"}) == 4
+    import pyscalecomm
+
+    # auto's allreduce rows say what it ran (online: settled before the rounds), the others nothing
+    auto = [r for r in records if r["implementation"] == "scalecomm:auto"]
+    ran = {r["ran"] for r in auto if r["collective"] == "allreduce"}
+    assert ran and ran <= set(pyscalecomm.algorithms("allreduce")), ran
+    assert all(r["ran"] is None for r in auto if r["collective"] != "allreduce"), auto
 
 
 def test_result_check_counts_wrong_elements():

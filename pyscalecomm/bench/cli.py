@@ -496,7 +496,7 @@ def run(args) -> int:
                     note = (note + " " if note else "") + _auto_note(
                         per_round, fixed, impl.handle, device, shape.bytes
                     )
-                if impl.label == "scalecomm:auto":
+                if impl.label == "scalecomm:auto" and coll == "allreduce":
                     ran = _auto_ran(impl.handle, device, shape.bytes)
                     for r in placed.values():
                         if r is not None:
