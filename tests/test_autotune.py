@@ -12,7 +12,7 @@ import torch.distributed as dist
 from dist_helpers import run_ranks
 
 ONLINE = {"SCALECOMM_AUTOTUNE": "online"}  # auto measures only when asked
-BLOCK = 16  # calls per trial at 4 KiB (SCALECOMM_AUTO_BLOCK_BYTES 4 MiB: at most 16)
+BLOCK = 16  # calls per trial at 4 KiB (SCALECOMM_AUTO_BLOCK_BYTES 1 MiB: at most 16)
 
 
 def _decided(be) -> bool:

@@ -42,7 +42,7 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "How allreduce's auto chooses: online (the first calls of each size bucket try the algorithms the cost model "  \
     "ranks close, interleaved, and the fastest by median over ranks wins where it beats the model's choice beyond "  \
     "the noise; re-measured on drift), model (the cost model, or the tuning file's winner at the nearest size).")    \
-  X(Int, autoBlockBytes, "auto_block_bytes", "SCALECOMM_AUTO_BLOCK_BYTES", 4194304, 0, int64_t{1} << 40, "",        \
+  X(Int, autoBlockBytes, "auto_block_bytes", "SCALECOMM_AUTO_BLOCK_BYTES", 1048576, 0, int64_t{1} << 40, "",        \
     "auto measured online: each trial runs its algorithm for a block of consecutive calls that make up this many "  \
     "bytes (1 to 16 calls) and is timed on the block's second half, so an algorithm is measured as it runs back "    \
     "to back, not just after another one's call. 0: one call per trial.")                                            \
