@@ -86,6 +86,7 @@ def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
         (ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), ["?"]
     )
     assert f" cpu={'_'.join(cpu) or '?'} " in text, text
+    assert " trial=1048576 " in text, text  # and how a trial times the candidates
     second = run_ranks(2, _explore, 10, 1024, env=env)
     for tuning, stats, file in second:
         assert file == str(path)

@@ -44,8 +44,8 @@ std::string cpuModel() {
 }
 
 // What a measurement depends on: the library, the machine (rank 0's host,
-// processor and cores), the layout (ranks per host, link kinds, the mpi channel) and
-// the settings that change how fast an algorithm runs.
+// processor and cores), the layout (ranks per host, link kinds, the mpi channel),
+// the settings that change how fast an algorithm runs and how a trial times it.
 std::string tuningKeyOf(const GroupConfig& c, Communicator& comm) {
   std::ostringstream o;
   o << "scalecomm-" << kVersion << " world=" << comm.size() << " hosts=";
@@ -62,7 +62,8 @@ std::string tuningKeyOf(const GroupConfig& c, Communicator& comm) {
   for (auto it = kinds.begin(); it != kinds.end(); ++it) o << (it == kinds.begin() ? "" : "+") << *it;
   o << (comm.collectivesOnMpi() ? " mpi-channel" : "") << " segment=" << c.segmentBytes
     << " window=" << c.shmWindowBytes << " spin=" << c.spinMicros << " sockets=" << c.socketsPerPeer
-    << " cores=" << hostCores() << " cpu=" << cpuModel() << " machine=" << hostIdentity();
+    << " trial=" << c.autoBlockBytes << " cores=" << hostCores() << " cpu=" << cpuModel()
+    << " machine=" << hostIdentity();
   return o.str();
 }
 

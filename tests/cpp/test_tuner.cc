@@ -113,7 +113,8 @@ TEST(a_trial_is_a_block_of_calls_timed_on_its_second_half) {
   CHECK(seen.size() % 4 == 0);
   for (size_t i = 0; i < seen.size(); i += 4)  // blocks of one candidate, rotated by round
     CHECK(seen[i] == seen[i + 1] && seen[i] == seen[i + 2] && seen[i] == seen[i + 3]);
-  for (const auto& c : t.report().front().candidates) CHECK_EQ(c.trials % 4, int64_t{0});
+  const auto report = t.report();  // (a loop over report().front()'s member would outlive the vector)
+  for (const auto& c : report.front().candidates) CHECK_EQ(c.trials % 4, int64_t{0});
   CHECK(t.describe(OnlineTuner::bucketOf(4096)).find("runs b") != std::string::npos);
   OnlineTuner u = makeTuner(s);
   u.pick(4096);
