@@ -103,6 +103,7 @@ void OnlineTuner::start(Bucket& k, int64_t bytes) {
   }
   k.exploreAfter = settings_.reexploreAfter;
   k.size = bytes;
+  k.block = blockLength(bucketOf(bytes));
   k.favourite = k.info.front().algorithm;
   if (k.cands.size() == 1) {
     k.source = "model";
@@ -117,7 +118,6 @@ void OnlineTuner::explore(Bucket& k) {
   k.evidence.clear();
   k.phase = Phase::Exploring;
   k.screens = 0;
-  k.trial = 0;
   k.step = 0;
   k.blockTimed = 0;
   k.rounds = settings_.rounds;
@@ -155,7 +155,6 @@ OnlineTuner::Pick OnlineTuner::pick(int64_t bytes) {
   Pick p;
   p.bucket = b;
   p.fresh = fresh;
-  k.block = blockLength(b);
   while (k.phase == Phase::Exploring) {
     const int c = static_cast<int>(k.cands.size());
     const int64_t i = k.step / k.block;
@@ -177,7 +176,6 @@ OnlineTuner::Pick OnlineTuner::pick(int64_t bytes) {
       break;
     }
     ++k.step;
-    k.trial = i + 1;
     ++k.info[cand].trials;
     p.algorithm = k.cands[cand];
     p.candidate = cand;
@@ -212,17 +210,18 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
     if (j != k.block - 1) return {};
     seconds = median(std::vector<double>(k.blockTimes.begin(), k.blockTimes.begin() + k.blockTimed));
     k.blockTimed = 0;
-    const int64_t round = (k.trial - 1) / c;  // this trial's
+    const int64_t trial = k.step / k.block;  // trials completed, this one included
+    const int64_t round = (trial - 1) / c;   // this trial's
     if (round >= 1) k.local[(round - 1) * c + p.candidate] = seconds;
-    if (k.screens < 2 && c > 1 && k.rounds > kRaceRounds && k.trial == c * (kRaceRounds + 1)) {
+    if (k.screens < 2 && c > 1 && k.rounds > kRaceRounds && trial == c * (kRaceRounds + 1)) {
       k.pending = Pending::Race;
       return std::vector<double>(k.local.begin(), k.local.begin() + c * kRaceRounds);
     }
-    if (k.screens == 0 && c > 2 && k.rounds > kScreenRounds && k.trial == c * (kScreenRounds + 1)) {
+    if (k.screens == 0 && c > 2 && k.rounds > kScreenRounds && trial == c * (kScreenRounds + 1)) {
       k.pending = Pending::Screen;
       return std::vector<double>(k.local.begin(), k.local.begin() + c * kScreenRounds);
     }
-    if (k.trial == c * (k.rounds + 1)) {
+    if (trial == c * (k.rounds + 1)) {
       k.pending = Pending::Decide;
       return k.local;
     }
@@ -341,8 +340,7 @@ std::string OnlineTuner::race(Bucket& k, int bucket, const std::vector<double>& 
   for (int i = 0; i < left; ++i)
     for (int r = 0; r < R; ++r) local[r * left + i] = k.local[r * c + keep[i]];
   k.local = std::move(local);
-  k.trial = left * (R + 1);
-  k.step = k.trial * k.block;
+  k.step = int64_t{left} * (R + 1) * k.block;
   const std::string leaderName = k.info[leader].algorithm;
   keepOnly(k, keep);
   std::ostringstream o;
@@ -382,8 +380,7 @@ std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>
   keepOnly(k, keep);
   // The survivors start their measured rounds afresh (warmed up already).
   const int left = static_cast<int>(k.cands.size());
-  k.trial = left;
-  k.step = k.trial * k.block;
+  k.step = int64_t{left} * k.block;
   k.local.assign(left * k.rounds, 0.0);
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " took over "
@@ -481,6 +478,7 @@ void OnlineTuner::load(const std::vector<TunerEntry>& entries) {
     k.hi = e.hi;
     k.source = "cache";
     k.size = e.size;
+    k.block = blockLength(bucketOf(e.bytes));
     k.exploreAfter = settings_.reexploreAfter;
     exploit(k, k.cands[0]);
   }

@@ -170,9 +170,8 @@ class OnlineTuner {
     std::string favourite;     // the model's choice
     std::vector<Label> cands;  // model order, favourite first
     std::vector<Candidate> info;
-    int64_t trial = 0;                           // this exploration's trials so far (the one under way included)
-    int64_t step = 0;                            // this exploration's calls so far
-    int block = 1;                               // calls per trial (blockLength)
+    int64_t step = 0;                            // this exploration's calls so far (trial i: calls i*block..)
+    int block = 1;                               // calls per trial (blockLength of the bucket; set when it starts)
     std::array<double, kMaxBlock> blockTimes{};  // the current trial's timed calls
     int blockTimed = 0;
     int screens = 0;        // eliminations run in this exploration: 1 after the screening, 2 after the race
