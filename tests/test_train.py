@@ -61,6 +61,20 @@ def test_sweep_grid_is_the_product_in_order_and_names_bad_keys():
     assert RunConfig().bucket_mb == 0  # DDP's own default buckets unless asked
 
 
+def test_a_key_that_a_strategy_does_not_use_makes_no_copies_of_its_run():
+    configs, skipped = expand(RunConfig(world=4), ["ps_servers=1,2", "strategy=ddp,ps-ssp:4"])
+    assert [(c.strategy, c.ps_servers) for c in configs] == [
+        ("allreduce", 1),
+        ("ps-ssp:4", 1),
+        ("ps-ssp:4", 2),
+    ]
+    configs, skipped = expand(RunConfig(world=4), ["mesh=2x2,4x1", "strategy=ddp,dp+pp"])
+    assert [(c.strategy, c.mesh) for c in configs] == [("allreduce", ""), ("dp+pp", "2x2"), ("dp+pp", "4x1")]
+    assert not skipped
+    with pytest.raises(ValueError, match="is for the hybrid strategies"):  # a single run is not changed
+        expand(RunConfig(world=4, mesh="2x2"), [])
+
+
 def test_a_sweep_axis_over_several_keys_lists_their_points_not_the_product():
     assert parse_sweep(["world=2", "backend/compress=gloo/none,scalecomm/topk:0.01"]) == [
         {"world": 2, "backend": "gloo", "compress": "none"},

@@ -89,6 +89,21 @@ class RunConfig:
             + (f" straggler={self.straggler}" if self.straggler != "none" else "")
         )
 
+    def applicable(self) -> RunConfig:
+        """This configuration with the keys its strategy does not use (servers
+        of a parameter server, a hybrid's mesh, a pipeline's schedule) at
+        their defaults, so that a sweep over them runs every other strategy once."""
+        from pyscalecomm.train.strategies import HYBRID
+
+        d, unused = RunConfig(), {}
+        if not self.strategy.startswith("ps-"):
+            unused["ps_servers"] = d.ps_servers
+        if self.strategy not in HYBRID:
+            unused["mesh"] = d.mesh
+        if self.strategy not in PIPELINES:
+            unused.update(microbatches=d.microbatches, pp_schedule=d.pp_schedule)
+        return dataclasses.replace(self, **unused)
+
     def check(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -195,10 +210,17 @@ def parse_sweep(items: list[str]) -> list[dict]:
 def expand(base: RunConfig, items: list[str]) -> tuple[list[RunConfig], list[tuple[str, str]]]:
     """The sweep's configurations, and the grid points left out: (label, why).
 
+    In a grid, the keys a point's strategy does not use are set to their
+    defaults (:meth:`RunConfig.applicable`), and the points this makes equal
+    run once.
+
     A point whose values cannot go together (:class:`Incompatible`: top-k on
     gloo, a hybrid strategy on one rank) is left out when the grid has other
     points, with its reason; any other invalid value raises ValueError."""
     points = [dataclasses.replace(base, **point) for point in parse_sweep(items)]
+    if len(points) > 1:  # a key a strategy does not use makes no copies of its run
+        used = [c.applicable() for c in points]
+        points = [c for i, c in enumerate(used) if c not in used[:i]]
     configs, skipped = [], []
     for c in points:
         try:
