@@ -280,6 +280,20 @@ def test_parameter_server_strategies_run_in_the_driver_against_allreduce(tmp_pat
         assert p.returncode == 2 and why in p.stderr, p.stderr
 
 
+def test_asynchronous_workers_draw_batches_from_a_pool_so_a_straggler_takes_fewer(tmp_path):
+    args = ["--nproc", "3", "--epochs", "2", "--steps", "4", "--width", "32", "--straggler", "rank:2:50"]
+    p = _train([*args, "--sweep", "strategy=allreduce,ps-async"], tmp_path)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    runs = {
+        r["config"]["strategy"]: r
+        for r in json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    }
+    assert runs["allreduce"]["batches_per_rank"] == [2 * 4] * 3  # a fixed share of every step
+    taken = runs["ps-async"]["batches_per_rank"]
+    assert sum(taken) == 2 * 4 * 3  # every batch of every epoch, once
+    assert taken[2] < min(taken[:2]), taken  # the straggler took fewer
+
+
 def test_a_bad_sweep_is_refused_before_anything_runs(tmp_path):
     p = _train(["--sweep", "world=1", "optimizer=adam"], tmp_path)
     assert p.returncode == 2 and "unknown sweep key 'optimizer'" in p.stderr

@@ -157,6 +157,10 @@ class Share:
     bubble: float | None = None  # pipeline: the schedule's idle share (S - 1) / (M + S - 1)
     after_epoch: Callable = lambda: None
     close: Callable = lambda: {}  # -> extra results (a parameter server's stats)
+    # Workers that never wait for each other (ps-async) draw an epoch's
+    # batches from a pool shared by the ranks, so a faster worker takes more
+    # of them; the others take a fixed share each step.
+    pooled: bool = False
     groups: list = dataclasses.field(default_factory=list)  # destroyed when the run ends
 
 
@@ -346,7 +350,15 @@ def _ps(cfg, model, device, hook):
 
     world = dist.get_world_size()
     return Share(
-        _ce(net), [], world, dist.get_rank(), (world, 1), lambda: model, after_epoch=net.refresh, close=close
+        _ce(net),
+        [],
+        world,
+        dist.get_rank(),
+        (world, 1),
+        lambda: model,
+        after_epoch=net.refresh,
+        close=close,
+        pooled=net.mode == "async",
     )
 
 

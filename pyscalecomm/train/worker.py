@@ -26,6 +26,9 @@ What is measured, per configuration:
   ranks, which is what a user pays for it);
 - a straggler (``--straggler``) sleeps (F-1) x that compute before its step's
   forward;
+- batches: each rank takes a fixed share of every step, except under
+  ps-async, whose workers draw the epoch's batches from a pool (a counter in
+  the job's store), so a faster worker trains on more of them;
 - per epoch: mean training loss (rank 0), test loss and accuracy;
 - peak resident memory (max over ranks) and CPU use (CPU seconds / wall
   seconds per rank, averaged over ranks);
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import itertools
 import json
 import os
 import random
@@ -52,6 +56,8 @@ from torch import nn
 from pyscalecomm.train import data as data_mod
 from pyscalecomm.train import models, predict, strategies
 from pyscalecomm.train.config import RunConfig, parse_straggler
+
+_RUNS = itertools.count()  # this process's runs; every rank of a job runs the same ones in the same order
 
 
 def _sync(device):
@@ -139,6 +145,20 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     share = strategies.build(cfg, model, device, lambda ddp, group: _register_hook(cfg, ddp, group))
     opt = torch.optim.SGD(share.params, lr=cfg.lr, momentum=0.9) if share.params else None
 
+    run = next(_RUNS)
+    pool = dist.distributed_c10d._get_default_store() if share.pooled else None
+
+    def claims(epoch: int):
+        """This rank's batches of the epoch, as (step, share of the step):
+        a fixed share of every step, or with a pool whichever batches are
+        left when this rank asks (steps x shares of them in all)."""
+        if pool is None:
+            yield from ((s, share.dp_rank) for s in range(steps))
+            return
+        key = f"scalecomm-train/pool/{run}/{epoch}"
+        while (c := pool.add(key, 1) - 1) < steps * share.dp:
+            yield c // share.dp, c % share.dp
+
     def slowed(epoch: int, s: int) -> bool:
         if straggler == "rank":
             return rank == slow_rank
@@ -149,14 +169,16 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     epochs, step_times, opt_times = [], [], []
     cpu0, cum = time.process_time(), 0.0  # ns resolution; os.times() counts 10 ms ticks
     wall_train = 0.0
+    batches = 0
     for epoch in range(cfg.epochs):
         order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
         dist.barrier()
         _sync(device)
         start = time.perf_counter()
         losses = []
-        for s in range(steps):
-            x, y = batch(order, s, share.dp_rank)
+        for s, (at, part) in enumerate(claims(epoch)):
+            x, y = batch(order, at, part)
+            batches += 1
             t0 = time.perf_counter()
             if slowed(epoch, s):  # a slower machine: its compute takes factor x as long
                 time.sleep((factor - 1) * compute_fb)
@@ -207,6 +229,7 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         "step_s": statistics.mean(step_times),
         "opt_s": statistics.mean(opt_times),
         "group_backends": sorted({dist.get_backend(g) for g in share.groups}),
+        "batches": batches,
     }
     mine.update(share.close())
     every = [None] * world
@@ -234,6 +257,7 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         "global_batch": per_step,
         "mesh": list(share.mesh),
         "group_backends": sorted({b for e in every for b in e["group_backends"]}),  # what its groups ran on
+        "batches_per_rank": [e["batches"] for e in every],  # unequal where the workers draw from a pool
         "time_per_epoch_s": epoch_s,
         "samples_per_s": steps * per_step / epoch_s,
         "step_ms": 1e3 * step_s,
