@@ -96,8 +96,7 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "(each piece waits for the slowest socket): docs/performance.md.")                                              \
   X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", -1, -1, 10000000, "",                                           \
     "Microseconds a waiting thread spins before it yields or sleeps. -1: 50, or 0 when this host runs more of the " \
-    "job's ranks than it has cores (a spinning rank would hold the core its peer needs; a subgroup counts the "     \
-    "ranks of every group this process has made).")                                                                 \
+    "group's ranks than it has cores (a spinning rank would hold the core its peer needs).")                        \
   X(Int, traceBuffer, "trace_buffer", "SCALECOMM_TRACE_BUFFER", 256, 0, 1048576, "",                                 \
     "Flight recorder: the last this many calls of each group (state, sizes, algorithm, timings), dumped on a "       \
     "timeout or error (see SCALECOMM_TRACE_DIR); 0: off, and no desync report.")                                       \

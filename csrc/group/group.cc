@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -59,20 +58,12 @@ int64_t automaticSegmentBytes(const std::vector<int>& hostOf, bool onMpi) {
 int64_t automaticSendAheadBytes(const std::vector<int>& hostOf) { return spansHosts(hostOf) ? int64_t{1} << 20 : 0; }
 
 // A waiting rank spins 50 us before it yields, unless this host runs more of
-// the job's ranks than it has cores: a spinning rank would hold the core
+// the group's ranks than it has cores: a spinning rank would hold the core
 // that the rank it waits for needs (measured: 4 ranks on 2 cores, an 8-byte
 // shared allreduce 89 us with spinning, 23 us without; docs/algorithms.md).
-// The job's ranks on this host are the most that any group of this process
-// has counted here: a subgroup (a parameter server's pair of ranks, one
-// dimension of a mesh) shares the cores with every rank of the job, not only
-// with its own members.
 int64_t automaticSpinMicros(const std::vector<int>& hostOf, int rank) {
-  static std::atomic<int64_t> jobRanksHere{0};  // the most any group of this process counted here
-  const int64_t mine = std::count(hostOf.begin(), hostOf.end(), hostOf.empty() ? 0 : hostOf[rank]);
-  int64_t most = jobRanksHere.load();
-  while (mine > most && !jobRanksHere.compare_exchange_weak(most, mine)) {
-  }
-  return std::max(mine, most) > hostCores() ? 0 : 50;
+  const auto local = std::count(hostOf.begin(), hostOf.end(), hostOf.empty() ? 0 : hostOf[rank]);
+  return local > hostCores() ? 0 : 50;
 }
 
 // Resolves an automatic (negative) spin once the hosts are known and hands
