@@ -40,6 +40,14 @@ backward); the pull for the next step is asked with the push and waited for
 at the next forward. Pushes may be encoded with a codec (``compression``),
 with error feedback per shard.
 
+Memory. A worker keeps each shard's float32 parameters as views of one flat
+buffer, and has a spare of the same size: a pull lands in the spare, and
+taking it makes the spare the parameters' storage (``p.data``) and the old
+storage the next spare, so no step copies the parameters. Hold a copy, not a
+view, of a parameter across steps (``state_dict()`` returns copies).
+Parameters of other dtypes are copied in. A server reuses its receive
+buffer per worker and a worker's reply buffer once its last reply is sent.
+
 Faults. Under ``async`` and ``ssp:K`` a worker whose requests fail (its
 process died, its links closed, or it sent nothing for the group's timeout)
 is dropped by every server, which says so once (log warning, ``stats()``
@@ -135,6 +143,7 @@ class _Server:
         self.replies = replies
         self.local: _Reply | None = None
         self.sends: list = []  # (worker, work) of the replies in flight
+        self.outbox: dict = {}  # worker -> (payload, work) of its last reply
         self.error: BaseException | None = None
         self.live = set(range(workers))
         self.dropped: dict[int, str] = {}  # worker -> why
@@ -157,7 +166,7 @@ class _Server:
                 self._release(self.waiting)
             return
         self.staleness.append(self.version - read_version)
-        self._apply(grad / self.workers)
+        self._apply(grad.div_(self.workers))  # a push's gradient is the server's to consume
         self.waiting.append(worker)
         self._release_within_bound()
 
@@ -202,14 +211,23 @@ class _Server:
             header = torch.tensor([self.version, lead, 0, 0], dtype=torch.int64)
             if w == self.rank and self.local is not None:
                 self.local.header.copy_(header)
-                self.local.payload = answer.clone()
+                if self.local.payload is not None and self.local.payload.shape == answer.shape:
+                    self.local.payload.copy_(answer)
+                else:
+                    self.local.payload = answer.clone()
                 self.local.ready.set()
                 continue
-            payload = answer.clone()  # the update after this one must not change what is sent
-            self.sends += [
-                (w, dist.isend(header, dst=w, group=self.replies[w])),
-                (w, dist.isend(payload, dst=w, group=self.replies[w])),
-            ]
+            # A copy: the update after this one must not change what is sent.
+            # The worker's last reply buffer is reused once its send is done.
+            last = self.outbox.get(w)
+            if last is not None and last[1].is_completed():
+                payload = last[0].copy_(answer)
+            else:
+                payload = answer.clone()
+            head = dist.isend(header, dst=w, group=self.replies[w])  # first: the worker receives it first
+            work = dist.isend(payload, dst=w, group=self.replies[w])
+            self.outbox[w] = (payload, work)
+            self.sends += [(w, head), (w, work)]
         if len(self.sends) > 64:
             self.sends = [(w, s) for w, s in self.sends if not s.is_completed()]
 
@@ -306,6 +324,11 @@ class ParameterServer(nn.Module):
         self.shards = [[i for i in range(len(sizes)) if owner[i] == s] for s in range(len(self.server_ranks))]
         self.shard_numel = [sum(sizes[i] for i in keys) for keys in self.shards]
         self.shard_of = owner
+        # Per shard: a flat float32 buffer its parameters are views of (None
+        # where one is not float32), and a spare of its size that the next
+        # pull lands in; taking the pull swaps the two, so no copy.
+        self.flat = [self._flatten(s) for s in range(len(self.shards))]
+        self.spare = [None if f is None else torch.empty_like(f) for f in self.flat]
         make = _optimizer_factory(optimizer, lr, momentum, weight_decay, nesterov, betas)
         self.compression = compression if compression not in (None, "", "none") else None
         # Per shard: the encoded push's dtype and bytes (fixed by the codec and the shard's size).
@@ -404,6 +427,20 @@ class ParameterServer(nn.Module):
         self.pushed = [False] * len(self.server_ranks)
         self.ready_count = [0] * len(self.server_ranks)
 
+    def _flatten(self, s: int) -> torch.Tensor | None:
+        params = [self.params[i] for i in self.shards[s]]
+        if any(p.dtype != torch.float32 for p in params):
+            return None
+        flat = torch.empty(self.shard_numel[s])
+        at = 0
+        with torch.no_grad():
+            for p in params:
+                n = p.numel()
+                flat[at : at + n].copy_(p.detach().reshape(-1))
+                p.data = flat[at : at + n].view_as(p)
+                at += n
+        return flat
+
     def _pack(self, s: int, grads: bool) -> torch.Tensor:
         parts = []
         for i in self.shards[s]:
@@ -438,6 +475,7 @@ class ParameterServer(nn.Module):
     def _request(self, s: int, op: int, grad: torch.Tensor | None, payload: torch.Tensor | None = None):
         server = self.server_ranks[s]
         reply = _Reply(grads=self.sum_mode and op == PUSH)
+        reply.payload, self.spare[s] = self.spare[s], None
         self.pending[s] = reply
         if server == self.rank:
             with self.server.lock:
@@ -456,7 +494,8 @@ class ParameterServer(nn.Module):
         if grad is not None:
             wire = payload if payload is not None else grad
             self.sends.append(dist.isend(wire, dst=server, group=requests))
-        reply.payload = torch.empty(self.shard_numel[s])
+        if reply.payload is None:
+            reply.payload = torch.empty(self.shard_numel[s])
         reply.works = [
             dist.irecv(reply.header, src=server, group=replies),
             dist.irecv(reply.payload, src=server, group=replies),
@@ -493,6 +532,18 @@ class ParameterServer(nn.Module):
     def _take(self, s: int, reply: _Reply, sum_mode_grads: bool) -> None:
         self.pending[s] = None
         self.read_version[s] = int(reply.header[0])
+        flat = self.flat[s]
+        if flat is not None and not reply.grads:  # the reply becomes the parameters' storage
+            at = 0
+            for i in self.shards[s]:
+                p = self.params[i]
+                n = p.numel()
+                p.data = reply.payload[at : at + n].view_as(p)
+                at += n
+            self.flat[s], self.spare[s] = reply.payload, flat
+            return
+        if flat is not None:
+            self.spare[s] = reply.payload  # copied out below
         at = 0
         with torch.no_grad():
             for i in self.shards[s]:
@@ -511,6 +562,7 @@ class ParameterServer(nn.Module):
         """Serves one remote worker's requests until its BYE."""
         server = self.server
         group = self.requests[s][worker]
+        grad_buf = torch.empty(self.shard_numel[s])  # a push's gradient, consumed under the lock
         try:
             while True:
                 header = torch.empty(_HEADER, dtype=torch.int64)
@@ -523,10 +575,10 @@ class ParameterServer(nn.Module):
                     dtype, nbytes = self.wire[s]
                     payload = torch.empty(nbytes, dtype=torch.uint8)
                     dist.recv(payload, src=worker, group=group)
-                    grad = torch.zeros(self.shard_numel[s])
+                    grad = grad_buf.zero_()
                     _C.codec_decode_add(grad, payload.view(dtype), self.compression, seed=clock)
                 elif op == PUSH:
-                    grad = torch.empty(self.shard_numel[s])
+                    grad = grad_buf
                     dist.recv(grad, src=worker, group=group)
                 with server.lock:
                     if server.error is not None:
@@ -583,7 +635,7 @@ class ParameterServer(nn.Module):
         rule's state)."""
         self._wait_pulls(sum_mode_grads=False)
         state = {
-            "module": self.module.state_dict(),
+            "module": {k: v.clone() for k, v in self.module.state_dict().items()},
             "clock": self.clock,
             "read_version": list(self.read_version),
         }

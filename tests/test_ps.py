@@ -148,6 +148,36 @@ def test_async_lets_fast_workers_run_ahead_and_records_staleness():
         assert after < before
 
 
+def _storages(rank, n, dtype):
+    """The storages the module's parameters live in at each of 6 steps, and
+    the parameters at the end (the server's, pulled)."""
+    model = ps.ParameterServer(_net().to(dtype), servers=1, mode="sync", optimizer="sgd", lr=0.05)
+    seen = []
+    for step in range(6):
+        x, y = _batch(rank, step)
+        out = model(x.to(dtype))
+        seen.append({p.untyped_storage().data_ptr() for p in model.module.parameters()})
+        nn.functional.mse_loss(out, y.to(dtype)).backward()
+    model.close()
+    return seen, [p.detach().tolist() for p in model.module.parameters()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_pull_lands_in_a_spare_buffer_that_becomes_the_parameters(dtype):
+    # float32: the shard's parameters are views of one buffer, and each pull
+    # swaps it with a spare, so no step copies or allocates the parameters;
+    # float64 (exchanged as float32) takes the copying path. Either way every
+    # rank ends with the server's parameters.
+    out = run_ranks(2, _storages, dtype, timeout_s=120)
+    for seen, _ in out:
+        if dtype == torch.float32:
+            assert all(len(step) == 1 for step in seen), seen  # one buffer per shard (one server)
+            assert len(set().union(*seen)) == 2, seen  # and its spare
+        else:
+            assert all(step == seen[0] for step in seen), seen  # copied into, in place
+    assert out[0][1] == out[1][1]
+
+
 def _round_trip(rank, n):
     model = ps.ParameterServer(_net(), servers=2, mode="sync", optimizer="adam", lr=0.01)
 
