@@ -94,13 +94,14 @@ class TcpTransport : public Transport {
   }
   std::unique_ptr<Link> connect(Rendezvous& rv, int peer) override {
     const size_t streams = streamsWith(rv, peer);
+    const bool quickAcks = rv.field(peer, "host") != rv.field(rv.rank, "host");
     std::vector<int> fds;
     if (peer < rv.rank) {
       for (size_t i = 0; i < streams; ++i) {
         fds.push_back(tcpConnectPeer(rv.field(peer, "addr"), std::stoi(rv.field(peer, "port")), rv.key, rv.rank, peer,
                                      rv.deadline, static_cast<int>(i)));
       }
-      return std::make_unique<TcpLink>(rv.rank, peer, std::move(fds));
+      return std::make_unique<TcpLink>(rv.rank, peer, std::move(fds), quickAcks);
     }
     // Higher peers connect in their own rank order, not ours: keep early ones.
     auto complete = [&] {
@@ -123,7 +124,7 @@ class TcpTransport : public Transport {
     }
     fds = std::move(accepted_[peer]);
     accepted_.erase(peer);
-    return std::make_unique<TcpLink>(rv.rank, peer, std::move(fds));
+    return std::make_unique<TcpLink>(rv.rank, peer, std::move(fds), quickAcks);
   }
   void finish(Rendezvous& rv) override {
     if (!accepted_.empty()) {

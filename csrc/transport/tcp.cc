@@ -67,6 +67,18 @@ void setNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+// Asks the kernel to ACK at once. Quick-ack mode is not a lasting socket
+// option: the kernel leaves it on its own (sending data re-enters delayed
+// ACKs), so the link asks again after every send and read that moved bytes.
+void quickAck(int fd) {
+#ifdef TCP_QUICKACK
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+#else
+  (void)fd;
+#endif
+}
+
 // Blocking-with-deadline exact I/O on a nonblocking fd (used during the handshake only).
 bool ioExact(int fd, void* buf, size_t bytes, bool writing, const Deadline& deadline) {
   size_t done = 0;
@@ -321,8 +333,8 @@ std::string localAdvertiseAddress() {
   return "127.0.0.1";
 }
 
-TcpLink::TcpLink(int self, int peer, std::vector<int> fds)
-    : Link(peer), self_(self), fds_(std::move(fds)), buf_(1 << 20) {
+TcpLink::TcpLink(int self, int peer, std::vector<int> fds, bool quickAcks)
+    : Link(peer), self_(self), fds_(std::move(fds)), buf_(1 << 20), quickAcks_(quickAcks) {
   SC_CHECK(!fds_.empty(), "a tcp link needs at least one socket");
 }
 
@@ -355,6 +367,7 @@ size_t TcpLink::trySend(const void* data, size_t bytes) {
     }
     done += static_cast<size_t>(n);
     sent_ += static_cast<uint64_t>(n);
+    if (n > 0 && quickAcks_) quickAck(fds_[streamOf(sent_ - 1)]);
     if (static_cast<size_t>(n) < want) break;  // this stream is full: the next bytes must wait for it
   }
   sendBlocked_ = done < bytes;
@@ -374,6 +387,7 @@ size_t TcpLink::fill() {
     wpos_ += static_cast<size_t>(n);
     received_ += static_cast<uint64_t>(n);
     got += static_cast<size_t>(n);
+    if (quickAcks_) quickAck(fds_[streamOf(received_ - 1)]);
     if (static_cast<size_t>(n) < want) break;  // this stream has nothing more now
   }
   return got;

@@ -19,6 +19,11 @@
 //   flight on long fat links). With one stream nothing is striped. Received
 //   bytes are staged in the link's own buffer, so consumers always see
 //   contiguous spans.
+// - Between hosts a link asks for quick ACKs (TCP_QUICKACK) after every
+//   send and read that moved bytes: with delayed ACKs, small messages going
+//   both ways at once (a pipeline's activations and gradients) stalled for a
+//   delayed-ACK timeout, 25-100 ms, in half the runs between emulated hosts.
+//   On one host (loopback) the extra ACKs cost more than they save.
 // - EOF, reset or any socket error raises Error(Io) naming the peer. close() is
 //   shutdown(SHUT_RDWR) of every stream: safe from any thread, wakes a peer
 //   blocked on us.
@@ -81,7 +86,9 @@ std::string localAdvertiseAddress();
 class TcpLink : public Link {
  public:
   // fds: the connected streams in index order (at least one); the link owns them.
-  TcpLink(int self, int peer, std::vector<int> fds);
+  // quickAcks: acknowledge every read at once (links between hosts, see
+  // the contract above).
+  TcpLink(int self, int peer, std::vector<int> fds, bool quickAcks = false);
   ~TcpLink() override;
   size_t trySend(const void* data, size_t bytes) override;
   size_t tryRecv(RecvConsumer& consumer) override;
@@ -108,6 +115,7 @@ class TcpLink : public Link {
   std::vector<uint8_t> buf_;
   size_t rpos_ = 0, wpos_ = 0;
   bool sendBlocked_ = false;  // the sending thread's own state (see sendBlocked())
+  bool quickAcks_;
   std::atomic<bool> closed_{false};
 };
 

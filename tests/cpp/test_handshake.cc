@@ -1,7 +1,9 @@
-// SHA-256/HMAC against published vectors, and the tcp handshake against
-// strangers: silent, garbage, the wrong key, the wrong target rank.
+// SHA-256/HMAC against published vectors, the tcp handshake against
+// strangers (silent, garbage, the wrong key, the wrong target rank), and the
+// quick ACKs of links between hosts.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -119,6 +121,59 @@ TEST(a_listener_without_the_key_is_not_trusted) {
   }
   accepting.join();
   CHECK(error.find("could not connect to rank 0") != std::string::npos);
+}
+
+namespace {
+
+struct TakeAll final : RecvConsumer {
+  size_t got = 0;
+  size_t consume(const uint8_t*, size_t avail) override {
+    got += avail;
+    return avail;
+  }
+};
+
+// Both ends' quick-ack mode after 20 round trips of 1000 bytes over a
+// loopback connection whose links ask for quick ACKs or not.
+std::pair<int, int> quickAckAfterPingPong(bool quickAcks) {
+  TcpListener listener("127.0.0.1");
+  int connected = -1;
+  std::thread connecting([&] {
+    connected = tcpConnectPeer("127.0.0.1", listener.port(), "k", 1, 0, Deadline::after(std::chrono::seconds(5)));
+  });
+  auto accepted = listener.acceptPeer("k", 0, 2, Deadline::after(std::chrono::seconds(5)));
+  connecting.join();
+  TcpLink a(0, 1, {accepted.fd}, quickAcks), b(1, 0, {connected}, quickAcks);
+  std::vector<uint8_t> msg(1000, 7);
+  for (int i = 0; i < 20; ++i) {
+    for (auto [from, to] : {std::pair<TcpLink*, TcpLink*>{&a, &b}, {&b, &a}}) {
+      size_t sent = 0;
+      TakeAll sink;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while ((sent < msg.size() || sink.got < msg.size()) && std::chrono::steady_clock::now() < until) {
+        if (sent < msg.size()) sent += from->trySend(msg.data() + sent, msg.size() - sent);
+        to->tryRecv(sink);
+      }
+      CHECK_EQ(sink.got, msg.size());
+    }
+  }
+  auto mode = [](int fd) {
+    int on = -1;
+    socklen_t len = sizeof(on);
+    CHECK(getsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &on, &len) == 0);
+    return on;
+  };
+  return {mode(accepted.fd), mode(connected)};
+}
+
+}  // namespace
+
+// A link between hosts keeps its socket in quick-ack mode through a
+// conversation; without the option the kernel's delayed ACKs come back as
+// soon as both ends send (the contrast shows the check can fail).
+TEST(links_between_hosts_ack_at_once) {
+  CHECK(quickAckAfterPingPong(true) == std::make_pair(1, 1));
+  CHECK(quickAckAfterPingPong(false) != std::make_pair(1, 1));
 }
 
 TEST_MAIN()
