@@ -19,11 +19,10 @@
 //   flight on long fat links). With one stream nothing is striped. Received
 //   bytes are staged in the link's own buffer, so consumers always see
 //   contiguous spans.
-// - Between hosts a link asks for quick ACKs (TCP_QUICKACK) after every
-//   send and read that moved bytes: with delayed ACKs, small messages going
-//   both ways at once (a pipeline's activations and gradients) stalled for a
-//   delayed-ACK timeout, 25-100 ms, in half the runs between emulated hosts.
-//   On one host (loopback) the extra ACKs cost more than they save.
+// - A link between hosts asks for quick ACKs (TCP_QUICKACK) after every send
+//   and read that moved bytes, so messages crossing each other (a pipeline's
+//   activations and gradients) are not held for a delayed-ACK timeout (tens
+//   of ms). A link on one host keeps delayed ACKs: cheaper over loopback.
 // - EOF, reset or any socket error raises Error(Io) naming the peer. close() is
 //   shutdown(SHUT_RDWR) of every stream: safe from any thread, wakes a peer
 //   blocked on us.
@@ -86,8 +85,7 @@ std::string localAdvertiseAddress();
 class TcpLink : public Link {
  public:
   // fds: the connected streams in index order (at least one); the link owns them.
-  // quickAcks: acknowledge every read at once (links between hosts, see
-  // the contract above).
+  // quickAcks: ask for quick ACKs (links between hosts, above).
   TcpLink(int self, int peer, std::vector<int> fds, bool quickAcks = false);
   ~TcpLink() override;
   size_t trySend(const void* data, size_t bytes) override;
