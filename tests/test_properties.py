@@ -43,6 +43,12 @@ def case(draw):
             splits = None  # even split (needs rows % N == 0)
         else:
             splits = draw(st.lists(st.integers(-3, rows + 3), min_size=N, max_size=N))
+            # Every rank passes these as its input and its output splits. Uneven
+            # ones that are locally valid disagree across ranks (rank q sends
+            # splits[p] rows to p, which expects splits[q] from q): a mismatch
+            # caught on the wire, like mismatched counts, not a local error.
+            if min(splits) >= 0 and sum(splits) == rows and len(set(splits)) > 1:
+                splits = None
         c["splits"] = splits
     return c
 
