@@ -431,15 +431,17 @@ class ParameterServer(nn.Module):
         params = [self.params[i] for i in self.shards[s]]
         if any(p.dtype != torch.float32 for p in params):
             return None
-        flat = torch.empty(self.shard_numel[s])
-        at = 0
-        with torch.no_grad():
-            for p in params:
-                n = p.numel()
-                flat[at : at + n].copy_(p.detach().reshape(-1))
-                p.data = flat[at : at + n].view_as(p)
-                at += n
+        flat = torch.cat([p.detach().reshape(-1) for p in params]) if params else torch.zeros(0)
+        self._place(s, flat)
         return flat
+
+    def _place(self, s: int, flat: torch.Tensor) -> None:
+        """Makes shard s's parameters views of `flat` (its layout)."""
+        at = 0
+        for i in self.shards[s]:
+            p = self.params[i]
+            p.data = flat[at : at + p.numel()].view_as(p)
+            at += p.numel()
 
     def _pack(self, s: int, grads: bool) -> torch.Tensor:
         parts = []
@@ -534,12 +536,7 @@ class ParameterServer(nn.Module):
         self.read_version[s] = int(reply.header[0])
         flat = self.flat[s]
         if flat is not None and not reply.grads:  # the reply becomes the parameters' storage
-            at = 0
-            for i in self.shards[s]:
-                p = self.params[i]
-                n = p.numel()
-                p.data = reply.payload[at : at + n].view_as(p)
-                at += n
+            self._place(s, reply.payload)
             self.flat[s], self.spare[s] = reply.payload, flat
             return
         if flat is not None:
