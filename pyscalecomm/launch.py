@@ -15,6 +15,9 @@
   <module> <args>`` as N local ranks, for the CLIs' ``--nproc``) and the
   emulated cluster. Under torchrun, mpirun and srun, :func:`env_from_launcher`
   fills the same variables in the rank itself.
+- :func:`local_gpu` makes this rank's GPU current: LOCAL_RANK modulo the GPUs
+  visible, so more ranks than GPUs share them (host staging only: NCCL refuses
+  two ranks on one GPU).
 - :func:`wait_ranks` waits for the processes of one job within a deadline:
   when one fails the others get 10 s to report, then every straggler is killed.
 """
@@ -201,6 +204,18 @@ def run_local(
 def spawn_self(module: str, nproc: int, args: list[str], extra_env: dict | None = None) -> int:
     """Runs ``python -m module args`` as ranks 0..nproc-1 on this host; returns the worst exit code."""
     return run_local([sys.executable, "-m", module, *args], nproc, None, module, extra_env)
+
+
+def local_gpu():
+    """This rank's CUDA device (LOCAL_RANK modulo the GPUs visible), made current."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if gpus == 0:
+        raise RuntimeError("--device cuda: torch sees no CUDA GPU here; use --device cpu")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % gpus)
+    torch.cuda.set_device(device)
+    return device
 
 
 def wait_ranks(procs: list, timeout: float | None, what: str) -> int:

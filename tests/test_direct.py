@@ -1,6 +1,8 @@
 """The direct API on any array: NumPy in place and zero-copy, CuPy where it
 imports and a GPU is present, the codec optional, clear refusals."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -86,6 +88,11 @@ def test_what_cannot_be_reduced_in_place_is_refused_by_name():
 def _cupy_in_place(rank, n):
     import cupy
 
+    gpus = torch.cuda.device_count()
+    if gpus < 2:  # NCCL joins two ranks on one GPU only as two hosts (tests/gpu/test_cuda_collectives.py)
+        os.environ["NCCL_HOSTID"] = f"scalecomm-test-rank-{rank}"
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    cupy.cuda.Device(rank % gpus).use()
     x = cupy.arange(4, dtype=cupy.float32) * (rank + 1)
     out = pyscalecomm.allreduce(x)
     return out is x, cupy.asnumpy(x).tolist()

@@ -48,7 +48,8 @@ inline std::optional<MappedOp> toReduceOp(const c10d::ReduceOp& r) {
     case c10d::ReduceOp::BXOR: m.op = ReduceOp::BXor; break;
     case c10d::ReduceOp::PREMUL_SUM: {
       m.op = ReduceOp::PremulSum;
-      auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(r.supplement_.get());
+      // NCCLPreMulSumSupplement: the name every torch since 2.11 has (later ones alias it).
+      auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(r.supplement_.get());
       if (sup == nullptr) return std::nullopt;
       m.premulFactor = sup->tensor_factor.defined() ? sup->tensor_factor.item<double>() : sup->double_factor;
       break;

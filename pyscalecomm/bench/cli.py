@@ -41,7 +41,6 @@ round, the JSON lines every round (time_us_rounds).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 
@@ -61,6 +60,7 @@ from pyscalecomm.bench.specs import (
     wire_bytes,
 )
 from pyscalecomm.bench.timing import measure, relative_error, settle_auto
+from pyscalecomm.launch import local_gpu
 
 _DTYPES = {
     "float": "float32",
@@ -156,8 +156,9 @@ def parse_args(argv=None):
         "--device",
         default="cpu",
         choices=("cpu", "cuda"),
-        help="where the buffers live; cuda puts each rank on GPU LOCAL_RANK "
-        "(scalecomm over NCCL; --algos ring,nccl compares ours with NCCL's)",
+        help="where the buffers live; cuda puts each rank on GPU LOCAL_RANK modulo the GPUs visible "
+        "(scalecomm over NCCL; --algos ring,nccl compares ours with NCCL's; ranks sharing a GPU "
+        "need SCALECOMM_CUDA_TRANSPORT=host, since NCCL refuses two ranks on one GPU)",
     )
     p.add_argument("--backends", default="", help=argparse.SUPPRESS)  # old spelling: scalecomm,gloo
     p.add_argument(
@@ -429,8 +430,7 @@ def run(args) -> int:
 
     device = torch.device("cpu")
     if args.device == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
+        device = local_gpu()
     table, timing = _implementations(args, dist, pyscalecomm)
     rank, n = dist.get_rank(), dist.get_world_size()
     dtype = getattr(torch, _DTYPES[args.datatype])

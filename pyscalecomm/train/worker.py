@@ -53,6 +53,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pyscalecomm.launch import local_gpu
 from pyscalecomm.train import data as data_mod
 from pyscalecomm.train import models, predict, strategies
 from pyscalecomm.train.config import RunConfig, parse_straggler
@@ -104,8 +105,7 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     torch.set_num_threads(cfg.threads)
     device = torch.device(cfg.device)
     if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
+        device = local_gpu()
     d = data_mod.load(cfg.data, cfg.model, cfg.samples)
     torch.manual_seed(cfg.seed)
     model = models.build(cfg.model, d.input_shape, d.classes, cfg.width).to(device)
