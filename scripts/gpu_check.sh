@@ -7,11 +7,11 @@
 #    DDP, the bench table against ProcessGroupNCCL. On one GPU the NCCL tests run
 #    two ranks on it (SCALECOMM_TEST_SHARE_GPU=1: NCCL's socket transport, see
 #    tests/gpu/test_cuda_collectives.py);
-# 3. the bench: with 2 GPUs, our schedules over NCCL, NCCL's own collective inside
+# 3. the training driver against NCCL (2 GPUs) or gloo (one GPU, two ranks on it);
+# 4. the bench: with 2 GPUs, our schedules over NCCL, NCCL's own collective inside
 #    scalecomm and stock ProcessGroupNCCL side by side; on any GPU count, host
 #    staging chunked (copies overlapped with the collective) against whole-tensor
-#    copies, with gloo on the same CUDA buffers;
-# 4. the training driver against NCCL (2 GPUs) or gloo (one GPU, two ranks on it).
+#    copies, with gloo on the same CUDA buffers.
 # Each step's output goes to its own file; report.md says which passed.
 # GPU_CHECK_STEP_S caps each step's seconds (default 1800); a step cut off reads
 # "FAIL (exit 124)".
@@ -65,6 +65,15 @@ if [ "$GPUS" -ge 2 ]; then
   step bench-every-collective "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --collectives all --baselines nccl \
     -b 8K -e 64M -f 8 --json "$OUT/bench-every-collective.jsonl"
 fi
+if [ "$GPUS" -ge 2 ]; then
+  step train-vs-nccl "$PY" -m pyscalecomm.train --device cuda --sweep world=2 backend=nccl,scalecomm --epochs 2 \
+    --out "$OUT/train"
+elif [ "$GPUS" = 1 ]; then
+  step train-vs-gloo-one-gpu env SCALECOMM_CUDA_TRANSPORT=host "$PY" -m pyscalecomm.train --device cuda \
+    --sweep world=2 backend=gloo,scalecomm --epochs 2 --out "$OUT/train"
+else
+  echo "| bench, training | skipped: no GPU | | |" >> "$REPORT"
+fi
 if [ "$GPUS" -ge 1 ]; then
   # Host staging (the fallback without NCCL, and ranks that share a GPU): chunked and
   # overlapped (default) against whole-tensor copies, gloo on the same CUDA buffers.
@@ -74,15 +83,6 @@ if [ "$GPUS" -ge 1 ]; then
   step bench-host-staged-whole env SCALECOMM_CUDA_TRANSPORT=host SCALECOMM_STAGE_CHUNK_BYTES=1099511627776 "$PY" \
     -m pyscalecomm.bench --nproc 2 --device cuda --algos ring --baselines gloo -b 1M -e 256M -f 4 -n 10 -w 3 \
     --rounds 3 --json "$OUT/bench-host-staged-whole.jsonl"
-fi
-if [ "$GPUS" -ge 2 ]; then
-  step train-vs-nccl "$PY" -m pyscalecomm.train --device cuda --sweep world=2 backend=nccl,scalecomm --epochs 2 \
-    --out "$OUT/train"
-elif [ "$GPUS" = 1 ]; then
-  step train-vs-gloo-one-gpu env SCALECOMM_CUDA_TRANSPORT=host "$PY" -m pyscalecomm.train --device cuda \
-    --sweep world=2 backend=gloo,scalecomm --epochs 2 --out "$OUT/train"
-else
-  echo "| bench, training | skipped: no GPU | | |" >> "$REPORT"
 fi
 echo
 cat "$REPORT"
