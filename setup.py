@@ -184,7 +184,28 @@ def _extensions():
 def _build_ext():
     from torch.utils.cpp_extension import BuildExtension
 
-    return BuildExtension.with_options(use_ninja=True)
+    class Build(BuildExtension):
+        def build_extensions(self):
+            super().build_extensions()
+            for ext in self.extensions:
+                _check_shared_libstdcxx(self.get_ext_fullpath(ext.name))
+
+    return Build.with_options(use_ninja=True)
+
+
+def _check_shared_libstdcxx(path: str) -> None:
+    """The extension must use the process's libstdc++ (torch's). A compiler that
+    links libstdc++ statically (some wrappers do) gives the extension a second
+    copy whose locale is never set up: numbers format as nothing or crash."""
+    with open(path, "rb") as f:
+        if b"libstdc++.so.6" in f.read():
+            return
+    os.remove(path)
+    raise RuntimeError(
+        f"{path} was linked with a static libstdc++ (compiler: {os.environ.get('CXX', 'c++')}); "
+        "inside torch's process it would crash at the first number it formats. Build with the system "
+        "compiler (e.g. CXX=/usr/bin/g++ CC=/usr/bin/gcc) or one that links libstdc++ as a shared library."
+    )
 
 
 setup(

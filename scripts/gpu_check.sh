@@ -49,16 +49,17 @@ step() {  # step NAME COMMAND...: runs it (at most LIMIT s), records pass/fail a
   tail -3 "$log"
 }
 
+# Failures are written as they happen (a step cut off at its limit keeps them).
+export SCALECOMM_TEST_FAILURE_LOG="$OUT/gpu-test-failures.txt"
 PYTEST_ARGS=(-m gpu -v -p no:cacheprovider)
-FIRST=(tests/gpu/test_cuda_kernels.py tests/test_direct.py)  # quick and basic first, then the rest of tests/
 if "$PY" -c "import pytest_timeout" 2> /dev/null; then
   PYTEST_ARGS+=(--timeout=60)  # one hung test does not take the whole step
 fi
-if [ "$GPUS" = 1 ]; then
-  step gpu-tests env SCALECOMM_TEST_SHARE_GPU=1 "$PY" -m pytest "${PYTEST_ARGS[@]}" "${FIRST[@]}" tests
-else
-  step gpu-tests "$PY" -m pytest "${PYTEST_ARGS[@]}" "${FIRST[@]}" tests
-fi
+SHARE=()
+[ "$GPUS" = 1 ] && SHARE=(env SCALECOMM_TEST_SHARE_GPU=1)
+# The quick single-process ones first, then the multi-rank ones.
+step gpu-kernels "$PY" -m pytest "${PYTEST_ARGS[@]}" tests/gpu/test_cuda_kernels.py
+step gpu-tests "${SHARE[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" tests --ignore=tests/gpu/test_cuda_kernels.py
 if [ "$GPUS" -ge 2 ]; then
   step bench-allreduce "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --algos ring,rhd,tree,nccl --baselines nccl \
     -b 8K -e 256M -f 4 --json "$OUT/bench-allreduce.jsonl"
