@@ -30,7 +30,7 @@ class ShmTransport : public Transport {
     segments_[rv.rank] = inbox_;
   }
   std::string whyNot(const Rendezvous& rv, int peer) const override {
-    if (rv.field(peer, "host") != rv.field(rv.rank, "host")) {
+    if (!rv.sameHost(peer)) {
       return strCat("rank ", peer, " is on another host ('", rv.field(peer, "host"), "' vs '",
                     rv.field(rv.rank, "host"), "')");
     }
@@ -94,7 +94,7 @@ class TcpTransport : public Transport {
   }
   std::unique_ptr<Link> connect(Rendezvous& rv, int peer) override {
     const size_t streams = streamsWith(rv, peer);
-    const bool quickAcks = rv.field(peer, "host") != rv.field(rv.rank, "host");
+    const bool quickAcks = !rv.sameHost(peer);
     std::vector<int> fds;
     if (peer < rv.rank) {
       for (size_t i = 0; i < streams; ++i) {

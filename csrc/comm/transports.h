@@ -52,6 +52,8 @@ struct Rendezvous {
 
   // Field `key` of rank r's info ("" when absent).
   std::string field(int r, const std::string& key) const;
+  // Whether `peer` runs on this rank's host (the "host" identity each rank published).
+  bool sameHost(int peer) const { return field(peer, "host") == field(rank, "host"); }
 };
 
 class Transport {
