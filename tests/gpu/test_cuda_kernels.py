@@ -25,10 +25,11 @@ pytestmark = [
 def test_cuda_reduce_matches_cpu_reducer(dtype, offset):
     for op in OPS_FLOAT if dtype.is_floating_point else OPS_INT:
         a, b = operands(dtype, n=1_000_003)
+        # Sliced on the GPU: `offset` elements past an allocation's start (a copy would realign them).
+        ga, gb = a.cuda()[offset:], b.cuda()[offset:]
         a, b = a[offset:], b[offset:]
         cpu = a.clone()
         _C.reduce_into(cpu, b, op)
-        ga, gb = a.cuda(), b.cuda()
         _C.reduce_into(ga, gb, op)
         torch.cuda.synchronize()
         assert same(ga.cpu(), cpu), (dtype, op, offset)
