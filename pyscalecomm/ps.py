@@ -431,7 +431,7 @@ class ParameterServer(nn.Module):
         params = [self.params[i] for i in self.shards[s]]
         if any(p.dtype != torch.float32 for p in params):
             return None
-        flat = torch.cat([p.detach().reshape(-1) for p in params]) if params else torch.zeros(0)
+        flat = self._pack(s, grads=False)
         self._place(s, flat)
         return flat
 
