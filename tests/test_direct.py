@@ -1,12 +1,10 @@
 """The direct API on any array: NumPy in place and zero-copy, CuPy where it
 imports and a GPU is present, the codec optional, clear refusals."""
 
-import os
-
 import numpy as np
 import pytest
 import torch
-from dist_helpers import run_ranks
+from dist_helpers import rank_gpu, run_ranks
 
 import pyscalecomm
 
@@ -88,11 +86,7 @@ def test_what_cannot_be_reduced_in_place_is_refused_by_name():
 def _cupy_in_place(rank, n):
     import cupy
 
-    gpus = torch.cuda.device_count()
-    if gpus < 2:  # NCCL joins two ranks on one GPU only as two hosts (tests/gpu/test_cuda_collectives.py)
-        os.environ["NCCL_HOSTID"] = f"scalecomm-test-rank-{rank}"
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    cupy.cuda.Device(rank % gpus).use()
+    cupy.cuda.Device(rank_gpu(rank)).use()
     x = cupy.arange(4, dtype=cupy.float32) * (rank + 1)
     out = pyscalecomm.allreduce(x)
     return out is x, cupy.asnumpy(x).tolist()

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from dist_helpers import run_ranks  # noqa: E402
+from dist_helpers import rank_gpu, run_ranks  # noqa: E402
 
 from pyscalecomm import _C  # noqa: E402
 
@@ -39,13 +39,11 @@ needs_two = pytest.mark.skipif(
 
 
 def _device(rank, shared=False):
-    """This rank's GPU, made current. Ranks that share GPU 0 over NCCL name distinct hosts to NCCL."""
-    if not shared and GPUS < 2:
-        os.environ["NCCL_HOSTID"] = f"scalecomm-test-rank-{rank}"  # read when the communicator is made
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    dev = torch.device("cuda", 0 if shared or GPUS < 2 else rank)
-    torch.cuda.set_device(dev)
-    return dev
+    """This rank's GPU, made current: GPU 0 for both ranks when `shared` (host staging)."""
+    if shared:
+        torch.cuda.set_device(0)
+        return torch.device("cuda", 0)
+    return torch.device("cuda", rank_gpu(rank))
 
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.uint8)
