@@ -65,8 +65,6 @@ if [ "$GPUS" -ge 2 ]; then
     -b 8K -e 256M -f 4 --json "$OUT/bench-allreduce.jsonl"
   step bench-every-collective "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --collectives all --baselines nccl \
     -b 8K -e 64M -f 8 --json "$OUT/bench-every-collective.jsonl"
-fi
-if [ "$GPUS" -ge 2 ]; then
   step train-vs-nccl "$PY" -m pyscalecomm.train --device cuda --sweep world=2 backend=nccl,scalecomm --epochs 2 \
     --out "$OUT/train"
 elif [ "$GPUS" = 1 ]; then
