@@ -5,7 +5,7 @@
 # 2. the GPU test suite (pytest -m gpu): kernels against the CPU reference,
 #    every collective x algorithm x dtype over NCCL, stream semantics, timeouts,
 #    DDP, the bench table against ProcessGroupNCCL. On one GPU the NCCL tests run
-#    two ranks on it (SCALECOMM_TEST_SHARE_GPU=1: NCCL's socket transport, see
+#    two ranks on it (SC_TEST_SHARE_GPU=1: NCCL's socket transport, see
 #    tests/gpu/test_cuda_collectives.py);
 # 3. the training driver against NCCL (2 GPUs) or gloo (one GPU, two ranks on it);
 # 4. the bench: with 2 GPUs, our schedules over NCCL, NCCL's own collective inside
@@ -50,13 +50,13 @@ step() {  # step NAME COMMAND...: runs it (at most LIMIT s), records pass/fail a
 }
 
 # Failures are written as they happen (a step cut off at its limit keeps them).
-export SCALECOMM_TEST_FAILURE_LOG="$OUT/gpu-test-failures.txt"
+export SC_TEST_FAILURE_LOG="$OUT/gpu-test-failures.txt"
 PYTEST_ARGS=(-m gpu -v -p no:cacheprovider)
 if "$PY" -c "import pytest_timeout" 2> /dev/null; then
   PYTEST_ARGS+=(--timeout=60)  # one hung test does not take the whole step
 fi
 SHARE=()
-[ "$GPUS" = 1 ] && SHARE=(env SCALECOMM_TEST_SHARE_GPU=1)
+[ "$GPUS" = 1 ] && SHARE=(env SC_TEST_SHARE_GPU=1)
 # The quick single-process ones first, then the multi-rank ones.
 step gpu-kernels "$PY" -m pytest "${PYTEST_ARGS[@]}" tests/gpu/test_cuda_kernels.py
 step gpu-tests "${SHARE[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" tests --ignore=tests/gpu/test_cuda_kernels.py

@@ -8,6 +8,12 @@ PY=${PYTHON:-python3}
 "$PY" -m ruff check setup.py pyscalecomm_autoload.py pyscalecomm tests bench examples scripts
 "$PY" -m ruff format --check setup.py pyscalecomm_autoload.py pyscalecomm tests bench examples scripts
 find csrc tests/cpp -name '*.h' -o -name '*.cc' -o -name '*.cu' | xargs clang-format --dry-run --Werror
+# The torch adapter hands CUDA tensors' memory to the group; a raw host copy of it
+# passes every CPU test and crashes on a GPU. Tensor copies (copy_) run where the memory is.
+if grep -nE 'std::mem(cpy|move|set)' csrc/torch/*; then
+  echo "csrc/torch: use tensor copies (copy_), not host memcpy/memset: tensors may live on a GPU" >&2
+  exit 1
+fi
 
 cmake -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/cpp

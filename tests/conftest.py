@@ -9,9 +9,9 @@ os.environ.setdefault("SCALECOMM_TUNING_FILE", "none")
 
 
 def pytest_runtest_logreport(report):
-    """SCALECOMM_TEST_FAILURE_LOG=path appends each failure's report to path as it
+    """SC_TEST_FAILURE_LOG=path appends each failure's report to path as it
     happens, so a run cut off by a time limit still says why its tests failed."""
-    path = os.environ.get("SCALECOMM_TEST_FAILURE_LOG")
+    path = os.environ.get("SC_TEST_FAILURE_LOG")
     if path and report.failed:
         with open(path, "a") as f:
             f.write(f"==== {report.nodeid} ({report.when}, {report.duration:.1f} s)\n{report.longreprtext}\n")

@@ -4,7 +4,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "torch/backend.h"
 #include "torch/validate.h"
@@ -252,9 +251,15 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::alltoall_base(at::Tensor& outpu
     inOff += inSplits[q];
     outOff += outSplits[q];
   }
-  const size_t selfBytes = static_cast<size_t>(call.sendCounts[rank]) * unitBytes;
-  call.before = [dst = call.blocks[n + rank], src = call.blocks[rank], selfBytes] {
-    if (selfBytes > 0) std::memcpy(dst, src, selfBytes);
+  // The self block is a tensor copy: on the device path it is queued on the
+  // channel's stream (the current stream while the call runs), never a host memcpy.
+  int64_t inSelf = 0, outSelf = 0;
+  for (int q = 0; q < rank; ++q) {
+    inSelf += inSplits[q];
+    outSelf += outSplits[q];
+  }
+  call.before = [in, out, inAt = inSelf * rowElems, outAt = outSelf * rowElems, elems = inSplits[rank] * rowElems] {
+    if (elems > 0) out.view({-1}).narrow(0, outAt, elems).copy_(in.view({-1}).narrow(0, inAt, elems));
   };
   call.sendCounts[rank] = call.recvCounts[rank] = 0;  // the self block is copied, not sent
   return run(c10d::OpType::ALLTOALL_BASE, {output}, std::move(call), stage);

@@ -7,7 +7,7 @@ without GPUs.
 
 One GPU: NCCL refuses two ranks on one device, unless each rank names another
 host (NCCL_HOSTID); NCCL then joins them through its socket transport over
-loopback. SCALECOMM_TEST_SHARE_GPU=1 runs the NCCL tests that way: every call
+loopback. SC_TEST_SHARE_GPU=1 runs the NCCL tests that way: every call
 our NCCL channel makes is real, NCCL's fast paths (P2P, NVLink) are not used,
 and the two ranks' kernels take turns on the GPU, so timings mean nothing.
 
@@ -31,11 +31,9 @@ pytestmark = [
     pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU"),
     pytest.mark.skipif(not _C.built_with_cuda, reason="built without CUDA"),
 ]
-SHARE_ONE_GPU = GPUS == 1 and os.environ.get("SCALECOMM_TEST_SHARE_GPU") == "1"
+SHARE_ONE_GPU = GPUS == 1 and os.environ.get("SC_TEST_SHARE_GPU") == "1"
 NCCL_RANKS = (GPUS >= 2 or SHARE_ONE_GPU) and _C.built_with_nccl
-needs_two = pytest.mark.skipif(
-    not NCCL_RANKS, reason="needs 2 GPUs (or 1 with SCALECOMM_TEST_SHARE_GPU=1) and NCCL"
-)
+needs_two = pytest.mark.skipif(not NCCL_RANKS, reason="needs 2 GPUs (or 1 with SC_TEST_SHARE_GPU=1) and NCCL")
 
 
 def _device(rank, shared=False):
@@ -49,8 +47,26 @@ def _device(rank, shared=False):
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.uint8)
 
 
+def _case(out, name, check, *args):
+    """Runs check(*args); records True, or why it failed (a wrong value or the exception), so
+    a failing run names every failing case with its reason, not just the first."""
+    try:
+        ok = check(*args)
+        out[name] = True if ok is None or ok is True else f"wrong: {ok}"
+    except Exception as e:  # noqa: BLE001 - reported per case
+        out[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        import torch.distributed as dist
+
+        print(f"rank {dist.get_rank()}: {name}: {out[name]}", file=sys.stderr, flush=True)
+
+
+def _failures(results):
+    return {f"rank {r} {k}": v for r, res in enumerate(results) for k, v in res.items() if v is not True}
+
+
 def _every_collective(rank, n, shared):
-    """Every collective x DTYPES on CUDA tensors (small integers: exact in every dtype)."""
+    """Every collective x DTYPES on CUDA tensors (small integers: exact in every dtype).
+    Returns {case: True or the reason it failed}."""
     import torch.distributed as dist
 
     dev = _device(rank, shared)
@@ -59,50 +75,81 @@ def _every_collective(rank, n, shared):
         return torch.full((size,), value, dtype=dtype, device=dev)
 
     def same(t, values):
-        return t.cpu().double().tolist() == [float(v) for v in values]
+        got = t.cpu().double().tolist()
+        want = [float(v) for v in values]
+        if got == want:
+            return True
+        if len(got) != len(want):
+            return f"{len(got)} elements, want {len(want)}"
+        bad = next(i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w)
+        return f"element {bad}: got {got[bad]}, want {want[bad]} ({len(got)} elements)"
 
     out = {}
 
-    def elementwise(name, dt, count, modulus, broadcast_count):
+    def allreduce(dt, count, modulus):
         x = (torch.arange(count, device=dev) % modulus + rank).to(dt)
         dist.all_reduce(x)
-        out[f"allreduce {name}"] = same(x, [sum(i % modulus + r for r in range(n)) for i in range(count)])
-        b = full(broadcast_count, rank, dt)
-        dist.broadcast(b, src=n - 1)
-        out[f"broadcast {name}"] = same(b, [n - 1] * broadcast_count)
+        return same(x, [sum(i % modulus + r for r in range(n)) for i in range(count)])
 
-    for dt in DTYPES:
-        elementwise(f"{dt}", dt, 1001, 13, 77)
+    def broadcast(dt, count):
+        b = full(count, rank, dt)
+        dist.broadcast(b, src=n - 1)
+        return same(b, [n - 1] * count)
+
+    def reduce(dt):
         red = full(33, rank + 1, dt)
         dist.reduce(red, dst=0)
-        if rank == 0:
-            out[f"reduce {dt}"] = same(red, [n * (n + 1) // 2] * 33)
+        return same(red, [n * (n + 1) // 2] * 33) if rank == 0 else True
+
+    def large_reduce(dt):
+        big = full(10_001, rank + 1, dt)
+        dist.reduce(big, dst=0, op=dist.ReduceOp.MAX)
+        return same(big, [n if rank == 0 else rank + 1] * 10_001)
+
+    def all_gather_into_tensor(dt):
         g = torch.empty(n * 5, dtype=dt, device=dev)
         dist.all_gather_into_tensor(g, full(5, rank, dt))
-        out[f"all_gather_into_tensor {dt}"] = same(g, [r for r in range(n) for _ in range(5)])
+        return same(g, [r for r in range(n) for _ in range(5)])
+
+    def blocks(tensors, values):
+        bad = [same(t, v) for t, v in zip(tensors, values, strict=True)]
+        return next((f"block {r}: {b}" for r, b in enumerate(bad) if b is not True), True)
+
+    def all_gather(dt):
         outs = [torch.empty(4, dtype=dt, device=dev) for _ in range(n)]
         dist.all_gather(outs, full(4, rank + 2, dt))
-        out[f"all_gather {dt}"] = all(same(outs[r], [r + 2] * 4) for r in range(n))
+        return blocks(outs, [[r + 2] * 4 for r in range(n)])
+
+    def reduce_scatter_tensor(dt):
         rs = torch.empty(3, dtype=dt, device=dev)
         dist.reduce_scatter_tensor(rs, (torch.arange(3 * n, device=dev) % 7).to(dt))
-        out[f"reduce_scatter_tensor {dt}"] = same(rs, [n * ((3 * rank + i) % 7) for i in range(3)])
+        return same(rs, [n * ((3 * rank + i) % 7) for i in range(3)])
+
+    def all_to_all_single(dt):
         a2a = torch.empty(n, dtype=dt, device=dev)
         dist.all_to_all_single(a2a, full(n, rank, dt))
-        out[f"all_to_all_single {dt}"] = same(a2a, range(n))
+        return same(a2a, range(n))
+
+    def gather(dt):
         gat = [torch.empty(4, dtype=dt, device=dev) for _ in range(n)] if rank == 0 else None
         dist.gather(full(4, rank, dt), gat, dst=0)
-        if rank == 0:
-            out[f"gather {dt}"] = all(same(gat[r], [r] * 4) for r in range(n))
+        return blocks(gat, [[r] * 4 for r in range(n)]) if rank == 0 else True
+
+    def scatter(dt):
         sc = torch.empty(6, dtype=dt, device=dev)
         dist.scatter(sc, [full(6, r, dt) for r in range(n)] if rank == 0 else None, src=0)
-        out[f"scatter {dt}"] = same(sc, [rank] * 6)
+        return same(sc, [rank] * 6)
+
+    def send_recv(dt):
         if rank == 0:
             dist.send(full(9, 7, dt), dst=1)
         elif rank == 1:
             r = torch.zeros(9, dtype=dt, device=dev)
             dist.recv(r, src=0)
-            out[f"send/recv {dt}"] = same(r, [7] * 9)
-        # A ring shift in one batch: every rank sends right and receives from the left.
+            return same(r, [7] * 9)
+        return True
+
+    def batch_isend_irecv(dt):  # a ring shift in one batch: send right, receive from the left
         got = torch.zeros(5, dtype=dt, device=dev)
         ops = [
             dist.P2POp(dist.isend, full(5, rank, dt), (rank + 1) % n),
@@ -110,28 +157,41 @@ def _every_collective(rank, n, shared):
         ]
         for w in dist.batch_isend_irecv(ops):
             w.wait()
-        out[f"batch_isend_irecv {dt}"] = same(got, [(rank - 1) % n] * 5)
+        return same(got, [(rank - 1) % n] * 5)
+
+    cases = (
+        reduce,
+        all_gather_into_tensor,
+        all_gather,
+        reduce_scatter_tensor,
+        all_to_all_single,
+        gather,
+        scatter,
+    )
+    for dt in DTYPES:
+        _case(out, f"allreduce {dt}", allreduce, dt, 1001, 13)
+        _case(out, f"broadcast {dt}", broadcast, dt, 77)
+        for case in cases + (send_recv, batch_isend_irecv):
+            _case(out, f"{case.__name__} {dt}", case, dt)
     for dt in (torch.float32, torch.float16):  # large enough to be staged in chunks (host transport)
-        elementwise(f"large {dt}", dt, 10_001, 5, 10_001)
-        big = full(10_001, rank + 1, dt)
-        dist.reduce(big, dst=0, op=dist.ReduceOp.MAX)
-        out[f"large reduce {dt}"] = same(big, [n if rank == 0 else rank + 1] * 10_001)
-    dist.barrier()
+        _case(out, f"large allreduce {dt}", allreduce, dt, 10_001, 5)
+        _case(out, f"large broadcast {dt}", broadcast, dt, 10_001)
+        _case(out, f"large reduce {dt}", large_reduce, dt)
+    _case(out, "barrier", dist.barrier)
     return out
 
 
 @pytest.mark.parametrize("transport", ["host", "auto"])
 def test_every_collective_on_cuda_tensors(transport):
     if transport == "auto" and not NCCL_RANKS:
-        pytest.skip("needs 2 GPUs (or 1 with SCALECOMM_TEST_SHARE_GPU=1) and NCCL")
+        pytest.skip("needs 2 GPUs (or 1 with SC_TEST_SHARE_GPU=1) and NCCL")
     shared = transport == "host"
     # Host staging in 4 KiB chunks: the 10001-element allreduce, broadcast and reduce move in 5-10 chunks.
     env = {"SCALECOMM_CUDA_TRANSPORT": transport}
     if shared:
         env["SCALECOMM_STAGE_CHUNK_BYTES"] = "4096"
     results = run_ranks(2, _every_collective, shared, env=env)
-    for r in results:
-        assert all(r.values()), r
+    assert not _failures(results), _failures(results)
 
 
 def _allreduce_algorithms(rank, n):
@@ -139,25 +199,35 @@ def _allreduce_algorithms(rank, n):
 
     import pyscalecomm
 
-    _device(rank)
+    dev = _device(rank)
+
+    def check(pg, op, count):
+        x = torch.arange(count, dtype=torch.float32, device=dev) % 11 + rank
+        dist.all_reduce(x, op=op, group=pg)
+        ref = [torch.arange(count, dtype=torch.float32) % 11 + r for r in range(n)]
+        want = torch.stack(ref).max(0).values if op == dist.ReduceOp.MAX else sum(ref)
+        if op == dist.ReduceOp.AVG:
+            want = want / n
+        got = x.cpu()
+        if torch.allclose(got, want):
+            return True
+        bad = int((~torch.isclose(got, want)).nonzero()[0])
+        return f"element {bad}: got {float(got[bad])}, want {float(want[bad])}"
+
     out = {}
+    large = pyscalecomm.allreduce_algorithms(n, 400_012, window_bytes=1 << 30) + ["nccl"]
     for algo in pyscalecomm.allreduce_algorithms() + ["nccl"]:
         pg = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=algo))
+        count = 100_003 if algo in large else 1_003  # pairwise takes only small messages
         for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX):
-            x = torch.arange(100_003, dtype=torch.float32, device="cuda") % 11 + rank
-            dist.all_reduce(x, op=op, group=pg)
-            ref = [torch.arange(100_003, dtype=torch.float32) % 11 + r for r in range(n)]
-            want = torch.stack(ref).max(0).values if op == dist.ReduceOp.MAX else sum(ref)
-            if op == dist.ReduceOp.AVG:
-                want = want / n
-            out[f"{algo} {op}"] = bool(torch.allclose(x.cpu(), want))
+            _case(out, f"{algo} {op}", check, pg, op, count)
     return out
 
 
 @needs_two
 def test_our_schedules_over_nccl_match_nccl():
-    for r in run_ranks(2, _allreduce_algorithms, timeout_s=300):
-        assert all(r.values()), r
+    results = run_ranks(2, _allreduce_algorithms, timeout_s=300)
+    assert not _failures(results), _failures(results)
 
 
 def _stream_semantics(rank, n):
@@ -327,5 +397,4 @@ def test_every_collective_every_algorithm_over_nccl(algo, segment):
     """The queued channel on real NCCL: what tests/cpp/test_queued_channel.cc runs on its CPU emulation."""
     env = {"SCALECOMM_CUDA_TRANSPORT": "auto", "SCALECOMM_ALGO": algo, "SCALECOMM_SEGMENT_BYTES": segment}
     results = run_ranks(2, _every_collective, False, env=env)
-    for r in results:
-        assert all(r.values()), {k: v for k, v in r.items() if not v}
+    assert not _failures(results), _failures(results)
