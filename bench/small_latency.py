@@ -8,7 +8,8 @@ Rows (one per size, plus barrier): time per call in microseconds, the max over
 ranks of each rank's mean over `--iters` back-to-back synchronous calls, as
 the median over `--rounds` rounds with [min-max]. Implementations run
 interleaved in every round (the VM is noisy: only ratios within one round
-travel). Columns:
+travel), each round starting one column later, so that no column always
+follows the same one. Columns:
 
 - floor: `dist.all_reduce` of 8 bytes on torch's fake process group (world 1):
   torch's own dispatch, which no backend can beat through `dist.all_reduce`
@@ -197,8 +198,13 @@ def main() -> int:
             run = functools.partial(table["scalecomm"], t, a)
             settle_auto(run, dist.group.WORLD._get_backend(t.device), count * 4, gloo)
         times = {k: [] for k in table}
-        for _ in range(args.rounds):
-            for name, fn in table.items():
+        order = list(table.items())
+        for round_ in range(args.rounds):
+            # Each round starts one column later (the same order on every rank), so no column
+            # always follows the same one: a capped link's token bucket refills during a slow
+            # column (gloo) and lent its burst to whichever came next.
+            k = round_ % len(order)
+            for name, fn in order[k:] + order[:k]:
                 for _ in range(5):
                     fn(t, a)
                 comm.Barrier()

@@ -34,8 +34,9 @@ speedup over one server; over scalecomm and each CPU baseline backend.
 Baselines: gloo (torch's CPU backend) and mpi (MPI's own collectives through
 mpi4py on the same buffers; needs mpirun). The timing runs back-to-back calls
 between barriers on a separate gloo group; --rounds R times every
-implementation R times round-robin per size; the table keeps each one's fastest
-round, the JSON lines every round (time_us_rounds).
+implementation R times round-robin per size, each round starting one
+implementation later; the table keeps each one's fastest round, the JSON lines
+every round (time_us_rounds).
 """
 
 from __future__ import annotations
@@ -353,7 +354,10 @@ def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
     best: dict = {}
     per_round: dict = {}
     for round_ in range(max(1, args.rounds)):
-        for impl in impls:
+        # Each round starts one implementation later, so none always follows the same one
+        # (a capped link's token bucket, or caches, left in one state by its predecessor).
+        k = round_ % len(impls)
+        for impl in impls[k:] + impls[:k]:
             ctx["progress"](f"{coll} {nbytes} B {impl.label} (round {round_ + 1} of {args.rounds})")
             for ip in (False, True):
                 fn = runners[(impl.label, ip)]
