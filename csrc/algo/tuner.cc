@@ -85,10 +85,11 @@ Label OnlineTuner::modelPick(int64_t bytes) {
   return modelPickLocked(bytes);
 }
 
-void OnlineTuner::start(Bucket& k, int64_t bytes) {
+void OnlineTuner::rankCandidates(Bucket& k, int64_t bytes) {
   const auto ranked = ranker_(bytes);
   double fastest = 0;
   for (size_t i = 0; i < ranked.size(); ++i) fastest = i ? std::min(fastest, ranked[i].second) : ranked[i].second;
+  std::vector<Candidate> before = std::move(k.info);
   k.cands.clear();
   k.info.clear();
   for (const auto& [name, t] : ranked) {
@@ -101,16 +102,41 @@ void OnlineTuner::start(Bucket& k, int64_t bytes) {
     k.cands.emplace_back("ring");
     k.info.push_back(Candidate{"ring", 0});
   }
+  for (Candidate& c : k.info) {  // the report's trial counts run over every exploration
+    for (const Candidate& b : before) {
+      if (b.algorithm != c.algorithm) continue;
+      c.trials = b.trials;
+      c.trialSeconds = b.trialSeconds;
+    }
+  }
+  k.favourite = k.info.front().algorithm;
+}
+
+void OnlineTuner::start(Bucket& k, int64_t bytes) {
+  rankCandidates(k, bytes);
   k.exploreAfter = settings_.reexploreAfter;
   k.size = bytes;
   k.block = blockLength(bucketOf(bytes));
-  k.favourite = k.info.front().algorithm;
   if (k.cands.size() == 1) {
     k.source = "model";
     exploit(k, k.cands[0]);
   } else {
     explore(k);
   }
+}
+
+void OnlineTuner::reexplore(Bucket& k, int bucket) {
+  // Every candidate the model ranks close, not only those left by the last
+  // exploration's eliminations: what changed may favour one that left.
+  rankCandidates(k, k.size > 0 ? k.size : bucketBytes(bucket));
+  if (k.cands.size() > 1) {
+    explore(k);
+    return;
+  }
+  k.source = "model";
+  k.median = k.lo = k.hi = k.slowest = 0;
+  k.afterDrift = false;
+  exploit(k, k.cands[0]);
 }
 
 void OnlineTuner::explore(Bucket& k) {
@@ -143,6 +169,7 @@ void OnlineTuner::exploit(Bucket& k, Label winner) {
   k.sinceCheck = 0;
   k.sinceExplore = 0;
   k.checkEvery = settings_.firstCheck;
+  k.slowChecks = 0;
 }
 
 OnlineTuner::Pick OnlineTuner::pick(int64_t bytes) {
@@ -230,9 +257,9 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
   if (k.phase != Phase::Exploiting) return {};
   k.recent[k.recentCount++ % k.recent.size()] = seconds;
   ++k.sinceCheck;
-  if (++k.sinceExplore >= k.exploreAfter && k.cands.size() > 1) {
+  if (++k.sinceExplore >= k.exploreAfter) {
     k.exploreAfter *= 2;
-    explore(k);
+    reexplore(k, p.bucket);
     return {};
   }
   if (k.sinceCheck >= k.checkEvery && k.hi > 0) {
@@ -294,9 +321,13 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
   for (int r = 0; r < rounds; ++r) w[r] = maxed[r * c + winner];
   const Summary s = summarize(w);
   const bool changed = k.winnerLabel != k.cands[winner] || k.source != "explored";
+  // A drift that found the same winner was the machine, not the choice: ask for a longer one next time.
+  if (k.afterDrift) k.idleDrifts = k.winnerLabel != k.cands[winner] ? 0 : std::min(k.idleDrifts + 1, kMaxIdleDrifts);
+  k.afterDrift = false;
   k.median = s.median;
   k.lo = s.lo;
   k.hi = s.hi;
+  k.slowest = *std::max_element(w.begin(), w.end());
   k.source = "explored";
   exploit(k, k.cands[winner]);
   std::ostringstream o;
@@ -304,7 +335,9 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
     << " rounds):";
   for (int q = 0; q < c; ++q) o << (q ? "," : "") << " " << k.info[q].algorithm << " " << us(k.info[q].median) << " us";
   o << "; picks " << k.info[winner].algorithm << " [" << us(s.lo) << "-" << us(s.hi) << " us]"
-    << (k.info[winner].algorithm == k.favourite ? " (the model's choice)" : " (model: " + k.favourite + ")")
+    << (k.favourite.empty()                       ? " (against the cached winner)"
+        : k.info[winner].algorithm == k.favourite ? " (the model's choice)"
+                                                  : " (model: " + k.favourite + ")")
     << (changed ? "" : ", unchanged");
   return o.str();
 }
@@ -406,15 +439,26 @@ std::string OnlineTuner::agreed(const Pick& p, const std::vector<double>& maxed,
   // Only slower counts: calls of one algorithm back to back often run
   // faster than the interleaved rounds did, and a machine that got faster
   // for every candidate is left to the periodic re-exploration.
-  if (m <= k.hi * kDriftFactor) {
+  // The limit: the winner's slowest measured round, widened. Not the upper end
+  // of its median's interval, which narrows as rounds are added while the
+  // median of a 16-call window varies as much as one round does.
+  if (m <= std::max(k.hi, k.slowest) * kDriftFactor) {
+    k.slowChecks = 0;
     k.checkEvery = std::min(k.checkEvery * 2, settings_.maxCheck);
     return "";
   }
+  // One slow window may be a hiccup (a peer descheduled): look again over new calls.
+  if (++k.slowChecks < (2 << k.idleDrifts)) {
+    k.checkEvery = std::max<int64_t>(settings_.firstCheck, static_cast<int64_t>(k.recent.size()));
+    return "";
+  }
   ++k.drifts;
+  k.afterDrift = true;
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(p.bucket) << " bytes now takes " << us(m) << " us with "
-    << k.winnerLabel << ", outside its band [" << us(k.lo) << "-" << us(k.hi) << " us]; measuring again";
-  explore(k);
+    << k.winnerLabel << ", over " << kDriftFactor << "x its slowest measured round (" << us(std::max(k.hi, k.slowest))
+    << " us) in " << k.slowChecks << " checks in a row; measuring again";
+  reexplore(k, p.bucket);
   return o.str();
 }
 

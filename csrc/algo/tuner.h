@@ -43,10 +43,17 @@
 //   per exploration) and the same rule decides on those.
 // - Exploiting: the winner runs. Every `checkEvery` calls (64, doubling to
 //   4096 while stable) record() returns this rank's median of its last 16
-//   times; agreed() compares the maximum over ranks with the upper end of
-//   the winner's band (its confidence interval, widened by kDriftFactor)
-//   and explores again when it lies above (slower only). The bucket is
-//   explored again anyway after `reexploreAfter` calls (doubling each time).
+//   times; agreed() compares the maximum over ranks with the winner's
+//   slowest measured round (a cached winner: the upper end of its band),
+//   widened by kDriftFactor; above it (slower only) in 2 checks in a row, each over calls made after
+//   the last (firstCheck of them, at least 16), the bucket is explored
+//   again: one slow window is a hiccup, not a drift. Each drift whose
+//   exploration kept the winner doubles the checks in a row the next one
+//   needs (up to 32; a changed winner resets it to 2): on a machine whose
+//   speed swings, re-measuring finds the same winner and only costs trials.
+//   The bucket is explored again anyway after `reexploreAfter` calls
+//   (doubling each time). Either way it starts again from the model's
+//   candidates, not from those the last exploration's eliminations left.
 // - Deterministic: the state changes only in pick(), record() and agreed(),
 //   from the sequence of message sizes and agreed values, so ranks that
 //   make the same calls and agree the same values pick the same algorithm
@@ -85,6 +92,7 @@ struct TunerSettings {
 constexpr int kMaxBlock = 16;           // calls per trial at most
 constexpr int kMinCandidates = 3;       // measured whatever the model predicts for them
 constexpr double kDriftFactor = 1.3;    // the band's widening before a drift counts
+constexpr int kMaxIdleDrifts = 4;       // a drift takes 2 << idle drifts checks in a row: at most 32
 constexpr int kScreenRounds = 2;        // measured rounds before the screening
 constexpr double kScreenFactor = 1.5;   // screened out: slower than this in every screening round
 constexpr int kRaceRounds = 4;          // measured rounds before the race
@@ -182,15 +190,23 @@ class OnlineTuner {
     Label winnerLabel;                                     // the last decision's; empty before the first
     std::string source;
     double median = 0, lo = 0, hi = 0;
+    double slowest = 0;  // the winner's slowest measured round (0: loaded from the cache)
     std::array<double, 16> recent{};
     int64_t recentCount = 0;
     int64_t sinceCheck = 0, checkEvery = 0, sinceExplore = 0, exploreAfter = 0;
+    int slowChecks = 0;       // drift checks outside the band in a row
+    int idleDrifts = 0;       // drift explorations in a row that kept the winner
+    bool afterDrift = false;  // this exploration was started by a drift
     int64_t calls = 0, explorations = 0, driftChecks = 0, drifts = 0;
     int64_t trials = 0;
     double trialSeconds = 0, agreementSeconds = 0;
   };
+  // The model's candidates for `bytes` (favourite first) into cands and info.
+  void rankCandidates(Bucket& k, int64_t bytes);
   void start(Bucket& k, int64_t bytes);
   void explore(Bucket& k);
+  // A drift or the periodic re-measurement: explore the model's candidates again.
+  void reexplore(Bucket& k, int bucket);
   void exploit(Bucket& k, Label winner);
   // Keeps candidates `keep` (indices, in that order) in cands and info.
   static void keepOnly(Bucket& k, const std::vector<int>& keep);

@@ -245,9 +245,18 @@ TEST(exploiting_runs_the_winner_and_a_drift_explores_again) {
     }
   }
   CHECK_EQ(checks, 2);  // after 16 calls, then after 32 more
-  // The machine changes: b takes 4x as long. The next check sends the bucket back to exploring.
+  // One slow window (a hiccup) is looked at again, not acted on: fast calls after it clear it.
+  for (int i = 0; i < 64 + 16; ++i) {
+    const OnlineTuner::Pick p = t.pick(4096);
+    CHECK_EQ(p.candidate, -1);
+    std::vector<double> v = t.record(p, i < 64 ? 20e-6 : 5e-6);
+    if (!v.empty()) CHECK_EQ(t.agreed(p, v), std::string());
+  }
+  CHECK_EQ(t.report().front().phase, std::string("exploiting"));
+  CHECK_EQ(t.report().front().drifts, int64_t{0});
+  // The machine changes: b takes 4x as long. Two checks in a row send the bucket back to exploring.
   std::string what;
-  for (int i = 0; i < 64 && what.empty(); ++i) {
+  for (int i = 0; i < 256 && what.empty(); ++i) {
     const OnlineTuner::Pick p = t.pick(4096);
     std::vector<double> v = t.record(p, 20e-6);
     if (!v.empty()) what = t.agreed(p, v);
@@ -255,6 +264,65 @@ TEST(exploiting_runs_the_winner_and_a_drift_explores_again) {
   CHECK(what.find("measuring again") != std::string::npos);
   CHECK_EQ(t.report().front().phase, std::string("exploring"));
   CHECK(t.pick(4096).candidate >= 0);
+}
+
+// Drift checks until the bucket explores again, with b taking `seconds` per call.
+static int checksUntilDrift(OnlineTuner& t, double seconds) {
+  int checks = 0;
+  for (int i = 0; i < 4096; ++i) {
+    const OnlineTuner::Pick p = t.pick(4096);
+    CHECK_EQ(p.candidate, -1);
+    std::vector<double> v = t.record(p, seconds);
+    if (v.empty()) continue;
+    ++checks;
+    if (t.agreed(p, v).find("measuring again") != std::string::npos) return checks;
+  }
+  CHECK(false);
+  return checks;
+}
+
+TEST(a_drift_that_keeps_the_winner_makes_the_next_one_need_more_checks) {
+  // A machine whose speed swings: every re-measurement finds b again, so each
+  // drift needs twice the slow checks in a row of the last (2, 4, 8, ...).
+  TunerSettings s;
+  s.firstCheck = 16;
+  OnlineTuner t = makeTuner(s);
+  auto bFastest = [](const std::string& a, int) { return a == "b" ? 5e-6 : 10e-6; };
+  explore(t, 4096, bFastest);
+  CHECK_EQ(checksUntilDrift(t, 20e-6), 2);
+  explore(t, 4096, bFastest);
+  CHECK_EQ(checksUntilDrift(t, 20e-6), 4);
+  explore(t, 4096, bFastest);
+  CHECK_EQ(checksUntilDrift(t, 20e-6), 8);
+  // This time the machine changed for good: c wins, and the next drift needs 2 again.
+  explore(t, 4096, [](const std::string& a, int) { return a == "c" ? 4e-6 : 20e-6; });
+  CHECK_EQ(winner(t, 4096), std::string("c"));
+  CHECK_EQ(checksUntilDrift(t, 40e-6), 2);
+  CHECK_EQ(t.report().front().drifts, int64_t{4});
+}
+
+TEST(a_drift_is_judged_against_the_winners_slowest_round_not_its_medians_interval) {
+  // b takes 5-6 us, and 9 us in one round: its median's interval ends at
+  // 6 us. A window 1.3x past that but inside 1.3x the slowest round is the
+  // winner's own noise, not a drift.
+  TunerSettings s;
+  s.firstCheck = 16;
+  OnlineTuner t = makeTuner(s);
+  int trialsOfB = 0;
+  explore(t, 4096, [&](const std::string& a, int) {
+    if (a != "b") return 20e-6;
+    const int k = trialsOfB++ % 9;
+    return k == 4 ? 9e-6 : 5e-6 * (1 + 0.02 * k);
+  });
+  CHECK_EQ(winner(t, 4096), std::string("b"));
+  const double hi = t.report().front().hi;
+  CHECK(hi < 7e-6);  // the interval's end is far below the slowest round (9 us)
+  for (int i = 0; i < 256; ++i) {
+    const OnlineTuner::Pick p = t.pick(4096);
+    std::vector<double> v = t.record(p, 9e-6 * 1.3 * 0.99);
+    if (!v.empty()) CHECK_EQ(t.agreed(p, v), std::string());
+  }
+  CHECK_EQ(t.report().front().drifts, int64_t{0});
 }
 
 TEST(the_report_names_the_last_winner_while_a_re_exploration_drops_candidates) {
@@ -268,7 +336,7 @@ TEST(the_report_names_the_last_winner_while_a_re_exploration_drops_candidates) {
   CHECK_EQ(winner(t, 4096), std::string("c"));
   CHECK_EQ(t.report().front().candidates.size(), size_t{3});  // b stayed (within 5% of c)
   bool again = false;
-  for (int i = 0; i < 64 && !again; ++i) {
+  for (int i = 0; i < 128 && !again; ++i) {
     const OnlineTuner::Pick p = t.pick(4096);
     std::vector<double> v = t.record(p, 50e-6);
     if (!v.empty()) again = t.agreed(p, v).find("measuring again") != std::string::npos;
