@@ -45,12 +45,13 @@
 //   4096 while stable) record() returns this rank's median of its last 16
 //   times; agreed() compares the maximum over ranks with the winner's
 //   slowest measured round (a cached winner: the upper end of its band),
-//   widened by kDriftFactor; above it (slower only) in 2 checks in a row, each over calls made after
-//   the last (firstCheck of them, at least 16), the bucket is explored
-//   again: one slow window is a hiccup, not a drift. Each drift whose
-//   exploration kept the winner doubles the checks in a row the next one
-//   needs (up to 32; a changed winner resets it to 2): on a machine whose
-//   speed swings, re-measuring finds the same winner and only costs trials.
+//   widened by kDriftFactor. Above it (slower only) in 2 checks in a row,
+//   each over calls made after the last (firstCheck of them, at least 16),
+//   the bucket is explored again: one slow window is a hiccup, not a
+//   drift. Each drift whose exploration kept the winner doubles the checks
+//   in a row the next one needs (up to 32; a changed winner resets it to
+//   2): on a machine whose speed swings, re-measuring finds the same winner
+//   and only costs trials.
 //   The bucket is explored again anyway after `reexploreAfter` calls
 //   (doubling each time). Either way it starts again from the model's
 //   candidates, not from those the last exploration's eliminations left.
@@ -91,7 +92,7 @@ struct TunerSettings {
 
 constexpr int kMaxBlock = 16;           // calls per trial at most
 constexpr int kMinCandidates = 3;       // measured whatever the model predicts for them
-constexpr double kDriftFactor = 1.3;    // the band's widening before a drift counts
+constexpr double kDriftFactor = 1.3;    // the slowest round's widening before a window counts as slow
 constexpr int kMaxIdleDrifts = 4;       // a drift takes 2 << idle drifts checks in a row: at most 32
 constexpr int kScreenRounds = 2;        // measured rounds before the screening
 constexpr double kScreenFactor = 1.5;   // screened out: slower than this in every screening round
