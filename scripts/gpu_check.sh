@@ -49,8 +49,10 @@ step() {  # step NAME COMMAND...: runs it (at most LIMIT s), records pass/fail a
   tail -3 "$log"
 }
 
-# Failures are written as they happen (a step cut off at its limit keeps them).
-export SC_TEST_FAILURE_LOG="$OUT/gpu-test-failures.txt"
+# Failures are written as they happen (a step cut off at its limit keeps them);
+# a rank killed by a signal prints its Python stack (how a host memcpy of device
+# memory was found).
+export SC_TEST_FAILURE_LOG="$OUT/gpu-test-failures.txt" PYTHONFAULTHANDLER=1
 PYTEST_ARGS=(-m gpu -v -p no:cacheprovider)
 if "$PY" -c "import pytest_timeout" 2> /dev/null; then
   PYTEST_ARGS+=(--timeout=60)  # one hung test does not take the whole step
