@@ -442,7 +442,7 @@ std::string OnlineTuner::agreed(const Pick& p, const std::vector<double>& maxed,
   // The limit: the winner's slowest measured round, widened. Not the upper end
   // of its median's interval, which narrows as rounds are added while the
   // median of a 16-call window varies as much as one round does.
-  if (m <= std::max(k.hi, k.slowest) * kDriftFactor) {
+  if (m <= k.slowest * kDriftFactor) {
     k.slowChecks = 0;
     k.checkEvery = std::min(k.checkEvery * 2, settings_.maxCheck);
     return "";
@@ -456,8 +456,8 @@ std::string OnlineTuner::agreed(const Pick& p, const std::vector<double>& maxed,
   k.afterDrift = true;
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(p.bucket) << " bytes now takes " << us(m) << " us with "
-    << k.winnerLabel << ", over " << kDriftFactor << "x its slowest measured round (" << us(std::max(k.hi, k.slowest))
-    << " us) in " << k.slowChecks << " checks in a row; measuring again";
+    << k.winnerLabel << ", over " << kDriftFactor << "x its slowest measured round (" << us(k.slowest) << " us) in "
+    << k.slowChecks << " checks in a row; measuring again";
   reexplore(k, p.bucket);
   return o.str();
 }
@@ -520,6 +520,7 @@ void OnlineTuner::load(const std::vector<TunerEntry>& entries) {
     k.median = e.median;
     k.lo = e.lo;
     k.hi = e.hi;
+    k.slowest = e.hi;  // a cached winner keeps only its band
     k.source = "cache";
     k.size = e.size;
     k.block = blockLength(bucketOf(e.bytes));

@@ -191,7 +191,7 @@ class OnlineTuner {
     Label winnerLabel;                                     // the last decision's; empty before the first
     std::string source;
     double median = 0, lo = 0, hi = 0;
-    double slowest = 0;  // the winner's slowest measured round (0: loaded from the cache)
+    double slowest = 0;  // the winner's slowest measured round (a cached winner: the end of its band)
     std::array<double, 16> recent{};
     int64_t recentCount = 0;
     int64_t sinceCheck = 0, checkEvery = 0, sinceExplore = 0, exploreAfter = 0;
