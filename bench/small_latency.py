@@ -56,6 +56,7 @@ import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the
 
 import pyscalecomm  # noqa: F401  (registers the backend; fills RANK... under mpirun)
 from pyscalecomm.bench import parse_size, settle_auto
+from pyscalecomm.bench.timing import rotated
 
 
 def _sizes(spec: str) -> list[int]:
@@ -198,13 +199,8 @@ def main() -> int:
             run = functools.partial(table["scalecomm"], t, a)
             settle_auto(run, dist.group.WORLD._get_backend(t.device), count * 4, gloo)
         times = {k: [] for k in table}
-        order = list(table.items())
         for round_ in range(args.rounds):
-            # Each round starts one column later (the same order on every rank), so no column
-            # always follows the same one: a capped link's token bucket refills during a slow
-            # column (gloo) and lent its burst to whichever came next.
-            k = round_ % len(order)
-            for name, fn in order[k:] + order[:k]:
+            for name, fn in rotated(table.items(), round_):
                 for _ in range(5):
                     fn(t, a)
                 comm.Barrier()

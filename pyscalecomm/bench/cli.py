@@ -60,7 +60,7 @@ from pyscalecomm.bench.specs import (
     torch_runner,
     wire_bytes,
 )
-from pyscalecomm.bench.timing import measure, relative_error, settle_auto
+from pyscalecomm.bench.timing import measure, relative_error, rotated, settle_auto
 from pyscalecomm.launch import local_gpu
 
 _DTYPES = {
@@ -354,10 +354,7 @@ def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
     best: dict = {}
     per_round: dict = {}
     for round_ in range(max(1, args.rounds)):
-        # Each round starts one implementation later, so none always follows the same one
-        # (a capped link's token bucket, or caches, left in one state by its predecessor).
-        k = round_ % len(impls)
-        for impl in impls[k:] + impls[:k]:
+        for impl in rotated(impls, round_):
             ctx["progress"](f"{coll} {nbytes} B {impl.label} (round {round_ + 1} of {args.rounds})")
             for ip in (False, True):
                 fn = runners[(impl.label, ip)]

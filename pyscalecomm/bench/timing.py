@@ -62,6 +62,16 @@ def relative_error(run_once, case: Case, timing) -> float:
     return float(err.item())
 
 
+def rotated(items, round_: int) -> list:
+    """`items` starting at position round_ mod len: each round of an interleaved
+    measurement starts one implementation later (the same order on every rank), so
+    none always follows the same one (a capped link's token bucket, or caches, left
+    in one state by its predecessor)."""
+    items = list(items)
+    k = round_ % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
 def settle_auto(fn, backend, nbytes: int, timing, limit: int = 4000) -> None:
     """Runs auto until its online choice for this size has settled (its bucket
     exploits a winner), so the timed rounds measure the choice, not the
