@@ -426,8 +426,9 @@ def _small_dev_shm(rank, n):
 
 
 def test_a_full_dev_shm_raises_at_creation_and_tcp_still_works():
-    """A 2 MiB /dev/shm (a private tmpfs in a mount namespace) cannot hold two
-    4 MiB rings: group creation raises naming the remedies, instead of the
+    """A 2 MiB /dev/shm (a private tmpfs in a mount namespace) cannot hold a
+    2-rank segment (two 1 MiB rings and the windows: 2.5 MiB): group creation
+    raises naming the remedies, instead of the
     SIGBUS that the first write to an unreserved page would raise."""
     import subprocess
     import sys

@@ -45,7 +45,7 @@ struct MeshOptions {
   uint64_t mpiChunkBytes = 1 << 20;  // largest message of an mpi link
   bool mpiZeroCopy = true;           // collectives on the mpi channel when every pair is mpi
   int tcpStreams = 1;                // sockets per tcp link (the pair takes the smaller value)
-  uint64_t shmRingBytes = 4 << 20;
+  uint64_t shmRingBytes = 1 << 20;
   uint64_t shmWindowBytes = 0;  // per window cell (transport/shm.h); 0: no windows
   std::string hostIdentity;     // empty: computed
   int64_t spinMicros = 50;
