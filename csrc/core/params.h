@@ -81,7 +81,7 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "Bytes of each shared-memory ring (one per ordered pair of same-host ranks); a multiple of 64. The default "    \
     "keeps a host's rings in its caches: 4 MiB rings ran ring and rhd allreduces of 1-4 MiB 1.1x slower at 2 "     \
     "ranks and 1.5x-2x slower at 3-4; 512 KiB rings 2x slower at 2 ranks (docs/performance.md).")                  \
-  X(Int, shmWindowBytes, "shm_window_bytes", "SCALECOMM_SHM_WINDOW_BYTES", 262144, 0, int64_t{1} << 30, "",         \
+  X(Int, shmWindowBytes, "shm_window_bytes", "SCALECOMM_SHM_WINDOW_BYTES", 524288, 0, int64_t{1} << 30, "",         \
     "Bytes of each rank's shared window (two cells of this size, mapped by every rank of the group when all share " \
     "one host): the largest message a shared allreduce carries in one flag round; larger ones go in chunks of this " \
     "size, one flag round each; a multiple of 64. 0: no windows.")                                                   \
