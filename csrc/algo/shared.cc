@@ -178,6 +178,10 @@ void allreduceInChunks(Communicator& comm, ShmWindows& w, uint8_t* data, int64_t
     uint8_t* own = chunkAt(k) + at;
     const auto input = [&](int q) -> const uint8_t* { return q == rank ? own : w.data(q, call) + at; };
     uint8_t* result = w.data(rank, call + 1) + at;
+    if (n == 2 && ctx.finalizeDivisor <= 1) {  // the result into the cell and the buffer in one pass
+      reduceFromTwice(result, input(0), input(1), own, mine, ctx.dtype, ctx.op);
+      continue;
+    }
     reduceFrom(result, input(0), input(1), mine, ctx.dtype, ctx.op);
     for (int q = 2; q < n; ++q) reduceInto(result, input(q), mine, ctx.dtype, ctx.op);
     if (ctx.finalizeDivisor > 1) divideInPlace(result, mine, ctx.dtype, ctx.finalizeDivisor);

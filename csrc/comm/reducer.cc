@@ -28,7 +28,31 @@ void reduceLoop(void* dst, const void* a, const void* b, int64_t count, DataType
   });
 }
 
+// d[i] = e[i] = op(a[i], b[i]), where e is a (kEIsA) or b, and d overlaps
+// none of them: one pass, where reducing into d and copying d to e reads d
+// again.
+template <bool kEIsA>
+void reduceLoopTwice(void* dst, void* also, const void* other, int64_t count, DataType dtype, ReduceOp op) {
+  SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
+  dispatchReduction(dtype, op, [&](auto tag, auto opc) {
+    using Tag = decltype(tag);
+    using E = typename Storage<Tag>::Elem;
+    constexpr ReduceOp Op = decltype(opc)::value;
+    E* __restrict__ d = static_cast<E*>(dst);
+    auto* e = static_cast<E*>(also);
+    const E* __restrict__ y = static_cast<const E*>(other);
+    for (int64_t i = 0; i < count; ++i)
+      d[i] = e[i] = kEIsA ? reduceElement<Tag, Op>(e[i], y[i]) : reduceElement<Tag, Op>(y[i], e[i]);
+  });
+}
+
 }  // namespace
+
+void reduceFromTwice(void* dst, const void* a, const void* b, void* also, int64_t count, DataType dtype, ReduceOp op) {
+  SC_CHECK(also == a || also == b, "reduceFromTwice: the second output must be an input");
+  if (also == a) return reduceLoopTwice<true>(dst, also, b, count, dtype, op);
+  reduceLoopTwice<false>(dst, also, a, count, dtype, op);
+}
 
 void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
   reduceLoop<true>(dst, dst, src, count, dtype, op);

@@ -21,6 +21,9 @@ namespace scalecomm {
 void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op);
 // dst[i] = op(a[i], b[i]), same rules (dst may be a or b, or overlap neither).
 void reduceFrom(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op);
+// dst[i] = also[i] = op(a[i], b[i]), same rules; `also` is a or b, and dst
+// overlaps none of them.
+void reduceFromTwice(void* dst, const void* a, const void* b, void* also, int64_t count, DataType dtype, ReduceOp op);
 
 // How the executor does arithmetic on the memory a collective runs on: the
 // host functions here, or CUDA kernels on a stream (comm/cuda/), or the CPU
