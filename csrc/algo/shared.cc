@@ -133,7 +133,8 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
 // exchange it copies every peer's chunk k-1 result slice out of that peer's
 // cell, then folds slice r of chunk k in rank order (its own input read in
 // place, the peers' from their cells) into its next cell's slice r and copies
-// that into its output. The next cell is free to write: every peer has
+// that into its output (2 ranks, no divisor: both written in the one pass).
+// The next cell is free to write: every peer has
 // published call k, so none still reads the cell of call k-1. A byte of the
 // user's buffer is read once and written once (the memory traffic of one
 // memcpy); each slice is computed by one rank, so every rank holds the same
