@@ -8,11 +8,13 @@
 // byte, where a ring over shm links takes 2(n-1) steps of two copies each.
 // Every rank folds the inputs in rank order (two ranks: a op b, commutative
 // in IEEE arithmetic), so all ranks hold bitwise the same result. A message
-// larger than the window goes in window-sized chunks, two window calls each:
-// every rank copies its chunk in; rank r folds slice r (cache-line aligned)
-// of every rank's chunk, in rank order, into its own cell; every rank copies
-// each slice out of its owner's cell (one rank computes each slice, so all
-// hold the same bits). A `shared` barrier is the flag round alone.
+// larger than the window goes in window-sized chunks of n slices (cache-line
+// aligned), one window call per chunk plus one to finish: every rank copies
+// in the slices its peers fold; rank r folds slice r of every rank's chunk,
+// in rank order, into its next cell and its output; in the next call every
+// rank copies each slice out of its owner's cell (one rank computes each
+// slice, so all hold the same bits). A `shared` barrier is the flag round
+// alone.
 // Each call's cell header (a WireHeader: collective, seq, dtype, op, count)
 // is checked against every peer's, so ranks that disagree on the collective,
 // its order or its arguments get Error(InvalidArgument) naming both sides,

@@ -79,8 +79,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "apart fall back into step. -1: 1 MiB when the group spans hosts, off on one host; 0: off.")                     \
   X(Int, shmRingBytes, "shm_ring_bytes", "SCALECOMM_SHM_RING_BYTES", 1048576, 4096, int64_t{1} << 40, "",            \
     "Bytes of each shared-memory ring (one per ordered pair of same-host ranks); a multiple of 64. The default "    \
-    "keeps a host's rings in its caches: 4 MiB rings ran ring and rhd allreduces of 1-4 MiB 1.1x slower at 2 "     \
-    "ranks and 1.5x-2x slower at 3-4; 512 KiB rings 2x slower at 2 ranks (docs/performance.md).")                  \
+    "keeps a host's rings in its caches: 4 MiB rings ran ring and rhd allreduces of 64 KiB-16 MiB up to 1.2x "     \
+    "slower at 2 ranks and up to 1.7x at 3-4, 512 KiB rings 2x slower at 2 ranks (docs/performance.md).")          \
   X(Int, shmWindowBytes, "shm_window_bytes", "SCALECOMM_SHM_WINDOW_BYTES", 524288, 0, int64_t{1} << 30, "",         \
     "Bytes of each rank's shared window (two cells of this size, mapped by every rank of the group when all share " \
     "one host): the largest message a shared allreduce carries in one flag round; larger ones go in chunks of this " \
