@@ -69,7 +69,9 @@ int OnlineTuner::bucketOf(int64_t bytes) {
 
 int OnlineTuner::blockLength(int bucket) const {
   if (settings_.blockBytes <= 0) return 1;
-  return static_cast<int>(std::clamp<int64_t>(settings_.blockBytes / bucketBytes(bucket), 1, kMaxBlock));
+  const int64_t bytes = bucketBytes(bucket);
+  const int64_t least = bytes <= kWarmUpBlocks * settings_.blockBytes ? 2 : 1;
+  return static_cast<int>(std::clamp<int64_t>(settings_.blockBytes / bytes, least, kMaxBlock));
 }
 
 Label OnlineTuner::modelPickLocked(int64_t bytes) {

@@ -16,9 +16,11 @@
 //   L = blockLength(bucket) consecutive calls of its candidate; its time is
 //   the median of the block's last ceil(L / 2) calls, so a candidate is
 //   timed as it runs back to back, as the winner will, not just after
-//   another algorithm's call. L is a function of
-//   the bucket alone (`blockBytes` / the bucket's bytes, 1 to kMaxBlock),
-//   the same on every rank. With three candidates or more,
+//   another algorithm's call. L is a function of the bucket alone, the same
+//   on every rank: `blockBytes` / the bucket's bytes, at most kMaxBlock, and
+//   at least 2 (one warm-up call) for buckets up to kWarmUpBlocks x
+//   `blockBytes`; above that, where the first call's difference is small
+//   against a call, 1. With three candidates or more,
 //   after kScreenRounds measured rounds the ranks agree on those times (the
 //   maximum over ranks, as below) and every candidate but the favourite whose
 //   fastest round took over kScreenFactor x the slowest round of the best
@@ -91,6 +93,7 @@ struct TunerSettings {
 };
 
 constexpr int kMaxBlock = 16;           // calls per trial at most
+constexpr int kWarmUpBlocks = 4;        // trials of buckets up to this many blocks' bytes start with a warm-up call
 constexpr int kMinCandidates = 3;       // measured whatever the model predicts for them
 constexpr double kDriftFactor = 1.3;    // the slowest round's widening before a window counts as slow
 constexpr int kMaxIdleDrifts = 4;       // a drift takes 2 << idle drifts checks in a row: at most 32
@@ -121,7 +124,7 @@ class OnlineTuner {
 
   static int bucketOf(int64_t bytes);
   static int64_t bucketBytes(int bucket) { return bucket <= 0 ? 1 : int64_t{1} << bucket; }
-  // Calls per trial in `bucket`: blockBytes / bucketBytes, 1 to kMaxBlock.
+  // Calls per trial in `bucket` (see the contract).
   int blockLength(int bucket) const;
 
   struct Pick {

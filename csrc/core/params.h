@@ -44,8 +44,9 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "the noise; re-measured on drift), model (the cost model, or the tuning file's winner at the nearest size).")    \
   X(Int, autoBlockBytes, "auto_block_bytes", "SCALECOMM_AUTO_BLOCK_BYTES", 1048576, 0, int64_t{1} << 40, "",        \
     "auto measured online: each trial runs its algorithm for a block of consecutive calls that make up this many "  \
-    "bytes (1 to 16 calls) and is timed on the block's second half, so an algorithm is measured as it runs back "    \
-    "to back, not just after another one's call. 0: one call per trial.")                                            \
+    "bytes (at most 16 calls; at least 2 for messages up to 4x this size, 1 above) and is timed on the block's "    \
+    "second half, so an algorithm is measured as it runs back to back, not just after another one's call. 0: one " \
+    "call per trial.")                                                                                             \
   X(Text, tuningFile, "tuning_file", "SCALECOMM_TUNING_FILE", "", 0, 0, "",                                           \
     "Tuning cache: auto's measured winners per size, loaded at group creation (by rank 0, shared with all) and "    \
     "written by rank 0 as it measures. Empty: a file per machine, layout and version under $XDG_CACHE_HOME (or "    \

@@ -226,17 +226,21 @@ TEST(shared_allreduce_above_the_window_is_exact_at_every_world_size) {
   }
 }
 
-// Back-to-back calls with no barrier between them, one rank jittering: the
-// two cells per window must never be overwritten while a peer still reads,
-// within a message above the window and from one call to the next.
-TEST(consecutive_calls_never_overwrite_a_cell_a_peer_still_reads) {
+// Back-to-back calls with no barrier between them, one rank jittering: a
+// call's window data must never be overwritten while a peer still reads it,
+// within a message above the window and from one call to the next, as the
+// log wraps after calls of every size up to the window.
+TEST(consecutive_calls_never_overwrite_data_a_peer_still_reads) {
   const int n = 3;
   const int calls = 3000;
+  const size_t sizes[] = {64, 5 * kWindow / 2 / sizeof(double) + 3, kWindow / sizeof(double),
+                          kWindow / sizeof(double) - 1, 3, kWindow / 2 / sizeof(double) + 1};
   auto errors = onMesh(n, [&](int r, Communicator& comm) {
     std::mt19937 jitter(r + 7);
+    std::mt19937 order(11);  // the same sizes on every rank
     std::vector<double> data;
     for (int k = 1; k <= calls; ++k) {
-      data.resize(k % 3 == 0 ? static_cast<size_t>(5 * kWindow / 2 / sizeof(double)) + 3 : 64);
+      data.resize(sizes[order() % std::size(sizes)]);
       for (size_t i = 0; i < data.size(); ++i) data[i] = k * 1000.0 + r * 10.0 + static_cast<double>(i);
       if (jitter() % 8 == 0) std::this_thread::yield();
       if (k % 5 == 0) {

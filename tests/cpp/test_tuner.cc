@@ -97,6 +97,9 @@ TEST(a_trial_is_a_block_of_calls_timed_on_its_second_half) {
   OnlineTuner t = makeTuner(s);
   CHECK_EQ(t.blockLength(OnlineTuner::bucketOf(4096)), 4);
   CHECK_EQ(t.blockLength(OnlineTuner::bucketOf(8)), kMaxBlock);
+  CHECK_EQ(t.blockLength(OnlineTuner::bucketOf(4 * 4096)), 2);  // below 1: a warm-up call and a timed one
+  CHECK_EQ(t.blockLength(OnlineTuner::bucketOf(16 * 4096)), 2);
+  CHECK_EQ(t.blockLength(OnlineTuner::bucketOf(32 * 4096)), 1);  // past kWarmUpBlocks blocks: one call
   CHECK_EQ(t.blockLength(OnlineTuner::bucketOf(1 << 20)), 1);
   // b's first two calls after a switch take 100 us (its buffers are cold),
   // the rest 7 us; a and c take 10 and 20 us throughout. Timed on the block's
@@ -129,6 +132,17 @@ TEST(a_trial_is_a_block_of_calls_timed_on_its_second_half) {
     return a == "a" ? 10e-6 : 20e-6;
   });
   CHECK_EQ(winner(one, 4096), std::string("a"));
+  // A trial of one block's bytes or more still warms up: b's first call after
+  // a switch is cold, every later one 7 us; timed on the second call, b wins.
+  OnlineTuner warm = makeTuner(s);
+  seen.clear();
+  explore(warm, 8 * 4096, [&](const std::string& a, int) {
+    const bool cold = seen.empty() || seen.back() != a;
+    seen.push_back(a);
+    if (a == "b") return cold ? 100e-6 : 7e-6;
+    return a == "a" ? 10e-6 : 20e-6;
+  });
+  CHECK_EQ(winner(warm, 8 * 4096), std::string("b"));
 }
 
 TEST(a_clearly_faster_algorithm_wins_and_noise_leaves_the_models_choice) {
