@@ -8,10 +8,16 @@ namespace scalecomm {
 
 namespace {
 
+// The loops' functions start on a cache line, so where their hot loops fall
+// does not move with unrelated changes elsewhere in the library: measured, a
+// different link layout alone made the 4 MiB ring 8-10% slower (the reduce
+// loop's share of a profile 10% against 7.5%), and both layouts ran at the
+// faster speed once aligned.
+//
 // d = op(a, b) element-wise; kInPlace: a is d (a loop the compiler vectorises
 // without an aliasing check).
 template <bool kInPlace>
-void reduceLoop(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op) {
+[[gnu::aligned(64)]] void reduceLoop(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
@@ -32,7 +38,7 @@ void reduceLoop(void* dst, const void* a, const void* b, int64_t count, DataType
 // none of them: one pass, where reducing into d and copying d to e reads d
 // again.
 template <bool kEIsA>
-void reduceLoopTwice(void* dst, void* also, const void* other, int64_t count, DataType dtype, ReduceOp op) {
+[[gnu::aligned(64)]] void reduceLoopTwice(void* dst, void* also, const void* other, int64_t count, DataType dtype, ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
