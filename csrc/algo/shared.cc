@@ -14,7 +14,7 @@
 
 namespace scalecomm {
 
-static_assert(sizeof(WireHeader) == kWindowHeaderBytes, "a window cell's header is a wire header");
+static_assert(sizeof(WireHeader) == kWindowHeaderBytes, "a window call's header is a wire header");
 
 int64_t sharedWindowBytes(const Communicator& comm) {
   return comm.windows() != nullptr ? comm.windows()->windowBytes() : 0;
@@ -68,7 +68,7 @@ void checkPeerNotOnLinks(Communicator& comm, int peer, const WireHeader& mine, c
        "(raise the timeout with init_process_group(timeout=...) if the peer is just slow).");
 }
 
-// Publishes this rank's cell of `call` and waits until every peer has
+// Publishes this rank's header and data of `call` and waits until every peer has
 // published theirs; then checks their headers against ours.
 void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader& mine, const ExecContext& ctx) {
   const int n = w.size();
@@ -102,7 +102,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
           comm.link(q).checkPeer();
         } catch (const Error&) {
           // A peer may publish, finish and close its links (destroy its group)
-          // between our look at its counter and this check: its cell stays
+          // between our look at its counter and this check: its window stays
           // mapped here, so only a peer that never published is an error.
           if (w.posted(q).load(std::memory_order_acquire) < call) throw;
         }
@@ -127,15 +127,16 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
 
 // A message larger than the window, in chunks of n slices (slice q starts on
 // a cache line; every chunk uses the same slice offsets, the last one clamps
-// them), one window call per chunk plus one to finish. Call k carries, in
-// this rank's cell, its input slices q != r of chunk k (for their owners) and,
-// in its own slice's place, its result for slice r of chunk k-1. After the
-// exchange it copies every peer's chunk k-1 result slice out of that peer's
-// cell, then folds slice r of chunk k in rank order (its own input read in
-// place, the peers' from their cells) into its next cell's slice r and copies
-// that into its output (2 ranks, no divisor: both written in the one pass).
-// The next cell is free to write: every peer has
-// published call k, so none still reads the cell of call k-1. A byte of the
+// them), one window call per chunk plus one to finish, each a chunk's bytes
+// of the log. Call k carries, in this rank's window data, its input slices
+// q != r of chunk k (for their owners) and, in its own slice's place, its
+// result for slice r of chunk k-1. After the exchange it copies every peer's
+// chunk k-1 result slice out of that peer's data, then folds slice r of chunk
+// k in rank order (its own input read in place, the peers' from their data)
+// into slice r of its next call's data and into its output (2 ranks, no
+// divisor: both written in the one pass). The next call's data is free to
+// write: it overlaps neither call k's nor, as every peer has published call
+// k, anything a peer still reads. A byte of the
 // user's buffer is read once and written once (the memory traffic of one
 // memcpy); each slice is computed by one rank, so every rank holds the same
 // bits.
@@ -153,16 +154,17 @@ void allreduceInChunks(Communicator& comm, ShmWindows& w, uint8_t* data, int64_t
   }
   const int64_t chunk = slice * n;
   const int64_t chunks = (count + chunk - 1) / chunk;
+  const int64_t chunkBytes = chunk * es;  // every call of the message takes this much of the log
   // Slice q of chunk k: elements [k*chunk + q*slice, + len(k, q)) of the
-  // buffer, bytes [q*slice*es, + len*es) of a cell.
+  // buffer, bytes [q*slice*es, + len*es) of a call's window data.
   const auto len = [&](int64_t k, int q) { return std::clamp<int64_t>(count - k * chunk - q * slice, 0, slice); };
   const auto bytesAt = [&](int q) { return q * slice * es; };
   const auto chunkAt = [&](int64_t k) { return data + k * chunk * es; };
   for (int64_t k = 0; k <= chunks; ++k) {
-    const uint64_t call = w.nextCall();
+    const uint64_t call = w.nextCall(chunkBytes);
     if (k < chunks) {
       for (int q = 0; q < n; ++q) {
-        if (q != rank) std::memcpy(w.data(rank, call) + bytesAt(q), chunkAt(k) + bytesAt(q), len(k, q) * es);
+        if (q != rank) std::memcpy(w.data(rank) + bytesAt(q), chunkAt(k) + bytesAt(q), len(k, q) * es);
       }
     }
     const int64_t m = std::min(chunk, count - k * chunk);
@@ -170,16 +172,16 @@ void allreduceInChunks(Communicator& comm, ShmWindows& w, uint8_t* data, int64_t
     if (k > 0) {  // chunk k-1's results, one slice from each peer
       uint8_t* prev = chunkAt(k - 1);
       for (int q = 0; q < n; ++q) {
-        if (q != rank) std::memcpy(prev + bytesAt(q), w.data(q, call) + bytesAt(q), len(k - 1, q) * es);
+        if (q != rank) std::memcpy(prev + bytesAt(q), w.data(q) + bytesAt(q), len(k - 1, q) * es);
       }
     }
     if (k == chunks || len(k, rank) == 0) continue;
     const int64_t mine = len(k, rank);
     const int64_t at = bytesAt(rank);
     uint8_t* own = chunkAt(k) + at;
-    const auto input = [&](int q) -> const uint8_t* { return q == rank ? own : w.data(q, call) + at; };
-    uint8_t* result = w.data(rank, call + 1) + at;
-    if (n == 2 && ctx.finalizeDivisor <= 1) {  // the result into the cell and the buffer in one pass
+    const auto input = [&](int q) -> const uint8_t* { return q == rank ? own : w.data(q) + at; };
+    uint8_t* result = w.nextData(rank, chunkBytes) + at;
+    if (n == 2 && ctx.finalizeDivisor <= 1) {  // the result into the window and the buffer in one pass
       reduceFromTwice(result, input(0), input(1), own, mine, ctx.dtype, ctx.op);
       continue;
     }
@@ -199,15 +201,15 @@ void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const Exe
     if (n > 1) allreduceInChunks(comm, w, static_cast<uint8_t*>(data), count, ctx);
     return;
   }
-  const uint64_t call = w.nextCall();
-  std::memcpy(w.data(rank, call), data, static_cast<size_t>(bytes));
+  const uint64_t call = w.nextCall(bytes);
+  std::memcpy(w.data(rank), data, static_cast<size_t>(bytes));
   exchange(comm, w, call, headerOf(ctx, bytes), ctx);
   Reducer& reducer = comm.channel().reducer();
   if (n == 2) {
-    reducer.reduce(data, w.data(1 - rank, call), count, ctx.dtype, ctx.op);  // a op b == b op a
+    reducer.reduce(data, w.data(1 - rank), count, ctx.dtype, ctx.op);  // a op b == b op a
   } else {
-    if (rank != 0) std::memcpy(data, w.data(0, call), static_cast<size_t>(bytes));
-    for (int q = 1; q < n; ++q) reducer.reduce(data, w.data(q, call), count, ctx.dtype, ctx.op);
+    if (rank != 0) std::memcpy(data, w.data(0), static_cast<size_t>(bytes));
+    for (int q = 1; q < n; ++q) reducer.reduce(data, w.data(q), count, ctx.dtype, ctx.op);
   }
   if (ctx.finalizeDivisor > 1) reducer.divide(data, count, ctx.dtype, ctx.finalizeDivisor);
   reducer.fence();
@@ -235,7 +237,7 @@ void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecCo
 void sharedBarrier(Communicator& comm, const ExecContext& ctx) {
   describedErrors(ctx, comm.rank(), [&] {
     ShmWindows& w = windowsOf(comm, ctx);
-    exchange(comm, w, w.nextCall(), headerOf(ctx, 0), ctx);
+    exchange(comm, w, w.nextCall(0), headerOf(ctx, 0), ctx);
   });
 }
 

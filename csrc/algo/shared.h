@@ -11,11 +11,11 @@
 // larger than the window goes in window-sized chunks of n slices (cache-line
 // aligned), one window call per chunk plus one to finish: every rank copies
 // in the slices its peers fold; rank r folds slice r of every rank's chunk,
-// in rank order, into its next cell and its output; in the next call every
-// rank copies each slice out of its owner's cell (one rank computes each
+// in rank order, into its next call's window data and its output; in the
+// next call every rank copies each slice out of its owner's window (one rank computes each
 // slice, so all hold the same bits). A `shared` barrier is the flag round
 // alone.
-// Each call's cell header (a WireHeader: collective, seq, dtype, op, count)
+// Each call's header (a WireHeader: collective, seq, dtype, op, count)
 // is checked against every peer's, so ranks that disagree on the collective,
 // its order or its arguments get Error(InvalidArgument) naming both sides,
 // as over the links. Waiting: spin, yield, sleep (Communicator::idle); a dead

@@ -47,15 +47,16 @@ struct alignas(64) WindowControl {
 
 size_t slotBytes(uint64_t ringBytes) { return sizeof(RingControl) + ringBytes; }
 
-size_t cellBytes(uint64_t windowBytes) { return kWindowHeaderBytes + windowBytes; }
-
 size_t windowOffset(int worldSize, uint64_t ringBytes) {
   return sizeof(SegmentHeader) + static_cast<size_t>(worldSize) * slotBytes(ringBytes);
 }
 
+// The window: its control line, two call headers, then the log.
+size_t windowLogOffset() { return sizeof(WindowControl) + 2 * kWindowHeaderBytes; }
+
 size_t segmentBytes(int worldSize, uint64_t ringBytes, uint64_t windowBytes) {
   return windowOffset(worldSize, ringBytes) +
-         (windowBytes > 0 ? sizeof(WindowControl) + 2 * cellBytes(windowBytes) : 0);
+         (windowBytes > 0 ? windowLogOffset() + kWindowLogWindows * windowBytes : 0);
 }
 
 uint64_t nowNs() {
@@ -266,10 +267,17 @@ std::atomic<uint64_t>& ShmSegment::windowPosted() {
       ->posted;
 }
 
-uint8_t* ShmSegment::windowCell(int k) {
+uint8_t* ShmSegment::windowHeader(int k) {
   auto* hdr = static_cast<SegmentHeader*>(base_);
+  SC_CHECK(hdr->windowBytes > 0 && (k == 0 || k == 1));
   return static_cast<uint8_t*>(base_) + windowOffset(hdr->worldSize, hdr->ringBytes) + sizeof(WindowControl) +
-         static_cast<size_t>(k) * cellBytes(hdr->windowBytes);
+         static_cast<size_t>(k) * kWindowHeaderBytes;
+}
+
+uint8_t* ShmSegment::windowLog() {
+  auto* hdr = static_cast<SegmentHeader*>(base_);
+  SC_CHECK(hdr->windowBytes > 0);
+  return static_cast<uint8_t*>(base_) + windowOffset(hdr->worldSize, hdr->ringBytes) + windowLogOffset();
 }
 
 ShmWindows::ShmWindows(int rank, std::vector<std::shared_ptr<ShmSegment>> segments)
@@ -278,7 +286,20 @@ ShmWindows::ShmWindows(int rank, std::vector<std::shared_ptr<ShmSegment>> segmen
   windowBytes_ = static_cast<int64_t>(segments_[rank_]->windowBytes());
   for (const auto& s : segments_) {
     SC_CHECK(s && static_cast<int64_t>(s->windowBytes()) == windowBytes_ && windowBytes_ > 0);
+    logs_.push_back(s->windowLog());
   }
+}
+
+int64_t ShmWindows::place(int64_t bytes) const {
+  SC_CHECK(bytes >= 0 && bytes <= windowBytes_);
+  const int64_t need = (bytes + 63) / 64 * 64;
+  return end_ + need <= kWindowLogWindows * windowBytes_ ? end_ : 0;
+}
+
+uint64_t ShmWindows::nextCall(int64_t bytes) {
+  at_ = place(bytes);
+  end_ = at_ + (bytes + 63) / 64 * 64;
+  return ++calls_;
 }
 
 void ShmWindows::post(uint64_t call) {

@@ -10,8 +10,9 @@
 //   (kill -9) before unlinking. The segment is unmapped when the last owner
 //   (ShmSegment, shared by the links) is destroyed.
 // - After the rings the segment holds the owner's window: a `posted` counter
-//   (the number of the owner's last window call whose data is in place) and two
-//   cells of windowBytes each, used by alternate calls (see ShmWindows).
+//   (the number of the owner's last window call whose data is in place), two
+//   call headers used by alternate calls, and a log of kWindowLogWindows x
+//   windowBytes that successive calls fill in turn (see ShmWindows).
 // - The segment's header holds the owner's doorbell (transport/link.h): the
 //   owner's waiting thread sleeps on it (a futex on the shared word) rather
 //   than polling, and a peer rings it after it writes into or consumes from a
@@ -39,8 +40,8 @@ namespace scalecomm {
 
 class ShmSegment final : public Doorbell {
  public:
-  // Creates and maps a fresh inbox for `worldSize` senders plus a window of two
-  // cells of `windowBytes` (a multiple of 64; 0: no window); the caller's rank owns it.
+  // Creates and maps a fresh inbox for `worldSize` senders plus a window for
+  // calls of up to `windowBytes` (a multiple of 64; 0: no window); the caller's rank owns it.
   static std::shared_ptr<ShmSegment> create(int ownerRank, int worldSize, uint64_t ringBytes, uint64_t windowBytes);
   // The bytes create() reserves in /dev/shm for these arguments.
   static uint64_t bytesFor(int worldSize, uint64_t ringBytes, uint64_t windowBytes);
@@ -63,9 +64,11 @@ class ShmSegment final : public Doorbell {
   uint64_t heartbeat() const;
   int ownerRank() const;
   uint64_t windowBytes() const;
-  // The window's call counter and cell k (0 or 1): kWindowHeaderBytes then windowBytes of data.
+  // The window's call counter, its call header k (0 or 1, kWindowHeaderBytes)
+  // and its log (kWindowLogWindows x windowBytes, 64-byte aligned).
   std::atomic<uint64_t>& windowPosted();
-  uint8_t* windowCell(int k);
+  uint8_t* windowHeader(int k);
+  uint8_t* windowLog();
 
   // Removes /dev/shm/scalecomm-<pid>-<pid namespace>-* names of this PID
   // namespace whose process no longer exists.
@@ -86,18 +89,30 @@ uint64_t pidNamespaceId();
 // A peer in another PID namespace whose heartbeat has not moved this long is dead.
 constexpr uint64_t kShmHeartbeatStaleNs = 4'000'000'000;
 
-// Bytes before the data of every window cell (64-byte aligned).
+// A window call's header (the caller defines it; 64-byte aligned).
 constexpr size_t kWindowHeaderBytes = 64;
+// A window's log holds this many calls of windowBytes.
+constexpr int64_t kWindowLogWindows = 4;
+static_assert(kWindowLogWindows >= 3, "a wrapped call must end before the previous one begins");
 
 // Every rank's window, when all ranks of the group share this host's memory.
 // A window call (numbered 1, 2, ... per group, the same on every rank: ranks
-// make the same window calls in the same order) writes cell (call % 2) of its
-// own window (a kWindowHeaderBytes header the caller defines, then up to
-// windowBytes of data), then publishes `posted = call` (release); a rank reads
-// a peer's cell only after seeing its posted >= call (acquire). Two cells make a
-// trailing barrier unnecessary: a rank that starts call c has seen every
-// peer post c-1, and a peer posts c-1 only after it finished reading call
-// c-2, the last user of the cell that call c overwrites.
+// make the same window calls, of the same sizes, in the same order) writes
+// header (call % 2) of its own window and its data, up to windowBytes, at
+// the call's place in its log; then publishes `posted = call` (release); a
+// rank reads a peer's header and data only after seeing its posted >= call
+// (acquire). A call's data goes right after the previous call's (64-byte
+// aligned) or, where it does not fit, at the log's start; every rank places
+// the same sizes alike, so a call's data sits at the same offset in every
+// rank's log. No trailing barrier is needed: a rank that starts call c has
+// seen every peer post c-1, so none still reads call c-2 or earlier, and
+// call c's data never overlaps call c-1's (the log holds at least three
+// windows: a call that wraps to the start ends before the previous one
+// begins). Why a log and not two alternating cells: a rank's writes into
+// lines that a peer's core still caches cost about four times as much as
+// into lines it has dropped (docs/algorithms.md, "shared"); a log several
+// times a core's private cache makes a line's next write come after the
+// peer's core has evicted it, at every message size.
 // Thread safety: one thread at a time (the group's executing thread).
 class ShmWindows {
  public:
@@ -108,16 +123,25 @@ class ShmWindows {
   int64_t windowBytes() const { return windowBytes_; }
   // Publishes this rank's call (release) and rings every peer's doorbell.
   void post(uint64_t call);
-  uint64_t nextCall() { return ++calls_; }
+  // Numbers the next call, which carries `bytes` (at most windowBytes), and places its data.
+  uint64_t nextCall(int64_t bytes);
   std::atomic<uint64_t>& posted(int r) { return segments_[r]->windowPosted(); }
-  uint8_t* header(int r, uint64_t call) { return segments_[r]->windowCell(static_cast<int>(call % 2)); }
-  uint8_t* data(int r, uint64_t call) { return header(r, call) + kWindowHeaderBytes; }
+  uint8_t* header(int r, uint64_t call) { return segments_[r]->windowHeader(static_cast<int>(call % 2)); }
+  // The current call's data in rank r's window.
+  uint8_t* data(int r) const { return logs_[r] + at_; }
+  // Where the next call will place `bytes` in rank r's window (free to write
+  // once every peer has posted the current call).
+  uint8_t* nextData(int r, int64_t bytes) const { return logs_[r] + place(bytes); }
 
  private:
+  int64_t place(int64_t bytes) const;  // the log offset of a call of `bytes` after the current one
+
   int rank_;
   std::vector<std::shared_ptr<ShmSegment>> segments_;  // by rank, ours included
+  std::vector<uint8_t*> logs_;                         // by rank
   int64_t windowBytes_;
   uint64_t calls_ = 0;
+  int64_t at_ = 0, end_ = 0;  // the current call's data: log bytes [at_, end_)
 };
 
 class ShmLink : public Link {

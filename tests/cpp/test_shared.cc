@@ -226,11 +226,11 @@ TEST(shared_allreduce_above_the_window_is_exact_at_every_world_size) {
   }
 }
 
-// Back-to-back calls with no barrier between them, one rank jittering: the
-// two cells per window must never be overwritten while a peer still reads,
-// within a message above the window and from one call to the next, after
-// calls of every size up to the window.
-TEST(consecutive_calls_never_overwrite_a_cell_a_peer_still_reads) {
+// Back-to-back calls with no barrier between them, one rank jittering: a
+// call's window data must never be overwritten while a peer still reads it,
+// within a message above the window and from one call to the next, as the
+// log wraps after calls of every size up to the window.
+TEST(consecutive_calls_never_overwrite_data_a_peer_still_reads) {
   const int n = 3;
   const int calls = 3000;
   const size_t sizes[] = {64, 5 * kWindow / 2 / sizeof(double) + 3, kWindow / sizeof(double),
