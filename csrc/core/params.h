@@ -83,7 +83,7 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "keeps a host's rings in its caches: 4 MiB rings ran ring and rhd allreduces of 64 KiB-16 MiB up to 1.2x "     \
     "slower at 2 ranks and up to 1.7x at 3-4, 512 KiB rings 2x slower at 2 ranks (docs/performance.md).")          \
   X(Int, shmWindowBytes, "shm_window_bytes", "SCALECOMM_SHM_WINDOW_BYTES", 524288, 0, int64_t{1} << 30, "",         \
-    "Bytes of each rank's shared window (two cells of this size, mapped by every rank of the group when all share " \
+    "Bytes of each rank's shared window (a log of 4x this size, mapped by every rank of the group when all share "  \
     "one host): the largest message a shared allreduce carries in one flag round; larger ones go in chunks of this " \
     "size, one flag round each; a multiple of 64. 0: no windows.")                                                   \
   X(Int, mpiChunkBytes, "mpi_chunk_bytes", "SCALECOMM_MPI_CHUNK_BYTES", 1048576, 64, int64_t{1} << 30, "",            \
