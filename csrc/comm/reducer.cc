@@ -17,7 +17,8 @@ namespace {
 // d = op(a, b) element-wise; kInPlace: a is d (a loop the compiler vectorises
 // without an aliasing check).
 template <bool kInPlace>
-[[gnu::aligned(64)]] void reduceLoop(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op) {
+[[gnu::aligned(64)]] void reduceLoop(void* dst, const void* a, const void* b, int64_t count, DataType dtype,
+                                     ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
@@ -38,7 +39,8 @@ template <bool kInPlace>
 // none of them: one pass, where reducing into d and copying d to e reads d
 // again.
 template <bool kEIsA>
-[[gnu::aligned(64)]] void reduceLoopTwice(void* dst, void* also, const void* other, int64_t count, DataType dtype, ReduceOp op) {
+[[gnu::aligned(64)]] void reduceLoopTwice(void* dst, void* also, const void* other, int64_t count, DataType dtype,
+                                          ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
