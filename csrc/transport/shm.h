@@ -110,7 +110,7 @@ static_assert(kWindowLogWindows >= 3, "a wrapped call must end before the previo
 // windows: a call that wraps to the start ends before the previous one
 // begins). Why a log and not two alternating cells: a rank's writes into
 // lines that a peer's core still caches cost about four times as much as
-// into lines it has dropped (docs/algorithms.md, "shared"); a log several
+// into lines it has dropped (docs/algorithms.md, "Shared windows"); a log several
 // times a core's private cache makes a line's next write come after the
 // peer's core has evicted it, at every message size.
 // Thread safety: one thread at a time (the group's executing thread).
