@@ -233,8 +233,9 @@ TEST(shared_allreduce_above_the_window_is_exact_at_every_world_size) {
 TEST(consecutive_calls_never_overwrite_data_a_peer_still_reads) {
   const int n = 3;
   const int calls = 3000;
-  const size_t sizes[] = {64, 5 * kWindow / 2 / sizeof(double) + 3, kWindow / sizeof(double),
-                          kWindow / sizeof(double) - 1, 3, kWindow / 2 / sizeof(double) + 1};
+  const size_t sizes[] = {
+      64, 5 * kWindow / 2 / sizeof(double) + 3, kWindow / sizeof(double), kWindow / sizeof(double) - 1,
+      3,  kWindow / 2 / sizeof(double) + 1};
   auto errors = onMesh(n, [&](int r, Communicator& comm) {
     std::mt19937 jitter(r + 7);
     std::mt19937 order(11);  // the same sizes on every rank
