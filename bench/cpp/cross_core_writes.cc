@@ -1,7 +1,7 @@
 // What a core's writes into lines another core has read cost.
 //
-//   gcc -O2 -o /tmp/cross_core_writes bench/cross_core_writes.c
-//   /tmp/cross_core_writes BYTES SLOTS   e.g. 262144 2, then 262144 8
+//   build/cpp/cross_core_writes BYTES SLOTS   e.g. 262144 2, then 262144 8
+//   (after the CMake build)
 //
 // A writer process copies BYTES into slot i mod SLOTS of a shared mapping
 // and publishes i; a reader process copies slot i out to private memory and
@@ -9,16 +9,18 @@
 // copy. With slots spanning well under a core's L2 the writer rewrites lines
 // the reader's core still holds; with slots spanning twice the L2 or more it
 // does not (docs/performance.md, "Shared window log").
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+static double now() {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec + t.tv_nsec * 1e-9;
@@ -29,42 +31,43 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s BYTES SLOTS\n", argv[0]);
     return 2;
   }
-  const size_t bytes = strtoul(argv[1], NULL, 10);
+  const size_t bytes = strtoul(argv[1], nullptr, 10);
   const long slots = atol(argv[2]);
   const long iters = 3000;
   if (bytes == 0 || slots < 1) return 2;
-  char* area = mmap(NULL, bytes * slots + 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (area == MAP_FAILED) return 1;
+  void* mapped = mmap(nullptr, bytes * slots + 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) return 1;
+  char* area = static_cast<char*>(mapped);
   memset(area, 0, bytes * slots + 4096);
-  _Atomic long* written = (_Atomic long*)(area + bytes * slots);
-  _Atomic long* read = written + 8;  // its own cache line
-  double* readerSeconds = (double*)(area + bytes * slots + 256);
-  char* own = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  auto* written = new (area + bytes * slots) std::atomic<long>(0);
+  auto* read = new (area + bytes * slots + 64) std::atomic<long>(0);  // its own cache line
+  auto* readerSeconds = reinterpret_cast<double*>(area + bytes * slots + 256);
+  char* own = static_cast<char*>(aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
   memset(own, 3, bytes);
   const pid_t child = fork();
   if (child < 0) return 1;
   double spent = 0;
   if (child == 0) {  // the reader
     for (long i = 1; i <= iters; i++) {
-      while (atomic_load(written) < i) {
+      while (written->load() < i) {
       }
       const double t = now();
       memcpy(own, area + ((i - 1) % slots) * bytes, bytes);
       spent += now() - t;
-      atomic_store(read, i);
+      read->store(i);
     }
     *readerSeconds = spent / iters;
     _exit(0);
   }
   for (long i = 1; i <= iters; i++) {
-    while (atomic_load(read) < i - 1) {
+    while (read->load() < i - 1) {
     }
     const double t = now();
     memcpy(area + ((i - 1) % slots) * bytes, own, bytes);
     spent += now() - t;
-    atomic_store(written, i);
+    written->store(i);
   }
-  waitpid(child, NULL, 0);
+  waitpid(child, nullptr, 0);
   printf("bytes=%zu slots=%ld write %.2f us read %.2f us\n", bytes, slots, spent / iters * 1e6, *readerSeconds * 1e6);
   return 0;
 }
