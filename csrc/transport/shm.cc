@@ -286,19 +286,23 @@ ShmWindows::ShmWindows(int rank, std::vector<std::shared_ptr<ShmSegment>> segmen
   windowBytes_ = static_cast<int64_t>(segments_[rank_]->windowBytes());
   for (const auto& s : segments_) {
     SC_CHECK(s && static_cast<int64_t>(s->windowBytes()) == windowBytes_ && windowBytes_ > 0);
+    headers_.push_back({s->windowHeader(0), s->windowHeader(1)});
     logs_.push_back(s->windowLog());
   }
 }
 
+namespace {
+int64_t cacheLines(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+}  // namespace
+
 int64_t ShmWindows::place(int64_t bytes) const {
   SC_CHECK(bytes >= 0 && bytes <= windowBytes_);
-  const int64_t need = (bytes + 63) / 64 * 64;
-  return end_ + need <= kWindowLogWindows * windowBytes_ ? end_ : 0;
+  return end_ + cacheLines(bytes) <= kWindowLogWindows * windowBytes_ ? end_ : 0;
 }
 
 uint64_t ShmWindows::nextCall(int64_t bytes) {
   at_ = place(bytes);
-  end_ = at_ + (bytes + 63) / 64 * 64;
+  end_ = at_ + cacheLines(bytes);
   return ++calls_;
 }
 

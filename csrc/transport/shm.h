@@ -27,6 +27,7 @@
 // Thread safety: as Link; ShmWindows as documented there.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -126,7 +127,7 @@ class ShmWindows {
   // Numbers the next call, which carries `bytes` (at most windowBytes), and places its data.
   uint64_t nextCall(int64_t bytes);
   std::atomic<uint64_t>& posted(int r) { return segments_[r]->windowPosted(); }
-  uint8_t* header(int r, uint64_t call) { return segments_[r]->windowHeader(static_cast<int>(call % 2)); }
+  uint8_t* header(int r, uint64_t call) const { return headers_[r][call % 2]; }
   // The current call's data in rank r's window.
   uint8_t* data(int r) const { return logs_[r] + at_; }
   // Where the next call will place `bytes` in rank r's window (free to write
@@ -138,6 +139,7 @@ class ShmWindows {
 
   int rank_;
   std::vector<std::shared_ptr<ShmSegment>> segments_;  // by rank, ours included
+  std::vector<std::array<uint8_t*, 2>> headers_;       // by rank
   std::vector<uint8_t*> logs_;                         // by rank
   int64_t windowBytes_;
   uint64_t calls_ = 0;
