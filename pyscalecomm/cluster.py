@@ -8,7 +8,9 @@ bridge in a namespace of its own (``sc<id>br``: nothing touches the machine's
 real interfaces), gives host i the address 10.<net>.0.<i+1>, and caps each
 host's link with ``tc ... tbf`` in both directions (egress in the host's
 namespace, and egress of the bridge port towards it), so each host has
-``--rate`` each way, as a NIC would. Then it runs the command once per rank,
+``--rate`` each way, as a NIC would (``--burst``: the bytes a link passes
+above its rate after an idle spell, the tbf bucket; ``--queue-ms``: how long
+a packet may wait in its queue). Then it runs the command once per rank,
 inside its host's namespace, with the env:// rendezvous variables (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR = host 0, MASTER_PORT) and
 SCALECOMM_HOSTNAME set per host, so ranks on one host share memory and ranks on
@@ -56,12 +58,19 @@ class Cluster:
     """The namespaces, bridge and links of one emulated cluster (a context manager)."""
 
     def __init__(
-        self, hosts: int, rate: str | None, cluster_id: int = 0, net: int = 77, queue_ms: float = 100
+        self,
+        hosts: int,
+        rate: str | None,
+        cluster_id: int = 0,
+        net: int = 77,
+        queue_ms: float = 100,
+        burst: int | None = None,
     ) -> None:
         self.hosts = hosts
         self.rate = rate  # as given (1gbit, 10Gbps, 1.25GB/s: pyscalecomm.units)
         self.bytes_per_s = parse_rate(rate) if rate else None
         self.queue_ms = queue_ms
+        self.burst = burst
         self.prefix = f"sc{cluster_id}"
         self.bridge_ns = f"{self.prefix}br"
         self.net = net
@@ -81,8 +90,7 @@ class Cluster:
     def _tbf(self, dev: str, ns: str) -> None:
         if not self.rate:
             return
-        # burst: at least one 4 ms timer tick of traffic, so the rate is reachable
-        burst = max(64 * 1024, int(self.bytes_per_s / 250))
+        burst = self.burst or max(64 * 1024, int(self.bytes_per_s / 250))
         rate = tc_rate(self.bytes_per_s)
         self._ip("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst),
                  "latency", f"{self.queue_ms:g}ms", ns=ns)  # fmt: skip
@@ -267,6 +275,13 @@ def parse_args(argv=None):
         help="longest a packet may wait in a capped link's queue (tbf latency; default 100, "
         "a deep buffer; shallow switch buffers are a few ms)",
     )
+    p.add_argument(
+        "--burst",
+        type=int,
+        default=None,
+        help="bytes a capped link may pass above its rate after an idle spell (the tbf bucket; default "
+        "4 ms of traffic at the rate, at least 64 KiB)",
+    )
     p.add_argument("--id", type=int, default=0, help="cluster id (names sc<id>...), 0-99")
     p.add_argument("--timeout", type=float, default=600, help="seconds the command may run")
     p.add_argument("--logdir", default=".", help="where ranks > 0 write their output")
@@ -287,6 +302,8 @@ def parse_args(argv=None):
         p.error("--hosts and --ranks-per-host must lie in 1..64, --id in 0..99")
     if not 0.1 <= args.queue_ms <= 10000:
         p.error("--queue-ms must lie in 0.1..10000")
+    if args.burst is not None and not 65536 <= args.burst <= 1 << 30:
+        p.error("--burst must lie in 65536..1073741824 bytes (a 64 KiB GSO packet must fit the bucket)")
     return args
 
 
@@ -300,7 +317,7 @@ def main(argv=None) -> int:
         return 2
 
     try:
-        with Cluster(args.hosts, args.rate, args.id, queue_ms=args.queue_ms) as cluster:
+        with Cluster(args.hosts, args.rate, args.id, queue_ms=args.queue_ms, burst=args.burst) as cluster:
             print(
                 f"# cluster: {args.hosts} hosts x {args.ranks_per_host} ranks, "
                 f"links {args.rate or 'uncapped'} each way per host, namespaces {cluster.prefix}h0..",

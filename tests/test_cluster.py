@@ -5,6 +5,7 @@ benchmark (docs/performance.md), not asserted here.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -141,17 +142,27 @@ def test_without_root_it_says_so_and_changes_nothing(tmp_path):
 @needs_root
 def test_queue_ms_sets_the_links_queue(tmp_path):
     tc = ["tc", "qdisc", "show", "dev", "eth0"]
-    res = _cluster(tmp_path, "--hosts", "1", "--rate", "1gbit", "--queue-ms", "5", command=tc, timeout=120)
+    args = ["--hosts", "1", "--rate", "1gbit", "--queue-ms", "5", "--burst", "1048576"]
+    res = _cluster(tmp_path, *args, command=tc, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "tbf" in res.stdout and "rate 1Gbit" in res.stdout and "lat 5ms" in res.stdout, res.stdout
+    burst = re.search(r"burst (\d+)b", res.stdout)  # tc stores the bucket in timer ticks: a few bytes off
+    assert burst and abs(int(burst.group(1)) - 1048576) < 1024, res.stdout
 
 
-def test_bad_queue_ms_is_refused_before_anything_runs():
-    cmd = [sys.executable, os.path.join(ROOT, "pyscalecomm", "cluster.py"), "--queue-ms", "0", "--", "true"]
+@pytest.mark.parametrize(
+    "arg, said",
+    [
+        (["--queue-ms", "0"], "--queue-ms must lie in 0.1..10000"),
+        (["--burst", "1500"], "--burst must lie in 65536"),
+    ],
+)
+def test_bad_link_settings_are_refused_before_anything_runs(arg, said):
+    cmd = [sys.executable, os.path.join(ROOT, "pyscalecomm", "cluster.py"), *arg, "--", "true"]
     res = subprocess.run(
         cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)
     )
-    assert res.returncode == 2 and "--queue-ms must lie in 0.1..10000" in res.stderr, res.stderr
+    assert res.returncode == 2 and said in res.stderr, res.stderr
 
 
 @needs_root
