@@ -1,8 +1,9 @@
 // The executor over loopback links: virtual ranks as threads run real
 // collectives on real data, for every dtype and op, world sizes 1-7, odd
 // counts, tiny segments and a tiny ring (wrap-around and back-pressure); plus
-// mismatch detection, timeouts and peer closure.
+// mismatch detection, timeouts and peer closure; and how a wait idles.
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "algo/collectives.h"
 #include "algo/registry.h"
 #include "closed_form.h"
+#include "comm/communicator.h"
 #include "comm/loopback_mesh.h"
 #include "comm/reducer.h"
 #include "comm/stream_channel.h"
@@ -324,6 +326,46 @@ TEST(half_conversions_round_to_nearest_even) {
   CHECK_EQ(bf16ToFloat(floatToBf16(3.0f)), 3.0f);
   CHECK(std::isnan(fp16ToFloat(floatToFp16(NAN))));
   for (uint32_t h = 0; h < 0x7c00; ++h) CHECK_EQ(floatToFp16(fp16ToFloat(static_cast<uint16_t>(h))), h);
+}
+
+namespace {
+
+// A link that, like MPI's, moves bytes only when it is called.
+class CalledLink final : public Link {
+ public:
+  CalledLink(int peer, bool called) : Link(peer), called_(called) {}
+  size_t trySend(const void*, size_t) override { return 0; }
+  size_t tryRecv(RecvConsumer&) override { return 0; }
+  void checkPeer() override {}
+  bool needsProgress() const override { return called_; }
+  void progress() override { ++progressed; }
+  void close() override {}
+  const char* kind() const override { return "called"; }
+  int progressed = 0;
+
+ private:
+  bool called_;
+};
+
+uint64_t blockedAfter(bool called, std::chrono::microseconds idleFor) {
+  std::vector<std::unique_ptr<Link>> links(2);
+  links[1] = std::make_unique<CalledLink>(1, called);
+  auto* link = static_cast<CalledLink*>(links[1].get());
+  Communicator comm(0, 2, std::move(links), /*spinMicros=*/0);
+  comm.idle({1}, Clock::now() - idleFor);
+  CHECK(link->progressed == (called ? 1 : 0));
+  return comm.idleCounts().blocked;
+}
+
+}  // namespace
+
+// Waiting on a peer over MPI yields between calls instead of sleeping: MPI
+// moves bytes (its rendezvous replies too) only inside its calls. A long
+// wait sleeps as any other.
+TEST(a_wait_on_a_peer_that_needs_calls_yields_until_long_idle) {
+  CHECK_EQ(blockedAfter(true, std::chrono::milliseconds(5)), uint64_t{0});
+  CHECK_EQ(blockedAfter(true, std::chrono::seconds(1)), uint64_t{1});
+  CHECK_EQ(blockedAfter(false, std::chrono::milliseconds(5)), uint64_t{1});
 }
 
 TEST_MAIN()
