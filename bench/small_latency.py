@@ -8,8 +8,9 @@ Rows (one per size, plus barrier): time per call in microseconds, the max over
 ranks of each rank's mean over `--iters` back-to-back synchronous calls, as
 the median over `--rounds` rounds with [min-max]. Implementations run
 interleaved in every round (the VM is noisy: only ratios within one round
-travel), each round starting one column later, so that no column always
-follows the same one. Columns:
+travel), in a balanced order (each column first once and right after every
+other once per cycle of rounds), so that no column always follows the same
+one. Columns:
 
 - floor: `dist.all_reduce` of 8 bytes on torch's fake process group (world 1):
   torch's own dispatch, which no backend can beat through `dist.all_reduce`
@@ -56,7 +57,7 @@ import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the
 
 import pyscalecomm  # noqa: F401  (registers the backend; fills RANK... under mpirun)
 from pyscalecomm.bench import parse_size, settle_auto
-from pyscalecomm.bench.timing import rotated
+from pyscalecomm.bench.timing import round_order
 
 
 def _sizes(spec: str) -> list[int]:
@@ -200,7 +201,7 @@ def main() -> int:
             settle_auto(run, dist.group.WORLD._get_backend(t.device), count * 4, gloo)
         times = {k: [] for k in table}
         for round_ in range(args.rounds):
-            for name, fn in rotated(table.items(), round_):
+            for name, fn in round_order(table.items(), round_):
                 for _ in range(5):
                     fn(t, a)
                 comm.Barrier()

@@ -105,6 +105,25 @@ def test_bench_every_collective_in_and_out_of_place_with_json_and_plot(tmp_path)
     assert all(r["ran"] is None for r in auto if r["collective"] != "allreduce"), auto
 
 
+@pytest.mark.parametrize("n", [2, 3, 6, 7])
+def test_round_order_puts_every_column_behind_every_other(n):
+    # A capped link's token bucket or the caches are left by the column
+    # before: over a full cycle of rounds each column runs first equally
+    # often and follows each other column equally often.
+    from pyscalecomm.bench.timing import round_order
+
+    cycle = 2 * n if n % 2 else n
+    follows, first = {}, {}
+    for r in range(cycle):
+        order = round_order(range(n), r)
+        assert sorted(order) == list(range(n))
+        first[order[0]] = first.get(order[0], 0) + 1
+        for a, b in zip(order[:-1], order[1:], strict=True):
+            follows[a, b] = follows.get((a, b), 0) + 1
+    assert set(first.values()) == {cycle // n}
+    assert all(follows.get((a, b), 0) == cycle // n for a in range(n) for b in range(n) if a != b), follows
+
+
 def test_result_check_counts_wrong_elements():
     import torch
 

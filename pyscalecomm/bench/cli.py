@@ -34,8 +34,8 @@ speedup over one server; over scalecomm and each CPU baseline backend.
 Baselines: gloo (torch's CPU backend) and mpi (MPI's own collectives through
 mpi4py on the same buffers; needs mpirun). The timing runs back-to-back calls
 between barriers on a separate gloo group; --rounds R times every
-implementation R times round-robin per size, each round starting one
-implementation later; the table keeps each one's fastest round, the JSON lines
+implementation R times per size, interleaved in a balanced order (each one
+first once and right after every other once per cycle of rounds); the table keeps each one's fastest round, the JSON lines
 every round (time_us_rounds).
 """
 
@@ -60,7 +60,7 @@ from pyscalecomm.bench.specs import (
     torch_runner,
     wire_bytes,
 )
-from pyscalecomm.bench.timing import measure, relative_error, rotated, settle_auto
+from pyscalecomm.bench.timing import measure, relative_error, round_order, settle_auto
 from pyscalecomm.launch import local_gpu
 
 _DTYPES = {
@@ -354,7 +354,7 @@ def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
     best: dict = {}
     per_round: dict = {}
     for round_ in range(max(1, args.rounds)):
-        for impl in rotated(impls, round_):
+        for impl in round_order(impls, round_):
             ctx["progress"](f"{coll} {nbytes} B {impl.label} (round {round_ + 1} of {args.rounds})")
             for ip in (False, True):
                 fn = runners[(impl.label, ip)]

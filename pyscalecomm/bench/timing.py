@@ -62,14 +62,28 @@ def relative_error(run_once, case: Case, timing) -> float:
     return float(err.item())
 
 
-def rotated(items, round_: int) -> list:
-    """`items` starting at position round_ mod len: each round of an interleaved
-    measurement starts one implementation later (the same order on every rank), so
-    none always follows the same one (a capped link's token bucket, or caches, left
-    in one state by its predecessor)."""
+def round_order(items, round_: int) -> list:
+    """The order in which round `round_` of an interleaved measurement runs
+    `items` (the same on every rank): a balanced Latin square (Williams
+    design). Over len(items) rounds (twice that for an odd count) every item
+    runs first once and follows every other item once, so none always runs
+    in the state its predecessor leaves (a capped link's token bucket left
+    full by a slow call, caches). Starting each round one item later, as
+    before, kept every item behind the same predecessor."""
     items = list(items)
-    k = round_ % len(items) if items else 0
-    return items[k:] + items[:k]
+    n = len(items)
+    if n < 2:
+        return items
+    base, lo, hi = [0], 1, n - 1
+    while len(base) < n:  # 0, 1, n-1, 2, n-2, ...: consecutive differences all distinct mod n
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    k = round_ % (2 * n if n % 2 else n)
+    order = [items[(b + k) % n] for b in base]
+    return order[::-1] if k >= n else order
 
 
 def settle_auto(fn, backend, nbytes: int, timing, limit: int = 4000) -> None:
