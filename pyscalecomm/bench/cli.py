@@ -35,8 +35,8 @@ Baselines: gloo (torch's CPU backend) and mpi (MPI's own collectives through
 mpi4py on the same buffers; needs mpirun). The timing runs back-to-back calls
 between barriers on a separate gloo group; --rounds R times every
 implementation R times per size, interleaved in a balanced order (each one
-first once and right after every other once per cycle of rounds); the table keeps each one's fastest round, the JSON lines
-every round (time_us_rounds).
+first once and right after every other once per cycle of rounds); the table
+keeps each one's fastest round, the JSON lines every round (time_us_rounds).
 """
 
 from __future__ import annotations
