@@ -64,12 +64,12 @@ def relative_error(run_once, case: Case, timing) -> float:
 
 def round_order(items, round_: int) -> list:
     """The order in which round `round_` of an interleaved measurement runs
-    `items` (the same on every rank): a balanced Latin square (Williams
-    design). Over len(items) rounds (twice that for an odd count) every item
-    runs first once and follows every other item once, so none always runs
-    in the state its predecessor leaves (a capped link's token bucket left
-    full by a slow call, caches). Starting each round one item later, as
-    before, kept every item behind the same predecessor."""
+    `items` (the same on every rank): a row of a balanced Latin square
+    (Williams design). Over a cycle of len(items) rounds every item runs
+    first once and right after every other item once (an odd count: a cycle
+    of twice as many rounds, each of those twice), so none always runs in
+    the state one predecessor leaves (a capped link's token bucket left full
+    by slow calls, caches)."""
     items = list(items)
     n = len(items)
     if n < 2:
