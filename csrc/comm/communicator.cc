@@ -91,7 +91,7 @@ void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSin
   // the sleep (measured between two hosts at 10 Gbit/s: a 16 MiB ring 1.5x
   // slower, 2-4 MiB 1.2x). Such a wait yields between calls, as MPI's own
   // blocking calls do, until it has been idle for kMpiYieldMicros.
-  if (idleUs < kMpiYieldMicros &&
+  if (idleUs < kMpiYieldMicros && !progressed_.empty() &&
       std::any_of(peers.begin(), peers.end(), [&](int p) { return links_[p] && links_[p]->needsProgress(); })) {
     sched_yield();
     return;
