@@ -93,18 +93,11 @@ def predict_with(
         algorithm,
         world,
         nbytes,
-        model["alpha"],
-        model["beta"],
-        model.get("overhead", model["alpha"]),
-        model.get("gamma", 0.0),
+        model,
         segment_bytes=model.get("segment_bytes", 0),
         ranks_per_host=ranks_per_host,
-        intra_alpha=model.get("intra_alpha", -1.0),
-        intra_beta=model.get("intra_beta", -1.0),
         ps_servers=ps_servers,
-        window_alpha=model.get("window_alpha", -1.0),
         window_bytes=window_bytes,
-        call=model.get("call", 0.0),
     )
 
 

@@ -107,6 +107,7 @@ def fit(paths: list[str], out=sys.stdout) -> int:
                 "intra_alpha",
                 "intra_beta",
                 "window_alpha",
+                "window_beta",
             )
             if r[k] >= 0
         )

@@ -101,6 +101,8 @@ def test_the_decision_is_cached_and_the_next_group_starts_from_it(tmp_path):
     # tune --fit re-fits the cached model to the measured medians and stores it.
     before = path.read_text()
     assert "model alpha=" in before and "layout window=" in before and " size=4096 " in before
+    # The probe timed the shared windows' copies (their own rate, not the links').
+    assert float(before.split("window_beta=")[1].split()[0]) > 0, before
     out = _cli("pyscalecomm.tune", "--fit", str(path))
     assert "measured medians; median |error|" in out and "after the fit" in out, out
     fitted = path.read_text()

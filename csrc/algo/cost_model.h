@@ -41,6 +41,7 @@ struct CostParams {
   double intraBeta = -1;       // same-host links; < 0: as beta
   int64_t segmentBytes = 0;    // pipelining unit; 0: none (bulk-synchronous)
   double windowAlpha = -1;     // one flag round on the shared windows (algo/shared.h); < 0: as intraAlpha
+  double windowBeta = -1;      // seconds per byte copied on the shared windows; < 0: half of intraBeta (or beta)
   double call = 0;             // seconds every allreduce pays once, whatever its schedule (dispatch, plan lookup)
 };
 
@@ -54,6 +55,7 @@ inline constexpr std::pair<const char*, double CostParams::*> kModelFields[] = {
     {"intra_alpha", &CostParams::intraAlpha},
     {"intra_beta", &CostParams::intraBeta},
     {"window_alpha", &CostParams::windowAlpha},
+    {"window_beta", &CostParams::windowBeta},
     {"call", &CostParams::call},
 };
 // The field named `name` in kModelFields, or nullptr.

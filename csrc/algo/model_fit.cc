@@ -70,6 +70,10 @@ ModelFit fitCostParams(const std::vector<FitSample>& all, int n, const CostParam
     if (p.windowAlpha <= 0) p.windowAlpha = alpha0;
     terms.push_back(&p.windowAlpha);
   }
+  if (start.windowBeta >= 0) {
+    if (p.windowBeta <= 0) p.windowBeta = beta0 / 2;
+    terms.push_back(&p.windowBeta);
+  }
   double best = meanLogError(samples, n, p, algo);
   for (double factor : {8.0, 2.0, 1.25, 1.05}) {
     for (int pass = 0; pass < 40; ++pass) {

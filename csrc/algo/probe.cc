@@ -8,10 +8,13 @@
 #include <vector>
 
 #include "algo/collectives.h"
+#include "algo/shared.h"
 
 namespace scalecomm {
 
 namespace {
+
+constexpr int64_t kWindowProbeBytes = 256 * 1024;
 
 double timeAllreduce(Communicator& comm, std::vector<float>& buf, int iters, const CollectiveOptions& opts) {
   allreduce(comm.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1,
@@ -77,22 +80,35 @@ CostParams probeCostParams(Communicator& comm, const Deadline& deadline) {
   const double steps = 2.0 * (n - 1);
   const double tTiny = timeAllreduce(comm, tiny, 20, opts);
   const double tBig = timeAllreduce(comm, big, 3, opts);
-  std::vector<double> measured = {tTiny / steps, 0.0, -1.0};
+  std::vector<double> measured = {tTiny / steps, 0.0, -1.0, -1.0};
   const double bytesPerRank = steps / n * static_cast<double>(big.size() * sizeof(float));
   measured[1] = std::max(1e-12, (tBig - tTiny) / bytesPerRank);
   if (comm.windows() != nullptr) {  // every rank has them, or none
     CollectiveOptions shared = opts;
     shared.algorithm = "shared";
     // Far below a link message's latency, so one descheduled rank would swamp
-    // a single batch: the fastest of five.
-    measured[2] = timeAllreduce(comm, tiny, 40, shared);
-    for (int batch = 1; batch < 5; ++batch) measured[2] = std::min(measured[2], timeAllreduce(comm, tiny, 40, shared));
+    // a single batch: the fastest of five, here and for the copies.
+    auto fastest = [&](std::vector<float>& buf, int iters) {
+      double t = timeAllreduce(comm, buf, iters, shared);
+      for (int batch = 1; batch < 5; ++batch) t = std::min(t, timeAllreduce(comm, buf, iters, shared));
+      return t;
+    };
+    measured[2] = fastest(tiny, 40);
+    // The copies: one window's worth (at most kWindowProbeBytes) in one call,
+    // priced as n + 1 copies per byte (algo/cost_model.cc).
+    const int64_t bytes = std::min(kWindowProbeBytes, sharedWindowBytes(comm));
+    if (bytes >= kWindowProbeBytes / 16) {
+      std::vector<float> mid(static_cast<size_t>(bytes) / sizeof(float), 0.0f);
+      const double copies = static_cast<double>(n + 1) * static_cast<double>(mid.size() * sizeof(float));
+      measured[3] = std::max(1e-13, (fastest(mid, 8) - measured[2]) / copies);
+    }
   }
-  allreduce(comm.channel(), measured.data(), 3, DataType::Float64, ReduceOp::Max, 1, opts);  // agree on the slowest
+  allreduce(comm.channel(), measured.data(), 4, DataType::Float64, ReduceOp::Max, 1, opts);  // agree on the slowest
   params.alpha = measured[0];
   params.beta = measured[1];
   params.overhead = measured[0];
   params.windowAlpha = measured[2];
+  params.windowBeta = measured[3];
   probeIntraHost(comm, opts, params);
   return params;
 }

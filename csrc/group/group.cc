@@ -177,7 +177,8 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   if (anyAuto) {
     SC_LOG(Info, "rank ", rank, ": auto: alpha=", g->costs_.alpha * 1e6, " us, bandwidth=", 1e-9 / g->costs_.beta,
            " GB/s",
-           g->costs_.windowAlpha >= 0 ? strCat(", shared window round=", g->costs_.windowAlpha * 1e6, " us") : "", " (",
+           g->costs_.windowAlpha >= 0 ? strCat(", shared window round=", g->costs_.windowAlpha * 1e6, " us") : "",
+           g->costs_.windowBeta > 0 ? strCat(", window copy=", 1e-9 / g->costs_.windowBeta, " GB/s") : "", " (",
            g->tuning_.hasCosts ? "tuning file" : "probe", "), ", g->tuning_.allreduce.size(),
            " measured allreduce sizes from ", g->tuningPath_.empty() ? "no tuning file" : g->tuningPath_,
            g->tuner_ ? "; measuring online" : "");

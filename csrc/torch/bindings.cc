@@ -366,9 +366,8 @@ PYBIND11_MODULE(_C, m) {
       "default, lo, hi, choices, doc.");
   m.def(
       "predict_allreduce",
-      [](const std::string& algorithm, int world, int64_t bytes, double alpha, double beta, double overhead,
-         double gamma, int64_t segmentBytes, int ranksPerHost, double intraAlpha, double intraBeta, int psServers,
-         double windowAlpha, int64_t windowBytes, double call) {
+      [](const std::string& algorithm, int world, int64_t bytes, const py::dict& model, int64_t segmentBytes,
+         int ranksPerHost, int psServers, int64_t windowBytes) {
         if (world < 1) throw py::value_error("world must be >= 1");
         if (ranksPerHost < 0) throw py::value_error("ranks_per_host must be >= 0");
         if (psServers < 1 || psServers > world) throw py::value_error("ps_servers must lie in [1, world]");
@@ -380,7 +379,16 @@ PYBIND11_MODULE(_C, m) {
           throw py::value_error("allreduce algorithm '" + algorithm + "' does not serve " + std::to_string(world) +
                                 " ranks and " + std::to_string(bytes) + " bytes");
         }
-        scalecomm::CostParams c{alpha, beta, overhead, gamma, intraAlpha, intraBeta, segmentBytes, windowAlpha, call};
+        if (!model.contains("alpha") || !model.contains("beta")) {
+          throw py::value_error("the model needs at least alpha and beta (seconds, seconds per byte)");
+        }
+        scalecomm::CostParams c;
+        c.gamma = 0;
+        c.call = 0;
+        for (const auto& [name, member] : scalecomm::kModelFields)
+          if (model.contains(name)) c.*member = model[name].cast<double>();
+        if (!model.contains("overhead")) c.overhead = c.alpha;
+        c.segmentBytes = segmentBytes;
         scalecomm::AlgoParams a;
         a.psServers = psServers;
         a.windowBytes = windowBytes;
@@ -390,11 +398,11 @@ PYBIND11_MODULE(_C, m) {
         py::gil_scoped_release noGil;
         return scalecomm::predictAllreduceSeconds(algorithm, world, bytes, c, a);
       },
-      py::arg("algorithm"), py::arg("world"), py::arg("bytes"), py::arg("alpha"), py::arg("beta"),
-      py::arg("overhead") = 0.0, py::arg("gamma") = 0.0, py::arg("segment_bytes") = 0, py::arg("ranks_per_host") = 0,
-      py::arg("intra_alpha") = -1.0, py::arg("intra_beta") = -1.0, py::arg("ps_servers") = 1,
-      py::arg("window_alpha") = -1.0, py::arg("window_bytes") = 0, py::arg("call") = 0.0,
-      "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h).");
+      py::arg("algorithm"), py::arg("world"), py::arg("bytes"), py::arg("model"), py::arg("segment_bytes") = 0,
+      py::arg("ranks_per_host") = 0, py::arg("ps_servers") = 1, py::arg("window_bytes") = 0,
+      "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h). model: the "
+      "cost model's terms by name (tuning_model's and cost_params' keys; alpha and beta required, overhead "
+      "defaults to alpha, the rest to unset); other keys are ignored.");
   m.def(
       "auto_bucket_bytes",
       [](int64_t nbytes) { return scalecomm::OnlineTuner::bucketBytes(scalecomm::OnlineTuner::bucketOf(nbytes)); },

@@ -38,10 +38,12 @@ TEST(the_fit_recovers_the_parameters_that_made_the_times) {
   truth.intraAlpha = 8e-6;
   truth.intraBeta = 1 / 2e9;
   truth.windowAlpha = 6e-6;
+  truth.windowBeta = 1 / 7e9;  // not half a link byte: the probe's windows run at their own rate
   truth.call = 15e-6;
   CostParams probe = truth;  // what a short probe would say: too little latency, too much bandwidth cost
   probe.alpha = probe.intraAlpha = 2e-6;
   probe.beta = probe.intraBeta = 1 / 1e9;
+  probe.windowBeta = 1 / 2e9;
   probe.gamma = 0;
   probe.call = 0;
   const auto samples = samplesOf(truth, n, algo);
@@ -50,6 +52,13 @@ TEST(the_fit_recovers_the_parameters_that_made_the_times) {
   CHECK(fit.medianErrorBefore > 0.3);
   CHECK(fit.medianErrorAfter < 0.03);
   CHECK(fit.medianErrorAfter <= medianRelativeError(samples, n, fit.params, algo) + 1e-12);
+  // Every algorithm's own times, not just the median over all of them.
+  for (const char* a : {"ring", "rhd", "direct", "shared"}) {
+    std::vector<FitSample> own;
+    for (const FitSample& x : samples)
+      if (x.algorithm == a) own.push_back(x);
+    CHECK(medianRelativeError(own, n, fit.params, algo) < 0.05);
+  }
 }
 
 TEST(a_fitted_cache_round_trips_its_model_layout_and_sizes) {
