@@ -198,7 +198,7 @@ def main() -> int:
         }
         if "scalecomm" in table:  # auto's online choice (SCALECOMM_AUTOTUNE=online) settles before the rounds
             run = functools.partial(table["scalecomm"], t, a)
-            settle_auto(run, dist.group.WORLD._get_backend(t.device), count * 4, gloo)
+            settle_auto(run, dist.group.WORLD._get_backend(t.device), count * 4)
         times = {k: [] for k in table}
         for round_ in range(args.rounds):
             for name, fn in round_order(table.items(), round_):

@@ -124,6 +124,30 @@ def test_round_order_puts_every_column_behind_every_other(n):
     assert all(follows.get((a, b), 0) == cycle // n for a in range(n) for b in range(n) if a != b), follows
 
 
+def _settle(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    from pyscalecomm.bench import settle_auto
+
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    t = torch.ones(1024)
+    calls = []
+    settle_auto(lambda: (calls.append(1), dist.all_reduce(t)), be, 4096)
+    bucket = [b for b in be.tuning() if b["bytes"] == 4096]
+    others = {k: v["calls"] for k, v in be.stats().items() if not k.startswith("allreduce")}
+    return len(calls), bucket[0]["phase"], bucket[0]["algorithm"], others
+
+
+def test_settling_auto_stops_every_rank_at_the_same_call_without_a_collective_of_its_own():
+    from dist_helpers import run_ranks
+
+    results = run_ranks(2, _settle, env={"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_TUNING_FILE": "none"})
+    assert results[0][1] == "exploiting" and results[0][0] % 8 == 0, results
+    assert results[0] == results[1], results  # same calls, same choice
+    assert results[0][3] == {}, results  # nothing but the settling calls ran on the group
+
+
 def test_result_check_counts_wrong_elements():
     import torch
 

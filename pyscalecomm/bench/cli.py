@@ -348,9 +348,7 @@ def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
         if impl.algo == "auto" and impl.kind == "scalecomm":
             for ip in (False, True):
                 if runners[(impl.label, ip)] is not None:
-                    settle_auto(
-                        runners[(impl.label, ip)], impl.handle._get_backend(device), nbytes, ctx["timing"]
-                    )
+                    settle_auto(runners[(impl.label, ip)], impl.handle._get_backend(device), nbytes)
     best: dict = {}
     per_round: dict = {}
     for round_ in range(max(1, args.rounds)):
