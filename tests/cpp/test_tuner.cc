@@ -542,11 +542,17 @@ TEST(a_live_group_extends_an_inconclusive_exploration_alike_on_every_rank) {
 }
 
 TEST(one_rank_measuring_differently_cannot_split_the_decision) {
-  // Rank 1 sees every algorithm but tree as 20 ms, the others measure what
-  // ran (microseconds): alone, ranks 0 and 2 would keep their fastest. The
-  // ranks decide on the slowest rank's times, so every rank takes tree.
+  // Rank 1 sees every algorithm but tree as 20 ms; ranks 0 and 2 see tree
+  // as the slowest (50 us against 5 us): alone, they would never take it.
+  // The ranks decide on the slowest rank's times, so every rank takes tree.
+  // (Made-up times on every rank: real ones on threads sharing two cores
+  // drift, and a drift re-explores.)
   LiveRun run = runLive(3, 120 * kBlock, [](int rank, Group& g) {
-    if (rank == 1) g.skewTunerTimesForTest([](const std::string& a, double s) { return a == "tree" ? s : 20e-3; });
+    if (rank == 1) {
+      g.skewTunerTimesForTest([](const std::string& a, double) { return a == "tree" ? 10e-6 : 20e-3; });
+    } else {
+      g.skewTunerTimesForTest([](const std::string& a, double) { return a == "tree" ? 50e-6 : 5e-6; });
+    }
   });
   checkAlike(run);
   const auto report = run.groups[0]->tuning();
