@@ -4,9 +4,9 @@
 // allreduce predictions come closest to the samples, starting from `start`:
 // a coordinate search in log space over every parameter the predictions of
 // this world depend on (call, alpha, beta, overhead, gamma, and intraAlpha,
-// intraBeta, windowAlpha, windowBeta where `start` sets them, i.e. >= 0), minimising the
-// mean |log(predicted / measured)| (a median-like fit: one outlier moves it
-// little). Parameters stay positive. Deterministic: the same samples give
+// intraBeta, windowAlpha, windowBeta where `start` sets them, i.e. >= 0),
+// minimising the mean |log(predicted / measured)| (a median-like fit: one
+// outlier moves it little). Parameters stay positive. Deterministic: the same samples give
 // the same parameters on every rank and machine. Errors are reported as the
 // median of |predicted - measured| / measured. Pure; any thread. Cost: about
 // 2,000 evaluations of the samples' predictions (well under a second for a
