@@ -10,6 +10,7 @@
 
 #include "algo/collectives.h"
 #include "algo/registry.h"
+#include "algo/shared.h"
 #include "algo/tree.h"
 #include "core/error.h"
 
@@ -145,26 +146,28 @@ double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t byte
                                const AlgoParams& algo) {
   const AllreduceAlgorithm* entry = findAllreduceAlgorithm(algorithm);
   if (entry != nullptr && entry->onWindows()) {
-    // Shared windows (algo/shared.h), one host. Up to the window: one flag
-    // round (measured, or a message's latency), the input copied in once and
-    // n inputs read while reducing: n + 1 copies, at windowBeta per byte
-    // (probed on the windows, whose bytes stay in the cores' caches; unset:
-    // half a link byte, which costs two copies, into the ring and out).
-    // Above it, one flag round per window-sized chunk and one more; (n-1)/n
-    // of the input copied in, the own slice (1/n) reduced from n inputs and
-    // copied out of the window, (n-1)/n copied out: (2n-1)/n copies of a
-    // buffer that streams from memory, at half a link byte each.
+    // Shared windows (algo/shared.h), one host. In one call (sharedInSlices
+    // false): one flag round (measured, or a message's latency), the input
+    // copied in once and n inputs read while reducing: n + 1 copies. In
+    // slices: one flag round per chunk (window-sized, or the whole message
+    // where shorter) and one more; (n-1)/n of the input copied in, the own
+    // slice (1/n) reduced from n inputs and copied out of the window, (n-1)/n
+    // copied out: (2n-1)/n copies. A copy costs windowBeta per byte (probed
+    // on the windows, whose bytes stay in the cores' caches; unset: half a
+    // link byte, which costs two copies, into the ring and out) up to the
+    // window; a larger buffer streams from memory, at half a link byte.
     const double alpha = params.windowAlpha >= 0  ? params.windowAlpha
                          : params.intraAlpha >= 0 ? params.intraAlpha
                                                   : params.alpha;
     const double beta = params.intraBeta >= 0 ? params.intraBeta : params.beta;
     const double b = static_cast<double>(std::max<int64_t>(bytes, 0));
-    if (algo.windowBytes <= 0 || bytes <= algo.windowBytes) {
-      const double copy = params.windowBeta >= 0 ? params.windowBeta : beta / 2;
+    const bool cached = algo.windowBytes <= 0 || bytes <= algo.windowBytes;
+    const double copy = cached && params.windowBeta >= 0 ? params.windowBeta : beta / 2;
+    if (algo.windowBytes <= 0 || !sharedInSlices(n, bytes, algo.windowBytes)) {
       return params.call + alpha + copy * b * (n + 1) + params.gamma * b * (n - 1);
     }
     const double chunks = std::ceil(b / static_cast<double>(algo.windowBytes));
-    return params.call + alpha * (chunks + 1) + beta * b * (2 * n - 1) / (2 * n) + params.gamma * b * (n - 1) / n;
+    return params.call + alpha * (chunks + 1) + copy * b * (2 * n - 1) / n + params.gamma * b * (n - 1) / n;
   }
   // Priced as float32 (empty blocks still cost their alpha; see priceStep).
   const int64_t count = std::max<int64_t>(bytes / 4, 1);

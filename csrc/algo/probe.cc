@@ -14,7 +14,8 @@ namespace scalecomm {
 
 namespace {
 
-constexpr int64_t kWindowProbeBytes = 256 * 1024;
+// The copy rate's message: the largest that every world runs in one call.
+constexpr int64_t kWindowProbeBytes = kSlicesFromBytes;
 
 double timeAllreduce(Communicator& comm, std::vector<float>& buf, int iters, const CollectiveOptions& opts) {
   allreduce(comm.channel(), buf.data(), static_cast<int64_t>(buf.size()), DataType::Float32, ReduceOp::Sum, 1,

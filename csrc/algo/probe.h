@@ -8,7 +8,7 @@
 // message overhead is set to alpha: one thread progresses a step's messages
 // one after another. Where the ranks share windows it also times shared
 // allreduces of 8 bytes (windowAlpha: the fastest of 5 batches of 40) and of
-// one window's worth, at most 256 KiB (windowBeta, per byte copied: the
+// one window's worth, at most 128 KiB (windowBeta, per byte copied: the
 // fastest of 5 batches of 8, less windowAlpha). Collective: every rank must
 // call it at the same point. Uses sequence number 0 in headers (real
 // collectives start at 1).

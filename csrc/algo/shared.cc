@@ -146,7 +146,10 @@ void allreduceInChunks(Communicator& comm, ShmWindows& w, uint8_t* data, int64_t
   const auto es = static_cast<int64_t>(elementSize(ctx.dtype));
   const int64_t unit = std::max<int64_t>(1, kCacheLine / es);  // elements per cache line
   const int64_t perRank = w.windowBytes() / es / n;
-  const int64_t slice = perRank >= unit ? perRank / unit * unit : perRank;  // elements
+  // A slice per rank of a window-sized chunk, or of the message where that is
+  // shorter (cache-line units either way, where the window allows).
+  const int64_t even = ((count + n - 1) / n + unit - 1) / unit * unit;
+  const int64_t slice = perRank >= unit ? std::min(perRank / unit * unit, even) : perRank;  // elements
   if (slice == 0) {
     fail(ErrorKind::InvalidArgument, describe(ctx, comm.rank()), ": algorithm shared needs a window of at least ",
          n * es, " bytes for ", n, " ranks of ", dataTypeName(ctx.dtype), " (SCALECOMM_SHM_WINDOW_BYTES is ",
@@ -197,10 +200,9 @@ void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const Exe
   const int n = w.size();
   const int rank = w.rank();
   const int64_t bytes = count * static_cast<int64_t>(elementSize(ctx.dtype));
-  if (bytes > w.windowBytes()) {
-    if (n > 1) allreduceInChunks(comm, w, static_cast<uint8_t*>(data), count, ctx);
-    return;
-  }
+  if (sharedInSlices(n, bytes, w.windowBytes()))
+    return allreduceInChunks(comm, w, static_cast<uint8_t*>(data), count, ctx);
+  if (bytes > w.windowBytes()) return;  // one rank: nothing to do
   const uint64_t call = w.nextCall(bytes);
   std::memcpy(w.data(rank), data, static_cast<size_t>(bytes));
   exchange(comm, w, call, headerOf(ctx, bytes), ctx);

@@ -8,7 +8,8 @@
 // byte, where a ring over shm links takes 2(n-1) steps of two copies each.
 // Every rank folds the inputs in rank order (two ranks: a op b, commutative
 // in IEEE arithmetic), so all ranks hold bitwise the same result. A message
-// larger than the window goes in window-sized chunks of n slices (cache-line
+// that sharedInSlices() sends in slices goes in chunks of n slices (a
+// window's worth, or the message split evenly where shorter; cache-line
 // aligned), one window call per chunk plus one to finish: every rank copies
 // in the slices its peers fold; rank r folds slice r of every rank's chunk,
 // in rank order, into its next call's window data and its output; in the
@@ -35,6 +36,18 @@ namespace scalecomm {
 
 // Bytes one shared call carries on this communicator; 0 without windows.
 int64_t sharedWindowBytes(const Communicator& comm);
+
+// Whether a shared allreduce of `bytes` on n ranks runs in slices (every
+// rank folds 1/n and copies the rest out: 2 (n-1)/n of the message read
+// across cores, in two flag rounds per chunk and one more) rather than in
+// one call (every rank reads all n inputs: (n-1) across cores). Above the
+// window always; from 3 ranks also above kSlicesFromBytes, where reading
+// every peer's input cost more than the extra flag round (measured: 1.7x-2x
+// faster at 256-512 KiB on 3-4 ranks, docs/performance.md).
+constexpr int64_t kSlicesFromBytes = 128 * 1024;
+inline bool sharedInSlices(int n, int64_t bytes, int64_t windowBytes) {
+  return n > 1 && (bytes > windowBytes || (n > 2 && bytes > kSlicesFromBytes));
+}
 
 // In place, any count; ctx.op is the reduction (Avg divides by the world size
 // at the end; PremulSum's scaling is the caller's).

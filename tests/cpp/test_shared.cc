@@ -226,6 +226,48 @@ TEST(shared_allreduce_above_the_window_is_exact_at_every_world_size) {
   }
 }
 
+// From 3 ranks a message above kSlicesFromBytes that fits the window runs in
+// slices of the message split evenly (one chunk): exact, bitwise equal on
+// every rank, at counts that end mid-slice and at the window's edge.
+TEST(shared_allreduce_in_slices_within_the_window_is_exact) {
+  constexpr int64_t kBig = 4 * kSlicesFromBytes;
+  const MeshOf bigWindows = [](int r) {
+    MeshOptions mo = sharedMesh(r);
+    mo.shmWindowBytes = kBig;
+    return mo;
+  };
+  for (int n = 2; n <= 5; ++n) {
+    std::vector<std::vector<std::vector<uint8_t>>> results(n);
+    auto errors = onMesh(
+        n,
+        [&](int r, Communicator& comm) {
+          uint64_t seq = 0;
+          for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Int64}) {
+            const int64_t es = static_cast<int64_t>(elementSize(dt));
+            for (int64_t count : {kSlicesFromBytes / es + 1, (kSlicesFromBytes + 4096) / es + 3 * n, kBig / es}) {
+              CHECK_EQ(sharedInSlices(n, count * es, kBig), n > 2);
+              std::vector<uint8_t> data(static_cast<size_t>(count * es));
+              for (int64_t i = 0; i < count; ++i) sctest::storeValue(data.data(), i, dt, (i * 7 + r) % 5);
+              allreduce(comm.channel(), data.data(), count, dt, ReduceOp::Sum, 1.0, sharedOptions(++seq));
+              for (int64_t i = 0; i < count; ++i) {
+                double want = 0;
+                for (int q = 0; q < n; ++q) want += (i * 7 + q) % 5;
+                const double got = sctest::loadValue(data.data(), i, dt);
+                if (got != want) {
+                  throw Error(ErrorKind::Internal,
+                              strCat(dataTypeName(dt), " count ", count, " element ", i, ": ", got, " != ", want));
+                }
+              }
+              results[r].push_back(data);
+            }
+          }
+        },
+        bigWindows);
+    for (auto& e : errors) CHECK_EQ(e, std::string());
+    for (int r = 1; r < n; ++r) CHECK(results[r] == results[0]);
+  }
+}
+
 // Back-to-back calls with no barrier between them, one rank jittering: a
 // call's window data must never be overwritten while a peer still reads it,
 // within a message above the window and from one call to the next, as the
