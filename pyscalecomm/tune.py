@@ -94,22 +94,14 @@ def fit(paths: list[str], out=sys.stdout) -> int:
         except ValueError as e:
             print(f"# {path}: {e}", file=out)
             return 1
+        # The model's terms (every key but the fit's three), the per-call term
+        # first; seconds per byte (beta, gamma) as they are, the rest in us.
+        fit_stats = ("samples", "median_error_before", "median_error_after")
+        model = {k: v for k, v in r.items() if k not in fit_stats}
         terms = ", ".join(
-            f"{k} {_us(r[k])} us"
-            if k in ("alpha", "overhead", "intra_alpha", "window_alpha", "call")
-            else f"{k} {r[k]:.3g}"
-            for k in (
-                "call",
-                "alpha",
-                "beta",
-                "overhead",
-                "gamma",
-                "intra_alpha",
-                "intra_beta",
-                "window_alpha",
-                "window_beta",
-            )
-            if r[k] >= 0
+            f"{k} {v:.3g}" if k.endswith("beta") or k == "gamma" else f"{k} {_us(v)} us"
+            for k, v in sorted(model.items(), key=lambda kv: kv[0] != "call")
+            if v >= 0
         )
         print(
             f"# {path}: {r['samples']} measured medians; median |error| "

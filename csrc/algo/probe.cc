@@ -96,11 +96,17 @@ CostParams probeCostParams(Communicator& comm, const Deadline& deadline) {
     };
     measured[2] = fastest(tiny, 40);
     // The copies: one window's worth (at most kWindowProbeBytes) in one call,
-    // priced as n + 1 copies per byte (algo/cost_model.cc).
-    const int64_t bytes = std::min(kWindowProbeBytes, sharedWindowBytes(comm));
+    // less the flag round, over the bytes the cost model says that call
+    // copies (its price at one second per copied byte and nothing else).
+    AlgoParams layout;
+    layout.windowBytes = sharedWindowBytes(comm);
+    const int64_t bytes = std::min(kWindowProbeBytes, layout.windowBytes);
     if (bytes >= kWindowProbeBytes / 16) {
       std::vector<float> mid(static_cast<size_t>(bytes) / sizeof(float), 0.0f);
-      const double copies = static_cast<double>(n + 1) * static_cast<double>(mid.size() * sizeof(float));
+      CostParams perCopy;
+      perCopy.alpha = perCopy.beta = perCopy.overhead = perCopy.windowAlpha = 0;
+      perCopy.windowBeta = 1;
+      const double copies = predictAllreduceSeconds("shared", n, bytes, perCopy, layout);
       measured[3] = std::max(1e-13, (fastest(mid, 8) - measured[2]) / copies);
     }
   }

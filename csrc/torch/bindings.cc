@@ -383,8 +383,6 @@ PYBIND11_MODULE(_C, m) {
           throw py::value_error("the model needs at least alpha and beta (seconds, seconds per byte)");
         }
         scalecomm::CostParams c;
-        c.gamma = 0;
-        c.call = 0;
         for (const auto& [name, member] : scalecomm::kModelFields)
           if (model.contains(name)) c.*member = model[name].cast<double>();
         if (!model.contains("overhead")) c.overhead = c.alpha;
