@@ -92,12 +92,11 @@ def settle_auto(fn, backend, nbytes: int, limit: int = 4000) -> None:
     exploration. The tuner decides alike on every rank after the same calls
     (algo/tuner.h), and a synchronous call's time is recorded before it
     returns, so every rank sees the bucket settle after the same call and
-    stops there without asking the others. (Asking cost a collective on
-    another group every few calls, inside auto's trials: with a gloo call
-    every 8 calls, `shared` measured 1.2x-1.5x slower in its trials than
-    back to back while the link algorithms did not, and auto picked them.)
-    Device calls are not measured (auto runs the model's choice): their
-    bucket never settles, and every rank makes `limit` calls."""
+    stops there without asking the others: nothing but the settling calls
+    runs between auto's trials (a collective on another group there slows
+    some algorithms' trials more than others'). Device calls are not
+    measured (auto runs the model's choice): their bucket never settles, and
+    every rank makes `limit` calls."""
     import torch.distributed as dist
 
     if backend.config.autotune != "online" or dist.get_world_size() == 1:
