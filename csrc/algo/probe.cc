@@ -43,6 +43,10 @@ double timeHostRing(Communicator& comm, int next, int prev, std::vector<float>& 
 
 }  // namespace
 
+double windowCopySeconds(double tCall, double tRound, double copies, double linkBeta) {
+  return std::max(linkBeta / kWindowCopyCeiling, (tCall - tRound) / copies);
+}
+
 void probeIntraHost(Communicator& comm, const CollectiveOptions& opts, CostParams& params) {
   const auto& hosts = comm.hostOf();
   const int n = comm.size(), rank = comm.rank();
@@ -107,7 +111,7 @@ CostParams probeCostParams(Communicator& comm, const Deadline& deadline) {
       perCopy.alpha = perCopy.beta = perCopy.overhead = perCopy.windowAlpha = 0;
       perCopy.windowBeta = 1;
       const double copies = predictAllreduceSeconds("shared", n, bytes, perCopy, layout);
-      measured[3] = std::max(1e-13, (fastest(mid, 8) - measured[2]) / copies);
+      measured[3] = windowCopySeconds(fastest(mid, 8), measured[2], copies, measured[1]);
     }
   }
   allreduce(comm.channel(), measured.data(), 4, DataType::Float64, ReduceOp::Max, 1, opts);  // agree on the slowest

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "algo/cost_model.h"
+#include "algo/probe.h"
 #include "harness.h"
 
 using namespace scalecomm;
@@ -118,6 +119,16 @@ TEST(shared_windows_price_their_copies_at_the_window_rate) {
   c.windowBeta = -1;
   CHECK(near(predictAllreduceSeconds("shared", 2, small, c, algo), 1e-6 + 3 * small * c.intraBeta / 2));
   CHECK_EQ(chooseAllreduce(2, small, c, algo), std::string("ring"));
+}
+
+TEST(a_disturbed_probe_cannot_price_window_copies_at_nothing) {
+  // Links at 10 GB/s. Undisturbed, the copies take the call less the flag
+  // round; a flag round timed slower than the whole call (a descheduled
+  // rank) leaves the copies at the ceiling's rate, not at nothing.
+  const double beta = 1 / 10e9, copies = 3 * (128 << 10);
+  CHECK(near(windowCopySeconds(14e-6, 2e-6, copies, beta), 12e-6 / copies));
+  CHECK(near(windowCopySeconds(9e-6, 11e-6, copies, beta), beta / kWindowCopyCeiling));
+  CHECK(near(windowCopySeconds(2.1e-6, 2e-6, copies, beta), beta / kWindowCopyCeiling));
 }
 
 TEST(scales_to_65536_ranks) {
