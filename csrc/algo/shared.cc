@@ -199,10 +199,10 @@ void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const Exe
   ShmWindows& w = windowsOf(comm, ctx);
   const int n = w.size();
   const int rank = w.rank();
+  if (n == 1) return;  // the data is the result (Avg divides by 1)
   const int64_t bytes = count * static_cast<int64_t>(elementSize(ctx.dtype));
   if (sharedInSlices(n, bytes, w.windowBytes()))
     return allreduceInChunks(comm, w, static_cast<uint8_t*>(data), count, ctx);
-  if (bytes > w.windowBytes()) return;  // one rank: nothing to do
   const uint64_t call = w.nextCall(bytes);
   std::memcpy(w.data(rank), data, static_cast<size_t>(bytes));
   exchange(comm, w, call, headerOf(ctx, bytes), ctx);
