@@ -56,19 +56,12 @@ void Communicator::abort() {
   closeLinks();
 }
 
-// How long a waiting thread yields before it blocks in poll() (tcp) or
-// sleeps (shm). Short: on slow links waits last milliseconds, and yielding
-// through them burned a core that DDP's backward on the same core needed
-// (2 ranks, 1 Gbit/s: step 44.8 ms with 2 ms of yielding vs gloo's 42.2).
-constexpr int64_t kYieldMicros = 200;
-constexpr int64_t kMpiYieldMicros = 100000;
-
 void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSince,
                         const std::function<bool()>& ready) {
   if (aborted()) fail(ErrorKind::Aborted, "the group was aborted");
   for (Link* l : progressed_) l->progress();  // mpi links move their sends only inside MPI calls
   auto idleUs = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idleSince).count();
-  // Phase 1: spin (lowest latency). Phase 2, up to kYieldMicros: yield, so compute
+  // Phase 1: spin (lowest latency). Phase 2, up to pollMicros: yield, so compute
   // threads on this core run while the caller keeps polling its links without
   // blocking (a blocking poll() wakeup costs ~60 us on loopback TCP, measured).
   // Phase 3: block in poll() on tcp sockets, or sleep briefly for shm.
@@ -82,17 +75,11 @@ void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSin
     for (int i = 0; i < 32; ++i) SC_CPU_RELAX();
     return;
   }
-  if (idleUs < kYieldMicros) {
-    sched_yield();
-    return;
+  int64_t pollUs = Link::kDefaultPollMicros;
+  for (int p : peers) {
+    if (links_[p]) pollUs = std::max(pollUs, links_[p]->pollMicros());
   }
-  // A peer over MPI moves bytes only inside MPI calls, its rendezvous
-  // handshakes included: a sleep between two of them stalls the transfer for
-  // the sleep (measured between two hosts at 10 Gbit/s: a 16 MiB ring 1.5x
-  // slower, 2-4 MiB 1.2x). Such a wait yields between calls, as MPI's own
-  // blocking calls do, until it has been idle for kMpiYieldMicros.
-  if (idleUs < kMpiYieldMicros && !progressed_.empty() &&
-      std::any_of(peers.begin(), peers.end(), [&](int p) { return links_[p] && links_[p]->needsProgress(); })) {
+  if (idleUs < pollUs) {
     sched_yield();
     return;
   }

@@ -88,9 +88,8 @@ class Communicator {
   void setWindows(std::shared_ptr<ShmWindows> w) { windows_ = std::move(w); }
 
   // Idles briefly until something may have changed on the given peers' links:
-  // spins for spinMicros after idleSince, then yields until 200 us (100 ms when
-  // a peer's link needsProgress(): MPI moves bytes only inside its calls),
-  // then blocks: in poll() on tcp sockets; on the process's shm doorbell when
+  // spins for spinMicros after idleSince, then yields until the longest of
+  // the peers' links' pollMicros() (transport/link.h), then blocks: in poll() on tcp sockets; on the process's shm doorbell when
   // every peer's link rings it (transport/link.h), after re-checking `ready` (default: any
   // of those links is ready(); a caller waiting for something else that its
   // peers ring the doorbell for, such as a shared window, passes its own

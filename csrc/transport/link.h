@@ -17,6 +17,11 @@
 //   posts its window. ready() says this link could move bytes now (data has
 //   arrived, or a send that found no room would now find it); a waiter
 //   re-checks it after arming, before it sleeps.
+// - pollMicros() is how long a waiter keeps polling the link, yielding its
+//   core between polls, before it blocks (fixed for the link's life). Short
+//   where the peer or the kernel moves the bytes while this side sleeps (shm,
+//   tcp); long where bytes move only inside calls into the transport (MPI,
+//   its rendezvous handshakes included), as MPI's own blocking calls poll.
 // - waitFd() is a pollable descriptor that becomes readable when tryRecv may
 //   move bytes (tcp), or -1 (shm, loopback: the caller spins/yields instead);
 //   sendBlocked() says the last trySend could not take all its bytes, so a
@@ -73,6 +78,11 @@ class Link {
   // peers it waits for.
   virtual bool needsProgress() const { return false; }
   virtual void progress() {}
+  // Short: on slow links waits last milliseconds, and polling through them
+  // burned a core that DDP's backward on the same core needed (2 ranks,
+  // 1 Gbit/s: step 44.8 ms with 2 ms of yielding against gloo's 42.2).
+  static constexpr int64_t kDefaultPollMicros = 200;
+  virtual int64_t pollMicros() const { return kDefaultPollMicros; }
   // Marks the link closed in both directions (idempotent, any thread).
   virtual void close() = 0;
   virtual Doorbell* doorbell() { return nullptr; }

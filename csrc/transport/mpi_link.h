@@ -52,6 +52,9 @@ class MpiLink : public Link {
   void checkPeer() override;
   bool needsProgress() const override { return true; }
   void progress() override;
+  // A sleep between two MPI calls stalls the transfer for the sleep (between
+  // two hosts at 10 Gbit/s: a 16 MiB ring 1.5x slower, 2-4 MiB 1.2x).
+  int64_t pollMicros() const override { return 100000; }
   void close() override;
   const char* kind() const override { return "mpi"; }
 
