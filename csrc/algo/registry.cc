@@ -87,7 +87,7 @@ std::vector<std::string> autoAllreduceCandidates(int n, int64_t bytes, const Alg
   std::vector<std::string> out;
   for (const auto& a : allreduceRegistry()) {
     if (!a.autoCandidate || !allreduceServes(a.name, n, bytes, params)) continue;
-    if (a.acrossHosts && !spansHosts(params.hostOf)) continue;
+    if (a.hierarchical && !hostsHoldSeveral(params.hostOf)) continue;
     out.push_back(a.name);
   }
   return out;

@@ -34,7 +34,10 @@ struct AllreduceAlgorithm {
   // transport buffers per direction (kLinkBufferFloor).
   int64_t maxBytes;
   bool autoCandidate;  // auto prices it (where it serves the group; autoAllreduceCandidates)
-  bool acrossHosts;    // auto considers it only when the group spans hosts
+  // Auto considers it only where the group spans hosts and some host holds
+  // several ranks (hostsHoldSeveral): with one host, or one rank per host,
+  // it runs its flat form and would only lengthen the exploration.
+  bool hierarchical;
 
   bool onWindows() const { return schedule == nullptr; }
 };

@@ -11,6 +11,7 @@
 // order). Value types, no shared state.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,6 +64,15 @@ inline bool spansHosts(const std::vector<int>& hostOf) {
   for (int h : hostOf)
     if (h != hostOf[0]) return true;
   return false;
+}
+
+// Whether the ranks sit on more than one host and some host holds two or
+// more: where a hierarchy of hosts differs from its flat form.
+inline bool hostsHoldSeveral(const std::vector<int>& hostOf) {
+  if (!spansHosts(hostOf)) return false;
+  std::vector<int> sorted = hostOf;
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
 }
 
 // a mod n in [0, n), for rank arithmetic around a ring.

@@ -164,6 +164,16 @@ void OnlineTuner::keepOnly(Bucket& k, const std::vector<int>& keep) {
   k.info = std::move(info);
 }
 
+void OnlineTuner::keepMeasured(Bucket& k, const std::vector<int>& keep, int measured) {
+  const int c = static_cast<int>(k.cands.size()), left = static_cast<int>(keep.size());
+  std::vector<double> local(left * k.rounds, 0.0);
+  for (int i = 0; i < left; ++i)
+    for (int r = 0; r < measured; ++r) local[r * left + i] = k.local[r * c + keep[i]];
+  k.local = std::move(local);
+  k.step = int64_t{left} * measured * k.block;
+  keepOnly(k, keep);
+}
+
 void OnlineTuner::exploit(Bucket& k, Label winner) {
   k.phase = Phase::Exploiting;
   k.winnerLabel = winner;
@@ -240,17 +250,16 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
     seconds = median(std::vector<double>(k.blockTimes.begin(), k.blockTimes.begin() + k.blockTimed));
     k.blockTimed = 0;
     const int64_t trial = k.step / k.block;  // trials completed, this one included
-    const int64_t round = (trial - 1) / c;   // this trial's
-    if (round >= 1) k.local[(round - 1) * c + p.candidate] = seconds;
-    if (k.screens < 2 && c > 1 && k.rounds > kRaceRounds && trial == c * (kRaceRounds + 1)) {
+    k.local[(trial - 1) / c * c + p.candidate] = seconds;
+    if (k.screens < 2 && c > 1 && k.rounds > kRaceRounds && trial == c * kRaceRounds) {
       k.pending = Pending::Race;
       return std::vector<double>(k.local.begin(), k.local.begin() + c * kRaceRounds);
     }
-    if (k.screens == 0 && c > 2 && k.rounds > kScreenRounds && trial == c * (kScreenRounds + 1)) {
+    if (k.screens == 0 && c > 2 && k.rounds > kScreenRounds && trial == c * kScreenRounds) {
       k.pending = Pending::Screen;
       return std::vector<double>(k.local.begin(), k.local.begin() + c * kScreenRounds);
     }
-    if (trial == c * (k.rounds + 1)) {
+    if (trial == c * k.rounds) {
       k.pending = Pending::Decide;
       return k.local;
     }
@@ -369,15 +378,8 @@ std::string OnlineTuner::race(Bucket& k, int bucket, const std::vector<double>& 
     k.evidence.emplace_back(k.info[q].algorithm, medians[q]);
   }
   if (static_cast<int>(keep.size()) == c) return "";
-  // The survivors keep their measured rounds: as if only they had run.
-  const int left = static_cast<int>(keep.size());
-  std::vector<double> local(left * k.rounds, 0.0);
-  for (int i = 0; i < left; ++i)
-    for (int r = 0; r < R; ++r) local[r * left + i] = k.local[r * c + keep[i]];
-  k.local = std::move(local);
-  k.step = int64_t{left} * (R + 1) * k.block;
   const std::string leaderName = k.info[leader].algorithm;
-  keepOnly(k, keep);
+  keepMeasured(k, keep, R);
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " slower than "
     << leaderName << " (" << us(medians[leader]) << " us) by over " << kRaceMargin << "x in each of " << R
@@ -412,11 +414,7 @@ std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>
     k.evidence.emplace_back(k.info[q].algorithm, best(q));  // its fastest screening round
   }
   if (dropped.tellp() == 0) return "";
-  keepOnly(k, keep);
-  // The survivors start their measured rounds afresh (warmed up already).
-  const int left = static_cast<int>(k.cands.size());
-  k.step = int64_t{left} * k.block;
-  k.local.assign(left * k.rounds, 0.0);
+  keepMeasured(k, keep, kScreenRounds);
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " took over "
     << kScreenFactor << "x the fastest (" << us(reference) << " us) in " << kScreenRounds

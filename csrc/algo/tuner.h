@@ -11,8 +11,10 @@
 //   off (a probe on a loaded machine) cannot leave its own choice alone.
 //   One algorithm serves: decided at once ("model").
 // - Exploring: the bucket's trials cycle through the candidates in rounds
-//   (trial i of the exploration runs candidate (i + i / C) mod C), one
-//   warm-up round and then `rounds` measured ones. A trial is a block of
+//   (trial i of the exploration runs candidate (i + i / C) mod C), `rounds`
+//   measured ones; no round is thrown away (a candidate's first, colder
+//   trial is one of its rounds, which the statistics below are robust to,
+//   and a block warms up within itself). A trial is a block of
 //   L = blockLength(bucket) consecutive calls of its candidate; its time is
 //   the median of the block's last ceil(L / 2) calls, so a candidate is
 //   timed as it runs back to back, as the winner will, not just after
@@ -24,7 +26,7 @@
 //   after kScreenRounds measured rounds the ranks agree on those times (the
 //   maximum over ranks, as below) and every candidate but the favourite whose
 //   fastest round took over kScreenFactor x the slowest round of the best
-//   one leaves; the rest start their measured rounds afresh. This bounds
+//   one leaves; the rest keep their rounds. This bounds
 //   what a far slower candidate costs. After kRaceRounds measured rounds
 //   (two candidates or more) the ranks agree again, and every candidate but
 //   the favourite and the leader (the lowest median) that was over
@@ -83,7 +85,7 @@
 namespace scalecomm {
 
 struct TunerSettings {
-  int rounds = 8;           // measured rounds per exploration (after one warm-up round)
+  int rounds = 8;           // measured rounds per exploration
   double spread = 10.0;     // candidates predicted within this factor of the model's best
   int maxCandidates = 8;    // at most this many
   int64_t firstCheck = 64;  // calls between drift checks, doubling to maxCheck
@@ -214,6 +216,9 @@ class OnlineTuner {
   void exploit(Bucket& k, Label winner);
   // Keeps candidates `keep` (indices, in that order) in cands and info.
   static void keepOnly(Bucket& k, const std::vector<int>& keep);
+  // Keeps candidates `keep` with their first `measured` rounds: the
+  // exploration goes on as if only they had run.
+  static void keepMeasured(Bucket& k, const std::vector<int>& keep, int measured);
   std::string decide(Bucket& k, int bucket, const std::vector<double>& maxed);
   std::string screen(Bucket& k, int bucket, const std::vector<double>& maxed);
   std::string race(Bucket& k, int bucket, const std::vector<double>& maxed);

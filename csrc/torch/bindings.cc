@@ -475,7 +475,7 @@ PYBIND11_MODULE(_C, m) {
           d["max_world"] = a.maxWorld;
           d["max_bytes"] = a.maxBytes;
           d["auto"] = a.autoCandidate;
-          d["across_hosts_only"] = a.acrossHosts;
+          d["hierarchical"] = a.hierarchical;
           out.append(d);
         }
         return out;

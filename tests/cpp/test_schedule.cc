@@ -1,6 +1,7 @@
 // Schedule and plan math, checked by a symbolic simulation of all ranks: every
 // contribution reaches every rank exactly once, blocks cover the buffer, each
 // link's send sequence matches the receiver's, and nothing deadlocks.
+#include <algorithm>
 #include <deque>
 #include <map>
 
@@ -188,6 +189,21 @@ TEST(every_allreduce_algorithm_reduces_every_chunk_exactly_once) {
 
 // The double binary tree's point: no rank is inner in both trees, so none
 // moves an inner node's 3N (a single tree's inner ranks do from 5 ranks on).
+TEST(auto_measures_hier_only_where_a_host_holds_several_ranks) {
+  // With one host, or one rank per host, hier runs its flat form: a
+  // candidate that only lengthens auto's exploration.
+  auto hasHier = [](std::vector<int> hostOf) {
+    AlgoParams p;
+    p.hostOf = std::move(hostOf);
+    const auto names = autoAllreduceCandidates(static_cast<int>(p.hostOf.size()), 1 << 20, p);
+    return std::find(names.begin(), names.end(), "hier") != names.end();
+  };
+  CHECK(hasHier({0, 0, 1, 1}));
+  CHECK(hasHier({0, 1, 2, 2}));
+  CHECK(!hasHier({0, 1, 2, 3}));
+  CHECK(!hasHier({0, 0, 0, 0}));
+}
+
 TEST(double_tree_moves_at_most_twice_the_buffer_per_rank) {
   const int64_t count = 1000;
   for (int n = 1; n <= 24; ++n) {
