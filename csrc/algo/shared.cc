@@ -133,8 +133,8 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
 // result for slice r of chunk k-1. After the exchange it copies every peer's
 // chunk k-1 result slice out of that peer's data, then folds slice r of chunk
 // k in rank order (its own input read in place, the peers' from their data)
-// into slice r of its next call's data and into its output (2 ranks, no
-// divisor: both written in the one pass). The next call's data is free to
+// into slice r of its next call's data and into its output, both written in
+// the one pass (foldInto). The next call's data is free to
 // write: it overlaps neither call k's nor, as every peer has published call
 // k, anything a peer still reads. A byte of the
 // user's buffer is read once and written once (the memory traffic of one
@@ -163,6 +163,7 @@ void allreduceInChunks(Communicator& comm, ShmWindows& w, uint8_t* data, int64_t
   const auto len = [&](int64_t k, int q) { return std::clamp<int64_t>(count - k * chunk - q * slice, 0, slice); };
   const auto bytesAt = [&](int q) { return q * slice * es; };
   const auto chunkAt = [&](int64_t k) { return data + k * chunk * es; };
+  std::vector<const void*> inputs(n);
   for (int64_t k = 0; k <= chunks; ++k) {
     const uint64_t call = w.nextCall(chunkBytes);
     if (k < chunks) {
@@ -182,16 +183,8 @@ void allreduceInChunks(Communicator& comm, ShmWindows& w, uint8_t* data, int64_t
     const int64_t mine = len(k, rank);
     const int64_t at = bytesAt(rank);
     uint8_t* own = chunkAt(k) + at;
-    const auto input = [&](int q) -> const uint8_t* { return q == rank ? own : w.data(q) + at; };
-    uint8_t* result = w.nextData(rank, chunkBytes) + at;
-    if (n == 2 && ctx.finalizeDivisor <= 1) {  // the result into the window and the buffer in one pass
-      reduceFromTwice(result, input(0), input(1), own, mine, ctx.dtype, ctx.op);
-      continue;
-    }
-    reduceFrom(result, input(0), input(1), mine, ctx.dtype, ctx.op);
-    for (int q = 2; q < n; ++q) reduceInto(result, input(q), mine, ctx.dtype, ctx.op);
-    if (ctx.finalizeDivisor > 1) divideInPlace(result, mine, ctx.dtype, ctx.finalizeDivisor);
-    std::memcpy(own, result, static_cast<size_t>(mine * es));
+    for (int q = 0; q < n; ++q) inputs[q] = q == rank ? own : w.data(q) + at;
+    foldInto(w.nextData(rank, chunkBytes) + at, own, inputs.data(), n, mine, ctx.dtype, ctx.op, ctx.finalizeDivisor);
   }
 }
 
@@ -206,15 +199,14 @@ void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const Exe
   const uint64_t call = w.nextCall(bytes);
   std::memcpy(w.data(rank), data, static_cast<size_t>(bytes));
   exchange(comm, w, call, headerOf(ctx, bytes), ctx);
-  Reducer& reducer = comm.channel().reducer();
-  if (n == 2) {
-    reducer.reduce(data, w.data(1 - rank), count, ctx.dtype, ctx.op);  // a op b == b op a
-  } else {
-    if (rank != 0) std::memcpy(data, w.data(0), static_cast<size_t>(bytes));
-    for (int q = 1; q < n; ++q) reducer.reduce(data, w.data(q), count, ctx.dtype, ctx.op);
+  if (n == 2 && ctx.finalizeDivisor <= 1) {  // in place from the peer's window alone: a op b == b op a
+    reduceInto(data, w.data(1 - rank), count, ctx.dtype, ctx.op);
+    return;
   }
-  if (ctx.finalizeDivisor > 1) reducer.divide(data, count, ctx.dtype, ctx.finalizeDivisor);
-  reducer.fence();
+  thread_local std::vector<const void*> inputs;
+  inputs.resize(n);
+  for (int q = 0; q < n; ++q) inputs[q] = w.data(q);  // in rank order on every rank: the same bits
+  foldInto(data, nullptr, inputs.data(), n, count, ctx.dtype, ctx.op, ctx.finalizeDivisor);
 }
 
 }  // namespace

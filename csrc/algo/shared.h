@@ -6,8 +6,8 @@
 // waits until every peer has published the same call, and reduces straight
 // out of the peers' windows into its output: one flag round and one copy per
 // byte, where a ring over shm links takes 2(n-1) steps of two copies each.
-// Every rank folds the inputs in rank order (two ranks: a op b, commutative
-// in IEEE arithmetic), so all ranks hold bitwise the same result. A message
+// Every rank folds the inputs in rank order in one pass (foldInto), so all
+// ranks hold bitwise the same result. A message
 // that sharedInSlices() sends in slices goes in chunks of n slices (a
 // window's worth, or the message split evenly where shorter; cache-line
 // aligned), one window call per chunk plus one to finish: every rank copies

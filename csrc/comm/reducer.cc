@@ -1,5 +1,8 @@
 #include "comm/reducer.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/elementwise.h"
 #include "core/error.h"
 #include "core/type_dispatch.h"
@@ -36,8 +39,8 @@ template <bool kInPlace>
 }
 
 // d[i] = e[i] = op(a[i], b[i]), where e is a (kEIsA) or b, and d overlaps
-// none of them: one pass, where reducing into d and copying d to e reads d
-// again.
+// none of them: foldInto's two-input case in one loop (a tile would add a
+// pass through L1 to the two writes).
 template <bool kEIsA>
 [[gnu::aligned(64)]] void reduceLoopTwice(void* dst, void* also, const void* other, int64_t count, DataType dtype,
                                           ReduceOp op) {
@@ -54,12 +57,54 @@ template <bool kEIsA>
   });
 }
 
+// foldInto, a tile at a time: the tile's result builds up in a buffer of its
+// own, which stays in L1 and aliases no input (so each pass vectorises), and
+// is then written to both outputs.
+constexpr int64_t kFoldTileBytes = 8192;
+
+// tile[i] = op(tile[i], z[i]): a pass of foldLoop over one of its later
+// inputs, a function of its own so that the vectoriser takes the loop alone,
+// not as the inner loop of the passes over the inputs.
+template <typename Tag, ReduceOp Op>
+[[gnu::noinline]] void foldPass(typename Storage<Tag>::Elem* __restrict__ tile,
+                                const typename Storage<Tag>::Elem* __restrict__ z, int64_t m) {
+  for (int64_t i = 0; i < m; ++i) tile[i] = reduceElement<Tag, Op>(tile[i], z[i]);
+}
+
+[[gnu::aligned(64)]] void foldLoop(void* dst, void* also, const void* const* in, int k, int64_t count, DataType dtype,
+                                   ReduceOp op, int64_t divisor) {
+  SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
+  dispatchReduction(dtype, op, [&](auto tag, auto opc) {
+    using Tag = decltype(tag);
+    using E = typename Storage<Tag>::Elem;
+    constexpr ReduceOp Op = decltype(opc)::value;
+    constexpr int64_t kTile = kFoldTileBytes / static_cast<int64_t>(sizeof(E));
+    alignas(64) E tile[kTile];
+    for (int64_t at = 0; at < count; at += kTile) {
+      const int64_t m = std::min(kTile, count - at);
+      const E* x = static_cast<const E*>(in[0]) + at;
+      const E* y = static_cast<const E*>(in[1]) + at;
+      for (int64_t i = 0; i < m; ++i) tile[i] = reduceElement<Tag, Op>(x[i], y[i]);
+      for (int j = 2; j < k; ++j) foldPass<Tag, Op>(tile, static_cast<const E*>(in[j]) + at, m);
+      if (divisor > 1)
+        for (int64_t i = 0; i < m; ++i) tile[i] = divideElement<Tag>(tile[i], divisor);
+      std::memcpy(static_cast<E*>(dst) + at, tile, static_cast<size_t>(m) * sizeof(E));
+      if (also != nullptr) std::memcpy(static_cast<E*>(also) + at, tile, static_cast<size_t>(m) * sizeof(E));
+    }
+  });
+}
+
 }  // namespace
 
-void reduceFromTwice(void* dst, const void* a, const void* b, void* also, int64_t count, DataType dtype, ReduceOp op) {
-  SC_CHECK(also == a || also == b, "reduceFromTwice: the second output must be an input");
-  if (also == a) return reduceLoopTwice<true>(dst, also, b, count, dtype, op);
-  reduceLoopTwice<false>(dst, also, a, count, dtype, op);
+void foldInto(void* dst, void* also, const void* const* in, int k, int64_t count, DataType dtype, ReduceOp op,
+              int64_t divisor) {
+  SC_CHECK(k >= 2, "foldInto: ", k, " inputs");
+  if (k == 2 && divisor <= 1) {
+    if (also == nullptr) return reduceFrom(dst, in[0], in[1], count, dtype, op);
+    if (also == in[0]) return reduceLoopTwice<true>(dst, also, in[1], count, dtype, op);
+    if (also == in[1]) return reduceLoopTwice<false>(dst, also, in[0], count, dtype, op);
+  }
+  foldLoop(dst, also, in, k, count, dtype, op, divisor);
 }
 
 void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {

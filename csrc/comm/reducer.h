@@ -21,9 +21,14 @@ namespace scalecomm {
 void reduceInto(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op);
 // dst[i] = op(a[i], b[i]), same rules (dst may be a or b, or overlap neither).
 void reduceFrom(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op);
-// dst[i] = also[i] = op(a[i], b[i]), same rules; `also` is a or b, and dst
-// overlaps none of them.
-void reduceFromTwice(void* dst, const void* a, const void* b, void* also, int64_t count, DataType dtype, ReduceOp op);
+// dst[i] = op(...op(op(in[0][i], in[1][i]), in[2][i])..., in[k-1][i]),
+// divided by `divisor` where it is over 1 (AVG's finish), and the same into
+// also[i] where `also` is not null: one pass over memory with the bits of
+// reduceFrom, reduceInto for each later input and divideInPlace in that
+// order. k >= 2; `also` is null or one of the inputs (each element is read
+// before it is written); dst overlaps none of them.
+void foldInto(void* dst, void* also, const void* const* in, int k, int64_t count, DataType dtype, ReduceOp op,
+              int64_t divisor = 1);
 
 // How the executor does arithmetic on the memory a collective runs on: the
 // host functions here, or CUDA kernels on a stream (comm/cuda/), or the CPU

@@ -328,6 +328,48 @@ TEST(half_conversions_round_to_nearest_even) {
   for (uint32_t h = 0; h < 0x7c00; ++h) CHECK_EQ(floatToFp16(fp16ToFloat(static_cast<uint16_t>(h))), h);
 }
 
+// foldInto equals, bit for bit, reduceFrom then reduceInto for each later
+// input then divideInPlace, for every dtype and op, counts across its tiles,
+// with the second output apart, on one of the inputs, or absent.
+TEST(a_fold_in_one_pass_has_the_bits_of_the_pairwise_reductions) {
+  const std::vector<DataType> dtypes = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16,
+                                        DataType::Int8,    DataType::Int32,   DataType::Int64,   DataType::UInt8};
+  uint32_t seed = 7;
+  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+  for (DataType dt : dtypes) {
+    const int64_t es = static_cast<int64_t>(elementSize(dt));
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Product}) {
+      if (!reduceOpSupports(op, dt)) continue;
+      for (int k = 2; k <= 5; ++k) {
+        for (int64_t count : {int64_t{1}, int64_t{7}, 8192 / es + 3, 3 * 8192 / es - 1}) {
+          for (int64_t divisor : {int64_t{1}, int64_t{k}}) {
+            if (divisor > 1 && !isFloating(dt)) continue;
+            std::vector<std::vector<uint8_t>> in(k, std::vector<uint8_t>(static_cast<size_t>(count * es)));
+            for (auto& v : in)
+              for (int64_t i = 0; i < count; ++i)
+                sctest::storeValue(v.data(), i, dt, static_cast<double>(next() % 61) / 7.0);  // rounding visible
+            std::vector<uint8_t> want(in[0].size());
+            reduceFrom(want.data(), in[0].data(), in[1].data(), count, dt, op);
+            for (int j = 2; j < k; ++j) reduceInto(want.data(), in[j].data(), count, dt, op);
+            if (divisor > 1) divideInPlace(want.data(), count, dt, divisor);
+            for (int alsoAt : {-2, -1, 0, k - 1}) {  // absent, apart, on the first or the last input
+              std::vector<std::vector<uint8_t>> mine = in;
+              std::vector<const void*> ptrs;
+              for (auto& v : mine) ptrs.push_back(v.data());
+              std::vector<uint8_t> dst(want.size()), apart(want.size());
+              void* also = alsoAt == -2 ? nullptr : alsoAt == -1 ? apart.data() : mine[alsoAt].data();
+              foldInto(dst.data(), also, ptrs.data(), k, count, dt, op, divisor);
+              CHECK(dst == want);
+              if (alsoAt == -1) CHECK(apart == want);
+              if (alsoAt >= 0) CHECK(mine[alsoAt] == want);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 namespace {
 
 // A link that, like MPI's, moves bytes only when it is called.
