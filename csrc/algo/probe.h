@@ -10,9 +10,8 @@
 // allreduces of 8 bytes (windowAlpha: the fastest of 5 batches of 40) and of
 // one window's worth, at most 128 KiB (windowBeta, per byte copied: the
 // fastest of 5 batches of 8, less windowAlpha; see windowCopySeconds()).
-// Collective: every rank must
-// call it at the same point. Uses sequence number 0 in headers (real
-// collectives start at 1).
+// Collective: every rank must call it at the same point. Uses sequence
+// number 0 in headers (real collectives start at 1).
 #pragma once
 
 #include "algo/collectives.h"

@@ -10,11 +10,11 @@
 //   the fastest prediction (at most `maxCandidates`): a model that is far
 //   off (a probe on a loaded machine) cannot leave its own choice alone.
 //   One algorithm serves: decided at once ("model").
-// - Exploring: the bucket's trials cycle through the candidates in rounds
-//   (trial i of the exploration runs candidate (i + i / C) mod C), `rounds`
-//   measured ones; no round is thrown away (a candidate's first, colder
-//   trial is one of its rounds, which the statistics below are robust to,
-//   and a block warms up within itself). A trial is a block of
+// - Exploring: the bucket's trials cycle through the candidates in `rounds`
+//   rounds (trial i of the exploration runs candidate (i + i / C) mod C),
+//   every one measured: a candidate's first, colder trial is one of its
+//   rounds, which the rules below are robust to, and a block warms up within
+//   itself. A trial is a block of
 //   L = blockLength(bucket) consecutive calls of its candidate; its time is
 //   the median of the block's last ceil(L / 2) calls, so a candidate is
 //   timed as it runs back to back, as the winner will, not just after

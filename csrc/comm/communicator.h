@@ -89,11 +89,14 @@ class Communicator {
 
   // Idles briefly until something may have changed on the given peers' links:
   // spins for spinMicros after idleSince, then yields until the longest of
-  // the peers' links' pollMicros() (transport/link.h), then blocks: in poll() on tcp sockets; on the process's shm
-  // doorbell when every peer's link rings it (transport/link.h), after re-checking `ready` (default: any of those links
-  // is ready(); a caller waiting for something else that its peers ring the doorbell for, such as a shared window,
-  // passes its own condition); else sleeps in short slices. Never blocks longer than ~1 ms. Calls progress() first on
-  // every link that needs it. Throws Error(Aborted) after abort(). The caller checks its deadline.
+  // the peers' links' pollMicros() (transport/link.h), then blocks: in
+  // poll() on tcp sockets; on the process's shm doorbell when every peer's
+  // link rings it, after re-checking `ready` (default: any of those links is
+  // ready(); a caller waiting for something else that its peers ring the
+  // doorbell for, such as a shared window, passes its own condition); else
+  // sleeps in short slices. Never blocks longer than ~1 ms. Calls progress()
+  // first on every link that needs it. Throws Error(Aborted) after abort().
+  // The caller checks its deadline.
   void idle(const std::vector<int>& peers, Clock::time_point idleSince, const std::function<bool()>& ready = {});
   // Times idle() blocked or slept, and of those the times a doorbell woke it.
   struct IdleCounts {

@@ -187,8 +187,6 @@ TEST(every_allreduce_algorithm_reduces_every_chunk_exactly_once) {
   }
 }
 
-// The double binary tree's point: no rank is inner in both trees, so none
-// moves an inner node's 3N (a single tree's inner ranks do from 5 ranks on).
 TEST(auto_measures_hier_only_where_a_host_holds_several_ranks) {
   // With one host, or one rank per host, hier runs its flat form: a
   // candidate that only lengthens auto's exploration.
@@ -204,6 +202,8 @@ TEST(auto_measures_hier_only_where_a_host_holds_several_ranks) {
   CHECK(!hasHier({0, 0, 0, 0}));
 }
 
+// The double binary tree's point: no rank is inner in both trees, so none
+// moves an inner node's 3N (a single tree's inner ranks do from 5 ranks on).
 TEST(double_tree_moves_at_most_twice_the_buffer_per_rank) {
   const int64_t count = 1000;
   for (int n = 1; n <= 24; ++n) {
