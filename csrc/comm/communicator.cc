@@ -26,8 +26,13 @@ namespace scalecomm {
 Communicator::Communicator(int rank, int size, std::vector<std::unique_ptr<Link>> links, int64_t spinMicros)
     : rank_(rank), size_(size), links_(std::move(links)), spinMicros_(spinMicros), hostOf_(size, 0) {
   SC_CHECK(static_cast<int>(links_.size()) == size_);
-  for (auto& l : links_)
-    if (l && l->needsProgress()) progressed_.push_back(l.get());
+  pollMicros_.assign(size_, Link::kDefaultPollMicros);
+  for (int p = 0; p < size_; ++p) {
+    if (!links_[p]) continue;
+    if (links_[p]->needsProgress()) progressed_.push_back(links_[p].get());
+    pollMicros_[p] = links_[p]->pollMicros();
+    longestPollMicros_ = std::max(longestPollMicros_, pollMicros_[p]);
+  }
   channel_ = std::make_unique<StreamChannel>(*this);
 }
 
@@ -75,11 +80,12 @@ void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSin
     for (int i = 0; i < 32; ++i) SC_CPU_RELAX();
     return;
   }
-  int64_t pollUs = Link::kDefaultPollMicros;
-  for (int p : peers) {
-    if (links_[p]) pollUs = std::max(pollUs, links_[p]->pollMicros());
+  // The peers' longest pollMicros(); scanned only where a link polls longer than the default.
+  bool polling = idleUs < Link::kDefaultPollMicros;
+  if (!polling && idleUs < longestPollMicros_) {
+    for (int p : peers) polling = polling || idleUs < pollMicros_[p];
   }
-  if (idleUs < pollUs) {
+  if (polling) {
     sched_yield();
     return;
   }

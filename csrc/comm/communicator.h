@@ -118,7 +118,9 @@ class Communicator {
   int rank_;
   int size_;
   std::vector<std::unique_ptr<Link>> links_;
-  std::vector<Link*> progressed_;  // the links whose needsProgress() holds
+  std::vector<Link*> progressed_;    // the links whose needsProgress() holds
+  std::vector<int64_t> pollMicros_;  // per peer, its link's pollMicros() (fixed for the link's life)
+  int64_t longestPollMicros_ = Link::kDefaultPollMicros;
   int64_t spinMicros_;
   uint64_t idleBlocked_ = 0, idleRung_ = 0;  // the executing thread's
   std::vector<int> hostOf_;
