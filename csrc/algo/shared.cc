@@ -163,7 +163,8 @@ void allreduceInChunks(Communicator& comm, ShmWindows& w, uint8_t* data, int64_t
   const auto len = [&](int64_t k, int q) { return std::clamp<int64_t>(count - k * chunk - q * slice, 0, slice); };
   const auto bytesAt = [&](int q) { return q * slice * es; };
   const auto chunkAt = [&](int64_t k) { return data + k * chunk * es; };
-  std::vector<const void*> inputs(n);
+  thread_local std::vector<const void*> inputs;  // no allocation per call
+  inputs.resize(n);
   for (int64_t k = 0; k <= chunks; ++k) {
     const uint64_t call = w.nextCall(chunkBytes);
     if (k < chunks) {
