@@ -116,6 +116,7 @@ def main() -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    os.environ.setdefault("SCALECOMM_AUTO_EXPLORE_PERCENT", "100")  # auto settles before the rounds, unpaced
     dist.init_process_group("scalecomm")
     rank, n = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")

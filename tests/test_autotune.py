@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from dist_helpers import run_ranks
 
-ONLINE = {"SCALECOMM_AUTOTUNE": "online"}  # auto measures only when asked
+ONLINE = {"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_AUTO_EXPLORE_PERCENT": "100"}  # measuring, rounds back to back
 BLOCK = 16  # calls per trial at 4 KiB (SCALECOMM_AUTO_BLOCK_BYTES 1 MiB: at most 16)
 
 
@@ -142,3 +142,31 @@ def test_model_mode_measures_nothing():
     for tuning, stats, _ in run_ranks(2, _explore, 30, 1024, env={"SCALECOMM_AUTOTUNE": "model"}):
         assert tuning == [], tuning
         assert not any(k.endswith("(trial)") for k in stats), stats
+
+
+def _paced(rank, n, calls):
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    for i in range(calls):
+        t = torch.full((1024,), float(rank + 1 + i))
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((1024,), n * (n + 1) / 2 + n * i)), (i, t[:4])
+    stats = {k: v["calls"] for k, v in be.stats().items() if k.startswith("allreduce")}
+    return be.tuning(), stats
+
+
+def test_by_default_an_exploration_waits_within_its_budget_running_the_models_choice():
+    # 4 KiB: 16-call trials of up to 6 candidates; within 2% of the bucket's
+    # time the model's predictions put far more than 300 calls of its choice
+    # before the first round: a 300-call run measures nothing.
+    env = {"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_TUNING_FILE": "none"}
+    results = run_ranks(2, _paced, 300, env=env)
+    tuning, stats = results[0]
+    bucket = tuning[0]
+    assert bucket["phase"] == "exploring" and bucket["trials"] == 0, bucket
+    assert bucket["paced"] == 300 and bucket["leader"] == bucket["candidates"][0]["algorithm"], bucket
+    assert stats == {f"allreduce:{bucket['leader']}": 300}, stats
+    assert results[1][0][0]["paced"] == 300 and results[1][1] == stats, results[1]
+    # Unpaced, the same run measures its candidates in blocks of calls.
+    tuning, stats = run_ranks(2, _paced, 300, env={**env, "SCALECOMM_AUTO_EXPLORE_PERCENT": "100"})[0]
+    assert tuning[0]["paced"] == 0 and tuning[0]["trials"] > 0, tuning
+    assert any(k.endswith(" (trial)") for k in stats), stats

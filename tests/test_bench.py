@@ -142,7 +142,8 @@ def _settle(rank, n):
 def test_settling_auto_stops_every_rank_at_the_same_call_without_a_collective_of_its_own():
     from dist_helpers import run_ranks
 
-    results = run_ranks(2, _settle, env={"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_TUNING_FILE": "none"})
+    env = {"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_TUNING_FILE": "none", "SCALECOMM_AUTO_EXPLORE_PERCENT": "100"}
+    results = run_ranks(2, _settle, env=env)
     assert results[0][1] == "exploiting" and results[0][0] % 8 == 0, results
     assert results[0] == results[1], results  # same calls, same choice
     assert results[0][3] == {}, results  # nothing but the settling calls ran on the group

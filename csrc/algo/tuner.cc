@@ -141,7 +141,13 @@ void OnlineTuner::reexplore(Bucket& k, int bucket) {
   exploit(k, k.cands[0]);
 }
 
-void OnlineTuner::explore(Bucket& k) {
+void OnlineTuner::explore(Bucket& k, bool continuing) {
+  if (continuing) {
+    for (const Bucket::Spend& x : k.spend) k.gone.push_back(x);
+  } else {
+    k.gone.clear();
+    k.pausedThis = 0;
+  }
   k.extended = false;
   k.evidence.clear();
   k.phase = Phase::Exploring;
@@ -150,18 +156,79 @@ void OnlineTuner::explore(Bucket& k) {
   k.blockTimed = 0;
   k.rounds = settings_.rounds;
   k.local.assign(k.cands.size() * k.rounds, 0.0);
-  ++k.explorations;
+  k.spend.assign(k.cands.size(), Bucket::Spend{});
+  if (!continuing) ++k.explorations;
+  // Until the ranks agree on times, the model's predictions pace it, and the
+  // last winner (else the favourite) leads.
+  std::vector<double> predicted;
+  int lead = 0;
+  for (size_t q = 0; q < k.info.size(); ++q) {
+    predicted.push_back(k.info[q].predicted);
+    if (!k.winnerLabel.empty() && k.cands[q] == k.winnerLabel) lead = static_cast<int>(q);
+  }
+  for (size_t q = 0; q < k.spend.size(); ++q) k.spend[q].mean = k.spend[q].warm = predicted[q];
+  pace(k, predicted, lead);
+}
+
+void OnlineTuner::pace(Bucket& k, const std::vector<double>& median, int lead) {
+  k.pausedAt = -1;
+  k.pauseLeft = 0;
+  if (lead < 0) {
+    for (int q = 0; q < static_cast<int>(median.size()); ++q)
+      if (median[q] > 0 && (lead < 0 || median[q] < median[lead])) lead = q;
+  }
+  if (lead < 0 || lead >= static_cast<int>(k.cands.size())) lead = 0;
+  k.leader = k.cands[lead];
+  const double warm = lead < static_cast<int>(k.spend.size()) ? k.spend[lead].warm : 0;
+  k.leaderSeconds = warm > 0 ? warm : lead < static_cast<int>(median.size()) ? median[lead] : 0;
+}
+
+void OnlineTuner::agreeMeans(Bucket& k, const std::vector<double>& maxed, int times) {
+  const size_t c = k.spend.size();
+  if (maxed.size() < times + 2 * c) return;
+  for (size_t q = 0; q < c; ++q) {
+    k.spend[q].mean = maxed[times + q];
+    k.spend[q].warm = maxed[times + c + q];
+  }
+}
+
+std::vector<double> OnlineTuner::withMeans(const Bucket& k, int times) {
+  std::vector<double> v(k.local.begin(), k.local.begin() + times);
+  for (const Bucket::Spend& x : k.spend) v.push_back(x.calls ? x.seconds / x.calls : 0.0);
+  for (const Bucket::Spend& x : k.spend) v.push_back(x.warmCalls ? x.warmSeconds / x.warmCalls : 0.0);
+  return v;
+}
+
+int64_t OnlineTuner::pauseCalls(const Bucket& k) const {
+  const double t = k.leaderSeconds;
+  if (settings_.explorePercent >= 100 || t <= 0) return 0;
+  double excess = 0, time = 0;
+  auto add = [&](int64_t calls, double mean) {
+    if (mean <= 0) return;
+    excess += calls * (mean - t);  // unclamped: a faster mean saved time (and noise averages out)
+    time += calls * mean;
+  };
+  for (const Bucket::Spend& x : k.spend) add(x.calls + k.block, x.mean);  // the next round's trials included
+  for (const Bucket::Spend& x : k.gone) add(x.calls, x.mean);
+  const double percent = std::max(settings_.explorePercent, 1);
+  const double needed = std::ceil((excess * 100.0 / percent - time) / t) - static_cast<double>(k.pausedThis);
+  return static_cast<int64_t>(std::clamp(needed, 0.0, 1e12));
 }
 
 void OnlineTuner::keepOnly(Bucket& k, const std::vector<int>& keep) {
   std::vector<Label> cands;
   std::vector<Candidate> info;
+  std::vector<Bucket::Spend> spend;
   for (int q : keep) {
     cands.push_back(k.cands[q]);
     info.push_back(std::move(k.info[q]));
+    if (q < static_cast<int>(k.spend.size())) spend.push_back(k.spend[q]);
   }
+  for (int q = 0; q < static_cast<int>(k.spend.size()); ++q)
+    if (std::find(keep.begin(), keep.end(), q) == keep.end()) k.gone.push_back(k.spend[q]);
   k.cands = std::move(cands);
   k.info = std::move(info);
+  k.spend = std::move(spend);
 }
 
 void OnlineTuner::keepMeasured(Bucket& k, const std::vector<int>& keep, int measured) {
@@ -172,6 +239,7 @@ void OnlineTuner::keepMeasured(Bucket& k, const std::vector<int>& keep, int meas
   k.local = std::move(local);
   k.step = int64_t{left} * measured * k.block;
   keepOnly(k, keep);
+  k.pausedAt = -1;
 }
 
 void OnlineTuner::exploit(Bucket& k, Label winner) {
@@ -196,6 +264,17 @@ OnlineTuner::Pick OnlineTuner::pick(int64_t bytes) {
   p.fresh = fresh;
   while (k.phase == Phase::Exploring) {
     const int c = static_cast<int>(k.cands.size());
+    if (k.step % (int64_t{c} * k.block) == 0 && k.pausedAt != k.step) {  // a round starts: its pause first
+      k.pausedAt = k.step;
+      k.pauseLeft = k.pauseGiven = pauseCalls(k);
+    }
+    if (k.pauseLeft > 0) {
+      --k.pauseLeft;
+      ++k.paced;
+      ++k.pausedThis;
+      p.algorithm = serves_(k.leader, bytes) ? k.leader : modelPickLocked(bytes);
+      return p;  // unmeasured
+    }
     const int64_t i = k.step / k.block;
     const int cand = static_cast<int>((i + i / c) % c);
     if (!serves_(k.cands[cand], bytes)) {
@@ -206,8 +285,7 @@ OnlineTuner::Pick OnlineTuner::pick(int64_t bytes) {
         if (q != cand) keep.push_back(q);
       keepOnly(k, keep);
       if (k.cands.size() > 1) {
-        explore(k);
-        --k.explorations;  // the same exploration, restarted
+        explore(k, true);  // the same exploration, restarted
         continue;
       }
       k.source = "model";
@@ -244,6 +322,15 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
   if (p.candidate >= 0 && k.phase == Phase::Exploring) {
     // The trial's time: the median of its block's second half.
     const int64_t j = (k.step - 1) % k.block;
+    if (p.candidate < static_cast<int>(k.spend.size())) {
+      Bucket::Spend& x = k.spend[p.candidate];
+      ++x.calls;
+      x.seconds += seconds;
+      if (j >= k.block / 2) {
+        ++x.warmCalls;
+        x.warmSeconds += seconds;
+      }
+    }
     if (j == 0) k.blockTimed = 0;
     if (j >= k.block / 2 && k.blockTimed < kMaxBlock) k.blockTimes[k.blockTimed++] = seconds;
     if (j != k.block - 1) return {};
@@ -253,15 +340,15 @@ std::vector<double> OnlineTuner::record(const Pick& p, double seconds) {
     k.local[(trial - 1) / c * c + p.candidate] = seconds;
     if (k.screens < 2 && c > 1 && k.rounds > kRaceRounds && trial == c * kRaceRounds) {
       k.pending = Pending::Race;
-      return std::vector<double>(k.local.begin(), k.local.begin() + c * kRaceRounds);
+      return withMeans(k, c * kRaceRounds);
     }
     if (k.screens == 0 && c > 2 && k.rounds > kScreenRounds && trial == c * kScreenRounds) {
       k.pending = Pending::Screen;
-      return std::vector<double>(k.local.begin(), k.local.begin() + c * kScreenRounds);
+      return withMeans(k, c * kScreenRounds);
     }
     if (trial == c * k.rounds) {
       k.pending = Pending::Decide;
-      return k.local;
+      return withMeans(k, c * k.rounds);
     }
     return {};
   }
@@ -314,14 +401,20 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
   if (!k.extended && challenger != winner && k.info[challenger].median < k.info[winner].median * (1 - kExtendMargin)) {
     std::vector<std::pair<std::string, double>> evidence = std::move(k.evidence);  // explore() clears it
     for (const Candidate& x : k.info) evidence.emplace_back(x.algorithm, x.median);
+    agreeMeans(k, maxed, rounds * c);
     keepOnly(k, {winner, challenger});  // the favourite (winner 0) or the one that beat it, first
-    explore(k);
-    --k.explorations;  // the same exploration, extended
+    explore(k, true);                   // the same exploration, extended
     k.evidence = std::move(evidence);
     k.extended = true;
     k.screens = 2;
     k.rounds = 2 * settings_.rounds;
     k.local.assign(2 * k.rounds, 0.0);
+    for (size_t q = 0; q < 2; ++q) {  // their agreed means stand; their calls count afresh
+      const Bucket::Spend& before = k.gone[k.gone.size() - 2 + q];
+      k.spend[q].mean = before.mean;
+      k.spend[q].warm = before.warm;
+    }
+    pace(k, {k.info[0].median, k.info[1].median}, -1);
     std::ostringstream o;
     o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << k.info[1].algorithm << " ("
       << us(k.info[1].median) << " us) against " << k.info[0].algorithm << " (" << us(k.info[0].median)
@@ -357,7 +450,8 @@ std::string OnlineTuner::race(Bucket& k, int bucket, const std::vector<double>& 
   k.screens = 2;
   const int c = static_cast<int>(k.cands.size());
   constexpr int R = kRaceRounds;
-  if (static_cast<int>(maxed.size()) != c * R) return "";
+  if (static_cast<int>(maxed.size()) != c * R + 2 * c) return "";
+  agreeMeans(k, maxed, c * R);
   std::vector<double> medians(c);
   for (int q = 0; q < c; ++q) {
     std::vector<double> v(R);
@@ -377,9 +471,15 @@ std::string OnlineTuner::race(Bucket& k, int bucket, const std::vector<double>& 
     dropped << (dropped.tellp() > 0 ? ", " : "") << k.info[q].algorithm << " " << us(medians[q]) << " us";
     k.evidence.emplace_back(k.info[q].algorithm, medians[q]);
   }
-  if (static_cast<int>(keep.size()) == c) return "";
+  std::vector<double> keptMedians;
+  for (int q : keep) keptMedians.push_back(medians[q]);
+  if (static_cast<int>(keep.size()) == c) {
+    pace(k, keptMedians, -1);
+    return "";
+  }
   const std::string leaderName = k.info[leader].algorithm;
   keepMeasured(k, keep, R);
+  pace(k, keptMedians, -1);
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " slower than "
     << leaderName << " (" << us(medians[leader]) << " us) by over " << kRaceMargin << "x in each of " << R
@@ -390,7 +490,8 @@ std::string OnlineTuner::race(Bucket& k, int bucket, const std::vector<double>& 
 std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>& maxed) {
   k.screens = 1;
   const int c = static_cast<int>(k.cands.size());
-  if (static_cast<int>(maxed.size()) != c * kScreenRounds) return "";
+  if (static_cast<int>(maxed.size()) != c * kScreenRounds + 2 * c) return "";
+  agreeMeans(k, maxed, c * kScreenRounds);
   auto worst = [&](int q) {
     double w = 0;
     for (int r = 0; r < kScreenRounds; ++r) w = std::max(w, maxed[r * c + q]);
@@ -413,8 +514,18 @@ std::string OnlineTuner::screen(Bucket& k, int bucket, const std::vector<double>
     dropped << (dropped.tellp() > 0 ? ", " : "") << k.info[q].algorithm << " " << us(best(q)) << " us";
     k.evidence.emplace_back(k.info[q].algorithm, best(q));  // its fastest screening round
   }
-  if (dropped.tellp() == 0) return "";
+  std::vector<double> medians;  // the median of two rounds: their mean
+  for (int q : keep) {
+    double sum = 0;
+    for (int r = 0; r < kScreenRounds; ++r) sum += maxed[r * c + q];
+    medians.push_back(sum / kScreenRounds);
+  }
+  if (dropped.tellp() == 0) {
+    pace(k, medians, -1);
+    return "";
+  }
   keepMeasured(k, keep, kScreenRounds);
+  pace(k, medians, -1);
   std::ostringstream o;
   o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << dropped.str() << " took over "
     << kScreenFactor << "x the fastest (" << us(reference) << " us) in " << kScreenRounds
@@ -429,7 +540,8 @@ std::string OnlineTuner::agreed(const Pick& p, const std::vector<double>& maxed,
   k.agreementSeconds += seconds;
   const Pending pending = k.pending;
   k.pending = Pending::None;
-  if (pending == Pending::Decide && maxed.size() == k.local.size()) return decide(k, p.bucket, maxed);
+  if (pending == Pending::Decide && maxed.size() == k.local.size() + 2 * k.cands.size())
+    return decide(k, p.bucket, maxed);
   if (pending == Pending::Screen) return screen(k, p.bucket, maxed);
   if (pending == Pending::Race) return race(k, p.bucket, maxed);
   if (pending != Pending::Check || maxed.empty()) return "";
@@ -477,6 +589,9 @@ std::string OnlineTuner::describe(int bucket) const {
     o << (q ? "," : "") << " " << k.info[q].algorithm << " (model " << us(k.info[q].predicted) << " us)";
   o << " in " << k.rounds << " interleaved rounds";
   if (k.block > 1) o << " of " << k.block << " calls each (timed on the last " << k.block - k.block / 2 << ")";
+  if (k.pauseGiven > 0)
+    o << "; within " << settings_.explorePercent << "% of the bucket's time: " << k.pauseGiven << " calls of "
+      << k.leader.str() << " before this round (paced on the model's predictions until measured)";
   return o.str();
 }
 
@@ -547,6 +662,8 @@ std::vector<OnlineTuner::BucketReport> OnlineTuner::report() const {
     r.trials = k.trials;
     r.trialSeconds = k.trialSeconds;
     r.agreementSeconds = k.agreementSeconds;
+    r.paced = k.paced;
+    if (k.phase == Phase::Exploring) r.leader = k.leader.str();
     r.explorations = k.explorations;
     r.driftChecks = k.driftChecks;
     r.drifts = k.drifts;

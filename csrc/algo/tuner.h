@@ -33,8 +33,10 @@
 //   kRaceMargin x slower than the leader in every one of those rounds
 //   leaves (the chance of that for a candidate as fast as the leader is
 //   below 1/16); the rest keep their rounds. After the last trial record()
-//   returns this rank's C x rounds times; the caller makes them the maximum
-//   over ranks (an allreduce) and hands them to agreed(), which decides.
+//   returns this rank's C x rounds times and its C mean trial calls and C
+//   mean warm ones (see Paced); the
+//   caller makes them the maximum over ranks (an allreduce) and hands them to
+//   agreed(), which decides. The screening and the race agree the same way.
 // - The decision (docs/algorithms.md, "Online selection"): per round the
 //   ratio of each candidate's time to the model's favourite's; a candidate
 //   beats the favourite when the upper end of the ~90% confidence interval
@@ -59,6 +61,24 @@
 //   The bucket is explored again anyway after `reexploreAfter` calls
 //   (doubling each time). Either way it starts again from the model's
 //   candidates, not from those the last exploration's eliminations left.
+// - Paced (explorePercent < 100): before each round of an exploration the
+//   bucket runs the leader alone for as many calls as keep the exploration,
+//   that round included, within the budget: with n_q trial calls of
+//   candidate q so far (the next round's L included, and those of candidates
+//   that left), X = sum n_q x max(0, m_q - t_lead) is what they cost beyond
+//   as many calls of the leader and T = sum n_q x m_q their time; the
+//   exploration's pauses add up to at least (X x 100 / percent - T) / t_lead
+//   calls, so that X is at most percent of the time of its trials and pauses
+//   together, at every round (an underestimate early on is repaid at the
+//   next pause). m_q is q's mean trial call in this exploration (warm-up
+//   calls included: what its calls cost); the leader is the candidate with
+//   the lowest median, t_lead its mean warm call (the blocks' second halves:
+//   as its calls run back to back, with the same outliers a pause meets).
+//   All are the maximum over ranks, agreed with the rounds' times;
+//   before the first agreement the model's predictions serve for both, and
+//   the last winner (else the favourite) leads. The pauses are neither trials
+//   nor measured. A short run keeps the leader and explores as far as its
+//   budget goes; a long one finishes.
 // - Deterministic: the state changes only in pick(), record() and agreed(),
 //   from the sequence of message sizes and agreed values, so ranks that
 //   make the same calls and agree the same values pick the same algorithm
@@ -92,6 +112,7 @@ struct TunerSettings {
   int64_t maxCheck = 4096;
   int64_t reexploreAfter = 4096;  // calls before the next exploration, doubling
   int64_t blockBytes = 0;         // a trial's calls make up this many bytes (0: one call per trial)
+  int explorePercent = 100;       // explorations add at most this share of a bucket's time (100: unpaced)
 };
 
 constexpr int kMaxBlock = 16;           // calls per trial at most
@@ -170,6 +191,8 @@ class OnlineTuner {
     int64_t trials = 0;           // calls run as trials, all explorations
     double trialSeconds = 0;      // their time on this rank
     double agreementSeconds = 0;  // this rank's time in the agreements (screens, decisions, drift checks)
+    int64_t paced = 0;            // calls of the leader between an exploration's rounds (the budget's pauses)
+    std::string leader;           // what those run now ("" when not exploring)
     std::vector<Candidate> candidates;
   };
   std::vector<BucketReport> report() const;
@@ -193,16 +216,33 @@ class OnlineTuner {
     int rounds = 0;         // measured rounds of this exploration
     std::vector<std::pair<std::string, double>> evidence;  // medians of those that left this exploration
     std::vector<double> local;                             // [round][candidate], measured rounds
-    Label winnerLabel;                                     // the last decision's; empty before the first
+    // Per candidate (aligned with cands): this exploration's trial calls and
+    // their seconds on this rank, those of the blocks' second halves (warm),
+    // and the mean call of each as last agreed (or predicted).
+    struct Spend {
+      int64_t calls = 0, warmCalls = 0;
+      double seconds = 0, warmSeconds = 0;
+      double mean = 0, warm = 0;
+    };
+    std::vector<Spend> spend;
+    std::vector<Spend> gone;  // spent by candidates no longer measured in this exploration
+    Label winnerLabel;        // the last decision's; empty before the first
     std::string source;
     double median = 0, lo = 0, hi = 0;
     double slowest = 0;  // the winner's slowest measured round (a cached winner: the end of its band)
     std::array<double, 16> recent{};
     int64_t recentCount = 0;
     int64_t sinceCheck = 0, checkEvery = 0, sinceExplore = 0, exploreAfter = 0;
-    int slowChecks = 0;       // drift checks outside the band in a row
-    int idleDrifts = 0;       // drift explorations in a row that kept the winner
-    bool afterDrift = false;  // this exploration was started by a drift
+    Label leader;              // runs the pauses between rounds
+    double leaderSeconds = 0;  // one call of the leader (its median)
+    int64_t pauseLeft = 0;     // calls of the leader before the next round
+    int64_t pauseGiven = 0;    // the last pause's length
+    int64_t pausedAt = -1;     // the step whose round has had its pause
+    int64_t pausedThis = 0;    // pauses' calls in this exploration
+    int64_t paced = 0;         // all explorations
+    int slowChecks = 0;        // drift checks outside the band in a row
+    int idleDrifts = 0;        // drift explorations in a row that kept the winner
+    bool afterDrift = false;   // this exploration was started by a drift
     int64_t calls = 0, explorations = 0, driftChecks = 0, drifts = 0;
     int64_t trials = 0;
     double trialSeconds = 0, agreementSeconds = 0;
@@ -210,15 +250,30 @@ class OnlineTuner {
   // The model's candidates for `bytes` (favourite first) into cands and info.
   void rankCandidates(Bucket& k, int64_t bytes);
   void start(Bucket& k, int64_t bytes);
-  void explore(Bucket& k);
+  // `continuing`: the same exploration (extended, or restarted without a
+  // candidate): what it has spent stays charged to its budget.
+  void explore(Bucket& k, bool continuing = false);
   // A drift or the periodic re-measurement: explore the model's candidates again.
   void reexplore(Bucket& k, int bucket);
   void exploit(Bucket& k, Label winner);
-  // Keeps candidates `keep` (indices, in that order) in cands and info.
+  // Keeps candidates `keep` (indices, in that order) in cands, info and
+  // spend; the others' spend goes to gone.
   static void keepOnly(Bucket& k, const std::vector<int>& keep);
   // Keeps candidates `keep` with their first `measured` rounds: the
   // exploration goes on as if only they had run.
   static void keepMeasured(Bucket& k, const std::vector<int>& keep, int measured);
+  // The pace from the candidates' medians (index-aligned with cands; 0:
+  // unknown) and their spend's means: candidate `lead` leads (-1: the lowest
+  // median).
+  static void pace(Bucket& k, const std::vector<double>& median, int lead);
+  // Sets each candidate's agreed mean and warm mean call from the tail of
+  // `maxed` (after `times` round times).
+  static void agreeMeans(Bucket& k, const std::vector<double>& maxed, int times);
+  // Calls of the leader before the round at k.step (see the contract).
+  int64_t pauseCalls(const Bucket& k) const;
+  // The first `times` of k.local, then each candidate's mean trial call of
+  // this exploration, then its mean warm one: what the ranks agree on.
+  static std::vector<double> withMeans(const Bucket& k, int times);
   std::string decide(Bucket& k, int bucket, const std::vector<double>& maxed);
   std::string screen(Bucket& k, int bucket, const std::vector<double>& maxed);
   std::string race(Bucket& k, int bucket, const std::vector<double>& maxed);

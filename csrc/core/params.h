@@ -47,6 +47,11 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "bytes (at most 16 calls; at least 2 for messages up to 4x this size, 1 above) and is timed on the block's "    \
     "second half, so an algorithm is measured as it runs back to back, not just after another one's call. 0: one " \
     "call per trial.")                                                                                             \
+  X(Int, autoExplorePercent, "auto_explore_percent", "SCALECOMM_AUTO_EXPLORE_PERCENT", 2, 1, 100, "",                \
+    "auto measured online: an exploration adds at most this percent to its size bucket's time. Before each round "  \
+    "of trials the bucket runs the leader (the fastest so far, at first the model's choice) alone for as many "      \
+    "calls as that takes, so a short run explores as far as its budget goes and a long one finishes. 100: no "      \
+    "pauses (the rounds run back to back, as the benchmark does to settle auto before timing it).")                \
   X(Text, tuningFile, "tuning_file", "SCALECOMM_TUNING_FILE", "", 0, 0, "",                                           \
     "Tuning cache: auto's measured winners per size, loaded at group creation (by rank 0, shared with all) and "    \
     "written by rank 0 as it measures. Empty: a file per machine, layout and version under $XDG_CACHE_HOME (or "    \

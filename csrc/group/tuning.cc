@@ -135,6 +135,7 @@ void Group::startTuner() {
   auto serves = [this](const std::string& a, int64_t bytes) { return allreduceServes(a, size_, bytes, algoParams()); };
   TunerSettings settings;
   settings.blockBytes = config_.autoBlockBytes;
+  settings.explorePercent = static_cast<int>(config_.autoExplorePercent);
   tuner_ = std::make_unique<OnlineTuner>(ranker, serves, settings);
   tuner_->load(tuning_.allreduce);
 }

@@ -140,6 +140,8 @@ PYBIND11_MODULE(_C, m) {
               d["trials"] = r.trials;
               d["trial_s"] = r.trialSeconds;
               d["agreement_s"] = r.agreementSeconds;
+              d["paced"] = r.paced;
+              d["leader"] = r.leader;
               py::list cands;
               for (const auto& c : r.candidates) {
                 py::dict e;
@@ -160,7 +162,8 @@ PYBIND11_MODULE(_C, m) {
           "exploiting), source (explored, cache, model), the winner with its median and interval over ranks "
           "(seconds), and every candidate's prediction, measured median, ratio interval's upper end against the "
           "model's choice and trials; the bucket's trials with their total time on this rank (trial_s) and the time "
-          "its agreements took (agreement_s). Empty where auto is not online for this group.")
+          "its agreements took (agreement_s); paced: calls of the leader (named while exploring) that kept the "
+          "explorations within SCALECOMM_AUTO_EXPLORE_PERCENT. Empty where auto is not online for this group.")
       .def_property_readonly(
           "tuning_file", [](scalecomm::ScalecommBackend& b) { return b.group().tuningPath(); },
           "The tuning cache this group loaded and writes ('' : none).")

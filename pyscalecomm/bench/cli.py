@@ -42,6 +42,7 @@ keeps each one's fastest round, the JSON lines every round (time_us_rounds).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 
@@ -217,6 +218,8 @@ class Impl:
 
 def _implementations(args, dist, pyscalecomm):
     """{collective: [Impl]}, creating every group up front in the same order on every rank."""
+    # auto settles before its rounds (settle_auto): its exploration's rounds back to back, unless asked otherwise
+    os.environ.setdefault("SCALECOMM_AUTO_EXPLORE_PERCENT", "100")
     dist.init_process_group("scalecomm")
     n = dist.get_world_size()
     timing = dist.new_group(backend="gloo")

@@ -96,7 +96,9 @@ def settle_auto(fn, backend, nbytes: int, limit: int = 4000) -> None:
     runs between auto's trials (a collective on another group there slows
     some algorithms' trials more than others'). Device calls are not
     measured (auto runs the model's choice): their bucket never settles, and
-    every rank makes `limit` calls."""
+    every rank makes `limit` calls. Paced explorations
+    (SCALECOMM_AUTO_EXPLORE_PERCENT below 100) can take more than `limit`
+    calls: the benchmarks set 100 unless it is set."""
     import torch.distributed as dist
 
     if backend.config.autotune != "online" or dist.get_world_size() == 1:
