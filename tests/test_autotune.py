@@ -11,7 +11,8 @@ import torch
 import torch.distributed as dist
 from dist_helpers import run_ranks
 
-ONLINE = {"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_AUTO_EXPLORE_PERCENT": "100"}  # measuring, rounds back to back
+# auto measures only when asked; unpaced: the rounds back to back
+ONLINE = {"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_AUTO_EXPLORE_PERCENT": "100"}
 BLOCK = 16  # calls per trial at 4 KiB (SCALECOMM_AUTO_BLOCK_BYTES 1 MiB: at most 16)
 
 

@@ -142,7 +142,11 @@ def _settle(rank, n):
 def test_settling_auto_stops_every_rank_at_the_same_call_without_a_collective_of_its_own():
     from dist_helpers import run_ranks
 
-    env = {"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_TUNING_FILE": "none", "SCALECOMM_AUTO_EXPLORE_PERCENT": "100"}
+    env = {
+        "SCALECOMM_AUTOTUNE": "online",
+        "SCALECOMM_TUNING_FILE": "none",
+        "SCALECOMM_AUTO_EXPLORE_PERCENT": "100",
+    }
     results = run_ranks(2, _settle, env=env)
     assert results[0][1] == "exploiting" and results[0][0] % 8 == 0, results
     assert results[0] == results[1], results  # same calls, same choice

@@ -407,7 +407,10 @@ def test_transport_is_chosen_per_peer_and_logged(capfd):
     assert "rank 1: peer rank 0 via shm" in err, err
     assert "rank 2: peer rank 0 via tcp" in err, err
     assert "rank 0: peer rank 2 via tcp" in err, err
-    settings = "algorithm=auto ps_servers=1 autotune=online auto_block_bytes=1048576 auto_explore_percent=2 tuning_file=none"
+    settings = (
+        "algorithm=auto ps_servers=1 autotune=online auto_block_bytes=1048576 auto_explore_percent=2 "
+        "tuning_file=none"
+    )
     assert settings + " transport=auto mpi=auto" in err, err
     want = (
         "algorithms allreduce:auto,broadcast:auto,reduce:auto,allgather:auto,reduce_scatter:auto,barrier:auto"

@@ -296,7 +296,11 @@ def test_tuning_file_decides_auto_and_skips_the_probe(tmp_path):
         assert costs["alpha"] == 3e-06 and costs["beta"] == 2e-10, costs
     # Online: the sizes it has are decided; the 4 MiB bucket is measured.
     path.write_text(text)
-    online = {"SCALECOMM_TUNING_FILE": str(path), "SCALECOMM_AUTOTUNE": "online", "SCALECOMM_AUTO_EXPLORE_PERCENT": "100"}
+    online = {
+        "SCALECOMM_TUNING_FILE": str(path),
+        "SCALECOMM_AUTOTUNE": "online",
+        "SCALECOMM_AUTO_EXPLORE_PERCENT": "100",
+    }
     for names, costs in run_ranks(2, _tuned, str(path), env=online):
         trials = [x for x in names if x.endswith(" (trial)")]
         assert sorted(set(names) - set(trials)) == ["allreduce:direct", "allreduce:tree"], names

@@ -218,7 +218,8 @@ class Impl:
 
 def _implementations(args, dist, pyscalecomm):
     """{collective: [Impl]}, creating every group up front in the same order on every rank."""
-    # auto settles before its rounds (settle_auto): its exploration's rounds back to back, unless asked otherwise
+    # auto settles before its rounds (settle_auto): its exploration's rounds run back to back,
+    # unless asked otherwise
     os.environ.setdefault("SCALECOMM_AUTO_EXPLORE_PERCENT", "100")
     dist.init_process_group("scalecomm")
     n = dist.get_world_size()
