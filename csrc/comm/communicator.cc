@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -24,16 +25,35 @@
 namespace scalecomm {
 
 Communicator::Communicator(int rank, int size, std::vector<std::unique_ptr<Link>> links, int64_t spinMicros)
-    : rank_(rank), size_(size), links_(std::move(links)), spinMicros_(spinMicros), hostOf_(size, 0) {
+    : rank_(rank),
+      size_(size),
+      links_(std::move(links)),
+      spinMicros_(spinMicros),
+      hostOf_(size, 0),
+      machineOf_(size, 0) {
   SC_CHECK(static_cast<int>(links_.size()) == size_);
+  for (int p = 0; p < size_; ++p)
+    if (links_[p] && links_[p]->needsProgress()) progressed_.push_back(links_[p].get());
+  setCrowded(false);
+  channel_ = std::make_unique<StreamChannel>(*this);
+}
+
+void Communicator::setCrowded(bool crowded) {
   pollMicros_.assign(size_, Link::kDefaultPollMicros);
+  bool any = false;
   for (int p = 0; p < size_; ++p) {
     if (!links_[p]) continue;
-    if (links_[p]->needsProgress()) progressed_.push_back(links_[p].get());
-    pollMicros_[p] = links_[p]->pollMicros();
-    longestPollMicros_ = std::max(longestPollMicros_, pollMicros_[p]);
+    pollMicros_[p] = crowded && links_[p]->waitFd() >= 0 ? 0 : links_[p]->pollMicros();
+    shortestPollMicros_ = any ? std::min(shortestPollMicros_, pollMicros_[p]) : pollMicros_[p];
+    longestPollMicros_ = any ? std::max(longestPollMicros_, pollMicros_[p]) : pollMicros_[p];
+    any = true;
   }
-  channel_ = std::make_unique<StreamChannel>(*this);
+}
+
+void Communicator::setMachineOf(std::vector<int> machineOf) {
+  SC_CHECK(static_cast<int>(machineOf.size()) == size_, "machineOf has ", machineOf.size(), " entries for ", size_,
+           " ranks");
+  machineOf_ = std::move(machineOf);
 }
 
 void Communicator::setHostOf(std::vector<int> hostOf) {
@@ -80,8 +100,8 @@ void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSin
     for (int i = 0; i < 32; ++i) SC_CPU_RELAX();
     return;
   }
-  // The peers' longest pollMicros(); scanned only where a link polls longer than the default.
-  bool polling = idleUs < Link::kDefaultPollMicros;
+  // The peers' longest poll time; scanned only where the links' poll times differ.
+  bool polling = idleUs < shortestPollMicros_;
   if (!polling && idleUs < longestPollMicros_) {
     for (int p : peers) polling = polling || idleUs < pollMicros_[p];
   }
@@ -148,6 +168,18 @@ std::string hostIdentity() {
   std::string dev = stat("/dev/shm", &shm) == 0 ? std::to_string(shm.st_dev) + ":" + std::to_string(shm.st_ino) : "?";
   return strCat(host, "/ipc:", ipc, "/shm:", dev);
 }
+
+namespace {
+
+// One per kernel, whatever the namespaces: the ranks that share its cores.
+std::string machineIdentity() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (f >> id && !id.empty()) return id;
+  return hostIdentity();
+}
+
+}  // namespace
 
 namespace {
 
@@ -239,6 +271,7 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   std::vector<std::unique_ptr<Transport>> offered(registry.size());
   auto& mine = rv.infos[rank];
   mine["host"] = opts.hostIdentity.empty() ? hostIdentity() : opts.hostIdentity;
+  mine["machine"] = machineIdentity();
   mine["transport"] = opts.transport;
   mine["pid"] = std::to_string(getpid());
   mine["mpi"] = withMpi ? strCat(mpiWorldRank(), "/", mpiWorldSize()) : "";
@@ -301,13 +334,15 @@ std::unique_ptr<Communicator> Communicator::connectMesh(Store& store, const std:
   for (auto& t : offered) {
     if (t) t->finish(rv);
   }
-  std::map<std::string, int> hostIndex;
-  std::vector<int> hostOf(size);
+  std::map<std::string, int> hostIndex, machineIndex;
+  std::vector<int> hostOf(size), machineOf(size);
   for (int r = 0; r < size; ++r) {
     hostOf[r] = hostIndex.emplace(rv.field(r, "host"), static_cast<int>(hostIndex.size())).first->second;
+    machineOf[r] = machineIndex.emplace(rv.field(r, "machine"), static_cast<int>(machineIndex.size())).first->second;
   }
   auto comm = std::make_unique<Communicator>(rank, size, std::move(links), opts.spinMicros);
   comm->setHostOf(std::move(hostOf));
+  comm->setMachineOf(std::move(machineOf));
   if (everyMpi) {
     comm->setCollectiveChannel(makeMpiChannel(*comm, rv.mpiGroup->duplicate()));
     SC_LOG(Info, "rank ", rank, ": collectives move straight between tensors over MPI (mpi channel)");

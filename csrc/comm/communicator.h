@@ -77,6 +77,16 @@ class Communicator {
   // all zeros unless set by connectMesh() or a test.
   const std::vector<int>& hostOf() const { return hostOf_; }
   void setHostOf(std::vector<int> hostOf);
+  // Machine index of every rank, numbered alike: ranks under one kernel share
+  // its cores, whether or not they share a host (emulated hosts in network
+  // namespaces, containers). All zeros unless set by connectMesh() or a test.
+  const std::vector<int>& machineOf() const { return machineOf_; }
+  void setMachineOf(std::vector<int> machineOf);
+  // The machine runs more of the group's ranks than it has cores: a wait on
+  // a socket link (a peer on another host) blocks in poll() after the spin
+  // instead of yielding first, since a yielding rank keeps taking a core back
+  // from the ranks that compute on it.
+  void setCrowded(bool crowded);
   const std::shared_ptr<MpiGroup>& mpiGroup() const { return mpi_; }
   // Store keys of this group's generation ("" unless made by connectMesh()).
   const std::string& storePrefix() const { return storePrefix_; }
@@ -89,7 +99,8 @@ class Communicator {
 
   // Idles briefly until something may have changed on the given peers' links:
   // spins for spinMicros after idleSince, then yields until the longest of
-  // the peers' links' pollMicros() (transport/link.h), then blocks: in
+  // the peers' links' pollMicros() (transport/link.h; 0 for sockets on a
+  // crowded machine), then blocks: in
   // poll() on tcp sockets; on the process's shm doorbell when every peer's
   // link rings it, after re-checking `ready` (default: any of those links is
   // ready(); a caller waiting for something else that its peers ring the
@@ -119,11 +130,11 @@ class Communicator {
   int size_;
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> progressed_;    // the links whose needsProgress() holds
-  std::vector<int64_t> pollMicros_;  // per peer, its link's pollMicros() (fixed for the link's life)
-  int64_t longestPollMicros_ = Link::kDefaultPollMicros;
+  std::vector<int64_t> pollMicros_;  // per peer: its link's pollMicros(), or 0 (setCrowded)
+  int64_t shortestPollMicros_ = Link::kDefaultPollMicros, longestPollMicros_ = Link::kDefaultPollMicros;
   int64_t spinMicros_;
   uint64_t idleBlocked_ = 0, idleRung_ = 0;  // the executing thread's
-  std::vector<int> hostOf_;
+  std::vector<int> hostOf_, machineOf_;
   std::shared_ptr<MpiGroup> mpi_;  // null without MPI; mpi links hold their own reference
   std::shared_ptr<ShmWindows> windows_;
   std::string storePrefix_;

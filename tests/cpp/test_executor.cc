@@ -9,6 +9,8 @@
 #include <memory>
 #include <thread>
 
+#include <unistd.h>
+
 #include "algo/collectives.h"
 #include "algo/registry.h"
 #include "closed_form.h"
@@ -400,6 +402,38 @@ uint64_t blockedAfter(bool called, std::chrono::microseconds idleFor) {
   return comm.idleCounts().blocked;
 }
 
+// A link with a descriptor to poll, like a socket's: a pipe nothing is written to.
+class PolledLink final : public Link {
+ public:
+  explicit PolledLink(int peer) : Link(peer) { CHECK(pipe(fds_) == 0); }
+  ~PolledLink() override {
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+  }
+  size_t trySend(const void*, size_t) override { return 0; }
+  size_t tryRecv(RecvConsumer&) override { return 0; }
+  void checkPeer() override {}
+  void close() override {}
+  int waitFd() const override { return fds_[0]; }
+  const char* kind() const override { return "polled"; }
+
+ private:
+  int fds_[2];
+};
+
+// Whether a wait 50 us old blocks, on a crowded machine or not.
+uint64_t blockedEarly(bool socket, bool crowded) {
+  std::vector<std::unique_ptr<Link>> links(2);
+  if (socket)
+    links[1] = std::make_unique<PolledLink>(1);
+  else
+    links[1] = std::make_unique<CalledLink>(1, false);
+  Communicator comm(0, 2, std::move(links), /*spinMicros=*/0);
+  comm.setCrowded(crowded);
+  comm.idle({1}, Clock::now() - std::chrono::microseconds(50));
+  return comm.idleCounts().blocked;
+}
+
 }  // namespace
 
 // A wait polls as long as its peers' links ask (MPI, which moves bytes, its
@@ -408,6 +442,14 @@ TEST(a_wait_polls_as_long_as_its_peers_links_ask) {
   CHECK_EQ(blockedAfter(true, std::chrono::milliseconds(5)), uint64_t{0});
   CHECK_EQ(blockedAfter(true, std::chrono::seconds(1)), uint64_t{1});
   CHECK_EQ(blockedAfter(false, std::chrono::milliseconds(5)), uint64_t{1});
+}
+
+// On a machine with more of the group's ranks than cores, a wait on a socket
+// blocks at once; elsewhere, and on links without a descriptor, it yields first.
+TEST(a_crowded_machine_blocks_on_sockets_without_yielding_first) {
+  CHECK_EQ(blockedEarly(true, false), uint64_t{0});
+  CHECK_EQ(blockedEarly(true, true), uint64_t{1});
+  CHECK_EQ(blockedEarly(false, true), uint64_t{0});
 }
 
 TEST_MAIN()
