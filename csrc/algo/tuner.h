@@ -33,10 +33,10 @@
 //   kRaceMargin x slower than the leader in every one of those rounds
 //   leaves (the chance of that for a candidate as fast as the leader is
 //   below 1/16); the rest keep their rounds. After the last trial record()
-//   returns this rank's C x rounds times and its C mean trial calls and C
-//   mean warm ones (see Paced); the
-//   caller makes them the maximum over ranks (an allreduce) and hands them to
-//   agreed(), which decides. The screening and the race agree the same way.
+//   returns this rank's C x rounds times, then its C mean trial calls and C
+//   mean warm ones (see Paced); the caller makes them the maximum over ranks
+//   (an allreduce) and hands them to agreed(), which decides. The screening
+//   and the race agree the same way.
 // - The decision (docs/algorithms.md, "Online selection"): per round the
 //   ratio of each candidate's time to the model's favourite's; a candidate
 //   beats the favourite when the upper end of the ~90% confidence interval
@@ -65,7 +65,7 @@
 //   bucket runs the leader alone for as many calls as keep the exploration,
 //   that round included, within the budget: with n_q trial calls of
 //   candidate q so far (the next round's L included, and those of candidates
-//   that left), X = sum n_q x max(0, m_q - t_lead) is what they cost beyond
+//   that left), X = sum n_q x (m_q - t_lead) is what they cost beyond
 //   as many calls of the leader and T = sum n_q x m_q their time; the
 //   exploration's pauses add up to at least (X x 100 / percent - T) / t_lead
 //   calls, so that X is at most percent of the time of its trials and pauses
@@ -75,7 +75,7 @@
 //   the lowest median, t_lead its mean warm call (the blocks' second halves:
 //   as its calls run back to back, with the same outliers a pause meets).
 //   All are the maximum over ranks, agreed with the rounds' times;
-//   before the first agreement the model's predictions serve for both, and
+//   before the first agreement the model's predictions serve for all, and
 //   the last winner (else the favourite) leads. The pauses are neither trials
 //   nor measured. A short run keeps the leader and explores as far as its
 //   budget goes; a long one finishes.
@@ -234,7 +234,7 @@ class OnlineTuner {
     int64_t recentCount = 0;
     int64_t sinceCheck = 0, checkEvery = 0, sinceExplore = 0, exploreAfter = 0;
     Label leader;              // runs the pauses between rounds
-    double leaderSeconds = 0;  // one call of the leader (its median)
+    double leaderSeconds = 0;  // one call of the leader (t_lead: its agreed mean warm call, or its prediction)
     int64_t pauseLeft = 0;     // calls of the leader before the next round
     int64_t pauseGiven = 0;    // the last pause's length
     int64_t pausedAt = -1;     // the step whose round has had its pause

@@ -179,10 +179,6 @@ std::string machineIdentity() {
   return hostIdentity();
 }
 
-}  // namespace
-
-namespace {
-
 std::map<std::string, std::string> parseInfo(const std::string& s) {
   std::map<std::string, std::string> out;
   std::istringstream in(s);
