@@ -57,7 +57,7 @@ import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the
 
 import pyscalecomm  # noqa: F401  (registers the backend; fills RANK... under mpirun)
 from pyscalecomm.bench import parse_size, settle_auto
-from pyscalecomm.bench.timing import round_order
+from pyscalecomm.bench.timing import round_order, unpaced_settling
 
 
 def _sizes(spec: str) -> list[int]:
@@ -116,7 +116,7 @@ def main() -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    os.environ.setdefault("SCALECOMM_AUTO_EXPLORE_PERCENT", "100")  # auto settles before the rounds, unpaced
+    unpaced_settling()  # auto settles before the rounds
     dist.init_process_group("scalecomm")
     rank, n = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")

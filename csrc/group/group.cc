@@ -75,9 +75,10 @@ bool crowded(const Communicator& comm) {
 // yielding stays (blocking made DDP with overlapped backward 2% slower,
 // 2 ranks at 1 Gbit/s). A set spin is already the communicator's.
 void resolveWaits(GroupConfig& config, Communicator& comm) {
-  comm.setCrowded(crowded(comm));
+  const bool busy = crowded(comm);
+  comm.setCrowded(busy);
   if (config.spinMicros >= 0) return;
-  config.spinMicros = crowded(comm) ? 0 : 50;
+  config.spinMicros = busy ? 0 : 50;
   comm.setSpinMicros(config.spinMicros);
 }
 

@@ -42,7 +42,6 @@ keeps each one's fastest round, the JSON lines every round (time_us_rounds).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 
@@ -61,7 +60,7 @@ from pyscalecomm.bench.specs import (
     torch_runner,
     wire_bytes,
 )
-from pyscalecomm.bench.timing import measure, relative_error, round_order, settle_auto
+from pyscalecomm.bench.timing import measure, relative_error, round_order, settle_auto, unpaced_settling
 from pyscalecomm.launch import local_gpu
 
 _DTYPES = {
@@ -218,9 +217,7 @@ class Impl:
 
 def _implementations(args, dist, pyscalecomm):
     """{collective: [Impl]}, creating every group up front in the same order on every rank."""
-    # auto settles before its rounds (settle_auto): its exploration's rounds run back to back,
-    # unless asked otherwise
-    os.environ.setdefault("SCALECOMM_AUTO_EXPLORE_PERCENT", "100")
+    unpaced_settling()  # auto settles before its rounds (settle_auto)
     dist.init_process_group("scalecomm")
     n = dist.get_world_size()
     timing = dist.new_group(backend="gloo")

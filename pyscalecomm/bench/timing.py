@@ -86,6 +86,15 @@ def round_order(items, round_: int) -> list:
     return order[::-1] if k >= n else order
 
 
+def unpaced_settling() -> None:
+    """Before init_process_group: auto's explorations run their rounds back to
+    back (SCALECOMM_AUTO_EXPLORE_PERCENT=100) unless the user set a budget,
+    so that settle_auto settles in a few hundred calls."""
+    import os
+
+    os.environ.setdefault("SCALECOMM_AUTO_EXPLORE_PERCENT", "100")
+
+
 def settle_auto(fn, backend, nbytes: int, limit: int = 4000) -> None:
     """Runs auto until its online choice for this size has settled (its bucket
     exploits a winner), so the timed rounds measure the choice, not the
@@ -98,7 +107,7 @@ def settle_auto(fn, backend, nbytes: int, limit: int = 4000) -> None:
     measured (auto runs the model's choice): their bucket never settles, and
     every rank makes `limit` calls. Paced explorations
     (SCALECOMM_AUTO_EXPLORE_PERCENT below 100) can take more than `limit`
-    calls: the benchmarks set 100 unless it is set."""
+    calls: the benchmarks call unpaced_settling() first."""
     import torch.distributed as dist
 
     if backend.config.autotune != "online" or dist.get_world_size() == 1:
