@@ -57,7 +57,7 @@ import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the
 
 import pyscalecomm  # noqa: F401  (registers the backend; fills RANK... under mpirun)
 from pyscalecomm.bench import parse_size, settle_auto
-from pyscalecomm.bench.timing import round_order, unpaced_settling
+from pyscalecomm.bench.timing import round_order
 
 
 def _sizes(spec: str) -> list[int]:
@@ -116,7 +116,6 @@ def main() -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    unpaced_settling()  # auto settles before the rounds
     dist.init_process_group("scalecomm")
     rank, n = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")

@@ -155,6 +155,36 @@ def _paced(rank, n, calls):
     return be.tuning(), stats
 
 
+def _share_behind_queued_calls(rank, n, calls):
+    # `calls` asynchronous calls are queued (rank 1 late, so its worker is
+    # still busy); the share set after them applies after them on both ranks.
+    import time
+
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    if rank == 1:
+        time.sleep(0.2)
+    ts = [torch.full((1024,), float(rank + 1 + i)) for i in range(calls)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    share = be.set_auto_explore_percent(100)
+    for w in works:
+        w.wait()
+    queued = be.tuning()[0]["paced"]
+    for i in range(64):
+        dist.all_reduce(ts[i])
+    for i, t in enumerate(ts[64:], 64):
+        assert torch.equal(t, torch.full((1024,), n * (n + 1) / 2 + n * i)), (i, t[:4])
+    b = be.tuning()[0]
+    return share, queued, {k: b[k] for k in ("calls", "paced", "trials", "phase", "leader")}
+
+
+def test_a_share_set_behind_queued_calls_applies_after_them_on_every_rank():
+    env = {"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_TUNING_FILE": "none"}
+    (share, queued, bucket), other = run_ranks(2, _share_behind_queued_calls, 200, env=env)
+    assert share == 2 and queued == 200, (share, queued)  # the queued calls all paced at 2%
+    assert bucket["paced"] == 200 and bucket["trials"] > 0, bucket  # then trials back to back
+    assert other == (share, queued, bucket), other
+
+
 def test_by_default_an_exploration_waits_within_its_budget_running_the_models_choice():
     # 4 KiB: 16-call trials of up to 6 candidates; within 2% of the bucket's
     # time the model's predictions put far more than 300 calls of its choice

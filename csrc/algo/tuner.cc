@@ -215,6 +215,20 @@ int64_t OnlineTuner::pauseCalls(const Bucket& k) const {
   return static_cast<int64_t>(std::clamp(needed, 0.0, 1e12));
 }
 
+void OnlineTuner::setExplorePercent(int percent) {
+  std::lock_guard<std::mutex> g(mu_);
+  settings_.explorePercent = std::clamp(percent, 1, 100);
+  for (Bucket& k : buckets_) {
+    // A round whose pause has begun (its trials have not) is paced again at the next pick.
+    if (k.phase == Phase::Exploring && k.pausedAt == k.step) k.pausedAt = -1;
+  }
+}
+
+int OnlineTuner::explorePercent() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return settings_.explorePercent;
+}
+
 void OnlineTuner::keepOnly(Bucket& k, const std::vector<int>& keep) {
   std::vector<Label> cands;
   std::vector<Candidate> info;

@@ -78,7 +78,10 @@
 //   before the first agreement the model's predictions serve for all, and
 //   the last winner (else the favourite) leads. The pauses are neither trials
 //   nor measured. A short run keeps the leader and explores as far as its
-//   budget goes; a long one finishes.
+//   budget goes; a long one finishes. setExplorePercent() changes the share
+//   from the next pick on: a pause under way ends, and the round it precedes
+//   is paced again under the new share (so raising it to 100 runs the rest of
+//   an exploration back to back).
 // - Deterministic: the state changes only in pick(), record() and agreed(),
 //   from the sequence of message sizes and agreed values, so ranks that
 //   make the same calls and agree the same values pick the same algorithm
@@ -167,6 +170,12 @@ class OnlineTuner {
   // Returns a one-line account of what changed ("" when nothing did).
   // `seconds`: what the agreement took on this rank (reported, not decided on).
   std::string agreed(const Pick& pick, const std::vector<double>& maxed, double seconds = 0);
+
+  // The share explorations may add from the next pick on (1..100; see
+  // Paced). Deterministic when every rank sets it at the same point of its
+  // sequence of picks.
+  void setExplorePercent(int percent);
+  int explorePercent() const;
 
   // A bucket's candidates as chosen from the model, for the log.
   std::string describe(int bucket) const;

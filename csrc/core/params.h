@@ -51,7 +51,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "auto measured online: an exploration adds at most this percent to its size bucket's time. Before each round "  \
     "of trials the bucket runs the leader (the fastest so far, at first the model's choice) alone for as many "      \
     "calls as that takes, so a short run explores as far as its budget goes and a long one finishes. 100: no "      \
-    "pauses (the rounds run back to back, as the benchmark does to settle auto before timing it).")                \
+    "pauses (the rounds run back to back). A running group changes it with its backend's "                        \
+    "set_auto_explore_percent(), as the benchmark does to settle auto before timing it.")                          \
   X(Text, tuningFile, "tuning_file", "SCALECOMM_TUNING_FILE", "", 0, 0, "",                                           \
     "Tuning cache: auto's measured winners per size, loaded at group creation (by rank 0, shared with all) and "    \
     "written by rank 0 as it measures. Empty: a file per machine, layout and version under $XDG_CACHE_HOME (or "    \

@@ -274,6 +274,13 @@ class Group : public std::enable_shared_from_this<Group> {
   // online for this group: a fixed algorithm, SCALECOMM_AUTOTUNE=model, or
   // one rank). Any thread.
   std::vector<OnlineTuner::BucketReport> tuning() const;
+  // The share of a bucket's time auto's explorations may add
+  // (auto_explore_percent, 1..100), from this rank's next call on: ordered
+  // with the calls issued before it, as a collective is. Every rank sets it
+  // at the same point of its calls (auto decides alike only then). Returns
+  // the share it replaces. Settling a bucket quickly before timing it: 100,
+  // the calls, then the share returned.
+  int setAutoExplorePercent(int percent);
   // The tuning cache this group loads and writes ("" : none) and its key.
   const std::string& tuningPath() const { return tuningPath_; }
   const std::string& tuningKey() const { return tuningKey_; }
@@ -321,6 +328,7 @@ class Group : public std::enable_shared_from_this<Group> {
   AlgorithmSelection selection_;
   TuningTable tuning_;
   std::unique_ptr<OnlineTuner> tuner_;  // auto online (allreduce); null otherwise
+  std::atomic<int> explorePercent_{0};  // as last set by the caller (the tuner's lags behind queued calls)
   std::string tuningPath_, tuningKey_;
   bool tuningSaveFailed_ = false;                                      // executing thread: warn once
   std::unordered_map<const void*, std::array<Label, 2>> tunedTitles_;  // algorithm -> titles (executing thread)

@@ -116,6 +116,7 @@ TuningTable loadTuning(Store& store, const std::string& prefix, const GroupConfi
 }
 
 void Group::startTuner() {
+  explorePercent_ = static_cast<int>(config_.autoExplorePercent);
   if (selection_.allreduce != "auto" || config_.autotune != "online" || size_ <= 1) return;
   auto ranker = [this](int64_t bytes) {
     const AlgoParams params = algoParams();
@@ -135,9 +136,29 @@ void Group::startTuner() {
   auto serves = [this](const std::string& a, int64_t bytes) { return allreduceServes(a, size_, bytes, algoParams()); };
   TunerSettings settings;
   settings.blockBytes = config_.autoBlockBytes;
-  settings.explorePercent = static_cast<int>(config_.autoExplorePercent);
+  settings.explorePercent = explorePercent_.load();
   tuner_ = std::make_unique<OnlineTuner>(ranker, serves, settings);
   tuner_->load(tuning_.allreduce);
+}
+
+int Group::setAutoExplorePercent(int percent) {
+  if (percent < 1 || percent > 100)
+    fail(ErrorKind::InvalidArgument, "scalecomm set_auto_explore_percent (rank ", rank_, "): ", percent,
+         " is outside 1..100 (the share of a bucket's time auto's explorations may add; 100: unpaced)");
+  const int previous = explorePercent_.exchange(percent);
+  if (!tuner_) return previous;
+  // Ordered with the calls before it: inline where none is queued or running,
+  // else as a job behind them on the worker.
+  std::unique_lock<std::mutex> exec(execMu_, std::defer_lock);
+  if (isShutDown() || (worker_->idle() && exec.try_lock())) {
+    tuner_->setExplorePercent(percent);
+    return previous;
+  }
+  worker_->post([self = shared_from_this(), percent] {
+    std::lock_guard<std::mutex> g(self->execMu_);
+    self->tuner_->setExplorePercent(percent);
+  });
+  return previous;
 }
 
 std::vector<OnlineTuner::BucketReport> Group::tuning() const {

@@ -164,6 +164,21 @@ PYBIND11_MODULE(_C, m) {
           "model's choice and trials; the bucket's trials with their total time on this rank (trial_s) and the time "
           "its agreements took (agreement_s); paced: calls of the leader (named while exploring) that kept the "
           "explorations within SCALECOMM_AUTO_EXPLORE_PERCENT. Empty where auto is not online for this group.")
+      .def(
+          "set_auto_explore_percent",
+          [](scalecomm::ScalecommBackend& b, int percent) {
+            try {
+              return b.group().setAutoExplorePercent(percent);
+            } catch (const scalecomm::Error& e) {
+              throw py::value_error(e.what());
+            }
+          },
+          py::arg("percent"),
+          "Sets the share of a bucket's time auto's explorations may add (SCALECOMM_AUTO_EXPLORE_PERCENT, 1..100; "
+          "100: the trials back to back) from this rank's next call on, and returns the share it replaces (ValueError "
+          "outside 1..100). Call it "
+          "on every rank at the same point of the group's calls, like a collective: auto decides alike on every "
+          "rank only then. pyscalecomm.bench.settle_auto uses it to settle a size before timing it.")
       .def_property_readonly(
           "tuning_file", [](scalecomm::ScalecommBackend& b) { return b.group().tuningPath(); },
           "The tuning cache this group loaded and writes ('' : none).")

@@ -60,7 +60,7 @@ from pyscalecomm.bench.specs import (
     torch_runner,
     wire_bytes,
 )
-from pyscalecomm.bench.timing import measure, relative_error, round_order, settle_auto, unpaced_settling
+from pyscalecomm.bench.timing import measure, relative_error, round_order, settle_auto
 from pyscalecomm.launch import local_gpu
 
 _DTYPES = {
@@ -217,7 +217,6 @@ class Impl:
 
 def _implementations(args, dist, pyscalecomm):
     """{collective: [Impl]}, creating every group up front in the same order on every rank."""
-    unpaced_settling()  # auto settles before its rounds (settle_auto)
     dist.init_process_group("scalecomm")
     n = dist.get_world_size()
     timing = dist.new_group(backend="gloo")

@@ -86,34 +86,37 @@ def round_order(items, round_: int) -> list:
     return order[::-1] if k >= n else order
 
 
-def unpaced_settling() -> None:
-    """Before init_process_group: auto's explorations run their rounds back to
-    back (SCALECOMM_AUTO_EXPLORE_PERCENT=100) unless the user set a budget,
-    so that settle_auto settles in a few hundred calls."""
-    import os
-
-    os.environ.setdefault("SCALECOMM_AUTO_EXPLORE_PERCENT", "100")
-
-
 def settle_auto(fn, backend, nbytes: int, limit: int = 4000) -> None:
     """Runs auto until its online choice for this size has settled (its bucket
     exploits a winner), so the timed rounds measure the choice, not the
-    exploration. The tuner decides alike on every rank after the same calls
-    (algo/tuner.h), and a synchronous call's time is recorded before it
-    returns, so every rank sees the bucket settle after the same call and
-    stops there without asking the others: nothing but the settling calls
-    runs between auto's trials (a collective on another group there slows
-    some algorithms' trials more than others'). Device calls are not
-    measured (auto runs the model's choice): their bucket never settles, and
-    every rank makes `limit` calls. Paced explorations
-    (SCALECOMM_AUTO_EXPLORE_PERCENT below 100) can take more than `limit`
-    calls: the benchmarks call unpaced_settling() first."""
+    exploration. The exploration runs unpaced (its trials back to back:
+    set_auto_explore_percent(100)) and settles in a few hundred calls; then
+    the group's share comes back, so a later re-exploration inside the timed
+    rounds costs what it costs a user. The tuner decides alike on every rank
+    after the same calls (algo/tuner.h), and a synchronous call's time is
+    recorded before it returns, so every rank sees the bucket settle after
+    the same call and stops there without asking the others: nothing but the
+    settling calls runs between auto's trials (a collective on another group
+    there slows some algorithms' trials more than others'), and every rank
+    restores the share at the same point. Device calls are not measured
+    (auto runs the model's choice): their bucket never settles, and every
+    rank makes `limit` calls."""
     import torch.distributed as dist
 
     if backend.config.autotune != "online" or dist.get_world_size() == 1:
         return  # auto does not measure: nothing to settle
     bucket = _C.auto_bucket_bytes(nbytes)
-    for i in range(limit):
-        if i % 8 == 0 and any(b["bytes"] == bucket and b["phase"] == "exploiting" for b in backend.tuning()):
-            return
-        fn()
+
+    def settled() -> bool:
+        return any(b["bytes"] == bucket and b["phase"] == "exploiting" for b in backend.tuning())
+
+    if settled():
+        return
+    share = backend.set_auto_explore_percent(100)
+    try:
+        for i in range(limit):
+            if i % 8 == 0 and settled():
+                return
+            fn()
+    finally:
+        backend.set_auto_explore_percent(share)

@@ -426,6 +426,47 @@ TEST(a_paced_exploration_adds_at_most_its_budget_and_pauses_on_the_fastest_so_fa
       std::string::npos);
 }
 
+TEST(raising_the_share_mid_pause_runs_the_rest_of_the_exploration_back_to_back) {
+  // Paced at 2%, the first pause (56 calls of the model's choice, see above)
+  // is under way; at 100 the next pick is a trial and no pause follows. Back
+  // at 2 in the middle of the exploration, the next round waits again, for
+  // what the trials so far cost. Picks before, between and after match a
+  // tuner that was told the same at the same calls.
+  auto truth = [](const std::string& a) { return a == "b" ? 5e-6 : a == "a" ? 10e-6 : 20e-6; };
+  auto run = [&](std::vector<std::string>* picks) {
+    TunerSettings s;
+    s.explorePercent = 2;
+    OnlineTuner t = makeTuner(s);
+    auto step = [&] {
+      const OnlineTuner::Pick p = t.pick(4096);
+      picks->push_back(p.algorithm.str() + (p.candidate >= 0 ? "*" : ""));
+      std::vector<double> agree = t.record(p, truth(p.algorithm.str()));
+      if (!agree.empty()) t.agreed(p, agree);
+      return p;
+    };
+    for (int i = 0; i < 10; ++i) CHECK(step().candidate < 0);  // pausing
+    CHECK_EQ(t.explorePercent(), 2);
+    t.setExplorePercent(100);
+    CHECK_EQ(t.explorePercent(), 100);
+    for (int i = 0; i < 6; ++i) CHECK(step().candidate >= 0);  // two rounds of three: no pause between
+    CHECK_EQ(t.report().front().paced, int64_t{10});
+    t.setExplorePercent(2);
+    CHECK(step().candidate < 0);  // the third round waits
+    int64_t pausing = 1;
+    while (step().candidate < 0) ++pausing;
+    CHECK(pausing > 10);
+    return t.report().front().paced;
+  };
+  std::vector<std::string> one, two;
+  const int64_t paced = run(&one);
+  CHECK_EQ(run(&two), paced);
+  CHECK(one == two);
+  // Out of range: the nearest share.
+  OnlineTuner t = makeTuner({});
+  t.setExplorePercent(0);
+  CHECK_EQ(t.explorePercent(), 1);
+}
+
 TEST(a_paced_exploration_charges_the_trials_warm_up_calls) {
   // Blocks of 4 calls; every candidate's first call after a switch takes
   // 100 us more (cold buffers), which the blocks' medians leave out: b wins at
