@@ -142,12 +142,27 @@ void OnlineTuner::reexplore(Bucket& k, int bucket) {
 }
 
 void OnlineTuner::explore(Bucket& k, bool continuing) {
+  // Until the ranks agree on times, the model's predictions pace it, and the
+  // last winner (else the favourite) leads. Continuing, the calls spent so
+  // far stay charged (as gone) and the agreed means stand.
+  std::vector<double> predicted;
+  std::vector<Bucket::Spend> spend(k.cands.size());
+  int lead = 0;
+  for (size_t q = 0; q < k.cands.size(); ++q) {
+    predicted.push_back(k.info[q].predicted);
+    const bool agreed = continuing && q < k.spend.size();
+    spend[q].mean = agreed ? k.spend[q].mean : predicted[q];
+    spend[q].warm = agreed ? k.spend[q].warm : predicted[q];
+    if (!k.winnerLabel.empty() && k.cands[q] == k.winnerLabel) lead = static_cast<int>(q);
+  }
   if (continuing) {
     for (const Bucket::Spend& x : k.spend) k.gone.push_back(x);
   } else {
     k.gone.clear();
     k.pausedThis = 0;
+    ++k.explorations;
   }
+  k.spend = std::move(spend);
   k.extended = false;
   k.evidence.clear();
   k.phase = Phase::Exploring;
@@ -156,17 +171,6 @@ void OnlineTuner::explore(Bucket& k, bool continuing) {
   k.blockTimed = 0;
   k.rounds = settings_.rounds;
   k.local.assign(k.cands.size() * k.rounds, 0.0);
-  k.spend.assign(k.cands.size(), Bucket::Spend{});
-  if (!continuing) ++k.explorations;
-  // Until the ranks agree on times, the model's predictions pace it, and the
-  // last winner (else the favourite) leads.
-  std::vector<double> predicted;
-  int lead = 0;
-  for (size_t q = 0; q < k.info.size(); ++q) {
-    predicted.push_back(k.info[q].predicted);
-    if (!k.winnerLabel.empty() && k.cands[q] == k.winnerLabel) lead = static_cast<int>(q);
-  }
-  for (size_t q = 0; q < k.spend.size(); ++q) k.spend[q].mean = k.spend[q].warm = predicted[q];
   pace(k, predicted, lead);
 }
 
@@ -423,11 +427,6 @@ std::string OnlineTuner::decide(Bucket& k, int bucket, const std::vector<double>
     k.screens = 2;
     k.rounds = 2 * settings_.rounds;
     k.local.assign(2 * k.rounds, 0.0);
-    for (size_t q = 0; q < 2; ++q) {  // their agreed means stand; their calls count afresh
-      const Bucket::Spend& before = k.gone[k.gone.size() - 2 + q];
-      k.spend[q].mean = before.mean;
-      k.spend[q].warm = before.warm;
-    }
     pace(k, {k.info[0].median, k.info[1].median}, -1);
     std::ostringstream o;
     o << "auto: allreduce of up to " << bucketBytes(bucket) << " bytes: " << k.info[1].algorithm << " ("

@@ -260,7 +260,8 @@ class OnlineTuner {
   void rankCandidates(Bucket& k, int64_t bytes);
   void start(Bucket& k, int64_t bytes);
   // `continuing`: the same exploration (extended, or restarted without a
-  // candidate): what it has spent stays charged to its budget.
+  // candidate): what it has spent stays charged to its budget, and the
+  // candidates' agreed mean calls stand.
   void explore(Bucket& k, bool continuing = false);
   // A drift or the periodic re-measurement: explore the model's candidates again.
   void reexplore(Bucket& k, int bucket);
