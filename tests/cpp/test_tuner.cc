@@ -4,6 +4,7 @@
 // live group, every rank deciding alike with exact results throughout.
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <future>
 #include <map>
 #include <random>
@@ -604,13 +605,16 @@ namespace {
 
 // n groups over loopback, auto online with trials of kBlock calls; every rank
 // runs `calls` allreduces of 4096 bytes (inline and on the worker
-// alternately) and checks each result exactly. Returns the groups (shut down) and each rank's trial counts.
+// alternately, with up to `inFlight` submitted before the oldest is waited
+// for; `before` runs ahead of each submission) and checks each result
+// exactly. Returns the groups (shut down) and each rank's trial counts.
 struct LiveRun {
   std::vector<std::shared_ptr<Group>> groups;
   std::vector<std::map<std::string, uint64_t>> trials;
 };
 constexpr int kBlock = 2;
-LiveRun runLive(int n, int calls, const std::function<void(int, Group&)>& setUp = {}, int explorePercent = 100) {
+LiveRun runLive(int n, int calls, const std::function<void(int, Group&)>& setUp = {}, int explorePercent = 100,
+                int inFlight = 1, const std::function<void(int rank, int call, Group&)>& before = {}) {
   LoopbackFabric fabric(n, 1 << 16);
   auto comms = loopbackCommunicators(fabric, 0);
   GroupConfig cfg;
@@ -628,26 +632,39 @@ LiveRun runLive(int n, int calls, const std::function<void(int, Group&)>& setUp 
   const auto errors = sctest::onThreads(n, [&](int rank) {
     Group& g = *run.groups[rank];
     if (setUp) setUp(rank, g);
+    struct Pending {
+      int call;
+      std::vector<float> v;
+      std::future<std::string> done;
+    };
+    std::deque<Pending> pending;
+    auto finish = [&] {
+      Pending& p = pending.front();
+      CHECK_EQ(p.done.get(), std::string());
+      for (float x : p.v) CHECK_EQ(x, static_cast<float>(n * (n + 1) / 2 + n * p.call));
+      pending.pop_front();
+    };
     for (int i = 0; i < calls; ++i) {
-      std::vector<float> v(1024, static_cast<float>(rank + 1 + i));
+      if (before) before(rank, i, g);
+      pending.push_back(Pending{i, std::vector<float>(1024, static_cast<float>(rank + 1 + i)), {}});
       const Group::Prepared& site = g.prepare(CallKind::Allreduce, "allreduce", 4096);
       CHECK_EQ(site.algorithm.str(), std::string("auto"));
       Call c;
       c.kind = CallKind::Allreduce;
       c.name = site.title;
       c.algorithm = site.algorithm;
-      c.data = v.data();
+      c.data = pending.back().v.data();
       c.count = 1024;
       c.dtype = DataType::Float32;
       c.op = ReduceOp::Sum;
-      c.blocking = i % 2 == 0;  // inline and on the worker alike
+      c.blocking = inFlight == 1 && i % 2 == 0;  // inline and on the worker alike
       auto done = std::make_shared<std::promise<std::string>>();
-      auto fut = done->get_future();
+      pending.back().done = done->get_future();
       c.done = [done](const Error* e) { done->set_value(e ? e->what() : ""); };
       g.submit(std::move(c));
-      CHECK_EQ(fut.get(), std::string());
-      for (float x : v) CHECK_EQ(x, static_cast<float>(n * (n + 1) / 2 + n * i));
+      if (static_cast<int>(pending.size()) >= inFlight) finish();
     }
+    while (!pending.empty()) finish();
     for (const auto& [name, s] : g.stats())
       if (name.find("(trial)") != std::string::npos) run.trials[rank][name] = s.calls;
   });
@@ -737,6 +754,35 @@ TEST(a_paced_live_group_pauses_alike_on_every_rank) {
   CHECK_EQ(report[0].algorithm, std::string("tree"));
   CHECK(report[0].paced > 0);
   for (size_t r = 1; r < run.groups.size(); ++r) CHECK_EQ(run.groups[r]->tuning()[0].paced, report[0].paced);
+}
+
+TEST(a_share_set_behind_queued_calls_applies_after_them_on_every_rank) {
+  // Paced at 2%, 64 calls queued at a time; every rank raises the share to
+  // 100 after call 40 (ranks reach it with different calls still queued),
+  // then the exploration runs back to back and every rank decides alike.
+  auto shares = std::make_shared<std::vector<int>>(3, 0);
+  LiveRun run = runLive(
+      3, 400 * kBlock,
+      [](int, Group& g) {
+        g.skewTunerTimesForTest([](const std::string& a, double) { return a == "tree" ? 5e-6 : 10e-6; });
+      },
+      2, 64,
+      [shares](int rank, int call, Group& g) {
+        if (call == 40) (*shares)[rank] = g.setAutoExplorePercent(100);
+      });
+  checkAlike(run);
+  const auto report = run.groups[0]->tuning();
+  CHECK_EQ(report[0].algorithm, std::string("tree"));
+  CHECK_EQ(report[0].paced, int64_t{40});  // the first 40 calls paused, the rest explored
+  for (int r = 0; r < 3; ++r) CHECK_EQ((*shares)[r], 2);
+  CHECK_EQ(run.groups[0]->setAutoExplorePercent(7), 100);
+  bool threw = false;
+  try {
+    run.groups[0]->setAutoExplorePercent(101);
+  } catch (const Error& e) {
+    threw = e.kind() == ErrorKind::InvalidArgument;
+  }
+  CHECK(threw);
 }
 
 TEST_MAIN()
