@@ -79,19 +79,21 @@
 //   the last winner (else the favourite) leads. The pauses are neither trials
 //   nor measured. A short run keeps the leader and explores as far as its
 //   budget goes; a long one finishes. setExplorePercent() changes the share
-//   from the next pick on: a pause under way ends, and the round it precedes
-//   is paced again under the new share (so raising it to 100 runs the rest of
-//   an exploration back to back).
-// - Deterministic: the state changes only in pick(), record() and agreed(),
-//   from the sequence of message sizes and agreed values, so ranks that
-//   make the same calls and agree the same values pick the same algorithm
+//   from the next pick on: a pause under way is priced again under the new
+//   share (raised to 100, it ends, and the rest of the exploration runs back
+//   to back).
+// - Deterministic: the state changes only in pick(), record(), agreed() and
+//   setExplorePercent(), from the sequence of message sizes, agreed values
+//   and shares, so ranks that make the same calls, agree the same values and
+//   set the same shares after the same calls pick the same algorithm
 //   at every call. A candidate that cannot serve a message of its bucket
 //   (a size limit) leaves the bucket and its exploration starts over; a
 //   winner that cannot serve one runs the model's choice for it, unmeasured.
 // - decided()/load(): the Exploiting buckets as entries (the tuning cache's
 //   lines); a loaded entry starts Exploiting, with its band when it has one.
-// Thread safety: pick/record/agreed/load from one thread at a time (the
-// group's executing thread); report() and decided() from any thread.
+// Thread safety: pick/record/agreed/load/setExplorePercent from one thread
+// at a time (the group's executing thread); report(), decided() and
+// explorePercent() from any thread.
 #pragma once
 
 #include <array>
