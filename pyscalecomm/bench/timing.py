@@ -114,9 +114,9 @@ def settle_auto(fn, backend, nbytes: int, limit: int = 4000) -> None:
         return
     share = backend.set_auto_explore_percent(100)
     try:
-        for i in range(limit):
+        for i in range(1, limit + 1):
+            fn()
             if i % 8 == 0 and settled():
                 return
-            fn()
     finally:
         backend.set_auto_explore_percent(share)
