@@ -219,6 +219,27 @@ def test_a_peer_that_dies_during_a_receive_from_any_source_is_named_not_waited_f
     assert elapsed < 10, elapsed  # not the group's 300 s timeout
 
 
+def _receives_from_a_peer_that_left(rank, n):
+    if rank == 1:
+        return None  # leaves the group (the harness destroys it) without sending
+    start = time.monotonic()
+    try:
+        dist.recv(torch.zeros(4), src=1)
+        return "no error"
+    except dist.DistBackendError as e:
+        return str(e), time.monotonic() - start
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_receive_from_a_peer_that_left_in_order_says_so(transport):
+    out = run_ranks(
+        2, _receives_from_a_peer_that_left, env={"SCALECOMM_TRANSPORT": transport}, group_timeout_s=300
+    )
+    msg, elapsed = out[0]
+    assert "(rank 0" in msg and "rank 1 left the group (destroy_process_group or exit)" in msg, msg
+    assert elapsed < 10, elapsed  # not the group's 300 s timeout
+
+
 def test_rank_killed_mid_allreduce_raises_on_every_survivor_quickly():
     for env in [
         {},

@@ -1,6 +1,8 @@
 """reduce, reduce_scatter (list and tensor), gather, scatter and all_to_all
 (even and uneven splits) against closed forms and gloo, world sizes 1-4."""
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -215,6 +217,52 @@ def test_recv_from_any_source_returns_each_sender_in_order():
     # per sender, its messages arrive in the order it sent them
     assert got == [(1, 10.0), (1, 11.0), (2, 20.0), (2, 21.0)], got
     assert last == [5.0, 6.0]
+
+
+def _any_source_after_a_peer_left(rank, n, expect_more):
+    # Rank 2 sends and leaves the group at once; rank 1 sends later. Rank 0's
+    # receive from any source waits for rank 1 while rank 2's link is closed.
+    import time
+
+    if rank == 0:
+        got = []
+        for _ in range(2):
+            t = torch.empty(4)
+            got.append((dist.recv(t, tag=7), t[0].item()))
+        try:
+            for _ in range(2 if expect_more else 1):
+                t = torch.empty(4)
+                got.append((dist.recv(t, tag=7), t[0].item()))
+        except dist.DistBackendError as e:
+            return got, str(e)
+        return got, None
+    if rank == 1:
+        time.sleep(0.5)  # after rank 2 has left
+    dist.send(torch.full((4,), float(10 * rank)), dst=0, tag=7)
+    if rank == 2:
+        dist.send(torch.full((4,), float(10 * rank + 1)), dst=0, tag=7)
+        dist.destroy_process_group()
+    return None
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_recv_from_any_source_waits_for_the_others_when_a_peer_left(transport):
+    env = {"SCALECOMM_TRANSPORT": transport}
+    got, err = run_ranks(3, _any_source_after_a_peer_left, False, env=env)[0]
+    assert err is None, err
+    assert sorted(got) == [(1, 10.0), (2, 20.0), (2, 21.0)], got
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_recv_from_any_source_fails_once_every_peer_left(transport):
+    env = {"SCALECOMM_TRANSPORT": transport}
+    # group timeout 60 s: the error must come from the closed links, not the deadline
+    start = time.monotonic()
+    got, err = run_ranks(3, _any_source_after_a_peer_left, True, env=env)[0]
+    assert sorted(got) == [(1, 10.0), (2, 20.0), (2, 21.0)], got
+    assert err is not None and "recv from any source (rank 0)" in err, err
+    assert "every peer left" in err and "tag 7" in err, err
+    assert time.monotonic() - start < 40
 
 
 def _tag_mismatch(rank, n):

@@ -352,38 +352,69 @@ int recvFromAny(Channel& ch, void* data, int64_t count, DataType dtype, int tag,
     const int p = modRank(startPeer + k, n);
     if (p != rank) peers.push_back(p);
   }
-  // A link's own errors (a tcp peer that closed, an shm peer that died) name
-  // the receive they interrupted.
-  auto peek = [&](int p, WireHeader& h) {
+  // A link's own errors (a peer that died or closed its links without
+  // leaving in order) name the receive they interrupted.
+  auto failed = [&](const Error& e) { fail(e.kind(), "scalecomm recv from any source (rank ", rank, "): ", e.what()); };
+  enum class Next { Nothing, Match, Left, Other };
+  auto look = [&](int p) {
+    WireHeader h;
     try {
-      return comm.link(p).peek(&h, sizeof(h));
+      if (comm.link(p).peek(&h, sizeof(h)) < sizeof(h)) return Next::Nothing;
     } catch (const Error& e) {
-      fail(e.kind(), "scalecomm recv from any source (rank ", rank, "): ", e.what());
+      failed(e);
     }
+    if (isLeave(h)) return Next::Left;
+    const bool match = h.magic == kWireMagic && h.collective == static_cast<uint8_t>(CollectiveKind::SendRecv) &&
+                       h.seq == recvSeq[p] + 1 && h.rootOrTag == tag;
+    return match ? Next::Match : Next::Other;
+  };
+  std::vector<int> left;  // peers whose next message is their leave notice
+  auto leftRanks = [&] {
+    std::sort(left.begin(), left.end());
+    std::string out;
+    for (int p : left) out += (out.empty() ? "" : ", ") + std::to_string(p);
+    return out;
+  };
+  auto drop = [&](size_t i) {
+    left.push_back(peers[i]);
+    peers.erase(peers.begin() + static_cast<std::ptrdiff_t>(i));
   };
   Clock::time_point idleSince = Clock::now();
   for (uint64_t idleRounds = 1;; ++idleRounds) {
-    for (int p : peers) {
-      WireHeader h;
-      if (peek(p, h) < sizeof(h)) continue;
-      if (h.magic != kWireMagic || h.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) continue;
-      if (h.seq != recvSeq[p] + 1 || h.rootOrTag != tag) continue;
-      CollectiveOptions o = opts;
-      o.seq = ++recvSeq[p];
-      recvFrom(ch, data, count, dtype, p, tag, o);
-      return p;
+    for (size_t i = 0; i < peers.size();) {
+      const int p = peers[i];
+      const Next next = look(p);
+      if (next == Next::Match) {
+        CollectiveOptions o = opts;
+        o.seq = ++recvSeq[p];
+        recvFrom(ch, data, count, dtype, p, tag, o);
+        return p;
+      }
+      if (next == Next::Left) {
+        drop(i);
+        continue;
+      }
+      ++i;
+    }
+    if (peers.empty()) {
+      fail(ErrorKind::Io, "scalecomm recv from any source (rank ", rank, "): every peer left the group (ranks ",
+           leftRanks(), ") before sending a message with tag ", tag,
+           ": the message this receive waits for was never sent (check the senders' tags and counts)");
     }
     if (opts.deadline.expired()) {
       fail(ErrorKind::Timeout, "scalecomm recv from any source (rank ", rank, "): Timed out after ", opts.timeoutMs,
            " ms: no rank sent a message with tag ", tag,
-           " (only each peer's next message is considered, in the order that peer sent them)");
+           " (only each peer's next message is considered, in the order that peer sent them",
+           left.empty() ? "" : "; ranks " + leftRanks() + " left the group", ")");
     }
     if (idleRounds % 64 == 0) {
       for (int p : peers) {
         try {
           comm.link(p).checkPeer();
         } catch (const Error& e) {
-          fail(e.kind(), "scalecomm recv from any source (rank ", rank, "): ", e.what());
+          // Closed after its last message arrived: the next look takes it.
+          const Next next = look(p);
+          if (next != Next::Match && next != Next::Left) failed(e);
         }
       }
     }

@@ -97,11 +97,13 @@ void pointToPointBatch(Channel& ch, const std::vector<PointToPointOp>& ops, cons
 // Receive from any source: waits until some peer's next message is a
 // point-to-point message with the next number of that pair (recvSeq[peer] + 1)
 // and `tag`, then receives it (recvSeq[peer] advances) and returns the peer.
-// Peers are looked at round-robin from `startPeer`, so none starves. Throws
-// Error(Timeout) past opts.deadline, and the link's error, naming the peer,
-// when a peer with no message waiting has died or closed its links (the
-// sender that left may be the one this receive waits for). recvSeq is the
-// worker's count of messages received per peer, shared with every other
+// Peers are looked at round-robin from `startPeer`, so none starves. A peer
+// whose next message is its leave notice (it left the group in order) is no
+// longer waited on; once every peer has left, throws Error(Io) naming them.
+// Throws Error(Timeout) past opts.deadline, and the link's error, naming the
+// peer, when a peer with nothing waiting died or closed its links without
+// leaving in order (it may be the sender this receive waits for). recvSeq is
+// the worker's count of messages received per peer, shared with every other
 // receive.
 int recvFromAny(Channel& ch, void* data, int64_t count, DataType dtype, int tag, std::vector<uint64_t>& recvSeq,
                 int startPeer, const CollectiveOptions& opts);

@@ -71,6 +71,11 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
     fail(ErrorKind::Io, who, ": received a corrupt message from rank ", peer,
          " (bad magic); the link is out of sync, probably after an earlier failure on that rank");
   }
+  if (isLeave(got)) {
+    fail(ErrorKind::Io, who, ": rank ", peer,
+         " left the group (destroy_process_group or exit) before sending what this rank waits for; every rank must "
+         "make the same collective calls, and a receive needs its send, before any rank leaves");
+  }
   if (got.seq != want.seq || got.collective != want.collective) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " is at ",
          collectiveName(static_cast<CollectiveKind>(got.collective)), " seq ", got.seq, " while this rank is at ",

@@ -47,8 +47,8 @@ WireHeader headerOf(const ExecContext& ctx, int64_t bytes) {
 void checkPeerNotOnLinks(Communicator& comm, int peer, const WireHeader& mine, const ExecContext& ctx) {
   WireHeader next;
   if (comm.link(peer).peek(&next, sizeof(next)) != sizeof(next)) return;
-  if (next.magic == kWireMagic && next.seq == mine.seq && next.part == mine.part &&
-      next.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) {
+  if (isLeave(next) || (next.magic == kWireMagic && next.seq == mine.seq && next.part == mine.part &&
+                        next.collective != static_cast<uint8_t>(CollectiveKind::SendRecv))) {
     failHeaderMismatch(ctx, comm.rank(), peer, next, mine);
   }
 }
@@ -104,7 +104,13 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
           // A peer may publish, finish and close its links (destroy its group)
           // between our look at its counter and this check: its window stays
           // mapped here, so only a peer that never published is an error.
-          if (w.posted(q).load(std::memory_order_acquire) < call) throw;
+          if (w.posted(q).load(std::memory_order_acquire) < call) {
+            WireHeader next;  // a peer that left in order says so on its link
+            if (comm.link(q).peek(&next, sizeof(next)) == sizeof(next) && isLeave(next)) {
+              failHeaderMismatch(ctx, rank, q, next, mine);
+            }
+            throw;
+          }
         }
         if (mine.seq != 0) checkPeerNotOnLinks(comm, q, mine, ctx);
       }

@@ -16,6 +16,7 @@
 
 #include "comm/mpi_channel.h"
 #include "comm/transports.h"
+#include "comm/wire.h"
 #include "core/error.h"
 #include "core/hmac.h"
 #include "core/logging.h"
@@ -74,6 +75,34 @@ Channel& Communicator::collectiveChannel() {
 void Communicator::closeLinks() {
   for (auto& l : links_)
     if (l) l->close();
+}
+
+void Communicator::leave(std::chrono::milliseconds bound) {
+  const WireHeader notice = leaveHeader();
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&notice);
+  std::vector<size_t> sent(size_, sizeof(notice));
+  for (int p = 0; p < size_; ++p)
+    if (links_[p]) sent[p] = 0;
+  const auto until = Clock::now() + bound;
+  for (bool pending = true; pending;) {
+    pending = false;
+    for (int p = 0; p < size_; ++p) {
+      if (sent[p] == sizeof(notice)) continue;
+      try {
+        sent[p] += links_[p]->trySend(bytes + sent[p], sizeof(notice) - sent[p]);
+        if (sent[p] < sizeof(notice)) {
+          links_[p]->checkPeer();
+          pending = true;
+        }
+      } catch (const Error&) {
+        sent[p] = sizeof(notice);  // the peer is gone: it needs no notice
+      }
+    }
+    for (Link* l : progressed_) l->progress();
+    if (pending && Clock::now() >= until) break;
+    if (pending) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  closeLinks();
 }
 
 void Communicator::abort() {

@@ -17,7 +17,8 @@
 // - idle() is how an executor waits: it spins, yields, then polls tcp sockets
 //   (or sleeps briefly for shm), and throws once abort() was called.
 // - abort() (any thread, idempotent) sets the abort flag and closes every link,
-//   so this rank's waits end promptly and peers see the closure.
+//   so this rank's waits end promptly and peers see the closure. leave()
+//   closes them in order.
 // Thread safety: one worker thread drives the links; abort()/aborted() are
 // callable from any thread.
 #pragma once
@@ -120,6 +121,12 @@ class Communicator {
   void abort();
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
   void closeLinks();
+  // Sends the leave notice (comm/wire.h) on every link, within `bound`, then
+  // closes them: the peers tell a rank that left in order from one that
+  // died. Only when no call is in flight and none failed (every stream is at
+  // a message boundary); a link whose peer is gone or does not take the notice
+  // in time is closed without it.
+  void leave(std::chrono::milliseconds bound);
 
   // Builds links to every peer through the store. `groupKey` namespaces keys.
   static std::unique_ptr<Communicator> connectMesh(Store& store, const std::string& groupKey, int rank, int size,

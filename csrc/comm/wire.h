@@ -26,11 +26,14 @@ enum class CollectiveKind : uint8_t {
   Scatter = 7,
   Alltoall = 8,
   SendRecv = 9,
+  // A rank's last message on a link when it leaves the group in order (every
+  // call it made completed): a header alone, and nothing follows it.
+  Leave = 10,
 };
 
 inline const char* collectiveName(CollectiveKind k) {
-  static const char* names[] = {"allreduce",      "broadcast", "allgather", "barrier",  "reduce",
-                                "reduce_scatter", "gather",    "scatter",   "alltoall", "send/recv"};
+  static const char* names[] = {"allreduce", "broadcast", "allgather", "barrier",   "reduce", "reduce_scatter",
+                                "gather",    "scatter",   "alltoall",  "send/recv", "leave"};
   auto i = static_cast<unsigned>(k);
   return i < sizeof(names) / sizeof(names[0]) ? names[i] : "unknown";
 }
@@ -84,6 +87,18 @@ inline uint32_t wireId(const char* text, size_t n) {
   uint32_t h = 2166136261u;
   for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint8_t>(text[i])) * 16777619u;
   return h == 0 ? 1 : h;
+}
+
+inline WireHeader leaveHeader() {
+  WireHeader h{};
+  h.magic = kWireMagic;
+  h.collective = static_cast<uint8_t>(CollectiveKind::Leave);
+  h.rootOrTag = -1;
+  return h;
+}
+
+inline bool isLeave(const WireHeader& h) {
+  return h.magic == kWireMagic && h.collective == static_cast<uint8_t>(CollectiveKind::Leave);
 }
 
 inline uint64_t paddedMessageBytes(int64_t payloadBytes) {

@@ -112,7 +112,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "timeout or error (see SCALECOMM_TRACE_DIR); 0: off, and no desync report.")                                       \
   X(Int, shutdownGraceMs, "shutdown_grace_ms", "SCALECOMM_SHUTDOWN_GRACE_MS", 2000, 0, kNoLimit, "",                \
     "destroy_process_group() and interpreter exit wait this long for calls in flight (a peer may be about to "      \
-    "join them), then abort them instead of waiting for their timeout.")                                            \
+    "join them), then abort them instead of waiting for their timeout; and, at most this long, for the peers' "    \
+    "links to take the notice that this rank left in order.")                                                    \
   X(Int, timeoutMs, "timeout_ms", "SCALECOMM_TIMEOUT_MS", 1800000, 1, kNoLimit, "",                                   \
     "Group timeout in milliseconds: every collective and the rendezvous fail after it. Unset: "                     \
     "init_process_group's timeout (whose own default is 30 minutes).")

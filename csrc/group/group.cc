@@ -555,7 +555,12 @@ void Group::shutdown(std::chrono::milliseconds grace) {
   watchdogCv_.notify_all();
   if (watchdog_ && watchdog_->joinable()) watchdog_->join();
   state_->detach();
-  comm_->closeLinks();
+  if (state_->poisoned()) {
+    comm_->closeLinks();
+  } else {
+    std::lock_guard<std::mutex> exec(execMu_);  // no call in flight on any thread
+    comm_->leave(std::chrono::milliseconds(config_.shutdownGraceMs));
+  }
 }
 
 // A call still running this long past its timeout is stuck where its own

@@ -91,9 +91,11 @@ class Link {
   virtual int sendWaitFd() const { return waitFd(); }
   virtual bool sendBlocked() const { return false; }
   // Copies up to n bytes that have arrived, without consuming them (receive
-  // from any source looks at each peer's next header). The default stages
-  // through tryRecv with a consumer that takes nothing (fine for tcp, whose
-  // staging buffer is contiguous); ring transports override it.
+  // from any source looks at each peer's next header); may throw the link's
+  // error where fewer than n bytes arrived and the peer closed its end. The
+  // default stages through tryRecv with a consumer that takes nothing; tcp
+  // (whose end of stream follows its staged bytes) and ring transports
+  // override it.
   virtual size_t peek(void* out, size_t n);
   virtual const char* kind() const = 0;
   int peer() const { return peer_; }

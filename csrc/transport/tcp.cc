@@ -374,12 +374,22 @@ size_t TcpLink::trySend(const void* data, size_t bytes) {
   return done;
 }
 
+void TcpLink::compact() {
+  if (rpos_ == 0) return;
+  std::memmove(buf_.data(), buf_.data() + rpos_, wpos_ - rpos_);
+  wpos_ -= rpos_;
+  rpos_ = 0;
+}
+
 size_t TcpLink::fill() {
   size_t got = 0;
-  while (wpos_ < buf_.size()) {
+  while (wpos_ < buf_.size() && !peerEof_) {
     const size_t want = stripeRoom(received_, buf_.size() - wpos_);
     ssize_t n = ::recv(fds_[streamOf(received_)], buf_.data() + wpos_, want, MSG_DONTWAIT);
-    if (n == 0) throwSocketError("recv", 0);
+    if (n == 0) {
+      peerEof_ = true;
+      break;
+    }
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
       throwSocketError("recv", errno);
@@ -403,16 +413,27 @@ size_t TcpLink::tryRecv(RecvConsumer& consumer) {
         return used;
       }
     }
-    // Need more bytes: compact, then read what the streams have.
-    if (rpos_ > 0) {
-      std::memmove(buf_.data(), buf_.data() + rpos_, wpos_ - rpos_);
-      wpos_ -= rpos_;
-      rpos_ = 0;
+    // Need more bytes: read what the streams have after what is staged.
+    compact();
+    if (wpos_ == buf_.size()) return 0;  // staging full and the consumer took nothing
+    if (fill() == 0) {
+      // The consumer took nothing of what is staged and nothing more will come.
+      if (peerEof_) throwSocketError("recv", 0);
+      return 0;
     }
-    if (wpos_ == buf_.size()) return 0;  // staging full and the consumer took nothing (a peek)
-    if (fill() == 0) return 0;
   }
   return 0;
+}
+
+size_t TcpLink::peek(void* out, size_t n) {
+  if (wpos_ - rpos_ < n) {
+    compact();
+    fill();
+    if (peerEof_ && wpos_ < n) throwSocketError("recv", 0);  // what is staged is all there will be
+  }
+  const size_t k = std::min(n, wpos_ - rpos_);
+  std::memcpy(out, buf_.data() + rpos_, k);
+  return k;
 }
 
 void TcpLink::checkPeer() {

@@ -92,6 +92,7 @@ class TcpLink : public Link {
   size_t tryRecv(RecvConsumer& consumer) override;
   void checkPeer() override;
   void close() override;
+  size_t peek(void* out, size_t n) override;
   int waitFd() const override { return fds_[streamOf(received_)]; }
   int sendWaitFd() const override { return fds_[streamOf(sent_)]; }
   bool sendBlocked() const override { return sendBlocked_; }
@@ -105,7 +106,10 @@ class TcpLink : public Link {
   size_t stripeRoom(uint64_t pos, size_t want) const {
     return fds_.size() == 1 ? want : std::min<size_t>(want, kTcpStripeBytes - pos % kTcpStripeBytes);
   }
-  // Reads what the streams have, in stripe order, into the staging buffer.
+  // Moves the staged bytes to the front of the staging buffer.
+  void compact();
+  // Reads what the streams have, in stripe order, into the staging buffer
+  // (from wpos_; the caller compacts first). Notes the peer's end in peerEof_.
   size_t fill();
   int self_;
   std::vector<int> fds_;
@@ -113,6 +117,7 @@ class TcpLink : public Link {
   std::vector<uint8_t> buf_;
   size_t rpos_ = 0, wpos_ = 0;
   bool sendBlocked_ = false;  // the sending thread's own state (see sendBlocked())
+  bool peerEof_ = false;      // the peer closed its streams: only what is staged remains
   bool quickAcks_;
   std::atomic<bool> closed_{false};
 };
