@@ -555,11 +555,13 @@ void Group::shutdown(std::chrono::milliseconds grace) {
   watchdogCv_.notify_all();
   if (watchdog_ && watchdog_->joinable()) watchdog_->join();
   state_->detach();
-  if (state_->poisoned()) {
-    comm_->closeLinks();
-  } else {
-    std::lock_guard<std::mutex> exec(execMu_);  // no call in flight on any thread
+  // The leave notice only at a message boundary on every link: no call
+  // failed, and none runs inline on another thread now.
+  std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
+  if (exec.owns_lock() && !state_->poisoned()) {
     comm_->leave(std::chrono::milliseconds(config_.shutdownGraceMs));
+  } else {
+    comm_->closeLinks();
   }
 }
 
