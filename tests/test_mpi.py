@@ -110,6 +110,11 @@ def test_an_abort_reaches_peers_over_the_mpi_transport_at_once(n):
     _mpirun(n, "abort", {"SCALECOMM_TRANSPORT": "mpi", "SCALECOMM_ALGO": "ring"}, timeout=120)
 
 
+@needs_mpi
+def test_a_receive_from_any_source_over_mpi_stops_waiting_on_peers_that_left():
+    _mpirun(3, "leave", {"SCALECOMM_TRANSPORT": "mpi"}, timeout=120)
+
+
 def _try_mpi_algorithm(rank, n):
     return "unreachable"
 

@@ -18,6 +18,9 @@ CASE:
              abandoned operation, which must not write into freed memory
   abort      over the mpi transport, rank 1 aborts its group while the others wait for it in
              an allreduce: they must fail at once, naming rank 1, not at the 30 s timeout
+  leave      over the mpi transport (3 ranks), ranks 1 and 2 send and leave the group in
+             order while rank 0 receives from any source: it gets every message, then
+             an error naming both ranks as left, not a closed-link error or a hang
   hosts      ranks 2k and 2k+1 pretend to share a host (SCALECOMM_HOSTNAME): auto picks
              shm inside a host and the mpi transport between hosts; every algorithm, hier too
 """
@@ -254,9 +257,33 @@ elif case == "abort":
         assert took < 10, f"took {took:.1f} s (the group's timeout is 30 s): {msg}"
         print(f"rank {r} failed after {took:.2f} s: {msg[:200]}", flush=True)
     MPI.COMM_WORLD.Barrier()
+elif case == "leave":
+    import time
+
+    from mpi4py import MPI
+
+    if r == 0:
+        got = []
+        for _ in range(3):
+            t = torch.empty(4)
+            got.append((dist.recv(t, tag=7), t[0].item()))
+        assert sorted(got) == [(1, 10.0), (2, 20.0), (2, 21.0)], got
+        try:
+            dist.recv(torch.empty(4), tag=7)
+            raise AssertionError("a receive from any source returned after every peer left")
+        except dist.DistBackendError as e:
+            assert "every peer left the group (ranks 1, 2)" in str(e), e
+    else:
+        if r == 1:
+            time.sleep(0.5)  # after rank 2 has left
+        dist.send(torch.full((4,), 10.0 * r), dst=0, tag=7)
+        if r == 2:
+            dist.send(torch.full((4,), 21.0), dst=0, tag=7)
+        dist.destroy_process_group()
+    MPI.COMM_WORLD.Barrier()
 else:
     raise SystemExit(f"unknown case {case}")
 
 print(f"OK rank {r}", flush=True)
-if case not in ("timeout", "late", "abort", "mismatch", "channel_timeout"):
+if dist.is_initialized() and case not in ("timeout", "late", "abort", "mismatch", "channel_timeout"):
     dist.destroy_process_group()
