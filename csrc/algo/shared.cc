@@ -47,8 +47,8 @@ WireHeader headerOf(const ExecContext& ctx, int64_t bytes) {
 void checkPeerNotOnLinks(Communicator& comm, int peer, const WireHeader& mine, const ExecContext& ctx) {
   WireHeader next;
   if (comm.link(peer).peek(&next, sizeof(next)) != sizeof(next)) return;
-  if (isLeave(next) || (next.magic == kWireMagic && next.seq == mine.seq && next.part == mine.part &&
-                        next.collective != static_cast<uint8_t>(CollectiveKind::SendRecv))) {
+  if (next.magic == kWireMagic && next.seq == mine.seq && next.part == mine.part &&
+      next.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) {
     failHeaderMismatch(ctx, comm.rank(), peer, next, mine);
   }
 }
