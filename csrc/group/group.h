@@ -25,8 +25,9 @@
 //   waiter. shutdown() (idempotent; a second caller waits for the first)
 //   runs what is queued (or, with a grace period, aborts what has not
 //   finished by then) and closes the links, with the leave notice when no
-//   call failed (Communicator::leave, bounded by the shutdown grace). shutdownAllAtExit() does that
-//   with a 2 s grace for every live group of the process.
+//   call failed (Communicator::leave, bounded by the shutdown grace).
+//   shutdownAllAtExit() does that with a 2 s grace for every live group of
+//   the process.
 // - Work queued on the worker holds the Group by shared ownership, so a
 //   Group outlives every call it accepted, whichever thread drops the last
 //   reference.
