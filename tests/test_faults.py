@@ -240,6 +240,33 @@ def test_a_receive_from_a_peer_that_left_in_order_says_so(transport):
     assert elapsed < 10, elapsed  # not the group's 300 s timeout
 
 
+def _allreduce_with_a_peer_that_left(rank, n):
+    if rank == 1:
+        return None  # leaves the group (the harness destroys it)
+    time.sleep(1.0)  # rank 1 has left by now
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1000))
+        return "no error"
+    except dist.DistBackendError as e:
+        return str(e), time.monotonic() - start
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SCALECOMM_ALGO": "ring"},  # its first step sends to the peer that left
+        {"SCALECOMM_ALGO": "shared"},
+        {"SCALECOMM_ALGO": "ring", "SCALECOMM_TRANSPORT": "tcp"},
+    ],
+)
+def test_a_collective_with_a_peer_that_left_in_order_says_so(env):
+    out = run_ranks(2, _allreduce_with_a_peer_that_left, env=env, group_timeout_s=300)
+    msg, elapsed = out[0]
+    assert "scalecomm allreduce (rank 0" in msg and "rank 1 left the group" in msg, msg
+    assert elapsed < 10, elapsed
+
+
 def test_rank_killed_mid_allreduce_raises_on_every_survivor_quickly():
     for env in [
         {},

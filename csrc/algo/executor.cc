@@ -6,6 +6,7 @@
 
 #include "algo/registry.h"
 #include "algo/shared.h"
+#include "comm/communicator.h"
 #include "comm/reducer.h"
 #include "core/error.h"
 
@@ -129,6 +130,19 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
 }
 
 namespace {
+// A send to a peer that left in order fails on its closed link; the peer's
+// last message to this rank, its leave notice, says why.
+void failIfPeerLeft(Channel& ch, int peer, const ExecContext& ctx, int rank, const WireHeader& want) {
+  Communicator* comm = ch.communicator();
+  if (comm == nullptr || !comm->hasLink(peer)) return;
+  WireHeader next;
+  try {
+    if (comm->link(peer).peek(&next, sizeof(next)) != sizeof(next)) return;
+  } catch (const Error&) {
+    return;
+  }
+  if (isLeave(next)) failHeaderMismatch(ctx, rank, peer, next, want);
+}
 
 class ExecHeaderCheck final : public HeaderCheck {
  public:
@@ -233,7 +247,13 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, 
     }
     const ChannelMessage m{t.peer, addr(t), t.count, ctx.dtype, t.kind == OpKind::RecvReduce ? ctx.op : ReduceOp::None,
                            &header};
-    const Channel::Progress p = t.kind == OpKind::Send ? ch.send(m) : ch.recv(m, check);
+    Channel::Progress p;
+    try {
+      p = t.kind == OpKind::Send ? ch.send(m) : ch.recv(m, check);
+    } catch (const Error&) {
+      if (t.kind == OpKind::Send) failIfPeerLeft(ch, t.peer, ctx, rank, header);  // its closed link says less
+      throw;
+    }
     if (p == Channel::Progress::None) return false;
     moved = true;
     if (p == Channel::Progress::Partial) return false;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "core/reduce_op.h"
@@ -97,8 +98,11 @@ inline WireHeader leaveHeader() {
   return h;
 }
 
+// The whole header, not its kind alone: a peek that lands inside a payload
+// cannot pass for a notice by chance.
 inline bool isLeave(const WireHeader& h) {
-  return h.magic == kWireMagic && h.collective == static_cast<uint8_t>(CollectiveKind::Leave);
+  const WireHeader notice = leaveHeader();
+  return std::memcmp(&h, &notice, sizeof(h)) == 0;
 }
 
 inline uint64_t paddedMessageBytes(int64_t payloadBytes) {
