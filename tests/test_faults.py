@@ -28,6 +28,16 @@ def _error_of(call, kind=dist.DistBackendError):
     return "no error"
 
 
+def _timed_error_of(call):
+    """(text, seconds) of the DistBackendError that call() raises, or "no error"."""
+    start = time.monotonic()
+    try:
+        call()
+    except dist.DistBackendError as e:
+        return str(e), time.monotonic() - start
+    return "no error"
+
+
 def _local_errors(rank, n):
     msgs = []
     bad_calls = [
@@ -161,12 +171,7 @@ def _absent_peer(rank, n):
     if rank == 1:
         time.sleep(4)  # never calls the collective, then leaves
         return None
-    start = time.monotonic()
-    try:
-        dist.all_reduce(torch.ones(10))
-        return "no error"
-    except dist.DistBackendError as e:
-        return str(e), time.monotonic() - start
+    return _timed_error_of(lambda: dist.all_reduce(torch.ones(10)))
 
 
 def test_rank_that_never_calls_times_out_naming_it():
@@ -222,12 +227,7 @@ def test_a_peer_that_dies_during_a_receive_from_any_source_is_named_not_waited_f
 def _receives_from_a_peer_that_left(rank, n):
     if rank == 1:
         return None  # leaves the group (the harness destroys it) without sending
-    start = time.monotonic()
-    try:
-        dist.recv(torch.zeros(4), src=1)
-        return "no error"
-    except dist.DistBackendError as e:
-        return str(e), time.monotonic() - start
+    return _timed_error_of(lambda: dist.recv(torch.zeros(4), src=1))
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
@@ -244,12 +244,7 @@ def _allreduce_with_a_peer_that_left(rank, n):
     if rank == 1:
         return None  # leaves the group (the harness destroys it)
     time.sleep(1.0)  # rank 1 has left by now
-    start = time.monotonic()
-    try:
-        dist.all_reduce(torch.ones(1000))
-        return "no error"
-    except dist.DistBackendError as e:
-        return str(e), time.monotonic() - start
+    return _timed_error_of(lambda: dist.all_reduce(torch.ones(1000)))
 
 
 @pytest.mark.parametrize(
@@ -305,12 +300,7 @@ def _abort_wakes_waiter(rank, n):
         time.sleep(3)
         return None
     threading.Timer(0.5, lambda: _backend().abort()).start()
-    start = time.monotonic()
-    try:
-        dist.all_reduce(torch.ones(10))  # rank 1 never joins; group timeout is 60 s
-        return "no error"
-    except dist.DistBackendError as e:
-        return str(e), time.monotonic() - start
+    return _timed_error_of(lambda: dist.all_reduce(torch.ones(10)))  # rank 1 never joins; timeout 60 s
 
 
 def test_abort_from_another_thread_wakes_the_waiter():
