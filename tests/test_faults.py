@@ -250,8 +250,8 @@ def _allreduce_with_a_peer_that_left(rank, n):
 @pytest.mark.parametrize(
     "env",
     [
-        {"SCALECOMM_ALGO": "ring"},  # its first step sends to the peer that left
-        {"SCALECOMM_ALGO": "shared"},
+        {"SCALECOMM_ALGO": "ring", "SCALECOMM_TRANSPORT": "shm"},  # the first step sends to the peer
+        {"SCALECOMM_ALGO": "shared", "SCALECOMM_TRANSPORT": "shm"},
         {"SCALECOMM_ALGO": "ring", "SCALECOMM_TRANSPORT": "tcp"},
     ],
 )
