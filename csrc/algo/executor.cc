@@ -129,20 +129,18 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
        " bytes); the ranks disagree on the algorithm or segment size (check SCALECOMM_* settings match)");
 }
 
-namespace {
-// A send to a peer that left in order fails on its closed link; the peer's
-// last message to this rank, its leave notice, says why.
-void failIfPeerLeft(Channel& ch, int peer, const ExecContext& ctx, int rank, const WireHeader& want) {
-  Communicator* comm = ch.communicator();
-  if (comm == nullptr || !comm->hasLink(peer)) return;
+void failIfPeerLeft(Communicator& comm, int peer, const ExecContext& ctx, int rank, const WireHeader& want) {
+  if (!comm.hasLink(peer)) return;
   WireHeader next;
   try {
-    if (comm->link(peer).peek(&next, sizeof(next)) != sizeof(next)) return;
+    if (comm.link(peer).peek(&next, sizeof(next)) != sizeof(next)) return;
   } catch (const Error&) {
     return;
   }
   if (isLeave(next)) failHeaderMismatch(ctx, rank, peer, next, want);
 }
+
+namespace {
 
 class ExecHeaderCheck final : public HeaderCheck {
  public:
@@ -251,7 +249,9 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, 
     try {
       p = t.kind == OpKind::Send ? ch.send(m) : ch.recv(m, check);
     } catch (const Error&) {
-      if (t.kind == OpKind::Send) failIfPeerLeft(ch, t.peer, ctx, rank, header);  // its closed link says less
+      if (t.kind == OpKind::Send && ch.communicator() != nullptr) {
+        failIfPeerLeft(*ch.communicator(), t.peer, ctx, rank, header);  // its closed link says less
+      }
       throw;
     }
     if (p == Channel::Progress::None) return false;

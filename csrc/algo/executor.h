@@ -36,6 +36,8 @@
 
 namespace scalecomm {
 
+class Communicator;
+
 // One point-to-point message's identity, carried in its header instead of the
 // collective's (see ExecContext::messages).
 struct MessageId {
@@ -84,6 +86,12 @@ WireHeader collectiveHeader(const ExecContext& ctx);
 // `want`: which argument the ranks disagree on, with both values.
 [[noreturn]] void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHeader& got,
                                      const WireHeader& want);
+
+// Where the next message on this rank's link from `peer` is its leave notice
+// (the peer left the group in order), raises failHeaderMismatch's "left the
+// group" error; otherwise returns. For the error paths of a wait or a send on
+// a closed link, which says less.
+void failIfPeerLeft(Communicator& comm, int peer, const ExecContext& ctx, int rank, const WireHeader& want);
 
 // Runs f(); an Error it throws is rethrown prefixed with describe(ctx, rank)
 // (unless it already is).

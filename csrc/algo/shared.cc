@@ -105,10 +105,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
           // between our look at its counter and this check: its window stays
           // mapped here, so only a peer that never published is an error.
           if (w.posted(q).load(std::memory_order_acquire) < call) {
-            WireHeader next;  // a peer that left in order says so on its link
-            if (comm.link(q).peek(&next, sizeof(next)) == sizeof(next) && isLeave(next)) {
-              failHeaderMismatch(ctx, rank, q, next, mine);
-            }
+            failIfPeerLeft(comm, q, ctx, rank, mine);
             throw;
           }
         }
