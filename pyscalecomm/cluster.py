@@ -13,8 +13,12 @@ above its rate after an idle spell, the tbf bucket; ``--queue-ms``: how long
 a packet may wait in its queue). Then it runs the command once per rank,
 inside its host's namespace, with the env:// rendezvous variables (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR = host 0, MASTER_PORT) and
-SCALECOMM_HOSTNAME set per host, so ranks on one host share memory and ranks on
-different hosts talk TCP through the capped links. Rank 0 prints to the
+SCALECOMM_HOSTNAME set per host (``emu<rate>-host<i>``, e.g. ``emu1gbit-host0``),
+so ranks on one host share memory and ranks on different hosts talk TCP
+through the capped links. Host names carry the rate, not the cluster id:
+auto's tuning cache is per machine, so a file measured on one cluster (say
+``python -m pyscalecomm.tune`` under it) serves every later cluster of the
+same rate and shape, the training driver's ``--cluster-rate`` included. Rank 0 prints to the
 terminal; the others write ``cluster-rank<r>.log`` in ``--logdir``.
 
 With ``--mpirun`` the command runs as one Open MPI job instead: mpirun starts
@@ -79,6 +83,17 @@ class Cluster:
 
     def host_ns(self, i: int) -> str:
         return f"{self.prefix}h{i}"
+
+    def host_name(self, i: int) -> str:
+        """Host i's name (SCALECOMM_HOSTNAME, and its hostname under --mpirun):
+        the links' rate, not the cluster id, so that what a run measures per
+        machine (auto's tuning cache) applies to every later cluster of the
+        same rate and shape, and not to one at another rate."""
+        if not self.bytes_per_s:
+            return f"emu-host{i}"
+        bits = self.bytes_per_s * 8
+        rate = f"{bits / 1e9:g}gbit" if bits >= 1e9 else f"{bits / 1e6:g}mbit"
+        return f"emu{rate.replace('.', 'p')}-host{i}"
 
     def address(self, i: int) -> str:
         return f"10.{self.net}.0.{i + 1}"
@@ -179,7 +194,7 @@ class Cluster:
                 env = rank_env(
                     rank, world, job["MASTER_ADDR"], job["MASTER_PORT"], local_world=ranks_per_host, base=job
                 )
-                env["SCALECOMM_HOSTNAME"] = f"{self.prefix}-host{host}"
+                env["SCALECOMM_HOSTNAME"] = self.host_name(host)
                 out = None
                 if rank > 0:
                     os.makedirs(logdir, exist_ok=True)
@@ -216,7 +231,7 @@ class Cluster:
         with tempfile.TemporaryDirectory(dir=workdir, prefix="cluster-mpirun-") as tmp:
             # mpirun calls the agent as "<agent> <host address> <command...>".
             cases = "".join(
-                f"  {self.address(i)}) ns={self.host_ns(i)}; name={self.prefix}-host{i};;\n"
+                f"  {self.address(i)}) ns={self.host_ns(i)}; name={self.host_name(i)};;\n"
                 for i in range(self.hosts)
             )
             agent = os.path.join(tmp, "agent.sh")
@@ -238,11 +253,11 @@ class Cluster:
             job = self._job_vars(os.environ)
             # Every rank gets the job's variables and the caller's SCALECOMM_*;
             # its host's name comes from the agent (host 0: mpirun's own env).
-            env = {**os.environ, **job, "SCALECOMM_HOSTNAME": f"{self.prefix}-host0"}
+            env = {**os.environ, **job, "SCALECOMM_HOSTNAME": self.host_name(0)}
             mine = sorted(k for k in os.environ if k.startswith("SCALECOMM_") and k != "SCALECOMM_HOSTNAME")
             forwarded = [*job, *(k for k in mine if k not in job)]
             cmd = ["ip", "netns", "exec", self.host_ns(0), "unshare", "--uts", "sh", "-c"]
-            cmd += ['hostname "$0" && exec "$@"', f"{self.prefix}-host0", mpirun, "-n", str(world)]
+            cmd += ['hostname "$0" && exec "$@"', self.host_name(0), mpirun, "-n", str(world)]
             cmd += ["--host", ",".join(f"{self.address(i)}:{ranks_per_host}" for i in range(self.hosts))]
             if os.geteuid() == 0:
                 cmd.append("--allow-run-as-root")

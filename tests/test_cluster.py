@@ -61,13 +61,13 @@ def _cluster(tmp_path, *args, command=None, timeout=240):
 def test_two_hosts_of_two_ranks_share_memory_inside_and_tcp_between(tmp_path):
     res = _cluster(tmp_path, "--hosts", "2", "--ranks-per-host", "2", "--rate", "500mbit")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    assert "rank 0 host sc42-host0 ok" in res.stdout, res.stdout
+    assert "rank 0 host emu500mbit-host0 ok" in res.stdout, res.stdout
     log1 = (tmp_path / "cluster-rank1.log").read_text()
-    assert "rank 1 host sc42-host0 ok" in log1
+    assert "rank 1 host emu500mbit-host0 ok" in log1
     assert (
         "peer rank 0 via shm" in log1 and "peer rank 2 via tcp" in log1 and "peer rank 3 via tcp" in log1
     ), log1
-    assert "rank 3 host sc42-host1 ok" in (tmp_path / "cluster-rank3.log").read_text()
+    assert "rank 3 host emu500mbit-host1 ok" in (tmp_path / "cluster-rank3.log").read_text()
     assert not [ns for ns in _namespaces() if ns.startswith("sc42")], "namespaces left behind"
 
 
@@ -109,9 +109,48 @@ def test_mpirun_job_spans_the_hosts_with_scalecomm_over_mpi_between_them(tmp_pat
     assert res.returncode == 0, out[-3000:]
     for r in range(4):  # Open MPI sees two nodes; scalecomm two hosts, shm inside, mpi between
         line = (tmp_path / f"rank{r}.txt").read_text()
-        assert line == f"rank {r} node sc42-host{r // 2} host sc42-host{r // 2} ok", line
+        assert line == f"rank {r} node emu1gbit-host{r // 2} host emu1gbit-host{r // 2} ok", line
     assert "rank 0: peer rank 1 via shm" in out and "rank 0: peer rank 2 via mpi" in out, out[-3000:]
     assert not [ns for ns in _namespaces() if ns.startswith("sc42")], "namespaces left behind"
+
+
+CACHE_SCRIPT = """
+import torch, torch.distributed as dist, pyscalecomm
+dist.init_process_group("scalecomm", pg_options=pyscalecomm.Options(algorithm="auto"))
+if dist.get_rank() == 0:
+    print("cache", dist.group.WORLD._get_backend(torch.device("cpu")).tuning_file, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_hosts_are_named_by_their_links_rate_not_by_the_cluster_id():
+    from pyscalecomm.cluster import Cluster
+
+    assert Cluster(2, "1gbit", cluster_id=0).host_name(1) == "emu1gbit-host1"
+    assert Cluster(2, "1Gbps", cluster_id=7).host_name(1) == "emu1gbit-host1"
+    assert Cluster(2, "125MB/s", cluster_id=3).host_name(0) == "emu1gbit-host0"
+    assert Cluster(2, "2.5gbit").host_name(0) == "emu2p5gbit-host0"
+    assert Cluster(2, "500mbit").host_name(0) == "emu500mbit-host0"
+    assert Cluster(2, None).host_name(0) == "emu-host0"
+
+
+@needs_root
+def test_clusters_of_one_rate_share_a_tuning_cache_and_other_rates_do_not(tmp_path, monkeypatch):
+    # auto's cache is per machine: a file measured under one cluster (python -m
+    # pyscalecomm.tune) must serve the training driver's cluster of that rate.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("SCALECOMM_TUNING_FILE", raising=False)
+    script = tmp_path / "rank.py"
+    script.write_text(CACHE_SCRIPT)
+    paths = []
+    for cluster_id, rate in (("42", "500mbit"), ("43", "500mbit"), ("42", "1gbit")):
+        cmd = [sys.executable, "-m", "pyscalecomm.cluster", "--id", cluster_id, "--logdir", str(tmp_path)]
+        cmd += ["--hosts", "2", "--rate", rate, "--", sys.executable, str(script)]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+        paths += re.findall(r"^cache (\S+)$", res.stdout, re.M)
+    assert len(paths) == 3 and all(p.startswith(str(tmp_path / "cache")) for p in paths), paths
+    assert paths[0] == paths[1] != paths[2], paths
 
 
 @needs_root
