@@ -146,7 +146,8 @@ def test_clusters_of_one_rate_share_a_tuning_cache_and_other_rates_do_not(tmp_pa
     for cluster_id, rate in (("42", "500mbit"), ("43", "500mbit"), ("42", "1gbit")):
         cmd = [sys.executable, "-m", "pyscalecomm.cluster", "--id", cluster_id, "--logdir", str(tmp_path)]
         cmd += ["--hosts", "2", "--rate", rate, "--", sys.executable, str(script)]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
         paths += re.findall(r"^cache (\S+)$", res.stdout, re.M)
     assert len(paths) == 3 and all(p.startswith(str(tmp_path / "cache")) for p in paths), paths
