@@ -20,7 +20,8 @@ before and after, and stores the fitted model in the cache: the next group
 ranks its candidates with it, and ``python -m pyscalecomm.simulate
 --tuning-file`` prices with it.
 
-The offline sweep times every algorithm at every size (interleaved: every
+The offline sweep times, at every size, the algorithms auto weighs there
+for this group (or ``--algos``), interleaved (every
 algorithm once per round, ``--rounds`` rounds, the fastest round kept, so
 drift on a busy machine hits all alike) and writes the winners in the same
 format, keyed to this group's layout, with the probed alpha and beta (groups
@@ -55,7 +56,10 @@ def parse_args(argv=None):
     p.add_argument("-w", "--warmup_iters", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the fastest is kept")
     p.add_argument(
-        "--algos", default="ring,rhd,tree,direct,hier", help="candidates (hier only on several hosts)"
+        "--algos",
+        default="auto",
+        help="candidates, comma separated; auto: at each size the algorithms auto weighs online for this "
+        "group (those that serve the size here; hier only where a host holds several ranks)",
     )
     p.add_argument(
         "--out", "--output", dest="output", default="scalecomm-tuning.txt", help="the tuning file to write"
@@ -127,11 +131,17 @@ def run(args) -> None:
     timing = dist.new_group(backend="gloo")
     hosts = [None] * n
     dist.all_gather_object(hosts, pyscalecomm._C.host_identity(), group=timing)
-    algos = [a for a in args.algos.split(",") if a and (a != "hier" or len(set(hosts)) > 1)]
+    size_list = sizes(args.minbytes, args.maxbytes, args.stepfactor, 0)
+    nbytes_of = {size: max(1, size // 4) * 4 for size in size_list}
+    # Each size's candidates; the same on every rank (the group's layout).
+    given = [a for a in args.algos.split(",") if a]
+    per_size = {
+        size: world.auto_candidates(nbytes_of[size]) if given == ["auto"] else given for size in size_list
+    }
+    algos = list(dict.fromkeys(a for size in size_list for a in per_size[size]))
     groups = {
         a: dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=a)) for a in algos
     }
-    size_list = sizes(args.minbytes, args.maxbytes, args.stepfactor, 0)
     if rank == 0:
         print(
             f"# scalecomm tune: world {n}, {len(set(hosts))} host(s), "
@@ -145,19 +155,18 @@ def run(args) -> None:
     for size in size_list:
         count = max(1, size // 4)
         case = make_case("allreduce", count, torch.float32, rank, n, inplace=True)
-        best = {a: float("inf") for a in algos}
+        here = per_size[size]
+        best = {a: float("inf") for a in here}
         for _ in range(args.rounds):
-            for a in algos:
+            for a in here:
                 run_once = torch_runner(case, groups[a], dist.ReduceOp.SUM)
                 stats, _, _ = measure(run_once, case, timing, args.iters, args.warmup_iters, check=False)
                 best[a] = min(best[a], stats["max"])
-        winner = min(algos, key=lambda a: best[a])
+        winner = min(here, key=lambda a: best[a])
         winners.append((count * 4, winner))
         if rank == 0:
-            print(
-                f"{count * 4:>12} " + " ".join(f"{best[a] * 1e6:>12.1f}" for a in algos) + f" {winner:>8}",
-                flush=True,
-            )
+            cells = [f"{best[a] * 1e6:>12.1f}" if a in best else f"{'-':>12}" for a in algos]
+            print(f"{count * 4:>12} " + " ".join(cells) + f" {winner:>8}", flush=True)
     if rank == 0:
         costs = world.cost_params
         with open(args.output, "w") as f:

@@ -390,16 +390,18 @@ def test_tune_command_writes_a_file_that_auto_accepts(tmp_path):
     cmd += ["-n", "2", "-w", "1", "--rounds", "1", "--out", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "winner" in res.stdout, res.stdout
+    # It measures what auto weighs here: on one host, the shared windows and
+    # dbtree among them, never hier.
+    head = next(ln for ln in res.stdout.splitlines() if "winner" in ln)
+    weighed = head.split()[2:-1:2]
+    assert {"ring", "dbtree", "shared"} <= set(weighed) and "hier" not in weighed, res.stdout
     lines = [ln.split() for ln in out.read_text().splitlines() if ln.startswith("allreduce ")]
     assert [int(x[1]) for x in lines] == [8, 512], lines
-    assert all(x[2] in ("ring", "rhd", "tree", "dbtree", "direct") for x in lines), lines
+    assert all(x[2] in weighed for x in lines), lines
     assert any(ln.startswith("key scalecomm-") for ln in out.read_text().splitlines())
     env = {"SCALECOMM_TUNING_FILE": str(out), "SCALECOMM_AUTOTUNE": "model"}
     for names, _ in run_ranks(2, _tuned, str(out), env=env):
-        assert names and all(x.split(":")[1] in ("ring", "rhd", "tree", "dbtree", "direct") for x in names), (
-            names
-        )
+        assert names and all(x.split(":")[1] in weighed for x in names), names
 
 
 def test_each_collective_lists_its_algorithms_and_refuses_others_by_name():

@@ -115,12 +115,16 @@ TuningTable loadTuning(Store& store, const std::string& prefix, const GroupConfi
   return t;
 }
 
+std::vector<std::string> Group::autoCandidates(int64_t bytes) const {
+  return autoAllreduceCandidates(size_, bytes, algoParams());
+}
+
 void Group::startTuner() {
   explorePercent_ = static_cast<int>(config_.autoExplorePercent);
   if (selection_.allreduce != "auto" || config_.autotune != "online" || size_ <= 1) return;
   auto ranker = [this](int64_t bytes) {
     const AlgoParams params = algoParams();
-    const std::vector<std::string> names = autoAllreduceCandidates(size_, bytes, params);
+    const std::vector<std::string> names = autoCandidates(bytes);
     const std::string favourite = scalecomm::chooseAllreduce(size_, bytes, costs_, params, names);
     std::vector<std::pair<std::string, double>> out;
     for (const std::string& a : names) {

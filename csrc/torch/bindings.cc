@@ -182,6 +182,13 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly(
           "tuning_file", [](scalecomm::ScalecommBackend& b) { return b.group().tuningPath(); },
           "The tuning cache this group loaded and writes ('' : none).")
+      .def(
+          "auto_candidates",
+          [](scalecomm::ScalecommBackend& b, int64_t nbytes) { return b.group().autoCandidates(nbytes); },
+          py::arg("nbytes"),
+          "The allreduce algorithms auto weighs for a message of `nbytes` in this group (those that serve it here; "
+          "hier only where a host holds several ranks): what it measures online, and what python -m pyscalecomm.tune "
+          "measures by default.")
       .def_property_readonly(
           "tuning_key", [](scalecomm::ScalecommBackend& b) { return b.group().tuningKey(); },
           "What the tuning cache's measurements are for: version, world, layout, settings, machine.")
