@@ -265,6 +265,35 @@ def test_recv_from_any_source_fails_once_every_peer_left(transport):
     assert time.monotonic() - start < 40
 
 
+def _any_source_past_a_departed_peers_other_message(rank, n):
+    # Rank 2 sends a message with another tag and leaves; rank 0's receive
+    # from any source for tag 7 waits for rank 1, and a later receive from
+    # rank 2 still gets rank 2's message.
+    import time
+
+    if rank == 0:
+        t = torch.empty(4)
+        src = dist.recv(t, tag=7)
+        u = torch.empty(3)
+        dist.recv(u, src=2, tag=8)
+        return src, t[0].item(), u.tolist()
+    if rank == 1:
+        time.sleep(1.0)  # after rank 2 has left
+        dist.send(torch.full((4,), 10.0), dst=0, tag=7)
+    else:
+        dist.send(torch.tensor([1.0, 2.0, 3.0]), dst=0, tag=8)
+        dist.destroy_process_group()
+    return None
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_recv_from_any_source_passes_a_departed_peers_message_of_another_tag(transport):
+    env = {"SCALECOMM_TRANSPORT": transport}
+    src, first, later = run_ranks(3, _any_source_past_a_departed_peers_other_message, env=env)[0]
+    assert (src, first) == (1, 10.0)
+    assert later == [1.0, 2.0, 3.0]
+
+
 def _tag_mismatch(rank, n):
     try:
         if rank == 0:
