@@ -1,5 +1,6 @@
 """Rates, read the same by every tool (simulate's bandwidths, the emulated
-cluster's and the training driver's link caps).
+cluster's and the training driver's link caps), and byte counts written
+for people.
 
 Bits are ``b``/``bit`` (``100Gbit``, ``100Gbps``, ``100Gb/s``; tc's own
 ``1gbit``, ``500mbit``, ``10kbit``), bytes ``B`` (``12.5GB``, ``12.5GB/s``,
@@ -50,3 +51,11 @@ def rate_text(text: str) -> str:
 def tc_rate(bytes_per_s: float) -> str:
     """The rate in tc's unambiguous spelling: whole bits per second."""
     return f"{round(bytes_per_s * 8)}bit"
+
+
+def format_bytes(n: int) -> str:
+    """A byte count as people read it: 512 B, 256 KiB, 8 MiB, 1.5 GiB."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"

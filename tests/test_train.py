@@ -227,6 +227,17 @@ def test_a_run_whose_loss_is_not_finite_is_named_as_diverged():
     assert report.diverged(runs[:1]) == ""
 
 
+def test_a_run_that_ends_while_auto_measures_says_its_times_include_the_trials():
+    runs = [_run(2, "gloo"), _run(2, "scalecomm"), _run(4, "scalecomm")]
+    runs[1]["auto"] = {"exploring_bytes": [524288, 8388608], "trial_calls": 12, "calls": 220}
+    runs[2]["auto"] = {"exploring_bytes": [], "trial_calls": 40, "calls": 5000}
+    text = report.still_measuring(runs)
+    assert text.count("\n") == 0 and runs[1]["label"] in text, text
+    assert "up to 512 KiB, 8 MiB" in text and "12 of its 220 calls were trials" in text, text
+    assert "python -m pyscalecomm.tune" in text and "SCALECOMM_TUNING_FILE" in text, text
+    assert report.still_measuring(runs[:1]) == ""
+
+
 def test_resnet_at_width_64_has_resnet18s_size():
     m = models.build("resnet", (3, 32, 32), 10, 64)
     assert 11.0e6 < sum(p.numel() for p in m.parameters()) < 11.3e6
@@ -253,6 +264,13 @@ def test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve(tmp_pat
         assert all(0 <= e["acc"] <= 1 for e in r["epochs"]) and len(r["epochs"]) == 3
         assert r["peak_mem_mib"] > 0 and r["cpu_util"] > 0 and r["grad_bytes"] > 0
     assert runs[(1, "gloo")]["speedup"] == 1.0
+    # 12 steps end inside auto's first exploration (its budget keeps the
+    # model's choice running): the report says the times include its trials.
+    auto = runs[(2, "scalecomm")]["auto"]
+    assert auto["exploring_bytes"] and 0 <= auto["trial_calls"] < auto["calls"], auto
+    assert runs[(1, "scalecomm")]["auto"] is None and runs[(2, "gloo")]["auto"] is None
+    label = runs[(2, "scalecomm")]["label"]
+    assert f"{label}: auto was still measuring allreduces" in p.stdout, p.stdout
     for w in (1, 2):  # same data order, same initial weights: the same loss curve
         g, s = runs[(w, "gloo")], runs[(w, "scalecomm")]
         assert [e["loss"] for e in s["epochs"]] == pytest.approx([e["loss"] for e in g["epochs"]], rel=1e-5)

@@ -181,6 +181,9 @@ def _report(runs: list[dict], out_dir: str, plots: bool, predicted: dict | None 
     bad = report.diverged(results)
     if bad:
         print("\n" + bad)
+    measuring = report.still_measuring(results)
+    if measuring:
+        print("\n" + measuring)
     story = report.verdict(results)
     if story:
         print("\n" + story)

@@ -37,6 +37,7 @@ import json
 import math
 import statistics
 
+from pyscalecomm import units
 from pyscalecomm.train.config import PIPELINES
 
 TARGET_SLACK = 0.005  # 0.5 accuracy points below the baseline's final accuracy
@@ -344,6 +345,24 @@ def diverged(results: list[dict]) -> str:
             lines.append(
                 f"{r['label']}: diverged (training loss not finite from epoch {bad[0]}); its accuracy "
                 f"means nothing: lower --lr (now {r['config']['lr']}) or --width"
+            )
+    return "\n".join(lines)
+
+
+def still_measuring(results: list[dict]) -> str:
+    """One line per run that ended while scalecomm's auto was still measuring
+    allreduce sizes: its times include auto's trials, so a short run reads a
+    few percent slower than the algorithm auto would settle on."""
+    lines = []
+    for r in results:
+        a = r.get("auto") or {}
+        if a.get("exploring_bytes"):
+            sizes = ", ".join(units.format_bytes(b) for b in a["exploring_bytes"])
+            lines.append(
+                f"{r['label']}: auto was still measuring allreduces of up to {sizes} when the run ended "
+                f"({a['trial_calls']} of its {a['calls']} calls were trials); its times include them. "
+                "A tuning file leaves them out (python -m pyscalecomm.tune under the same launcher, then "
+                "SCALECOMM_TUNING_FILE), as does a run long enough to decide (the decision is cached)."
             )
     return "\n".join(lines)
 

@@ -234,6 +234,7 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
     mine.update(share.close())
     every = [None] * world
     dist.all_gather_object(every, mine)
+    auto = _auto_state(share.groups)
     for g in share.groups:
         dist.destroy_process_group(g)
     if rank != 0:
@@ -274,6 +275,25 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
         "epochs": epochs,
         "world": world,
         "staleness": servers_stats,
+        "auto": auto,
+    }
+
+
+def _auto_state(groups: list) -> dict | None:
+    """Where scalecomm's auto stood when the run ended, over the run's groups
+    (alike on every rank): the allreduce sizes it was still measuring, and
+    its trial calls among all its calls. None: no group ran auto online."""
+    buckets = []
+    for g in groups:
+        if dist.get_backend(g) != "scalecomm":
+            continue
+        buckets += g._get_backend(torch.device("cpu")).tuning()
+    if not buckets:
+        return None
+    return {
+        "exploring_bytes": sorted({b["bytes"] for b in buckets if b["phase"] == "exploring"}),
+        "trial_calls": sum(b["trials"] for b in buckets),
+        "calls": sum(b["calls"] for b in buckets),
     }
 
 
