@@ -80,6 +80,18 @@ def parse_args(argv=None):
     )
     add_version(p)
     args = p.parse_args(argv)
+    given = [a for a in args.algos.split(",") if a]
+    if given != ["auto"]:
+        from pyscalecomm import allreduce_algorithms
+
+        known = allreduce_algorithms()
+        bad = [a for a in given if a not in known]
+        if bad or not given:
+            unknown = [a for a in bad if a != "auto"]
+            what = (
+                f"unknown algorithm {', '.join(unknown)}" if unknown else "auto in a list" if bad else "empty"
+            )
+            p.error(f"--algos {args.algos!r}: {what}; give auto alone, or some of {','.join(known)}")
     parse_sizes(p, args, minbytes="-b", maxbytes="-e")
     return args
 

@@ -433,6 +433,18 @@ def test_tune_command_writes_a_file_that_auto_accepts(tmp_path):
         assert names and all(x.split(":")[1] in weighed for x in names), names
 
 
+@pytest.mark.parametrize(
+    ("algos", "said"), [("ring,auto", "auto in a list"), ("ring,bogus", "unknown algorithm bogus")]
+)
+def test_tune_refuses_what_it_cannot_write_as_a_winner(algos, said):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "pyscalecomm.tune", "--algos", algos, "--nproc", "2"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and said in res.stderr and "give auto alone" in res.stderr, res.stderr
+
+
 def test_each_collective_lists_its_algorithms_and_refuses_others_by_name():
     import pyscalecomm
 
