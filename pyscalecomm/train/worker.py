@@ -287,7 +287,11 @@ def _auto_state(groups: list) -> dict | None:
     for g in groups:
         if dist.get_backend(g) != "scalecomm":
             continue
-        buckets += g._get_backend(torch.device("cpu")).tuning()
+        try:
+            backend = g._get_backend(torch.device("cpu"))
+        except RuntimeError:  # a group for device tensors only: auto takes the model's choice there
+            continue
+        buckets += backend.tuning()
     if not buckets:
         return None
     return {
