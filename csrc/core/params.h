@@ -134,7 +134,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "Network interface whose IPv4 address TCP peers connect to and the listener binds (default: the local end "      \
     "of the route to MASTER_ADDR).")                \
   P("SCALECOMM_HOSTNAME", "", "",                                                                                     \
-    "Host identity used to decide which peers share memory (default: hostname and namespaces).")                     \
+    "Host identity used to decide which peers share memory (default: hostname and namespaces); rank 0's also "     \
+    "names the machine in auto's tuning cache key.")                                                                 \
   P("SCALECOMM_TIMELINE", "", "",                                                                                     \
     "Write a Chrome/Perfetto trace per rank to this path ('{rank}' is replaced, else '.rank<r>' is inserted "        \
     "before the extension; missing folders are created): one span per collective and, inside, per step: send, "  \
