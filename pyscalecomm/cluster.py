@@ -13,13 +13,14 @@ above its rate after an idle spell, the tbf bucket; ``--queue-ms``: how long
 a packet may wait in its queue). Then it runs the command once per rank,
 inside its host's namespace, with the env:// rendezvous variables (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR = host 0, MASTER_PORT) and
-SCALECOMM_HOSTNAME set per host (``emu<rate>-host<i>``, e.g. ``emu1gbit-host0``),
-so ranks on one host share memory and ranks on different hosts talk TCP
-through the capped links. Host names carry the rate, not the cluster id:
-auto's tuning cache is per machine, so a file measured on one cluster (say
-``python -m pyscalecomm.tune`` under it) serves every later cluster of the
-same rate and shape, the training driver's ``--cluster-rate`` included. Rank 0 prints to the
-terminal; the others write ``cluster-rank<r>.log`` in ``--logdir``.
+SCALECOMM_HOSTNAME set per host (``emu<rate>-host<i>``, e.g.
+``emu1gbit-host0``), so ranks on one host share memory and ranks on
+different hosts talk TCP through the capped links. Host names carry the
+rate, not the cluster id: auto's tuning cache is per machine, so a file
+measured on one cluster (say ``python -m pyscalecomm.tune`` under it) serves
+every later cluster of the same rate and shape, the training driver's
+``--cluster-rate`` included. Rank 0 prints to the terminal; the others write
+``cluster-rank<r>.log`` in ``--logdir``.
 
 With ``--mpirun`` the command runs as one Open MPI job instead: mpirun starts
 in host 0 and reaches the other hosts through an rsh agent that enters their

@@ -80,18 +80,24 @@ def parse_args(argv=None):
     )
     add_version(p)
     args = p.parse_args(argv)
-    given = [a for a in args.algos.split(",") if a]
-    if given != ["auto"]:
+    # The candidates as a list: ["auto"], or algorithms tune can write as winners.
+    algos = [a for a in args.algos.split(",") if a]
+    if algos != ["auto"]:
         from pyscalecomm import allreduce_algorithms
 
         known = allreduce_algorithms()
-        bad = [a for a in given if a not in known]
-        if bad or not given:
-            unknown = [a for a in bad if a != "auto"]
-            what = (
-                f"unknown algorithm {', '.join(unknown)}" if unknown else "auto in a list" if bad else "empty"
-            )
+        unknown = [a for a in algos if a not in known and a != "auto"]
+        if unknown:
+            what = f"unknown algorithm {', '.join(unknown)}"
+        elif "auto" in algos:
+            what = "auto in a list"
+        elif not algos:
+            what = "empty"
+        else:
+            what = ""
+        if what:
             p.error(f"--algos {args.algos!r}: {what}; give auto alone, or some of {','.join(known)}")
+    args.algos = algos
     parse_sizes(p, args, minbytes="-b", maxbytes="-e")
     return args
 
@@ -144,11 +150,10 @@ def run(args) -> None:
     hosts = [None] * n
     dist.all_gather_object(hosts, pyscalecomm._C.host_identity(), group=timing)
     size_list = sizes(args.minbytes, args.maxbytes, args.stepfactor, 0)
-    nbytes_of = {size: max(1, size // 4) * 4 for size in size_list}
     # Each size's candidates; the same on every rank (the group's layout).
-    given = [a for a in args.algos.split(",") if a]
     per_size = {
-        size: world.auto_candidates(nbytes_of[size]) if given == ["auto"] else given for size in size_list
+        size: world.auto_candidates(max(1, size // 4) * 4) if args.algos == ["auto"] else args.algos
+        for size in size_list
     }
     algos = list(dict.fromkeys(a for size in size_list for a in per_size[size]))
     groups = {

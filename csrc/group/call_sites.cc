@@ -20,7 +20,7 @@ Label Group::chooseAllreduce(int64_t bytes) {
   }
   if (algo.empty()) {
     const AlgoParams params = algoParams();
-    algo = scalecomm::chooseAllreduce(size_, bytes, costs_, params, autoCandidates(bytes));
+    algo = scalecomm::chooseAllreduce(size_, bytes, costs_, params, autoAllreduceCandidates(size_, bytes, params));
     why = "cost model";
   }
   SC_LOG(Info, "rank ", rank_, ": auto picks ", algo, " for allreduce of ", bytes, " bytes (", why, ")");

@@ -218,9 +218,9 @@ class Group : public std::enable_shared_from_this<Group> {
   // This group's layout (hosts, ps servers, shared windows), for schedules and auto.
   AlgoParams algoParams() const;
   // The allreduce algorithms auto weighs for a message of `bytes` in this
-  // group (those that serve it here, hier only where a host holds several
-  // ranks), in registry order: what it explores online and what an offline
-  // tuning sweep measures.
+  // group (autoAllreduceCandidates on this layout: those that serve it here,
+  // hier only where a host holds several ranks), in registry order: what it
+  // explores online and what an offline tuning sweep measures.
   std::vector<std::string> autoCandidates(int64_t bytes) const;
   Communicator& communicator() { return *comm_; }
   const std::shared_ptr<GroupState>& state() const { return state_; }

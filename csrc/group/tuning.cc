@@ -124,7 +124,7 @@ void Group::startTuner() {
   if (selection_.allreduce != "auto" || config_.autotune != "online" || size_ <= 1) return;
   auto ranker = [this](int64_t bytes) {
     const AlgoParams params = algoParams();
-    const std::vector<std::string> names = autoCandidates(bytes);
+    const std::vector<std::string> names = autoAllreduceCandidates(size_, bytes, params);
     const std::string favourite = scalecomm::chooseAllreduce(size_, bytes, costs_, params, names);
     std::vector<std::pair<std::string, double>> out;
     for (const std::string& a : names) {
