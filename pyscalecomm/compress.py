@@ -17,6 +17,8 @@ allgather with a decode-and-accumulate; the profiler title names both
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.distributed as dist
 
@@ -32,6 +34,51 @@ def _backend(group, device: torch.device):
     return be
 
 
+# Error-feedback state of arrays that the caller did not name (key=None),
+# per backend (its compression_state_id): the key (their memory) -> a weak reference to the object that
+# owns that memory. A key whose owner died, or that another object's memory
+# now has (the allocator reused the address), starts afresh.
+_owners: dict[int, dict[str, weakref.ref]] = {}
+_dead: dict[int, set[str]] = {}
+
+
+def _memory_owner(array):
+    """The object whose lifetime bounds ``array``'s memory: the array, or the
+    array it is a view of (NumPy's ``base`` chain, while the bases can be
+    referenced weakly)."""
+    owner = array
+    base = getattr(owner, "base", None)
+    while base is not None:
+        try:
+            weakref.ref(base)
+        except TypeError:
+            break
+        owner = base
+        base = getattr(owner, "base", None)
+    return owner
+
+
+def _key_for_memory(be, tensor: torch.Tensor, array) -> str:
+    """The state key of ``array`` (shared with the backend as ``tensor``):
+    its memory, owned by ``array``'s memory owner for as long as that lives."""
+    owners = _owners.setdefault(be.compression_state_id, {})
+    dead = _dead.setdefault(be.compression_state_id, set())
+    while dead:  # owners freed since the last call: their residuals go too
+        k = dead.pop()
+        ref = owners.get(k)
+        if ref is not None and ref() is None:
+            del owners[k]
+            be.forget_compression_state(k)
+    key = f"ptr:{tensor.data_ptr()}:{tensor.numel()}:{tensor.dtype}"
+    owner = _memory_owner(array)
+    ref = owners.get(key)
+    if ref is None or ref() is not owner:
+        if ref is not None:
+            be.forget_compression_state(key)
+        owners[key] = weakref.ref(owner, lambda _r, k=key, d=dead: d.add(k))
+    return key
+
+
 def allreduce(
     tensor: torch.Tensor,
     compression: str,
@@ -40,16 +87,21 @@ def allreduce(
     error_feedback: bool | None = None,
     average: bool = False,
     async_op: bool = False,
+    array=None,
 ):
     """Allreduce ``tensor`` in place through ``compression``.
 
-    ``key`` names the error-feedback state (default: the tensor's memory
-    address and size, stable for a reused gradient buffer). Returns a
-    ``torch.futures.Future`` of ``[tensor]`` when ``async_op``, else None.
+    ``key`` names the error-feedback state. Without one, the state belongs to
+    the tensor's memory for as long as the tensor's storage lives (a reused
+    gradient buffer keeps it; a tensor freed and another made at the same
+    address starts afresh). ``array``: the caller's array that ``tensor``
+    shares memory with (NumPy, CuPy through DLPack); its lifetime then bounds
+    the state instead. Returns a ``torch.futures.Future`` of ``[tensor]``
+    when ``async_op``, else None.
     """
     be = _backend(group, tensor.device)
     if key is None:
-        key = f"ptr:{tensor.data_ptr()}:{tensor.numel()}"
+        key = "" if array is None or array is tensor else _key_for_memory(be, tensor, array)
     ef = -1 if error_feedback is None else int(bool(error_feedback))
     fut = be.allreduce_compressed(tensor, compression, key, ef, average)
     if async_op:

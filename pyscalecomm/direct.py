@@ -73,8 +73,10 @@ def allreduce(
     ``op``: ``sum``, ``avg``, ``product``, ``min`` or ``max``.
     ``compression``: a codec (``fp16``, ``bf16``, ``topk:0.01``, ...;
     docs/compression.md) for floating ``sum``/``avg``; ``key`` names the
-    error-feedback state (default: the memory address and size) and
-    ``error_feedback`` overrides the codec's default."""
+    error-feedback state (default: the array's memory, for as long as the
+    array, or the array it views, lives: an array made anew, even at a freed
+    array's address, starts from zero error) and ``error_feedback``
+    overrides the codec's default."""
     if op not in _OPS:
         raise ValueError(f"pyscalecomm.allreduce: op {op!r} is not one of {', '.join(_OPS)}")
     tensor = as_tensor(array, "allreduce")
@@ -95,5 +97,6 @@ def allreduce(
         error_feedback=error_feedback,
         average=op == "avg",
         async_op=async_op,
+        array=array,
     )
     return fut if async_op else array

@@ -13,12 +13,16 @@ send/recv ring, of random sizes and dtypes. Every input is a small integer
 pattern of (rank, step), so each rank computes every exact result itself.
 
 About half the episodes inject one fault at a random step: a rank is killed
-(SIGKILL), delayed (a sleep well within the timeout: results must stay exact)
-or aborts its group. The run fails, naming the episode's seed, if any of these
-invariants breaks:
+(SIGKILL), delayed (a sleep well within the timeout: results must stay exact),
+aborts its group, names itself the root of a broadcast the others root
+elsewhere, uses other codec parameters in a compressed allreduce, stops the
+store's host (rank 0, SIGSTOP past the timeout), or exits with a thread inside
+a collective. The summary counts the episodes of each fault. The run fails,
+naming the episode's seed, if any of these invariants breaks:
 
 - no crash: every rank but a killed one reports back;
-- no wrong result: every completed call matches the exact result;
+- no wrong result: every completed call matches the exact result, and after
+  ranks disagree on a root or a codec every rank fails (none goes on);
 - no hang: a survivor's failing call raises within the group timeout + 5 s,
   and without a fault no call fails;
 - no leak: no /dev/shm/scalecomm-* name is left after the episode.
@@ -53,6 +57,12 @@ KINDS = [
     "sendrecv",
 ]
 DTYPES = ["float32", "float64", "bfloat16", "float16", "int32", "int64"]
+# kill: SIGKILL; delay: a sleep within the timeout; abort: abort() and leave;
+# root: one rank names itself the root of a broadcast the others root elsewhere;
+# codec: one rank's compressed allreduce uses other codec parameters;
+# stop_store: another rank SIGSTOPs rank 0 (which hosts the store) past the timeout;
+# exit: the process exits (the interpreter's exit hook) with a thread inside a collective.
+FAULTS = ["kill", "delay", "abort", "root", "codec", "stop_store", "exit"]
 GROUP_TIMEOUT_S = 6
 RING_BYTES = 1 << 20  # SCALECOMM_SHM_RING_BYTES: small, so large messages wrap the rings
 GRACE_S = 5
@@ -138,12 +148,10 @@ def _run_call(torch, dist, c: dict, rank: int, n: int):
         ok = True
     else:  # a ring of sends and receives
         out = torch.empty(count, dtype=dtype)
-        if c["batched"] or count * mine.element_size() > RING_BYTES // 2:
-            # Plain isend/irecv rings deadlock (until the timeout) when a message
-            # exceeds what the link buffers (docs/reliability.md): batch them.
+        if c["batched"]:
             ops = [dist.P2POp(dist.isend, mine, (rank + 1) % n), dist.P2POp(dist.irecv, out, (rank - 1) % n)]
             works = dist.batch_isend_irecv(ops)
-        else:
+        else:  # plain posted sends and receives progress together, whatever the link buffers
             works = [dist.isend(mine, (rank + 1) % n), dist.irecv(out, (rank - 1) % n)]
         for w in works:
             w.wait()
@@ -151,27 +159,60 @@ def _run_call(torch, dist, c: dict, rank: int, n: int):
     return None if ok else f"step {step} {kind} {c['dtype']} x{count} op {c['op']} root {root}: wrong result"
 
 
+def _run_mismatch(torch, dist, pyscalecomm, c: dict, rank: int, n: int, which: str):
+    """The fault step of a mismatch: a broadcast whose root the faulty rank
+    names as itself, or a compressed allreduce with another codec parameter."""
+    count = max(c["count"], 1)
+    if which.endswith("root"):
+        root = rank if which == "root" else c["root"]
+        dist.broadcast(torch.full((count,), float(rank)), src=root)
+    else:
+        levels = 2 if which == "codec" else 8
+        pyscalecomm.allreduce(torch.ones(max(count, 64)), f"qsgd:{levels}", key="soak")
+
+
 def episode_rank(rank: int, n: int, seed: int, steps: int, fault: dict | None):
     """One rank's episode: (calls completed, wrong results, error text, seconds the failing call took)."""
     import signal
+    import threading
 
     import torch
     import torch.distributed as dist
 
+    import pyscalecomm
+
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"pid/{rank}", str(os.getpid()))
     wrong = []
     done = 0
     for c in plan(seed, n, steps):
-        if fault and fault["rank"] == rank and fault["step"] == c["step"]:
+        mismatch = None  # this rank's own version of the call (root or codec)
+        if fault and fault["step"] == c["step"] and fault["kind"] in ("root", "codec"):
+            mismatch = fault["kind"] if fault["rank"] == rank else "agreed-" + fault["kind"]
+        elif fault and fault["rank"] == rank and fault["step"] == c["step"]:
             if fault["kind"] == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             elif fault["kind"] == "delay":
                 time.sleep(fault["seconds"])
+            elif fault["kind"] == "stop_store":  # the store's host (rank 0) stops for longer than the timeout
+                pid = int(store.get("pid/0").decode())
+                os.kill(pid, signal.SIGSTOP)
+                threading.Timer(GROUP_TIMEOUT_S * 1.5, os.kill, (pid, signal.SIGCONT)).start()
+            elif fault["kind"] == "exit":  # the process exits with a thread inside a collective
+                threading.Thread(target=_run_call, args=(torch, dist, c, rank, n), daemon=True).start()
+                time.sleep(0.2)
+                pyscalecomm._C._shutdown_all_at_exit()  # what the interpreter's exit runs
+                return done, wrong, "exited here", 0.0
             else:  # abort: this rank leaves; the others must notice
                 dist.group.WORLD._get_backend(torch.device("cpu")).abort()
                 return done, wrong, "aborted here", 0.0
         start = time.monotonic()
         try:
-            bad = _run_call(torch, dist, c, rank, n)
+            if mismatch:
+                _run_mismatch(torch, dist, pyscalecomm, c, rank, n, mismatch)
+                bad = None
+            else:
+                bad = _run_call(torch, dist, c, rank, n)
         except Exception as e:  # noqa: BLE001 - the error is the result
             return done, wrong, f"{type(e).__name__}: {str(e)[:400]}", time.monotonic() - start
         if bad:
@@ -198,9 +239,11 @@ def describe(seed: int, transports: list[str], max_ranks: int):
     steps = rnd.randint(20, 80)
     fault = None
     if rnd.random() < 0.5:
-        kind = rnd.choice(["kill", "delay", "abort"])
-        fault = {"kind": kind, "rank": rnd.randrange(n), "step": rnd.randrange(steps)}
+        kind = rnd.choice(FAULTS)
+        fault = {"kind": kind, "rank": rnd.randrange(n), "step": rnd.randrange(steps - 5)}
         fault["seconds"] = round(rnd.uniform(0.2, 2), 2)
+        if kind == "stop_store":
+            fault["rank"] = rnd.randrange(1, n)  # another rank stops rank 0
     label = f"{n} ranks, {transport}, {algo}, {steps} steps, fault {fault}"
     return n, transport, algo, steps, fault, label
 
@@ -215,6 +258,7 @@ def run_episode(seed: int, transports: list[str], max_ranks: int) -> list[str]:
         env["SCALECOMM_SHM_WINDOW_BYTES"] = 1 << 21
     before = _shm_names()
     killed = (fault["rank"],) if fault and fault["kind"] == "kill" else ()
+    mismatched = fault is not None and fault["kind"] in ("root", "codec")
     out = run_ranks(
         n,
         episode_rank,
@@ -236,7 +280,9 @@ def run_episode(seed: int, transports: list[str], max_ranks: int) -> list[str]:
             continue
         done, wrong, error, took = res
         problems += [f"rank {r}: {w}" for w in wrong]
-        if error and error != "aborted here":
+        if mismatched and error is None:
+            problems.append(f"rank {r} completed every call after the ranks disagreed on a {fault['kind']}")
+        if error and error not in ("aborted here", "exited here"):
             if fault is None or fault["kind"] == "delay":
                 problems.append(f"rank {r} failed without a fault that explains it: {error}")
             elif took > GROUP_TIMEOUT_S + GRACE_S:
@@ -266,18 +312,25 @@ def main() -> int:
     transports = args.transports.split(",")
     end = time.monotonic() + args.minutes * 60
     episodes, failures = 0, []
+    by_fault: dict[str, int] = {}
     seed = args.seed
     while time.monotonic() < end and (args.episodes == 0 or episodes < args.episodes):
         problems = run_episode(seed, transports, args.ranks)
         episodes += 1
         status = "ok" if not problems else "FAILED"
         what = describe(seed, transports, args.ranks)[-1]
+        fault = describe(seed, transports, args.ranks)[4]
+        kind = fault["kind"] if fault else "none"
+        by_fault[kind] = by_fault.get(kind, 0) + 1
         print(f"episode {episodes} (seed {seed}): {status}  [{what}]", flush=True)
         for p in problems:
             print("  " + p, flush=True)
         failures += problems
         seed += 1
-    print(f"{episodes} episodes from seed {args.seed}: {len(failures)} broken invariants")
+    counts = ", ".join(f"{k} {by_fault.get(k, 0)}" for k in ["none", *FAULTS])
+    print(
+        f"{episodes} episodes from seed {args.seed} (by fault: {counts}): {len(failures)} broken invariants"
+    )
     return 1 if failures else 0
 
 

@@ -623,17 +623,74 @@ def test_non_contiguous_tensors_are_copied_in_and_out_like_gloo():
 
 
 def _allgather_coalesced(rank, n):
-    ins = [torch.full((3,), float(rank)), torch.arange(10.0).view(2, 5) + 10 * rank]
-    outs = [[torch.empty(3) for _ in range(n)], [torch.empty(2, 5) for _ in range(n)]]
-    dist.all_gather_coalesced(outs, ins)
+    gloo = dist.new_group(backend="gloo")
+    ins = [
+        torch.full((3,), float(rank)),
+        torch.arange(10.0).view(2, 5) + 10 * rank,
+        torch.tensor([float(rank)]),
+    ]
+
+    def outputs():  # torch's layout: one list per rank, one tensor per input
+        return [[torch.full_like(t, -1) for t in ins] for _ in range(n)]
+
+    ours, theirs = outputs(), outputs()
+    dist.all_gather_coalesced(ours, ins)
+    dist.all_gather_coalesced(theirs, ins, group=gloo)
     for q in range(n):
-        assert torch.equal(outs[0][q], torch.full((3,), float(q)))
-        assert torch.equal(outs[1][q], torch.arange(10.0).view(2, 5) + 10 * q)
+        for i in range(len(ins)):
+            assert torch.equal(ours[q][i], theirs[q][i]), (q, i, ours[q][i], theirs[q][i])
+        assert torch.equal(ours[q][0], torch.full((3,), float(q)))
+        assert torch.equal(ours[q][1], torch.arange(10.0).view(2, 5) + 10 * q)
     return True
 
 
-def test_all_gather_coalesced():
+def test_all_gather_coalesced_matches_gloo():
     run_ranks(3, _allgather_coalesced)
+
+
+def _outputs_that_cannot_hold_a_result(rank, n):
+    """Outputs whose elements share memory, and an all_gather input that
+    overlaps its output elsewhere than in this rank's own block: a ValueError
+    before anything is sent, and the group stays usable; the in-place forms
+    give gloo's result."""
+    gloo = dist.new_group(backend="gloo")
+    errors = []
+    for bad in (
+        lambda: dist.all_reduce(torch.tensor([float(rank + 1)]).expand(1000)),
+        lambda: dist.broadcast(torch.zeros(1).expand(64), src=0),
+        lambda: dist.all_gather([torch.zeros(1).expand(4)] * n, torch.ones(4)),
+        lambda: dist.recv(torch.zeros(1).expand(8), src=(rank + 1) % n) if n > 1 else None,
+    ):
+        try:
+            bad()
+            errors.append("no error")
+        except ValueError as e:
+            errors.append(str(e))
+    out = torch.zeros(n * 4)
+    try:
+        dist.all_gather_into_tensor(out, out[1:5])  # overlaps the output, not as this rank's block
+        errors.append("no error")
+    except ValueError as e:
+        errors.append(str(e))
+    x = torch.ones(4)
+    dist.all_reduce(x)  # still usable
+    # In place: the input is exactly this rank's block of the output.
+    ours, theirs = torch.zeros(n * 4), torch.zeros(n * 4)
+    for buf, group in ((ours, None), (theirs, gloo)):
+        buf[rank * 4 : (rank + 1) * 4] = rank + 1
+        dist.all_gather_into_tensor(buf, buf[rank * 4 : (rank + 1) * 4], group=group)
+    outs = [torch.zeros(4) for _ in range(n)]
+    outs[rank].fill_(rank + 1)
+    dist.all_gather(outs, outs[rank])
+    return errors, x.tolist(), torch.equal(ours, theirs), torch.equal(torch.cat(outs), theirs)
+
+
+def test_outputs_that_cannot_hold_a_result_are_refused_before_anything_is_sent():
+    for errors, x, in_place, listed in run_ranks(2, _outputs_that_cannot_hold_a_result):
+        for e in errors[:4]:
+            assert "share memory" in e and "expanded or stride-0" in e and "(rank " in e, e
+        assert "shares memory with the output other than as this rank's own block" in errors[4], errors[4]
+        assert x == [2.0] * 4 and in_place and listed
 
 
 def test_unknown_algorithm_is_a_value_error_listing_the_known_ones():

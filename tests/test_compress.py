@@ -351,3 +351,89 @@ def test_digits_reach_uncompressed_accuracy_with_topk_sign_and_powersgd_plus_err
         acc, replicas_equal = run_ranks(2, _train_digits, spec, 20, timeout_s=300)[0]
         assert replicas_equal, spec
         assert acc >= base - 0.005, (spec, acc, base)
+
+
+def _residual_at_a_reused_address(rank, n):
+    """An array compressed once and freed, then a new array of zeros made at the
+    same address: its compressed sum must be zeros (gloo's sum of zeros), not
+    the freed array's residual. Through the direct API (NumPy) and through the
+    group's default codec (torch tensors)."""
+    import numpy as np
+    import torch.distributed as dist
+
+    import pyscalecomm
+
+    gloo = dist.new_group(backend="gloo")
+    size = 4096
+
+    def reused(make, address):
+        first = make(1.0)
+        where = address(first)
+        yield first
+        del first
+        for _ in range(200):  # the allocator hands a freed block out again
+            again = make(0.0)
+            if address(again) == where:
+                yield again
+                return
+            del again
+        yield None
+
+    def everyone(found):  # every rank runs the same calls: all found a reused address, or none goes on
+        flag = torch.tensor([int(found is not None)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=gloo)
+        return bool(flag.item())
+
+    out = {}
+    # The direct API on NumPy arrays (top-k keeps 1 %: the rest becomes the residual).
+    arrays = reused(lambda v: np.full(size, v, dtype=np.float32), lambda a: a.ctypes.data)
+    pyscalecomm.allreduce(next(arrays), "topk:0.01")
+    zeros = next(arrays)
+    if everyone(zeros):
+        pyscalecomm.allreduce(zeros, "topk:0.01")
+        expect = torch.zeros(size)
+        dist.all_reduce(expect, group=gloo)
+        out["numpy"] = torch.equal(torch.from_numpy(zeros), expect), float(np.abs(zeros).sum())
+    # The group's default codec on torch tensors.
+    g = dist.new_group(
+        backend="scalecomm", pg_options=pyscalecomm.Options(compression="topk:0.01", compression_min_bytes=0)
+    )
+    tensors = reused(lambda v: torch.full((size,), v), lambda t: t.data_ptr())
+    dist.all_reduce(next(tensors), group=g)
+    zeros = next(tensors)
+    if everyone(zeros):
+        dist.all_reduce(zeros, group=g)
+        out["torch"] = bool((zeros == 0).all()), float(zeros.abs().sum())
+    # A key the caller names keeps its state across arrays, as documented.
+    a = np.ones(size, dtype=np.float32)
+    pyscalecomm.allreduce(a, "topk:0.01", key="named")
+    b = np.zeros(size, dtype=np.float32)
+    pyscalecomm.allreduce(b, "topk:0.01", key="named")
+    out["named"] = float(b.sum()) > 0
+    return out
+
+
+def test_error_feedback_never_passes_to_an_array_made_at_a_freed_arrays_address():
+    for out in run_ranks(2, _residual_at_a_reused_address):
+        assert out.get("numpy", (True,))[0] and out.get("torch", (True,))[0], out
+        assert "numpy" in out or "torch" in out, out  # at least one allocator reused the address
+        assert out["named"], out
+
+
+def _codec_mismatch(rank, n, specs):
+    import pyscalecomm
+
+    x = torch.randn(50000, generator=torch.Generator().manual_seed(rank))
+    try:
+        pyscalecomm.allreduce(x, specs[rank], key="k")
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+@pytest.mark.parametrize("specs", [("qsgd:8", "qsgd:2"), ("topk:0.01", "topk:0.02"), ("topk:0.01", "qsgd:8")])
+def test_ranks_with_different_codecs_or_parameters_fail_naming_the_codec(specs):
+    out = run_ranks(2, _codec_mismatch, specs)
+    for r in range(2):
+        assert "compression codec" in out[r] and f"codec {specs[r]}" in out[r], out[r]
+        assert "elements of" not in out[r], out[r]  # not blamed on the tensors' shape or dtype

@@ -155,13 +155,97 @@ def test_ranks_configured_differently_fail_naming_the_setting():
         ),
         (
             {"SCALECOMM_ALGO": "ring", "SCALECOMM_SEGMENT_BYTES": [16384, 65536]},
-            ["cuts its messages differently: its SCALECOMM_SEGMENT_BYTES"],
+            ["encodes its messages differently: its SCALECOMM_SEGMENT_BYTES"],
+        ),
+        (  # the group default codec's parameters: the same codec, other levels
+            {"SCALECOMM_COMPRESSION": ["qsgd:8", "qsgd:2"]},
+            ["compression codec (SCALECOMM_COMPRESSION"],
+        ),
+        (  # one rank compresses, the other does not
+            {"SCALECOMM_COMPRESSION": ["topk:0.01", "none"]},
+            ["compression codec (SCALECOMM_COMPRESSION"],
         ),
     ]:
         out = run_ranks(2, _configured, env=env)
         for rank in (0, 1):
-            assert f"scalecomm allreduce (rank {rank}, seq 1)" in out[rank], out[rank]
+            assert out[rank].startswith("scalecomm allreduce"), out[rank]
+            assert f"(rank {rank}, seq 1)" in out[rank], out[rank]
         assert any(x in out[0] + out[1] for x in either), out
+
+
+def _root_mismatch(rank, n, kind, count):
+    """Every rank names itself as the root (src) of one broadcast or scatter,
+    then the ranks go on: every rank must fail, none may go on with
+    replicas that differ."""
+    if kind == "broadcast":
+        t = torch.full((count,), float(rank))
+        first = _error_of(lambda: dist.broadcast(t, src=rank), Exception)
+    else:
+        out = torch.zeros(count)
+        chunks = [torch.full((count,), float(10 * rank + q)) for q in range(n)]
+        first = _error_of(lambda: dist.scatter(out, chunks, src=rank), Exception)
+    after = []
+    # small calls (on the shared windows where the ranks have them), a barrier, a large one
+    for call in (
+        lambda: dist.all_reduce(torch.ones(4)),
+        lambda: dist.all_reduce(torch.ones(4)),
+        dist.barrier,
+        lambda: dist.all_reduce(torch.ones(1 << 20)),
+    ):
+        after.append(_error_of(call, Exception))
+        if after[-1] != "no error":
+            break
+    return first, after
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "scatter"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_root_that_differs_between_ranks_fails_every_rank(kind, n):
+    env = {"SCALECOMM_TUNING_FILE": "none"}  # auto's defaults: small calls on the shared windows
+    out = run_ranks(n, _root_mismatch, kind, 256, env=env, group_timeout_s=10)
+    for rank, (first, after) in enumerate(out):
+        failed = [x for x in [first, *after] if x != "no error"]
+        assert failed, f"rank {rank}: every call succeeded after roots differed: {first} {after}"
+    texts = " ".join(x for _, after in out for x in after)
+    assert f"of its {kind} seq 1 (root/src" in texts and "never received" in texts, texts
+
+
+def _call_while_a_peer_is_stopped(rank, n, victim):
+    """The other rank stops `victim` (SIGSTOP: a debugger, a frozen VM, a
+    partition) and times its next allreduce. When the victim is rank 0, its
+    process hosts the store the desync report asks through."""
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"pid/{rank}", str(os.getpid()))
+    dist.all_reduce(torch.ones(4))
+    if rank == victim:
+        store.wait(["resumed"], timedelta(seconds=60))  # stopped in here, then woken
+        return "victim"
+    pid = int(store.get(f"pid/{victim}").decode())
+    resume = threading.Timer(20, os.kill, (pid, signal.SIGCONT))  # whatever happens below
+    resume.start()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        result = _timed_error_of(lambda: dist.all_reduce(torch.ones(4)))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        resume.cancel()
+    store.set("resumed", "1")
+    return result
+
+
+@pytest.mark.parametrize("victim", [0, 1], ids=["store-host-stopped", "peer-stopped"])
+def test_a_stopped_peer_or_store_host_fails_the_call_at_its_timeout(victim):
+    timeout = 3.0
+    out = run_ranks(2, _call_while_a_peer_is_stopped, victim, group_timeout_s=timeout, timeout_s=90)
+    text, seconds = out[1 - victim]
+    assert "Timed out after 3000 ms" in text, text
+    # At the timeout plus the desync report's bound (300 ms), not after the
+    # store's own timeout or a wait for the stopped rank's answer.
+    assert seconds < timeout + 1.2, (seconds, text)
+    if victim == 0:
+        assert "the store did not answer within 300 ms" in text, text
+    else:
+        assert "rank(s) 1 did not answer" in text, text
 
 
 def _absent_peer(rank, n):
@@ -422,6 +506,57 @@ def test_exit_with_a_stuck_collective_is_prompt():
     elapsed, codes, outs = _exit_mid_collective(peer_joins=False)
     assert elapsed < 30, outs  # not the 60 s group timeout: aborted after a 2 s grace
     assert codes[0] == 0, outs[0][-3000:]
+
+
+_EXIT_WITH_A_THREAD_IN_A_CALL = """
+import sys, threading, time
+from datetime import timedelta
+import torch, torch.distributed as dist
+import pyscalecomm
+rank, port = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("scalecomm", init_method="tcp://127.0.0.1:" + port, rank=rank, world_size=2,
+                        timeout=timedelta(seconds=60))
+store = dist.distributed_c10d._get_default_store()
+if rank == 0:
+    def calls():  # blocked in a collective rank 1 never joins, then calling on and on
+        while True:
+            try:
+                dist.all_reduce(torch.ones(1 << 16))
+            except Exception:
+                pass
+    threading.Thread(target=calls, daemon=True).start()
+    time.sleep(0.5)
+    store.set("exiting", "1")
+    print("main thread exits", flush=True)
+else:
+    store.wait(["exiting"])
+    time.sleep(3)  # alive, never joining, until rank 0 has exited
+"""
+
+
+def test_exit_with_a_daemon_thread_inside_a_collective_is_clean():
+    # The exit aborts the thread's call; a thread that came back into the
+    # finalizing interpreter was ended by a forced unwind: SIGABRT (-6), which
+    # torchrun reports as a failed job.
+    import subprocess
+    import sys
+
+    from dist_helpers import free_port
+
+    for _ in range(2):
+        port = str(free_port())
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _EXIT_WITH_A_THREAD_IN_A_CALL, str(r), port],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for r in range(2)
+        ]
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+        assert procs[0].returncode == 0, outs[0][-3000:]
+        assert "main thread exits" in outs[0] and "terminate called" not in outs[0], outs[0][-3000:]
 
 
 def _tcp_group_with_secret(rank, n, secrets):

@@ -15,8 +15,19 @@ def _x(rank, count, dtype=torch.float32, salt=0):
     return ((torch.arange(count) * 7 + 13 * rank + salt) % 23).to(dtype)
 
 
+def _gloo_too(collective, *args, **kwargs):
+    """The collective on the gloo group; False where gloo lacks it or the
+    dtype (every rank alike: gloo refuses before communicating)."""
+    try:
+        collective(*args, **kwargs)
+        return True
+    except (RuntimeError, ValueError):
+        return False
+
+
 def _rooted_and_exchanges(rank, n):
     gloo = dist.new_group(backend="gloo")
+    gloo_checked = set()
     for dtype in [torch.float32, torch.int64, torch.bfloat16]:
         for count in [0, 1, n + 1, 5003]:
             total = sum(_x(r, count, torch.float64) for r in range(n))
@@ -26,15 +37,27 @@ def _rooted_and_exchanges(rank, n):
                 dist.reduce(t, dst=root)
                 want = total.to(dtype) if rank == root else _x(rank, count, dtype)
                 assert torch.equal(t, want), f"reduce {dtype} {count} root {root}"
+                g = _x(rank, count, dtype)
+                if _gloo_too(dist.reduce, g, dst=root, group=gloo):
+                    assert rank != root or torch.equal(t, g), f"reduce vs gloo {dtype} {count} root {root}"
+                    gloo_checked.add("reduce")
                 # gather / scatter
                 outs = [torch.empty(count, dtype=dtype) for _ in range(n)] if rank == root else None
                 dist.gather(_x(rank, count, dtype), outs, dst=root)
                 if rank == root:
                     assert all(torch.equal(outs[q], _x(q, count, dtype)) for q in range(n)), "gather"
+                gouts = [torch.empty(count, dtype=dtype) for _ in range(n)] if rank == root else None
+                if _gloo_too(dist.gather, _x(rank, count, dtype), gouts, dst=root, group=gloo):
+                    assert rank != root or list(map(torch.equal, outs, gouts)) == [True] * n, "gather vs gloo"
+                    gloo_checked.add("gather")
                 got = torch.empty(count, dtype=dtype)
                 ins = [_x(root, count, dtype, salt=q) for q in range(n)] if rank == root else None
                 dist.scatter(got, ins, src=root)
                 assert torch.equal(got, _x(root, count, dtype, salt=rank)), "scatter"
+                ggot = torch.empty(count, dtype=dtype)
+                if _gloo_too(dist.scatter, ggot, ins, src=root, group=gloo):
+                    assert torch.equal(got, ggot), "scatter vs gloo"
+                    gloo_checked.add("scatter")
             # reduce_scatter_tensor and the list form
             full = _x(rank, count * n, dtype)
             out = torch.empty(count, dtype=dtype)
@@ -42,6 +65,10 @@ def _rooted_and_exchanges(rank, n):
             whole = sum(_x(r, count * n, torch.float64) for r in range(n)).to(dtype)
             assert torch.equal(out, whole[rank * count : (rank + 1) * count]), "reduce_scatter_tensor"
             assert torch.equal(full, _x(rank, count * n, dtype)), "reduce_scatter_tensor changed its input"
+            gout = torch.empty(count, dtype=dtype)
+            if _gloo_too(dist.reduce_scatter_tensor, gout, _x(rank, count * n, dtype), group=gloo):
+                assert torch.equal(out, gout), "reduce_scatter_tensor vs gloo"
+                gloo_checked.add("reduce_scatter_tensor")
             out2 = torch.empty(count, dtype=dtype)
             dist.reduce_scatter(out2, list(full.chunk(n)) if count else [torch.empty(0, dtype=dtype)] * n)
             assert torch.equal(out2, out), "reduce_scatter"
@@ -72,12 +99,14 @@ def _rooted_and_exchanges(rank, n):
     outs = [torch.empty(q + rank + 2, dtype=torch.bool) for q in range(n)]
     dist.all_to_all(outs, ins)
     assert all(torch.equal(outs[q], torch.full((q + rank + 2,), (q + rank) % 2 == 0)) for q in range(n))
-    return True
+    return sorted(gloo_checked)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_reduce_gather_scatter_reduce_scatter_all_to_all(n):
-    run_ranks(n, _rooted_and_exchanges, timeout_s=300)
+    for checked in run_ranks(n, _rooted_and_exchanges, timeout_s=300):
+        # every collective compared with gloo wherever gloo takes it (float32 at least)
+        assert checked == ["gather", "reduce", "reduce_scatter_tensor", "scatter"], checked
 
 
 def _avg_and_premul(rank, n):
@@ -192,6 +221,43 @@ def _batch_receives_first(rank, n):
 
 def test_batch_isend_irecv_receives_first_with_large_messages():
     assert run_ranks(3, _batch_receives_first, timeout_s=120) == [(True, 1)] * 3
+
+
+def _isend_irecv_ring(rank, n, count):
+    """Plain isend/irecv (no batch) around a ring with messages far larger
+    than a link buffers (ring attention, hand-written pipelines): each rank's
+    posted send and receive progress together, as on gloo."""
+    gloo = dist.new_group(backend="gloo")
+    right, left = (rank + 1) % n, (rank - 1) % n
+    mine = torch.arange(count, dtype=torch.float32) + 1000 * rank
+    results = []
+    for group in (None, gloo):
+        got = torch.empty(count)
+        send = dist.isend(mine, right, group=group)
+        recv = dist.irecv(got, left, group=group)
+        recv.wait()
+        send.wait()
+        results.append(got)
+    # sends posted before receives, to several peers, with tags, then a collective
+    gots = {p: torch.empty(count // 4) for p in range(n) if p != rank}
+    works = [dist.isend(mine[: count // 4] + p, p, tag=7) for p in gots]
+    works += [dist.irecv(g, p, tag=7) for p, g in gots.items()]
+    for w in works:
+        w.wait()
+    fanned = all(
+        torch.equal(g, torch.arange(count // 4, dtype=torch.float32) + 1000 * p + rank)
+        for p, g in gots.items()
+    )
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    return torch.equal(results[0], results[1]), fanned, t.tolist()
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_plain_isend_irecv_rings_larger_than_the_links_buffers_complete_like_gloo(n):
+    count = 2 << 20  # 8 MiB of float32 per message: 8x the shm ring
+    out = run_ranks(n, _isend_irecv_ring, count, group_timeout_s=20, timeout_s=120)
+    assert out == [(True, True, [float(n)] * 3)] * n, out
 
 
 def _any_source(rank, n):

@@ -325,12 +325,11 @@ void alltoall(Channel& ch, const std::vector<void*>& sendBlocks, const std::vect
   execute(p.plan, bytePointers(ptrs), ch, ctx);
 }
 
-void pointToPointBatch(Channel& ch, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts) {
-  ExecContext ctx(opts, CollectiveKind::SendRecv, DataType::Opaque, 0);
+Plan pointToPointPlan(const std::vector<PointToPointOp>& ops, int worldSize, ExecContext& ctx,
+                      std::vector<uint8_t*>& ptrs) {
   Schedule s;
   s.algorithm = "direct";
   ScheduleStep step;
-  std::vector<uint8_t*> ptrs;
   for (const PointToPointOp& op : ops) {
     const int block = static_cast<int>(s.blockCounts.size());
     s.blockCounts.push_back(op.count * static_cast<int64_t>(elementSize(op.dtype)));  // bytes
@@ -340,7 +339,74 @@ void pointToPointBatch(Channel& ch, const std::vector<PointToPointOp>& ops, cons
   }
   s.steps.push_back(step);
   // Segments in bytes, as the executor counts them for dtype Opaque.
-  execute(compilePlan(s, ch.size(), std::max<int64_t>(1, opts.segmentBytes)), ptrs, ch, ctx);
+  return compilePlan(s, worldSize, std::max<int64_t>(1, ctx.call.segmentBytes));
+}
+
+void pointToPointBatch(Channel& ch, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts) {
+  ExecContext ctx(opts, CollectiveKind::SendRecv, DataType::Opaque, 0);
+  std::vector<uint8_t*> ptrs;
+  const Plan plan = pointToPointPlan(ops, ch.size(), ctx, ptrs);
+  execute(plan, ptrs, ch, ctx);
+}
+
+PendingMessage::PendingMessage(const PointToPointOp& op, const CollectiveOptions& opts, int worldSize)
+    : op_(op), opts_(opts), ctx_(opts_, CollectiveKind::SendRecv, DataType::Opaque, 0) {
+  plan_ = pointToPointPlan({op}, worldSize, ctx_, ptrs_);
+}
+
+namespace {
+
+class PendingCheck final : public HeaderCheck {
+ public:
+  PendingCheck(const ExecContext& ctx, int rank) : ctx_(ctx), rank_(rank) {}
+  [[noreturn]] void mismatch(int peer, const WireHeader& got, const WireHeader& want) const override {
+    failHeaderMismatch(ctx_, rank_, peer, got, want);
+  }
+
+ private:
+  const ExecContext& ctx_;
+  int rank_;
+};
+
+}  // namespace
+
+bool PendingMessage::advance(Channel& ch, bool& moved) {
+  const auto& queue = op_.send ? plan_.sendQueue[op_.peer] : plan_.recvQueue[op_.peer];
+  describedErrors(ctx_, ch.rank(), [&] {
+    const PendingCheck check(ctx_, ch.rank());
+    while (head_ < queue.size()) {
+      const Task& t = plan_.tasks[queue[head_]];
+      if (!started_) {
+        header_ = taskHeader(ctx_, t);
+        started_ = true;
+      }
+      const ChannelMessage m{t.peer, ptrs_[t.block] + t.offset, t.count, DataType::Opaque, ReduceOp::None, &header_};
+      Channel::Progress p;
+      try {
+        p = op_.send ? ch.send(m) : ch.recv(m, check);
+      } catch (const Error&) {
+        if (op_.send && ch.communicator() != nullptr)
+          failIfPeerLeft(*ch.communicator(), t.peer, ctx_, ch.rank(), header_);
+        throw;
+      }
+      if (p == Channel::Progress::None) return;
+      moved = true;
+      if (p != Channel::Progress::Done) return;  // Partial: offered again next time
+      started_ = false;
+      ++head_;
+    }
+  });
+  return head_ == queue.size();
+}
+
+void PendingMessage::failTimeout(int rank) const {
+  describedErrors(ctx_, rank, [&] {
+    fail(ErrorKind::Timeout, "Timed out after ", opts_.timeoutMs, " ms waiting for rank ", op_.peer, " to ",
+         op_.send ? "receive" : "send", " message ", op_.pairSeq, " (tag ", op_.tag, ", ", op_.count, " elements). ",
+         "That rank may not have posted the matching ", op_.send ? "recv" : "send",
+         ", or is slow, stuck or dead. The group is unusable now: destroy it and create a new one.");
+  });
+  std::abort();  // unreachable: fail throws
 }
 
 int recvFromAny(Channel& ch, void* data, int64_t count, DataType dtype, int tag, std::vector<uint64_t>& recvSeq,

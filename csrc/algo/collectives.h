@@ -24,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "algo/executor.h"
 #include "algo/options.h"
+#include "algo/plan.h"
 #include "algo/plan_cache.h"
 #include "algo/schedule.h"
 #include "algo/trace.h"
@@ -93,6 +95,39 @@ struct PointToPointOp {
   uint64_t pairSeq;
 };
 void pointToPointBatch(Channel& ch, const std::vector<PointToPointOp>& ops, const CollectiveOptions& opts);
+
+// One posted send or receive moved a piece at a time, beside others, over
+// the stream channel (the messages of pointToPointBatch, byte for byte: a
+// send posted here meets a receive in a batch and the other way round).
+// advance() offers what can move now and returns true once the whole
+// message has moved; it throws the send's or receive's error (a mismatch
+// names both sides, a departed peer is named). Between advances nothing else
+// may use the channel's stream to that peer in that direction, and only the
+// oldest pending message per peer and direction may be advanced: the
+// channel holds one message in flight per peer and direction, and messages
+// keep their posting order on a link. The op's memory and `opts` are
+// borrowed (copied) for the message's life.
+class PendingMessage {
+ public:
+  PendingMessage(const PointToPointOp& op, const CollectiveOptions& opts, int worldSize);
+  PendingMessage(const PendingMessage&) = delete;
+  PendingMessage& operator=(const PendingMessage&) = delete;
+  const PointToPointOp& op() const { return op_; }
+  const Deadline& deadline() const { return opts_.deadline; }
+  bool advance(Channel& ch, bool& moved);
+  // Throws the timeout error naming the peer and the message.
+  [[noreturn]] void failTimeout(int rank) const;
+
+ private:
+  PointToPointOp op_;
+  CollectiveOptions opts_;
+  ExecContext ctx_;  // refers to opts_
+  Plan plan_;
+  std::vector<uint8_t*> ptrs_;
+  size_t head_ = 0;       // the next segment
+  bool started_ = false;  // the segment at head_ was offered (the channel holds it)
+  WireHeader header_{};
+};
 
 // Receive from any source: waits until some peer's next message is a
 // point-to-point message with the next number of that pair (recvSeq[peer] + 1)

@@ -61,6 +61,8 @@ WireHeader expectedHeader(const ExecContext& ctx, const Task& t, size_t es) {
 
 }  // namespace
 
+WireHeader taskHeader(const ExecContext& ctx, const Task& t) { return expectedHeader(ctx, t, elementSize(ctx.dtype)); }
+
 WireHeader collectiveHeader(const ExecContext& ctx) {
   Task none{};
   return expectedHeader(ctx, none, 0);
@@ -76,6 +78,16 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
     fail(ErrorKind::Io, who, ": rank ", peer,
          " left the group (destroy_process_group or exit) before sending what this rank waits for; every rank must "
          "make the same collective calls, and a receive needs its send, before any rank leaves");
+  }
+  // Settings first for the same call: a different codec also changes the
+  // payload's size, and even the collective (an allgather of encoded values).
+  if (got.seq == want.seq && got.settings != want.settings) {
+    fail(ErrorKind::InvalidArgument, who, ": rank ", peer,
+         " cuts or encodes its messages differently: its SCALECOMM_SEGMENT_BYTES, SCALECOMM_PS_SERVERS or "
+         "compression codec (SCALECOMM_COMPRESSION, Options(compression=...), the codec passed to the call) differ "
+         "from this rank's (segment bytes ",
+         ctx.call.segmentBytes, ", ps servers ", ctx.call.psServers, ", codec ",
+         ctx.call.codec.empty() ? "none" : ctx.call.codec, "); set the same values on every rank");
   }
   if (got.seq != want.seq || got.collective != want.collective) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " is at ",
@@ -111,12 +123,6 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " runs it with algorithm ", algorithmNamed(got.algorithm),
          " but this rank with ", ctx.call.algorithm.empty() ? "(none)" : ctx.call.algorithm,
          "; every rank must select the same algorithm (the same SCALECOMM_ALGO, options and per-call choice)");
-  }
-  if (got.settings != want.settings) {
-    fail(ErrorKind::InvalidArgument, who, ": rank ", peer,
-         " cuts its messages differently: its SCALECOMM_SEGMENT_BYTES or SCALECOMM_PS_SERVERS differ from this "
-         "rank's (",
-         ctx.call.segmentBytes, " and ", ctx.call.psServers, "); set the same values on every rank");
   }
   if (ctx.collective == CollectiveKind::Alltoall && got.payloadBytes != want.payloadBytes) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent a block of ", got.payloadBytes,

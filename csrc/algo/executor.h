@@ -67,7 +67,8 @@ struct ExecContext {
   ExecContext(const CollectiveOptions& opts, CollectiveKind kind, DataType type, int64_t count)
       : call(opts), collective(kind), dtype(type), totalCount(count) {
     algorithmId = wireId(opts.algorithm.data(), opts.algorithm.size());
-    const int64_t settings[] = {opts.segmentBytes, opts.psServers};
+    const int64_t settings[] = {opts.segmentBytes, opts.psServers,
+                                static_cast<int64_t>(wireId(opts.codec.data(), opts.codec.size()))};
     settingsId = wireId(reinterpret_cast<const char*>(settings), sizeof(settings));
   }
 };
@@ -76,6 +77,9 @@ struct ExecContext {
 std::string describe(const ExecContext& ctx, int rank);
 
 void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, const ExecContext& ctx);
+
+// The header task `t` of a plan run with `ctx` carries on the wire.
+WireHeader taskHeader(const ExecContext& ctx, const Task& t);
 
 // The header this rank's part of the collective carries (step, block,
 // segment and payload 0): what a peer's header is checked against when the

@@ -31,7 +31,10 @@ struct CollectiveOptions {
   uint64_t seq = 0;
   CallPart part = CallPart::Call;  // which exchange under `seq` this is (comm/wire.h)
   int psServers = 1;               // see AlgoParams; the host map comes from the Communicator
-  ExecTrace* trace = nullptr;      // timeline: per-step spans of every execute() (see algo/trace.h)
+  // A compressed allreduce's codec spec ("topk:0.01"; "" for none): part of
+  // the messages' settings, so ranks with different codecs or parameters fail.
+  std::string codec;
+  ExecTrace* trace = nullptr;  // timeline: per-step spans of every execute() (see algo/trace.h)
   // Compiled plans reused across calls of the same shape (algo/plan_cache.h);
   // null: compiled for this call only. Only the executing thread touches it.
   PlanCache* plans = nullptr;

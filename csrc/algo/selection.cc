@@ -14,6 +14,7 @@
 #include "algo/collectives.h"
 #include "algo/registry.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace scalecomm {
 
@@ -92,14 +93,13 @@ bool AlgorithmSelection::usesMpi() const {
 }
 
 TuningTable TuningTable::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    fail(ErrorKind::InvalidArgument, "scalecomm: cannot read tuning file '", path,
-         "' (SCALECOMM_TUNING_FILE); write one with python -m pyscalecomm.tune or unset the variable");
+  std::string text, why;
+  if (!readSmallFile(path, kMaxTuningFileBytes, /*ownedByUs=*/false, text, why)) {
+    fail(ErrorKind::InvalidArgument, "scalecomm: cannot read tuning file '", path, "'",
+         why.empty() ? std::string(" (it does not exist)") : ": " + why,
+         "; write one with python -m pyscalecomm.tune or unset SCALECOMM_TUNING_FILE");
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), "tuning file '" + path + "'");
+  return parse(text, "tuning file '" + path + "'");
 }
 
 TuningTable TuningTable::parse(const std::string& text, const std::string& what) {
@@ -211,23 +211,10 @@ std::string TuningTable::str() const {
   return o.str();
 }
 
-bool TuningTable::save(const std::string& path) const {
-  const size_t slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
-    // mkdir -p of the directory (errors surface at the write below).
-    for (size_t i = 1; i <= slash; ++i) {
-      if (i == slash || path[i] == '/') ::mkdir(path.substr(0, i).c_str(), 0755);
-    }
-  }
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  bool ok = false;
-  {
-    std::ofstream out(tmp);
-    out << str();
-    ok = static_cast<bool>(out.flush());
-  }
-  ok = ok && std::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) std::remove(tmp.c_str());
+bool TuningTable::save(const std::string& path, std::string* why) const {
+  std::string reason;
+  const bool ok = writeFileAtomically(path, str(), reason);
+  if (why != nullptr) *why = reason;
   return ok;
 }
 

@@ -52,6 +52,9 @@ struct AlgorithmSelection {
   bool usesMpi() const;     // some collective is set to "mpi"
 };
 
+// A tuning cache holds a few hundred lines; a larger file is not one.
+constexpr size_t kMaxTuningFileBytes = 1 << 20;
+
 struct TuningTable {
   std::string key;  // "" : any
   int world = 0;    // 0: any
@@ -61,12 +64,16 @@ struct TuningTable {
   AlgoParams layout;                  // hostOf and windowBytes (psServers: the default)
   std::vector<TunerEntry> allreduce;  // measured winners, by bucket
 
-  static TuningTable load(const std::string& path);  // throws InvalidArgument on a bad file
+  // Reads a regular file of at most kMaxTuningFileBytes (core/files.h);
+  // throws InvalidArgument on a missing, refused or bad file.
+  static TuningTable load(const std::string& path);
   static TuningTable parse(const std::string& text, const std::string& what);
   std::string str() const;
-  // Writes str() to `path` atomically (a temporary file renamed over it),
-  // making its directory first; false where that fails (nothing is left).
-  bool save(const std::string& path) const;
+  // Writes str() to `path` atomically (core/files.h: a fresh temporary file
+  // renamed over it, never written through a planted file or symlink),
+  // making its directory first; false where that fails (nothing is left),
+  // with the reason in *why.
+  bool save(const std::string& path, std::string* why = nullptr) const;
   std::string lookup(int64_t bytes) const;
 };
 

@@ -68,6 +68,34 @@ void checkPeerNotOnLinks(Communicator& comm, int peer, const WireHeader& mine, c
        "(raise the timeout with init_process_group(timeout=...) if the peer is just slow).");
 }
 
+// After a window call that every peer has posted: a collective's message
+// that a peer sent this rank over a link for an earlier call and this rank
+// never received means the ranks ran that call differently (a broadcast or
+// scatter whose root differed: each root sent and returned). Every message
+// a peer sent before posting this call is in the link by now (shm rings take
+// it whole, or the peer would still be sending), and this rank received
+// every message of its own earlier calls, so the next one on a link, unless
+// point-to-point, belongs to this call or a later one. Looked at only when
+// this rank moved a collective's message over links since its last look.
+void checkNoUnreceivedMessages(Communicator& comm, const WireHeader& mine, const ExecContext& ctx) {
+  if (mine.seq == 0 || !comm.channel().takeCollectiveTraffic()) return;
+  for (int q = 0; q < comm.size(); ++q) {
+    if (q == comm.rank() || !comm.hasLink(q)) continue;
+    WireHeader next;
+    if (comm.link(q).peek(&next, sizeof(next)) != sizeof(next)) continue;
+    if (next.magic != kWireMagic || isLeave(next) || next.seq >= mine.seq ||
+        next.collective == static_cast<uint8_t>(CollectiveKind::SendRecv))
+      continue;
+    fail(ErrorKind::InvalidArgument, describe(ctx, comm.rank()), ": rank ", q, " sent this rank a message of its ",
+         collectiveName(static_cast<CollectiveKind>(next.collective)), " seq ", next.seq,
+         next.rootOrTag >= 0 ? strCat(" (root/src ", next.rootOrTag, ")") : std::string(),
+         " that this rank never received: the ranks ran that call differently (a different root/src, or a "
+         "different collective), so its results differ between ranks from seq ",
+         next.seq,
+         " on. Every rank must pass the same root; the group is unusable now: destroy it and create a new one.");
+  }
+}
+
 // Publishes this rank's header and data of `call` and waits until every peer has
 // published theirs; then checks their headers against ours.
 void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader& mine, const ExecContext& ctx) {
@@ -126,6 +154,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
     std::memcpy(&got, w.header(q, call), sizeof(got));
     if (std::memcmp(&got, &mine, sizeof(got)) != 0) failHeaderMismatch(ctx, rank, q, got, mine);
   }
+  checkNoUnreceivedMessages(comm, mine, ctx);
 }
 
 // A message larger than the window, in chunks of n slices (slice q starts on

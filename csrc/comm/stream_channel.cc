@@ -100,6 +100,7 @@ Channel::Progress StreamChannel::send(const ChannelMessage& m) {
     sp.active = true;
     sp.pos = 0;
     sp.hdr = *m.header;
+    if (sp.hdr.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) collectiveTraffic_ = true;
     const int64_t payload = sp.hdr.payloadBytes;
     const uint64_t total = paddedMessageBytes(payload);
     sp.small = total <= kSmallMessage;
@@ -134,7 +135,10 @@ Channel::Progress StreamChannel::send(const ChannelMessage& m) {
 
 Channel::Progress StreamChannel::recv(const ChannelMessage& m, const HeaderCheck& check) {
   Incoming& rp = *in_[m.peer];
-  if (rp.stage() == Incoming::Idle) rp.begin(m, *reducer_, check);
+  if (rp.stage() == Incoming::Idle) {
+    rp.begin(m, *reducer_, check);
+    if (m.header->collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) collectiveTraffic_ = true;
+  }
   bool moved = false;
   while (rp.stage() != Incoming::Done) {
     if (comm_.link(m.peer).tryRecv(rp) == 0) return moved ? Progress::Partial : Progress::None;

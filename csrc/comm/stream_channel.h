@@ -12,7 +12,10 @@
 // the same message, whose header is read on the first call only (the channel
 // keeps a copy); start() forgets it. flush() has nothing to close. idle()
 // is Communicator::idle. The reducer is the host reducer unless setReducer()
-// gave another (tests, queuing reducers). Owned by its Communicator
+// gave another (tests, queuing reducers). takeCollectiveTraffic() says
+// whether a collective's message (not point-to-point) was offered since it
+// was last asked: a call on the shared windows then looks for messages a
+// peer sent that this rank never received (algo/shared.cc). Owned by its Communicator
 // (Communicator::channel()); one thread at a time.
 #pragma once
 
@@ -43,6 +46,12 @@ class StreamChannel final : public Channel {
   bool flush() override { return false; }
   void idle(const std::vector<int>& peers, Clock::time_point idleSince) override;
 
+  bool takeCollectiveTraffic() {
+    const bool had = collectiveTraffic_;
+    collectiveTraffic_ = false;
+    return had;
+  }
+
   static constexpr size_t kSmallMessage = 8192;
 
  private:
@@ -59,6 +68,7 @@ class StreamChannel final : public Channel {
   Reducer* reducer_;
   std::vector<Outgoing> out_;
   std::vector<std::unique_ptr<Incoming>> in_;
+  bool collectiveTraffic_ = false;
 };
 
 }  // namespace scalecomm

@@ -38,6 +38,10 @@ class ShmTransport : public Transport {
     return "";
   }
   std::unique_ptr<Link> connect(Rendezvous& rv, int peer) override {
+    if (!proved_) {  // before this rank says it is ready: every peer checks it in finish()
+      inbox_->proveKey(rv.key);
+      proved_ = true;
+    }
     auto peerInbox = ShmSegment::open(rv.field(peer, "shm"), peer, rv.size);
     segments_[peer] = peerInbox;
     return std::make_unique<ShmLink>(rv.rank, peer, inbox_, peerInbox);
@@ -45,8 +49,18 @@ class ShmTransport : public Transport {
   // Windows when every peer is linked by shm with the same window size: the
   // same answer on every rank (same host is transitive; sizes are in the
   // segments every rank maps).
+  // Every peer linked by shm proved the group's key in its segment before
+  // it said it was ready (as every tcp peer does in its handshake).
   void finish(Rendezvous& rv) override {
     inbox_->unlinkName();
+    for (int q = 0; q < rv.size; ++q) {
+      if (q == rv.rank || !segments_[q] || segments_[q]->provesKey(rv.key)) continue;
+      fail(ErrorKind::Io, "scalecomm shm (rank ", rv.rank, "): rank ", q, "'s segment ", segments_[q]->name(),
+           " does not prove the group's key: a process that is not rank ", q,
+           " of this group (it does not know SCALECOMM_SECRET, or joined another generation) wrote rank ", q,
+           "'s address into the store; the group is not formed. Check who can reach the store, and set the same "
+           "SCALECOMM_SECRET on every rank.");
+    }
     bool all = inbox_->windowBytes() > 0;
     for (const auto& s : segments_) all = all && s && s->windowBytes() == inbox_->windowBytes();
     if (all) rv.windows = std::make_shared<ShmWindows>(rv.rank, segments_);
@@ -55,6 +69,7 @@ class ShmTransport : public Transport {
  private:
   std::shared_ptr<ShmSegment> inbox_;
   std::vector<std::shared_ptr<ShmSegment>> segments_;  // by rank: those linked by shm
+  bool proved_ = false;                                // our proof is in our segment
 };
 
 // Every rank of the group in one MPI job (the rendezvous made the communicator).

@@ -55,8 +55,9 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "set_auto_explore_percent(), as the benchmark does to settle auto before timing it.")                          \
   X(Text, tuningFile, "tuning_file", "SCALECOMM_TUNING_FILE", "", 0, 0, "",                                           \
     "Tuning cache: auto's measured winners per size, loaded at group creation (by rank 0, shared with all) and "    \
-    "written by rank 0 as it measures. Empty: a file per machine, layout and version under $XDG_CACHE_HOME (or "    \
-    "~/.cache)/scalecomm; none: no file. python -m pyscalecomm.tune writes or shows one.")                          \
+    "written by rank 0 as it measures. Empty: a file per machine, layout and version in the user's own cache "      \
+    "directory ($XDG_CACHE_HOME, else ~/.cache)/scalecomm (none without a home directory); a named file must be a "  \
+    "regular file of at most 1 MiB; none: no file. python -m pyscalecomm.tune writes or shows one.")                \
   X(Text, transport, "transport", "SCALECOMM_TRANSPORT", "auto", 0, 0, "auto|shm|tcp|mpi",                            \
     "Transport per peer: auto (shm on the same host; between hosts mpi when all ranks run under one mpirun, else "   \
     "tcp), shm, tcp, mpi.")                                                                                          \

@@ -170,6 +170,18 @@ std::string FlightRecorder::overdue(std::chrono::milliseconds grace) const {
   return late;
 }
 
+uint64_t FlightRecorder::nearTimeout(std::chrono::milliseconds (*lead)(int64_t timeoutMs)) const {
+  std::lock_guard<std::mutex> g(mu_);
+  const auto now = Clock::now();
+  uint64_t id = 0;
+  visitLocked([&](const FlightEntry& e) {
+    if (id == 0 && e.state == FlightEntry::State::Running && e.timeoutMs > 0 &&
+        now - e.startedAt >= std::chrono::milliseconds(e.timeoutMs) - lead(e.timeoutMs))
+      id = e.id;
+  });
+  return id;
+}
+
 std::string FlightRecorder::json(int rank, int size, const std::string& group, const std::string& why) const {
   const RankPosition where = position(rank);
   std::vector<FlightEntry> entries = snapshot();

@@ -59,6 +59,9 @@ class FlightRecorder {
   RankPosition position(int rank) const;
   // The running entry that has exceeded its timeout by `grace`, if any: its description.
   std::string overdue(std::chrono::milliseconds grace) const;
+  // The id of the oldest running entry whose timeout is less than
+  // lead(timeoutMs) away (0: none).
+  uint64_t nearTimeout(std::chrono::milliseconds (*lead)(int64_t timeoutMs)) const;
   std::string json(int rank, int size, const std::string& group, const std::string& why) const;
 
  private:

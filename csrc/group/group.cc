@@ -240,6 +240,8 @@ void Group::start() {
         TimelineRow{timeline, envRank && envRank[0] ? std::atoi(envRank) : rank_, groupsWithRows++, config_.groupName});
   }
   worker_ = std::make_unique<Worker>(config_.spinMicros);
+  if (store_ && config_.traceBuffer > 0 && size_ > 1)
+    desync_ = std::make_unique<DesyncProtocol>(store_, storePrefix_, rank_, size_);
   watchdog_ = std::make_unique<std::thread>([this] { watchdogLoop(); });
   std::lock_guard<std::mutex> g(liveMu());
   auto& groups = live();
@@ -358,7 +360,14 @@ void Group::dispatch(Call&& call, uint64_t number) {
   }
   const uint64_t id = recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs, now);
   workerCalls_.fetch_add(1, std::memory_order_relaxed);
+  if (runsInFlight(call)) {
+    worker_->post([self = shared_from_this(), call = std::move(call), number, id]() mutable {
+      self->runPointToPoint(std::move(call), number, id);
+    });
+    return;
+  }
   worker_->post([self = shared_from_this(), call = std::move(call), number, id]() mutable {
+    self->finishPointToPoint();  // the links' streams at a message boundary
     std::optional<Error> error;
     {
       std::lock_guard<std::mutex> exec(self->execMu_);
@@ -489,7 +498,9 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     // Already poisoned: this failure is its consequence (e.g. this rank was
     // aborted or destroyed while the call ran): say why.
     const std::string cause = state_->poisoned() ? strCat("; cause: ", state_->reason()) : std::string();
-    const std::string report = e.kind() == ErrorKind::Timeout ? desyncReport() : std::string();
+    const std::string report = e.kind() == ErrorKind::Timeout && desync_
+                                   ? desync_->report(recordId, recorder_.position(rank_))
+                                   : std::string();
     Error err = report.empty() && cause.empty()
                     ? e
                     : Error(e.kind(), strCat(e.what(), cause, report.empty() ? "" : "\nDesync report: ", report));
@@ -524,6 +535,7 @@ void Group::shutdown(std::chrono::milliseconds grace) {
     // the links belong to the parent. Leak them rather than join or close them.
     (void)worker_.release();
     (void)watchdog_.release();
+    (void)desync_.release();  // its store thread does not exist here either
     (void)comm_.release();
     return;
   }
@@ -584,61 +596,17 @@ void Group::watchdogLoop() {
       dumpFlightRecorder(why);
       state_->poison(ErrorKind::Timeout, why, /*abortComm=*/true);
     }
-    if (store_ && config_.traceBuffer > 0 && !storeBroken_.load() && Clock::now() >= nextStoreCheck) {
-      answerDesyncRequests();
-      nextStoreCheck = Clock::now() + std::chrono::seconds(1);
+    // The store only through the desync protocol's own thread: a store that
+    // does not answer never holds the watchdog (which aborts stuck calls).
+    if (desync_ && !desync_->broken()) {
+      if (const uint64_t near = recorder_.nearTimeout(&DesyncProtocol::leadFor)) desync_->askEarly(near);
+      if (Clock::now() >= nextStoreCheck) {
+        const int64_t answered = desync_->poll(recorder_.position(rank_));
+        if (answered > 0) dumpFlightRecorder("another rank asked where every rank is (its call nears its timeout)");
+        nextStoreCheck = Clock::now() + DesyncProtocol::kPollInterval;
+      }
     }
     lk.lock();
-  }
-}
-
-void Group::answerDesyncRequests() {
-  std::lock_guard<std::mutex> g(desyncMu_);  // the watchdog and a timing-out call may both answer
-  try {
-    const int64_t asked = store_->add(storePrefix_ + "desync", 0);
-    const int64_t answered = desyncAnswered_;
-    if (asked <= answered) return;
-    // Several ranks may have asked at once: answer every request.
-    const std::string where = recorder_.position(rank_).encode();
-    for (int64_t request = answered + 1; request <= asked; ++request) {
-      store_->set(strCat(storePrefix_, "desync/", request, "/", rank_), where);
-    }
-    desyncAnswered_ = asked;
-    dumpFlightRecorder(strCat("another rank timed out and asked where every rank is (request ", asked, ")"));
-  } catch (const std::exception& e) {
-    storeBroken_ = true;  // the store is gone (e.g. rank 0 exited): stop asking it
-    SC_LOG(Info, "rank ", rank_, ": watchdog stops polling the store: ", e.what());
-  }
-}
-
-std::string Group::desyncReport() {
-  if (!store_ || config_.traceBuffer == 0 || storeBroken_.load()) return "";  // positions come from the recorder
-  try {
-    const int64_t request = store_->add(storePrefix_ + "desync", 1);
-    const std::string base = strCat(storePrefix_, "desync/", request, "/");
-    std::vector<RankPosition> positions(size_);
-    for (int r = 0; r < size_; ++r) positions[r].rank = r;
-    // Poll without blocking (a blocking wait would hold the store client that
-    // this rank's watchdog needs) and answer the others' requests meanwhile:
-    // they may be asking at the same moment. Watchdogs answer within ~1 s.
-    const Deadline deadline = Deadline::after(std::chrono::seconds(3));
-    for (int missing = size_; missing > 0 && !deadline.expired();) {
-      answerDesyncRequests();
-      missing = 0;
-      for (int r = 0; r < size_; ++r) {
-        if (positions[r].known) continue;
-        const std::string key = base + std::to_string(r);
-        if (store_->check({key})) {
-          positions[r] = RankPosition::decode(r, store_->get(key, deadline));
-        } else {
-          ++missing;
-        }
-      }
-      if (missing > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return scalecomm::desyncReport(positions);
-  } catch (const std::exception& e) {
-    return strCat("(none: the store did not answer: ", e.what(), ")");
   }
 }
 

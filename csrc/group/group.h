@@ -61,6 +61,7 @@
 #include "core/label.h"
 #include "core/store.h"
 #include "group/config.h"
+#include "group/desync.h"
 #include "group/flight_recorder.h"
 #include "group/group_state.h"
 #include "group/monitored_barrier.h"
@@ -309,13 +310,31 @@ class Group : public std::enable_shared_from_this<Group> {
   // error, if any. The caller runs call.done after releasing execMu_.
   std::optional<Error> execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start,
                                bool recordStart);
-  // On a timeout: asks every rank where it is (through the store, answered by
-  // their watchdogs), and returns the desync verdict ("" without a store).
-  std::string desyncReport();
-  void answerDesyncRequests();  // watchdog: publish this rank's position when asked
   void dumpFlightRecorder(const std::string& why);
   void watchdogLoop();
   void runBody(Call& call, Channel& ch, CollectiveOptions& o);
+  // Sends and receives posted without waiting (group/point_to_point.cc): a
+  // host send or receive run by the worker is moved a piece at a time with
+  // every other one in flight, so posted operations progress together; any
+  // other call finishes them first (worker thread).
+  static bool runsInFlight(const Call& call);
+  struct InFlight {
+    Call call;
+    uint64_t number, recordId;
+    Clock::time_point start;
+    std::unique_ptr<PendingMessage> message;
+  };
+  struct Finished {
+    Call call;
+    std::optional<Error> error;
+  };
+  void runPointToPoint(Call&& call, uint64_t number, uint64_t recordId);
+  void finishPointToPoint();
+  // Moves the in-flight messages until none is left (or, with untilQueued,
+  // until another job waits on the worker); their done callbacks run outside execMu_.
+  void progressInFlight(bool untilQueued);
+  void failInFlight(const Error& first, std::vector<Finished>& finished);
+  static void runDone(std::vector<Finished>& finished);
   // Where a host call runs: point-to-point kinds on the links' stream
   // channel, collectives on the communicator's collective channel.
   Channel& hostChannel(CallKind kind);
@@ -369,8 +388,9 @@ class Group : public std::enable_shared_from_this<Group> {
   std::shared_ptr<CallObserver> observer_;
   DeviceChannels deviceChannels_;
   std::atomic<uint64_t> inlineCalls_{0}, workerCalls_{0};
-  bool coalescing_ = false;                         // submit thread
-  std::vector<std::pair<Call, uint64_t>> pending_;  // the batch being coalesced, with pair numbers
+  std::vector<std::unique_ptr<InFlight>> inFlight_;  // worker thread: empty whenever the worker is idle
+  bool coalescing_ = false;                          // submit thread
+  std::vector<std::pair<Call, uint64_t>> pending_;   // the batch being coalesced, with pair numbers
   std::mutex shutdownMu_;
   std::atomic<bool> shutDown_{false};
   const int creatorPid_;   // for messages
@@ -386,10 +406,10 @@ class Group : public std::enable_shared_from_this<Group> {
   std::mutex watchdogMu_;
   std::condition_variable watchdogCv_;
   bool watchdogStop_ = false;
-  std::mutex desyncMu_;         // answering desync requests (watchdog or a timing-out call)
-  int64_t desyncAnswered_ = 0;  // guarded by desyncMu_
-  std::mutex dumpMu_;           // one flight-recorder dump at a time
-  std::atomic<bool> storeBroken_{false};
+  // On a timeout: where every rank is, through the store (null without a
+  // store or with the trace buffer off: positions come from the recorder).
+  std::unique_ptr<DesyncProtocol> desync_;
+  std::mutex dumpMu_;  // one flight-recorder dump at a time
 };
 
 }  // namespace scalecomm

@@ -11,6 +11,7 @@
 
 #include "algo/registry.h"
 #include "core/dtype.h"
+#include "core/files.h"
 #include "core/logging.h"
 #include "core/version.h"
 #include "group/group.h"
@@ -67,13 +68,6 @@ std::string tuningKeyOf(const GroupConfig& c, Communicator& comm) {
   return o.str();
 }
 
-std::string cacheDir() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg && xdg[0]) return std::string(xdg) + "/scalecomm";
-  const char* home = std::getenv("HOME");
-  return std::string(home && home[0] ? home : "/tmp") + "/.cache/scalecomm";
-}
-
 }  // namespace
 
 // Rank 0 reads the cache and hands its text and key to every rank through
@@ -85,17 +79,39 @@ TuningTable loadTuning(Store& store, const std::string& prefix, const GroupConfi
     key = tuningKeyOf(config, comm);
     char name[40];
     std::snprintf(name, sizeof(name), "/tuning-%016llx.txt", static_cast<unsigned long long>(fnv1a(key)));
-    path = config.tuningFile == "none" ? "" : config.tuningFile.empty() ? cacheDir() + name : config.tuningFile;
-    std::string text;
-    if (!path.empty()) {
-      std::ifstream in(path);
-      std::stringstream buf;
-      if (in) buf << in.rdbuf();
-      text = buf.str();
+    // The default cache lives in this user's own cache directory (none
+    // without one); a file named by SCALECOMM_TUNING_FILE is the user's choice.
+    const bool ours = config.tuningFile.empty();
+    const std::string dir = ours ? userCacheDir() : std::string();
+    if (ours && dir.empty()) {
+      SC_LOG(Info,
+             "rank 0: no cache directory (neither XDG_CACHE_HOME, HOME nor a home directory): auto's "
+             "tuning cache is off (SCALECOMM_TUNING_FILE names one)");
     }
-    store.set(storeKey, path + "\n" + key + "\n" + text);
+    path = config.tuningFile == "none" ? "" : ours ? (dir.empty() ? "" : dir + "/scalecomm" + name) : config.tuningFile;
+    std::string text, why;
+    if (!path.empty() && !readSmallFile(path, kMaxTuningFileBytes, ours, text, why) && !why.empty()) {
+      if (!ours) {
+        // Every rank fails alike: the reason travels in place of the text.
+        store.set(storeKey, strCat("!scalecomm: SCALECOMM_TUNING_FILE '", path, "' is not read: ", why,
+                                   "; name a tuning cache written by python -m pyscalecomm.tune, or none"));
+      } else {
+        SC_LOG(Warn, "rank 0: the tuning cache ", path, " is ignored and will be replaced: ", why);
+      }
+      text.clear();
+    }
+    if (ours && !text.empty()) {  // a damaged cache of our own is one we start afresh
+      try {
+        (void)TuningTable::parse(text, "tuning cache '" + path + "'");
+      } catch (const Error& e) {
+        SC_LOG(Warn, "rank 0: ", e.what(), "; starting afresh (the cache is rewritten as auto measures)");
+        text.clear();
+      }
+    }
+    if (why.empty() || ours) store.set(storeKey, path + "\n" + key + "\n" + text);
   }
   const std::string shared = store.get(storeKey, Deadline::after(std::chrono::milliseconds(config.timeoutMs)));
+  if (!shared.empty() && shared[0] == '!') fail(ErrorKind::InvalidArgument, shared.substr(1));
   const size_t a = shared.find('\n'), b = shared.find('\n', a + 1);
   path = shared.substr(0, a);
   key = shared.substr(a + 1, b - a - 1);
@@ -159,6 +175,7 @@ int Group::setAutoExplorePercent(int percent) {
     return previous;
   }
   worker_->post([self = shared_from_this(), percent] {
+    self->finishPointToPoint();  // the worker is idle only with no message in flight
     std::lock_guard<std::mutex> g(self->execMu_);
     self->tuner_->setExplorePercent(percent);
   });
@@ -221,10 +238,11 @@ void Group::saveTuning() {
   t.hasLayout = true;
   t.layout = algoParams();
   t.allreduce = tuner_->decided();
-  if (!t.save(tuningPath_)) {
+  std::string why;
+  if (!t.save(tuningPath_, &why)) {
     if (!tuningSaveFailed_) {
-      SC_LOG(Warn, "rank 0: cannot write the tuning cache ", tuningPath_,
-             " (SCALECOMM_TUNING_FILE; none turns it off); auto keeps measuring in memory");
+      SC_LOG(Warn, "rank 0: cannot write the tuning cache ", tuningPath_, " (", why,
+             "; SCALECOMM_TUNING_FILE names another, none turns it off); auto keeps measuring in memory");
     }
     tuningSaveFailed_ = true;
   }

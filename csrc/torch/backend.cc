@@ -3,7 +3,10 @@
 #include <c10/util/Exception.h>
 #include <sched.h>
 
+#include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "algo/registry.h"
 #include "compress/codec.h"
@@ -31,8 +34,27 @@ void warnIfBoundToOneCore(int rank) {
   });
 }
 
+// Interpreter exit. shutdownAllAtExit() aborts what is still in flight; a
+// Python thread that then came back from its call would re-enter Python while
+// it finalizes, and CPython ends such a thread with a forced unwind, which the
+// noexcept destructors of the GIL guards in torch's and pybind11's bindings
+// turn into std::terminate (SIGABRT, a failed job). So from then on a thread
+// other than the exiting one never returns from a failed call: it stays
+// where it is, as a thread still blocked in its call would, until the
+// process ends; and a Work failed by the exit is never completed, so its
+// waiters stay blocked too.
+std::atomic<bool> exiting{false};
+std::atomic<std::thread::id> exitingThread{};
+
+bool stayForExit() { return exiting.load() && std::this_thread::get_id() != exitingThread.load(); }
+
+[[noreturn]] void parkForExit() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 // scalecomm errors as the exceptions torch users catch.
 [[noreturn]] void rethrow(const Error& e) {
+  if (stayForExit()) parkForExit();
   if (e.kind() == ErrorKind::InvalidArgument) TORCH_CHECK_VALUE(false, e.what());
   C10_THROW_ERROR(DistBackendError, e.what());
 }
@@ -75,6 +97,8 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
 ScalecommBackend::~ScalecommBackend() { shutdown(); }
 
 void ScalecommBackend::shutdownAllAtExit() {
+  exitingThread = std::this_thread::get_id();
+  exiting = true;
   ReleaseGilIfHeld noGil;  // finishing calls may need it
   Group::shutdownAllAtExit();
 }
@@ -117,7 +141,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vec
                     "): algorithm nccl takes CUDA tensors (and a build with NCCL, SCALECOMM_CUDA_TRANSPORT=auto); "
                     "choose a scalecomm algorithm such as ring for CPU tensors");
   if (group_->coalescing()) batchParts_.push_back(work);
-  call.done = [work](const Error* e) {
+  call.done = [work, caller = std::this_thread::get_id()](const Error* e) {
+    if (e != nullptr && stayForExit()) {
+      if (std::this_thread::get_id() == caller) parkForExit();  // ran inline on a Python thread
+      return;                                                   // on the worker: the Work stays pending
+    }
     try {
       if (e == nullptr) {
         work->finish();
@@ -156,9 +184,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
              " compresses every floating SUM/AVG allreduce of at least ", config().compressionMinBytes,
              " bytes (lossy; SCALECOMM_COMPRESSION_MIN_BYTES); smaller ones run exact");
     }
-    // The group's default codec; state per tensor memory (a DDP bucket keeps its buffer).
-    const std::string key = strCat("ptr:", reinterpret_cast<uintptr_t>(t.data_ptr()), ":", t.numel());
-    return allreduceCompressed(t, codec, key, -1, r.op.op == ReduceOp::Avg, opts.timeout);
+    // The group's default codec; state per tensor memory (a DDP bucket keeps
+    // its buffer), which ends with the memory's storage.
+    return allreduceCompressed(t, codec, "", -1, r.op.op == ReduceOp::Avg, opts.timeout);
   }
   auto stage = stageFor("allreduce", {t});
   Call call = preparedCall(CallKind::Allreduce, "allreduce", static_cast<int64_t>(t.nbytes()), opts);
@@ -238,7 +266,10 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather(std::vector<std::vect
   TORCH_CHECK_VALUE(static_cast<int>(outs.size()) == getSize(), "scalecomm allgather (rank ", getRank(),
                     "): the output list has ", outs.size(), " tensors but the group has ", getSize(),
                     " ranks; pass one output tensor per rank");
-  for (const auto& o : outs) checkSameAs("allgather", getRank(), o, in, "output tensor");
+  for (int q = 0; q < getSize(); ++q) {
+    checkSameAs("allgather", getRank(), outs[q], in, "output tensor");
+    checkNoOverlap("allgather", getRank(), in, outs[q], q == getRank() ? 0 : -1);
+  }
   WireShape shape = wireShape(in);
   std::vector<at::Tensor> all = outs;
   all.push_back(in);
@@ -262,6 +293,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
   TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "scalecomm all_gather_into_tensor (rank ", getRank(),
                     "): output has ", output.numel(), " elements but must have world size (", getSize(), ") x input (",
                     input.numel(), ") = ", input.numel() * getSize());
+  checkNoOverlap("all_gather_into_tensor", getRank(), input, output, static_cast<int64_t>(getRank() * input.nbytes()));
   WireShape shape = wireShape(input);
   auto stage = stageFor("all_gather_into_tensor", {input, output});
   at::Tensor in = stage->input(input), out = stage->output(output);
@@ -279,18 +311,22 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_allgather_base(at::Tensor& out
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                      std::vector<at::Tensor>& inputs,
                                                                      const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "scalecomm allgather_coalesced (rank ", getRank(),
-                    "): ", outputs.size(), " output lists for ", inputs.size(), " inputs; pass one list per input");
-  for (size_t i = 0; i < inputs.size(); ++i) {  // every pair is checked before any is issued
-    TORCH_CHECK_VALUE(static_cast<int>(outputs[i].size()) == getSize(), "scalecomm allgather_coalesced (rank ",
-                      getRank(), "): output list ", i, " has ", outputs[i].size(), " tensors but the group has ",
-                      getSize(), " ranks");
-    checkDense("allgather_coalesced", getRank(), inputs[i]);
-    for (const auto& o : outputs[i]) checkSameAs("allgather_coalesced", getRank(), o, inputs[i], "output tensor");
+  // torch's layout: outputs[r][i] receives rank r's inputs[i] (one list per rank).
+  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == getSize(), "scalecomm allgather_coalesced (rank ", getRank(),
+                    "): ", outputs.size(), " output lists but the group has ", getSize(),
+                    " ranks; pass one list per rank, each with one tensor per input (output_tensor_lists[rank][i])");
+  for (int r = 0; r < getSize(); ++r) {  // every pair is checked before any is issued
+    TORCH_CHECK_VALUE(outputs[r].size() == inputs.size(), "scalecomm allgather_coalesced (rank ", getRank(),
+                      "): output list ", r, " has ", outputs[r].size(), " tensors for ", inputs.size(),
+                      " inputs; each rank's list holds one tensor per input");
+    for (size_t i = 0; i < inputs.size(); ++i)
+      checkSameAs("allgather_coalesced", getRank(), outputs[r][i], inputs[i], "output tensor");
   }
+  for (const auto& in : inputs) checkDense("allgather_coalesced", getRank(), in);
   c10::intrusive_ptr<c10d::Work> last;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<std::vector<at::Tensor>> outs = {outputs[i]};
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < getSize(); ++r) outs[0].push_back(outputs[r][i]);
     std::vector<at::Tensor> in = {inputs[i]};
     last = allgather(outs, in, opts);
   }

@@ -145,7 +145,9 @@ class ScalecommBackend : public c10d::Backend {
 
   // Allreduce (sum, or mean with `average`) of a floating tensor through a
   // codec (compress/codec.h), with error feedback per `key` (errorFeedback:
-  // -1 the codec's default, 0 off, 1 on). Validates like allreduce.
+  // -1 the codec's default, 0 off, 1 on); an empty key: per the tensor's
+  // memory, for as long as its storage lives (CompressionStore::withOwner).
+  // Validates like allreduce.
   c10::intrusive_ptr<c10d::Work> allreduceCompressed(const at::Tensor& t, const std::string& spec,
                                                      const std::string& key, int errorFeedback, bool average,
                                                      std::chrono::milliseconds timeout);
@@ -187,7 +189,7 @@ class ScalecommBackend : public c10d::Backend {
                 "): called during CUDA graph capture, but this call would stage its tensors through host memory "
                 "(no NCCL in this build, SCALECOMM_CUDA_TRANSPORT=host, compression, or a receive from any source), "
                 "which a graph cannot record; capture only calls that run on the NCCL channel");
-    return HostStage::forCall(std::move(device), tensors, direct);
+    return HostStage::forCall(std::move(device), tensors, direct, collective, getRank());
   }
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
   // A Call of `kind` with the group's algorithm for `bytes` and its title

@@ -4,6 +4,8 @@
 // "scalecomm:allreduce:<algorithm>:<codec>" in profiles.
 #include <c10/util/Exception.h>
 
+#include <optional>
+
 #include "torch/backend.h"
 
 #include "comm/stream_channel.h"
@@ -26,6 +28,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
     TORCH_CHECK_VALUE(false, e.what());
   }
   const bool ef = errorFeedback < 0 ? codec.biased() : errorFeedback != 0;
+  // No key: the state is the tensor's memory's, and ends with its storage.
+  const bool byMemory = key.empty();
+  const std::string stateKey =
+      byMemory ? strCat("ptr:", reinterpret_cast<uintptr_t>(t.data_ptr()), ":", t.numel()) : key;
+  std::optional<CompressionStore::Owner> owner;
+  if (byMemory) owner.emplace(t.storage().getWeakStorageImpl());
   auto stage = stageFor(what, {t}, /*onDevice=*/false);  // the codecs run on the CPU
   at::Tensor tensor = stage->inout(t);
   const Label algo = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(t.nbytes()));
@@ -38,14 +46,18 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   call.algorithm = algo;
   call.timeoutMs = timeout.count();
   if (size > 1 && t.numel() > 0) {  // else nothing to send: the sum is the tensor itself (exact; no codec, no residual)
-    call.body = [tensor, codec, key, ef, average, store, rank, size, rows](Communicator& comm,
-                                                                           const CollectiveOptions& o) {
+    call.body = [tensor, codec, key = stateKey, byMemory, owner, ef, average, store, rank, size, rows](
+                    Communicator& comm, const CollectiveOptions& o) {
       CompressComms cc;
       cc.rank = rank;
       cc.size = size;
+      // The codec and its parameters travel in every message's settings: a
+      // rank with another codec (or ratio, levels, rank) fails naming it.
+      CollectiveOptions coded = o;
+      coded.codec = codec.str();
       cc.allreduceSum = [&](at::Tensor& x) {
         scalecomm::allreduce(comm.channel(), x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()), ReduceOp::Sum,
-                             1.0, o);
+                             1.0, coded);
       };
       cc.allgatherBytes = [&](const at::Tensor& mine) {
         const int64_t b = mine.numel();
@@ -53,13 +65,36 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
         all.narrow(0, rank * b, b).copy_(mine);
         std::vector<void*> ptrs;
         for (int q = 0; q < size; ++q) ptrs.push_back(static_cast<uint8_t*>(all.data_ptr()) + q * b);
-        CollectiveOptions g = o;
+        CollectiveOptions g = coded;
         g.algorithm = o.algorithm == "mpi" ? "mpi" : "ring";
         scalecomm::allgather(comm.channel(), ptrs, b, DataType::Opaque, g);
         return all;
       };
+      // Errors of the inner allreduce or allgather name the call the user made.
+      const auto named = [&](auto&& body) {
+        try {
+          body();
+        } catch (const Error& e) {
+          std::string what = e.what();
+          for (const char* inner : {"scalecomm allgather (", "scalecomm allreduce ("}) {
+            const std::string head(inner);
+            if (what.rfind(head, 0) == 0) {
+              what = strCat("scalecomm allreduce with codec ", codec.str(), " (", what.substr(head.size()));
+              break;
+            }
+          }
+          throw Error(e.kind(), what);
+        }
+      };
       at::Tensor x = tensor.view({-1});
-      store->with(key, [&](CompressState& s) { compressedAllreduce(x, codec, ef, s, cc, s.steps, rows); });
+      auto run = [&](CompressState& s) { compressedAllreduce(x, codec, ef, s, cc, s.steps, rows); };
+      named([&] {
+        if (byMemory) {
+          store->withOwner(key, *owner, run);
+        } else {
+          store->with(key, run);
+        }
+      });
       if (average) tensor.div_(size);
     };
   }

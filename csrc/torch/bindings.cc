@@ -253,6 +253,14 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "reset_compression_state", [](scalecomm::ScalecommBackend& b) { b.compressionState().reset(); },
           "Forgets every residual (they restart at zero).")
+      .def(
+          "forget_compression_state",
+          [](scalecomm::ScalecommBackend& b, const std::string& key) { b.compressionState().forget(key); },
+          py::arg("key"), "Forgets one key's residual (it restarts at zero).")
+      .def_property_readonly(
+          "compression_state_id",
+          [](scalecomm::ScalecommBackend& b) { return reinterpret_cast<uintptr_t>(&b.compressionState()); },
+          "Identifies this backend's compression state (Python wrappers of one backend may differ).")
       .def_property_readonly("config", &scalecomm::ScalecommBackend::config)
       .def(
           "allreduce_algorithms",

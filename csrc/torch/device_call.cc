@@ -1,5 +1,7 @@
 #include "torch/device_call.h"
 
+#include "torch/validate.h"
+
 #include <c10/util/Exception.h>
 
 #ifdef SCALECOMM_WITH_CUDA
@@ -233,6 +235,7 @@ void HostStage::toDevice() { copyCpuOut(); }
 
 at::Tensor HostStage::stageCpu(const at::Tensor& t, bool down, bool up) {
   if (!t.defined() || t.is_contiguous()) return t;
+  if (up) checkWritable(collective_, rank_, t);
   at::Tensor dense = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
   cpuPairs_.push_back({t, dense, down, up});
   return dense;

@@ -79,20 +79,25 @@ class DeviceCall final : public DeviceSync {
 
 class HostStage {
  public:
-  explicit HostStage(std::shared_ptr<DeviceCall> call, bool direct = false)
-      : call_(std::move(call)), direct_(direct && call_ != nullptr) {}
+  explicit HostStage(std::shared_ptr<DeviceCall> call, bool direct = false, const char* collective = "collective",
+                     int rank = -1)
+      : call_(std::move(call)), direct_(direct && call_ != nullptr), collective_(collective), rank_(rank) {}
   // A stage for a call on `tensors` (`call`: their DeviceCall, null for CPU
   // tensors); for contiguous CPU tensors one shared, stateless instance, so
   // that path allocates nothing per call. `direct`: CUDA tensors stay on the
   // device (the call runs on the device's queued channel); only
   // non-contiguous ones get a contiguous copy on the device, made and copied
   // back on the channel's stream.
+  // An output (or in-out) tensor that is not contiguous is checked when it
+  // is staged: one whose elements share memory (an expanded, stride-0 view)
+  // cannot hold a result and raises ValueError naming `collective` and
+  // `rank`, before anything is sent (a contiguous tensor never does).
   static std::shared_ptr<HostStage> forCall(std::shared_ptr<DeviceCall> call, c10::ArrayRef<at::Tensor> tensors,
-                                            bool direct = false) {
+                                            bool direct = false, const char* collective = "collective", int rank = -1) {
     static const auto cpuOnly = std::make_shared<HostStage>(nullptr);
-    if (call) return std::make_shared<HostStage>(std::move(call), direct);
+    if (call) return std::make_shared<HostStage>(std::move(call), direct, collective, rank);
     for (const auto& t : tensors)
-      if (t.defined() && !t.is_contiguous()) return std::make_shared<HostStage>(nullptr);
+      if (t.defined() && !t.is_contiguous()) return std::make_shared<HostStage>(nullptr, false, collective, rank);
     return cpuOnly;
   }
   // Copies run around the call (device staging or contiguous copies).
@@ -134,6 +139,8 @@ class HostStage {
   }
   std::shared_ptr<DeviceCall> call_;
   bool direct_;
+  const char* collective_;  // for errors
+  int rank_;
   std::vector<Pair> pairs_;     // CUDA tensor, pinned host copy
   std::vector<Pair> cpuPairs_;  // non-contiguous CPU tensor, contiguous copy
 };

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include "core/dtype.h"
@@ -51,6 +52,43 @@ inline void checkSameAs(const char* coll, int rank, const at::Tensor& t, const a
   TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type() && t.numel() == ref.numel(), "scalecomm ", coll, " (rank ",
                     rank, "): ", what, " has ", t.numel(), " elements of ", t.scalar_type(), " but the input has ",
                     ref.numel(), " elements of ", ref.scalar_type(), "; they must match");
+}
+
+// A tensor a result is written into: no two of its elements may share
+// memory (an expanded, stride-0 view), or the result is not representable.
+inline void checkWritable(const char* coll, int rank, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(at::has_internal_overlap(t) != at::MemOverlap::Yes, "scalecomm ", coll, " (rank ", rank,
+                    "): the output tensor (sizes ", t.sizes(), ", strides ", t.strides(),
+                    ") has elements that share memory (an expanded or stride-0 view), so a result cannot be written "
+                    "into it; pass a tensor that owns each element (t.clone() or torch.empty(...))");
+}
+
+// The bytes [first, last) a tensor's elements span in its storage.
+inline std::pair<uintptr_t, uintptr_t> memorySpan(const at::Tensor& t) {
+  auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
+  int64_t reach = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return {first, first};
+    reach += (t.size(d) - 1) * t.stride(d);
+  }
+  return {first, first + static_cast<uintptr_t>((reach + 1) * t.element_size())};
+}
+
+// An input that the collective reads while writing `out`: it may not share
+// memory with `out`, except as exactly `out`'s block at byte offset
+// `inPlaceOffset` (an in-place all_gather: the input is this rank's block of
+// the output; -1: no such form).
+inline void checkNoOverlap(const char* coll, int rank, const at::Tensor& in, const at::Tensor& out,
+                           int64_t inPlaceOffset = -1) {
+  const auto a = memorySpan(in), b = memorySpan(out);
+  if (a.first == a.second || b.first == b.second || a.second <= b.first || b.second <= a.first) return;
+  if (in.is_contiguous() && out.is_contiguous() && inPlaceOffset >= 0 &&
+      a.first == b.first + static_cast<uintptr_t>(inPlaceOffset))
+    return;
+  TORCH_CHECK_VALUE(false, "scalecomm ", coll, " (rank ", rank, "): the input tensor shares memory with the output",
+                    inPlaceOffset >= 0 ? " other than as this rank's own block of it" : "",
+                    ", so the input would be overwritten while it is read; pass separate tensors",
+                    inPlaceOffset >= 0 ? " (or the input as exactly output[rank * n:(rank + 1) * n])" : "");
 }
 
 struct ReductionArgs {

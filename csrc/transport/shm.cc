@@ -17,6 +17,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/hmac.h"
 #include "core/logging.h"
 
 namespace scalecomm {
@@ -38,8 +39,14 @@ struct alignas(64) SegmentHeader {
   std::atomic<uint64_t> heartbeat;  // the owner's beat count (ShmSegment::beat)
   std::atomic<uint32_t> doorbell;   // moves on every ring() that found a sleeper (a futex word)
   std::atomic<uint32_t> sleepers;   // the owner's threads armed on it
+  // The owner's proof that it holds the group's key (ShmSegment::proveKey):
+  // an HMAC of the segment's identity, valid once `proved` is 1 (release).
+  std::atomic<uint32_t> proved;
+  uint32_t pad2;
+  uint8_t proof[32];
+  uint8_t pad3[24];
 };
-static_assert(sizeof(SegmentHeader) == 64);
+static_assert(sizeof(SegmentHeader) == 128);
 
 struct alignas(64) WindowControl {
   std::atomic<uint64_t> posted;
@@ -162,6 +169,7 @@ std::shared_ptr<ShmSegment> ShmSegment::create(int ownerRank, int worldSize, uin
   new (&hdr->heartbeat) std::atomic<uint64_t>(1);
   new (&hdr->doorbell) std::atomic<uint32_t>(0);
   new (&hdr->sleepers) std::atomic<uint32_t>(0);
+  new (&hdr->proved) std::atomic<uint32_t>(0);
   hdr->worldSize = worldSize;
   hdr->ringBytes = ringBytes;
   hdr->windowBytes = windowBytes;
@@ -185,7 +193,19 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& name, int expect
          "SCALECOMM_TRANSPORT=tcp (or SCALECOMM_HOSTNAME per host) if they do not.");
   }
   struct stat st{};
-  fstat(fd, &st);
+  if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 07777) != 0600) {
+    const int err = errno;
+    ::close(fd);
+    fail(ErrorKind::Io, "scalecomm shm: rank ", expectOwner, "'s segment ", name, " is refused: ",
+         st.st_uid != geteuid()
+             ? strCat("it is owned by uid ", st.st_uid, ", not by this process's user (uid ", geteuid(), ")")
+         : (st.st_mode & 07777) != 0600 ? strCat("its mode is 0", std::oct, (st.st_mode & 07777), ", not 0600")
+                                        : strCat("fstat failed: ", std::strerror(err)),
+         ". scalecomm maps only its own user's private segments: another user's process may be posing as rank ",
+         expectOwner,
+         " through the store, or the ranks run as different users (then use SCALECOMM_TRANSPORT=tcp with "
+         "SCALECOMM_SECRET).");
+  }
   size_t bytes = static_cast<size_t>(st.st_size);
   void* base =
       bytes >= sizeof(SegmentHeader) ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
@@ -202,6 +222,32 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& name, int expect
          worldSize, " (stale or foreign segment)");
   }
   return seg;
+}
+
+namespace {
+
+Digest segmentProof(const std::string& key, const std::string& name, const SegmentHeader& h) {
+  const std::string what =
+      strCat("scalecomm-shm-owner ", name, " rank ", h.ownerRank, " pid ", h.ownerPid, " of ", h.worldSize);
+  return hmacSha256(key, what.data(), what.size());
+}
+
+}  // namespace
+
+void ShmSegment::proveKey(const std::string& key) {
+  auto* hdr = static_cast<SegmentHeader*>(base_);
+  SC_CHECK(owner_);
+  const Digest d = segmentProof(key, name_, *hdr);
+  std::memcpy(hdr->proof, d.data(), d.size());
+  hdr->proved.store(1, std::memory_order_release);
+}
+
+bool ShmSegment::provesKey(const std::string& key) const {
+  const auto* hdr = static_cast<const SegmentHeader*>(base_);
+  if (hdr->proved.load(std::memory_order_acquire) != 1) return false;
+  Digest got;
+  std::memcpy(got.data(), hdr->proof, got.size());
+  return macEqual(got, segmentProof(key, name_, *hdr));
 }
 
 ShmSegment::~ShmSegment() {

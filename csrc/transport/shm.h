@@ -46,8 +46,14 @@ class ShmSegment final : public Doorbell {
   static std::shared_ptr<ShmSegment> create(int ownerRank, int worldSize, uint64_t ringBytes, uint64_t windowBytes);
   // The bytes create() reserves in /dev/shm for these arguments.
   static uint64_t bytesFor(int worldSize, uint64_t ringBytes, uint64_t windowBytes);
-  // Maps a peer's inbox by name; validates its header.
+  // Maps a peer's inbox by name: only a segment owned by this process's
+  // effective uid with mode 0600 (else Error(Io) naming the owner); validates its header.
   static std::shared_ptr<ShmSegment> open(const std::string& name, int expectOwner, int worldSize);
+  // The owner writes its proof that it holds the group's key (an HMAC of the
+  // segment's name, rank, pid and world size); a peer that mapped the segment
+  // checks it (false: not written yet, or made with another key).
+  void proveKey(const std::string& key);
+  bool provesKey(const std::string& key) const;
   ~ShmSegment();
 
   uint32_t key() const override;

@@ -7,9 +7,10 @@ wheel (torch.testing._internal.distributed.distributed_test) and reads BACKEND
 at import, when its skip decorators are evaluated. So this module, in this
 order: registers scalecomm (the ranks are spawned and re-import this module),
 declares scalecomm's features in DistTestCases, then imports the suite and
-defines the test class. Tests of calls scalecomm does not implement yet are
-listed in expected_skips.txt with the reason and skipped here, so any new
-failure shows. Tests that the suite gates on the literal name "gloo" (or
+defines the test class. scalecomm declares no collective skipped
+(DistTestCases.skip_collective): every collective the suite tests runs. The
+only tests skipped on purpose are listed in expected_skips.txt, each with the
+reason it still holds, so any new failure shows. Tests that the suite gates on the literal name "gloo" (or
 "mpi") but that any CPU backend should pass are listed in reenabled.txt and
 run here. Private torch API: pinned to torch 2.14.1.
 """
@@ -25,8 +26,6 @@ import pyscalecomm  # noqa: F401  (registers the backend in every spawned rank)
 
 for feature in ("plugin", "ddp", "subgroup"):
     DistTestCases.backend_feature[feature].add("scalecomm")
-for collective in ("allgather_coalesced",):
-    DistTestCases.skip_collective.setdefault(collective, set()).add("scalecomm")
 
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
