@@ -86,6 +86,10 @@ def _rooted_and_exchanges(rank, n):
     dist.all_to_all_single(out, inp, out_splits, in_splits)
     want = torch.cat([torch.full((q + rank + 1, 3), float(100 * q + rank)) for q in range(n)])
     assert torch.equal(out, want), "all_to_all_single uneven"
+    gout = torch.empty_like(out)
+    if _gloo_too(dist.all_to_all_single, gout, inp, out_splits, in_splits, group=gloo):
+        assert torch.equal(out, gout), "all_to_all_single uneven vs gloo"
+        gloo_checked.add("all_to_all_single")
     # splits with zeros: rank s sends (s + 2q) % 3 rows to rank q (empty blocks still travel as headers)
     in_splits = [(rank + 2 * q) % 3 for q in range(n)]
     out_splits = [(q + 2 * rank) % 3 for q in range(n)]
@@ -106,7 +110,8 @@ def _rooted_and_exchanges(rank, n):
 def test_reduce_gather_scatter_reduce_scatter_all_to_all(n):
     for checked in run_ranks(n, _rooted_and_exchanges, timeout_s=300):
         # every collective compared with gloo wherever gloo takes it (float32 at least)
-        assert checked == ["gather", "reduce", "reduce_scatter_tensor", "scatter"], checked
+        want = ["all_to_all_single", "gather", "reduce", "reduce_scatter_tensor", "scatter"]
+        assert checked == want, checked
 
 
 def _avg_and_premul(rank, n):

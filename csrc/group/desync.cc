@@ -4,16 +4,18 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace scalecomm {
 
 DesyncProtocol::DesyncProtocol(std::shared_ptr<Store> store, std::string prefix, int rank, int size)
     : prefix_(std::move(prefix)), rank_(rank), size_(size), s_(std::make_shared<Shared>()), store_(std::move(store)) {}
 
-void DesyncProtocol::brokenBy(const std::exception& e) {
-  std::lock_guard<std::mutex> g(s_->mu);
-  if (s_->broken.exchange(true)) return;
-  s_->why = e.what();
+void DesyncProtocol::markBroken(Shared& s, int rank, const std::exception& e) {
+  std::lock_guard<std::mutex> g(s.mu);
+  if (s.broken.exchange(true)) return;
+  s.why = e.what();
+  SC_LOG(Info, "rank ", rank, ": the desync report stops asking the store (its server is gone?): ", e.what());
 }
 
 int64_t DesyncProtocol::poll(const RankPosition& mine) {
@@ -36,8 +38,7 @@ int64_t DesyncProtocol::poll(const RankPosition& mine) {
       }
       s->lastAnswered.fetch_add(asked - from);
     } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> g(s->mu);
-      if (!s->broken.exchange(true)) s->why = e.what();
+      markBroken(*s, rank, e);
     }
   });
   return last;
@@ -50,14 +51,13 @@ void DesyncProtocol::askEarly(uint64_t call) {
     if (s_->early.count(call)) return;
     while (s_->early.size() >= 16) s_->early.erase(s_->early.begin());  // old calls' requests
   }
-  const bool queued = store_.post([s = s_, prefix = prefix_, call](Store& store) {
+  const bool queued = store_.post([s = s_, prefix = prefix_, rank = rank_, call](Store& store) {
     try {
       const int64_t request = store.add(prefix + "desync", 1);
       std::lock_guard<std::mutex> g(s->mu);
       s->early[call] = request;
     } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> g(s->mu);
-      if (!s->broken.exchange(true)) s->why = e.what();
+      markBroken(*s, rank, e);
     }
   });
   if (queued) {
@@ -120,7 +120,7 @@ std::string DesyncProtocol::report(uint64_t call, const RankPosition& mine) {
     }
     return desyncReport(positions);
   } catch (const std::exception& e) {
-    brokenBy(e);
+    markBroken(*s_, rank_, e);
     return strCat("(none: the store did not answer: ", e.what(), ")");
   }
 }

@@ -59,7 +59,7 @@ class DesyncProtocol {
     std::atomic<bool> broken{false};
     std::string why;  // the failed query's error (mu)
   };
-  void brokenBy(const std::exception& e);
+  static void markBroken(Shared& s, int rank, const std::exception& e);
   std::string prefix_;
   int rank_, size_;
   std::shared_ptr<Shared> s_;

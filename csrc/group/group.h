@@ -333,7 +333,8 @@ class Group : public std::enable_shared_from_this<Group> {
   // Moves the in-flight messages until none is left (or, with untilQueued,
   // until another job waits on the worker); their done callbacks run outside execMu_.
   void progressInFlight(bool untilQueued);
-  void failInFlight(const Error& first, std::vector<Finished>& finished);
+  // The first failure (of the message recorded as `recordId`) fails them all and poisons the group.
+  void failInFlight(const Error& first, uint64_t recordId, std::vector<Finished>& finished);
   static void runDone(std::vector<Finished>& finished);
   // Where a host call runs: point-to-point kinds on the links' stream
   // channel, collectives on the communicator's collective channel.

@@ -8,6 +8,8 @@
 // would wait for the peer's receive forever. Any other call drains the
 // in-flight messages first (finishPointToPoint): collectives use the same
 // links, whose streams must be at a message boundary. Worker thread only.
+#include <algorithm>
+
 #include "algo/collectives.h"
 #include "comm/stream_channel.h"
 #include "core/logging.h"
@@ -73,6 +75,7 @@ void Group::runDone(std::vector<Finished>& finished) {
 void Group::progressInFlight(bool untilQueued) {
   std::vector<Finished> finished;
   std::vector<int> peers;
+  std::vector<uint8_t> busy(2 * static_cast<size_t>(size_));  // per peer and direction: its oldest message moved
   bool idle = false;
   Clock::time_point idleSince;
   while (!inFlight_.empty() && !(untilQueued && worker_->queued() > 0)) {
@@ -81,8 +84,9 @@ void Group::progressInFlight(bool untilQueued) {
       std::lock_guard<std::mutex> exec(execMu_);
       Channel& ch = comm_->channel();
       // Only the oldest message per peer and direction moves (posting order on a link).
-      std::vector<uint8_t> busy(2 * static_cast<size_t>(size_), 0);
+      std::fill(busy.begin(), busy.end(), 0);
       std::optional<Error> failure;
+      uint64_t failedRecord = 0;
       for (auto it = inFlight_.begin(); it != inFlight_.end() && !failure;) {
         InFlight& f = **it;
         const PointToPointOp& op = f.message->op();
@@ -103,7 +107,10 @@ void Group::progressInFlight(bool untilQueued) {
         } catch (const std::exception& e) {
           failure = Error(ErrorKind::Io, strCat("scalecomm ", f.call.name, " (rank ", rank_, "): ", e.what()));
         }
-        if (failure) break;
+        if (failure) {
+          failedRecord = f.recordId;
+          break;
+        }
         if (!done) {
           ++it;
           continue;
@@ -117,7 +124,7 @@ void Group::progressInFlight(bool untilQueued) {
         it = inFlight_.erase(it);
         moved = true;
       }
-      if (failure) failInFlight(*failure, finished);
+      if (failure) failInFlight(*failure, failedRecord, finished);
     }
     runDone(finished);
     if (moved) {
@@ -138,12 +145,12 @@ void Group::progressInFlight(bool untilQueued) {
   }
 }
 
-void Group::failInFlight(const Error& first, std::vector<Finished>& finished) {
+void Group::failInFlight(const Error& first, uint64_t recordId, std::vector<Finished>& finished) {
   // The first failure is the group's (a timeout says who lags); every other
   // in-flight message fails with it.
   const std::string cause = state_->poisoned() ? strCat("; cause: ", state_->reason()) : std::string();
   std::string report;
-  if (first.kind() == ErrorKind::Timeout && desync_) report = desync_->report(0, recorder_.position(rank_));
+  if (first.kind() == ErrorKind::Timeout && desync_) report = desync_->report(recordId, recorder_.position(rank_));
   const Error err(first.kind(), strCat(first.what(), cause, report.empty() ? "" : "\nDesync report: ", report));
   SC_LOG(Warn, err.what());
   dumpFlightRecorder(err.what());
