@@ -163,8 +163,8 @@ def _run_mismatch(torch, dist, pyscalecomm, c: dict, rank: int, n: int, which: s
     """The fault step of a mismatch: a broadcast whose root the faulty rank
     names as itself, or a compressed allreduce with another codec parameter."""
     count = max(c["count"], 1)
-    if which.endswith("root"):
-        root = rank if which == "root" else c["root"]
+    if which.endswith("root"):  # the faulty rank names a root the others do not
+        root = c["root"] if which != "root" else rank if c["root"] != rank else (rank + 1) % n
         dist.broadcast(torch.full((count,), float(rank)), src=root)
     else:
         levels = 2 if which == "codec" else 8
@@ -173,6 +173,15 @@ def _run_mismatch(torch, dist, pyscalecomm, c: dict, rank: int, n: int, which: s
 
 def episode_rank(rank: int, n: int, seed: int, steps: int, fault: dict | None):
     """One rank's episode: (calls completed, wrong results, error text, seconds the failing call took)."""
+    resumes = []  # timers that SIGCONT a stopped rank 0: fired before this rank exits (os._exit kills them)
+    try:
+        return _episode_calls(rank, n, seed, steps, fault, resumes)
+    finally:
+        for timer in resumes:
+            timer.join()
+
+
+def _episode_calls(rank: int, n: int, seed: int, steps: int, fault: dict | None, resumes: list):
     import signal
     import threading
 
@@ -197,7 +206,8 @@ def episode_rank(rank: int, n: int, seed: int, steps: int, fault: dict | None):
             elif fault["kind"] == "stop_store":  # the store's host (rank 0) stops for longer than the timeout
                 pid = int(store.get("pid/0").decode())
                 os.kill(pid, signal.SIGSTOP)
-                threading.Timer(GROUP_TIMEOUT_S * 1.5, os.kill, (pid, signal.SIGCONT)).start()
+                resumes.append(threading.Timer(GROUP_TIMEOUT_S * 1.5, os.kill, (pid, signal.SIGCONT)))
+                resumes[-1].start()
             elif fault["kind"] == "exit":  # the process exits with a thread inside a collective
                 threading.Thread(target=_run_call, args=(torch, dist, c, rank, n), daemon=True).start()
                 time.sleep(0.2)
