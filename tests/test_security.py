@@ -11,14 +11,15 @@ import torch.distributed as dist
 from dist_helpers import run_ranks
 
 
-def _shm_group_with_secret(rank, n, secrets):
+def _group_with_secret(rank, n, transport, secrets):
     import pyscalecomm
 
     os.environ["SCALECOMM_SECRET"] = secrets[rank]
+    options = pyscalecomm.Options(
+        transport=transport, timeout=timedelta(seconds=3 if transport == "tcp" else 5)
+    )
     try:
-        g = dist.new_group(
-            backend="scalecomm", pg_options=pyscalecomm.Options(transport="shm", timeout=timedelta(seconds=5))
-        )
+        g = dist.new_group(backend="scalecomm", pg_options=options)
     except Exception as e:  # noqa: BLE001 - the message is the result
         return f"{type(e).__name__}: {e}"
     t = torch.full((5,), float(rank + 1))
@@ -26,12 +27,19 @@ def _shm_group_with_secret(rank, n, secrets):
     return t.tolist()
 
 
+def test_tcp_peers_must_share_the_secret():
+    assert run_ranks(2, _group_with_secret, "tcp", ["s3cret", "s3cret"]) == [[3.0] * 5] * 2
+    out = run_ranks(2, _group_with_secret, "tcp", ["s3cret", "guess"])
+    assert "could not connect to rank 0" in out[1], out[1]
+    assert "timed out" in out[0], out[0]
+
+
 def test_shm_peers_must_prove_the_secret_as_tcp_peers_do():
     # A process that can write the store but does not know SCALECOMM_SECRET
     # (here: a rank with another secret) must not become a rank over shared
     # memory any more than over TCP.
-    assert run_ranks(2, _shm_group_with_secret, ["s3cret", "s3cret"]) == [[3.0] * 5] * 2
-    out = run_ranks(2, _shm_group_with_secret, ["s3cret", "guess"])
+    assert run_ranks(2, _group_with_secret, "shm", ["s3cret", "s3cret"]) == [[3.0] * 5] * 2
+    out = run_ranks(2, _group_with_secret, "shm", ["s3cret", "guess"])
     for r in range(2):
         assert "does not prove the group's key" in out[r] and f"rank {1 - r}" in out[r], out[r]
 

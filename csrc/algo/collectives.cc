@@ -354,26 +354,10 @@ PendingMessage::PendingMessage(const PointToPointOp& op, const CollectiveOptions
   plan_ = pointToPointPlan({op}, worldSize, ctx_, ptrs_);
 }
 
-namespace {
-
-class PendingCheck final : public HeaderCheck {
- public:
-  PendingCheck(const ExecContext& ctx, int rank) : ctx_(ctx), rank_(rank) {}
-  [[noreturn]] void mismatch(int peer, const WireHeader& got, const WireHeader& want) const override {
-    failHeaderMismatch(ctx_, rank_, peer, got, want);
-  }
-
- private:
-  const ExecContext& ctx_;
-  int rank_;
-};
-
-}  // namespace
-
 bool PendingMessage::advance(Channel& ch, bool& moved) {
   const auto& queue = op_.send ? plan_.sendQueue[op_.peer] : plan_.recvQueue[op_.peer];
   describedErrors(ctx_, ch.rank(), [&] {
-    const PendingCheck check(ctx_, ch.rank());
+    const ExecHeaderCheck check(ctx_, ch.rank());
     while (head_ < queue.size()) {
       const Task& t = plan_.tasks[queue[head_]];
       if (!started_) {

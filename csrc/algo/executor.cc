@@ -89,6 +89,17 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
          ctx.call.segmentBytes, ", ps servers ", ctx.call.psServers, ", codec ",
          ctx.call.codec.empty() ? "none" : ctx.call.codec, "); set the same values on every rank");
   }
+  if (got.seq < want.seq && got.collective != static_cast<uint8_t>(CollectiveKind::SendRecv) &&
+      want.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) {
+    // This rank finished that call without the peer's message: the ranks ran it differently.
+    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " sent this rank a message of its ",
+         collectiveName(static_cast<CollectiveKind>(got.collective)), " seq ", got.seq,
+         got.rootOrTag >= 0 ? strCat(" (root/src ", got.rootOrTag, ")") : std::string(),
+         " that this rank never received: the ranks ran that call differently (a different root/src, or a "
+         "different collective), so its results differ between ranks from seq ",
+         got.seq,
+         " on. Every rank must pass the same root; the group is unusable now: destroy it and create a new one.");
+  }
   if (got.seq != want.seq || got.collective != want.collective) {
     fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " is at ",
          collectiveName(static_cast<CollectiveKind>(got.collective)), " seq ", got.seq, " while this rank is at ",
@@ -147,18 +158,6 @@ void failIfPeerLeft(Communicator& comm, int peer, const ExecContext& ctx, int ra
 }
 
 namespace {
-
-class ExecHeaderCheck final : public HeaderCheck {
- public:
-  ExecHeaderCheck(const ExecContext& ctx, int rank) : ctx_(ctx), rank_(rank) {}
-  [[noreturn]] void mismatch(int peer, const WireHeader& got, const WireHeader& want) const override {
-    failHeaderMismatch(ctx_, rank_, peer, got, want);
-  }
-
- private:
-  const ExecContext& ctx_;
-  int rank_;
-};
 
 [[noreturn]] void failTimeout(const Plan& plan, const ExecContext& ctx, int rank, const std::vector<size_t>& sendHead,
                               const std::vector<size_t>& recvHead) {

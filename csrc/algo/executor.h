@@ -91,6 +91,19 @@ WireHeader collectiveHeader(const ExecContext& ctx);
 [[noreturn]] void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHeader& got,
                                      const WireHeader& want);
 
+// The HeaderCheck of a plan run with `ctx`: failHeaderMismatch.
+class ExecHeaderCheck final : public HeaderCheck {
+ public:
+  ExecHeaderCheck(const ExecContext& ctx, int rank) : ctx_(ctx), rank_(rank) {}
+  [[noreturn]] void mismatch(int peer, const WireHeader& got, const WireHeader& want) const override {
+    failHeaderMismatch(ctx_, rank_, peer, got, want);
+  }
+
+ private:
+  const ExecContext& ctx_;
+  int rank_;
+};
+
 // Where the next message on this rank's link from `peer` is its leave notice
 // (the peer left the group in order), raises failHeaderMismatch's "left the
 // group" error; otherwise returns. For the error paths of a wait or a send on

@@ -86,13 +86,7 @@ void checkNoUnreceivedMessages(Communicator& comm, const WireHeader& mine, const
     if (next.magic != kWireMagic || isLeave(next) || next.seq >= mine.seq ||
         next.collective == static_cast<uint8_t>(CollectiveKind::SendRecv))
       continue;
-    fail(ErrorKind::InvalidArgument, describe(ctx, comm.rank()), ": rank ", q, " sent this rank a message of its ",
-         collectiveName(static_cast<CollectiveKind>(next.collective)), " seq ", next.seq,
-         next.rootOrTag >= 0 ? strCat(" (root/src ", next.rootOrTag, ")") : std::string(),
-         " that this rank never received: the ranks ran that call differently (a different root/src, or a "
-         "different collective), so its results differ between ranks from seq ",
-         next.seq,
-         " on. Every rank must pass the same root; the group is unusable now: destroy it and create a new one.");
+    failHeaderMismatch(ctx, comm.rank(), q, next, mine);  // an earlier call's message: never received
   }
 }
 

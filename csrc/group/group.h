@@ -13,6 +13,10 @@
 //   caller waits for it right away (Call::blocking), no device work is
 //   involved, and nothing is queued or running on the worker; otherwise it
 //   is handed to the worker (docs/architecture.md, "Where a call runs").
+//   On the worker, host sends and receives progress together (in flight,
+//   group/point_to_point.cc) and may complete out of issue order; per peer
+//   and direction they keep it, and any other call runs only once every
+//   earlier one has completed.
 //   Either way call.done runs exactly once on the executing thread, after
 //   call.after and outside the group's execution lock (it may submit
 //   more); a failure (peer died, mismatch, timeout) poisons the group and
