@@ -46,15 +46,15 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   call.algorithm = algo;
   call.timeoutMs = timeout.count();
   if (size > 1 && t.numel() > 0) {  // else nothing to send: the sum is the tensor itself (exact; no codec, no residual)
-    call.body = [tensor, codec, key = stateKey, byMemory, owner, ef, average, store, rank, size, rows](
-                    Communicator& comm, const CollectiveOptions& o) {
+    call.body = [tensor, codec, codecName = codec.str(), key = stateKey, byMemory, owner, ef, average, store, rank,
+                 size, rows](Communicator& comm, const CollectiveOptions& o) {
       CompressComms cc;
       cc.rank = rank;
       cc.size = size;
       // The codec and its parameters travel in every message's settings: a
       // rank with another codec (or ratio, levels, rank) fails naming it.
       CollectiveOptions coded = o;
-      coded.codec = codec.str();
+      coded.codec = codecName;
       cc.allreduceSum = [&](at::Tensor& x) {
         scalecomm::allreduce(comm.channel(), x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()), ReduceOp::Sum,
                              1.0, coded);
@@ -79,7 +79,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
           for (const char* inner : {"scalecomm allgather (", "scalecomm allreduce ("}) {
             const std::string head(inner);
             if (what.rfind(head, 0) == 0) {
-              what = strCat("scalecomm allreduce with codec ", codec.str(), " (", what.substr(head.size()));
+              what = strCat("scalecomm allreduce with codec ", codecName, " (", what.substr(head.size()));
               break;
             }
           }
