@@ -68,6 +68,14 @@ def test_without_home_the_tuning_cache_is_never_in_a_shared_directory(tmp_path):
         assert not path.startswith("/tmp"), path
 
 
+def _is_cache(path):
+    try:
+        with open(path) as f:
+            return f.read().startswith("# scalecomm tuning cache")
+    except OSError:
+        return False
+
+
 def _plant_and_create(rank, n, cache_dir, victim, text):
     """Rank 0 plants `text` (or, when None, symlinks from every name the cache
     is written through) at this layout's cache path, then a group is made."""
@@ -91,8 +99,17 @@ def _plant_and_create(rank, n, cache_dir, victim, text):
     g = dist.new_group(
         backend="scalecomm", pg_options=pyscalecomm.Options(algorithm="auto", auto_explore_percent=100)
     )
-    for _ in range(200):  # enough calls for auto to decide and write the cache
-        dist.all_reduce(torch.ones(256), group=g)
+    # Until auto has decided and rank 0 has written the cache (a few hundred
+    # calls on a quiet machine; more on a loaded one), at most 20000.
+    written = torch.zeros(1)
+    for _ in range(200):
+        for _ in range(100):
+            dist.all_reduce(torch.ones(256), group=g)
+        if rank == 0:
+            written[0] = float(not os.path.islink(path) and _is_cache(path))
+        dist.broadcast(written, src=0, group=g)
+        if written[0] == 1:
+            break
     dist.destroy_process_group(g)
     return path
 

@@ -20,6 +20,7 @@ namespace {
 constexpr int kHeaderTag = 1;
 constexpr int kPayloadTag = 2;
 constexpr uint64_t kMaxPiece = uint64_t{1} << 30;  // bytes per MPI message (MPI counts are int)
+constexpr auto kCloseGrace = std::chrono::milliseconds(50);
 
 class MpiChannel final : public Channel {
  public:
@@ -29,6 +30,7 @@ class MpiChannel final : public Channel {
       out_.push_back(std::make_unique<Flight>());
       in_.push_back(std::make_unique<Flight>());
     }
+    closeSeen_.resize(static_cast<size_t>(comm.size()));
   }
   ~MpiChannel() override {
     if (mpiActive()) abandon();
@@ -87,9 +89,25 @@ class MpiChannel final : public Channel {
     return Progress::Done;
   }
 
+  // A peer's close notice (it aborted, failed or left) fails the call only
+  // while a message with that peer is in flight here, and only once the
+  // notice has been known for kCloseGrace: the notice travels on the links'
+  // tag, not this channel's, so the last message the peer sent before closing
+  // may be delivered by the very MPI call that delivered the notice, or just
+  // after it. The executor re-tests the message before every idle call.
   void idle(const std::vector<int>& peers, Clock::time_point idleSince) override {
     if (++idleCalls_ % 64 == 0) {
-      for (int p : peers) comm_.link(p).checkPeer();  // the peer's close notice, if it failed
+      for (int p : peers) {
+        if (in_[p]->stage == Stage::Idle && out_[p]->stage == Stage::Idle) continue;
+        try {
+          comm_.link(p).checkPeer();
+        } catch (const Error&) {
+          if (comm_.aborted()) throw;  // this rank's own abort closed the link
+          const Clock::time_point now = Clock::now();
+          if (closeSeen_[p] == Clock::time_point{}) closeSeen_[p] = now;
+          if (now - closeSeen_[p] >= kCloseGrace) throw;
+        }
+      }
     }
     comm_.idle(peers, idleSince);
   }
@@ -158,6 +176,7 @@ class MpiChannel final : public Channel {
   std::shared_ptr<MpiGroup> group_;
   MPI_Comm mpi_;
   std::vector<std::unique_ptr<Flight>> out_, in_;
+  std::vector<Clock::time_point> closeSeen_;  // per peer: when its close notice was first seen
   uint64_t idleCalls_ = 0;
 };
 

@@ -16,8 +16,11 @@
 // - send() and recv() return Partial when they post, None while MPI has not
 //   finished, Done once it has (one message per peer and direction at a time:
 //   the executor offers queue heads).
-// - idle() looks for the peers' close notices on their mpi links (a peer that
-//   failed or aborted), then waits as Communicator::idle.
+// - idle() looks for the close notices (a peer that failed, aborted or left)
+//   of the peers a message is in flight with, on their mpi links; a notice
+//   fails the call once it has been known for 50 ms (it travels on another
+//   tag, so the peer's last message may land just after it). Then it waits
+//   as Communicator::idle.
 // - abandon() (a plan failed): cancels receives in flight and gives sends
 //   200 ms; requests MPI does not give back are abandoned
 //   (noteMpiRequestAbandoned: the call's owner keeps its buffers) and the

@@ -27,6 +27,7 @@ CASE:
 
 import os
 import sys
+import traceback
 from datetime import timedelta
 
 import torch
@@ -37,6 +38,20 @@ for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
 
 import pyscalecomm  # noqa: E402, F401  (registers the backend and fills the rendezvous variables from MPI)
 
+
+
+def _abort_job(kind, value, tb):
+    """A rank that fails ends the whole job at once: the others may wait for it
+    in an MPI barrier, which has no timeout (and our exit's MPI_Finalize waits
+    for them)."""
+    traceback.print_exception(kind, value, tb)
+    sys.stderr.flush()
+    from mpi4py import MPI
+
+    MPI.COMM_WORLD.Abort(1)
+
+
+sys.excepthook = _abort_job
 case = sys.argv[1]
 if case == "hosts":
     os.environ["SCALECOMM_HOSTNAME"] = f"host{int(os.environ['OMPI_COMM_WORLD_RANK']) // 2}"
