@@ -39,7 +39,6 @@ for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
 import pyscalecomm  # noqa: E402, F401  (registers the backend and fills the rendezvous variables from MPI)
 
 
-
 def _abort_job(kind, value, tb):
     """A rank that fails ends the whole job at once: the others may wait for it
     in an MPI barrier, which has no timeout (and our exit's MPI_Finalize waits
