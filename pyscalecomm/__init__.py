@@ -103,6 +103,26 @@ def algorithms(collective: str) -> list[str]:
     return names
 
 
+def accepted_algorithms(collective: str) -> list[str]:
+    """Every name ``Options(algorithm=...)`` and ``SCALECOMM_ALGO`` take for
+    ``collective``: ``auto``, scalecomm's own algorithms and the native ones
+    (``nccl``: NCCL's own collective on CUDA tensors; ``mpi``: MPI's under
+    mpirun)."""
+    names = list(_C.accepted_algorithms(collective))
+    if not names:
+        algorithms(collective)  # raises the unknown-collective error
+    return names
+
+
+def algorithm_table() -> list[dict]:
+    """Every algorithm of this build, one entry each, in registry order: its
+    ``name``, ``kind`` (schedule, windows, native or auto), ``memory`` (any,
+    host or device), the ``collectives`` it can be named for, a ``summary``,
+    and for allreduce its limits (``max_world``, ``max_bytes``: 0 is none)
+    and whether ``auto`` prices it."""
+    return list(_C.algorithm_registry())
+
+
 def allreduce_algorithms(
     world_size: int | None = None, nbytes: int | None = None, window_bytes: int = 0
 ) -> list[str]:

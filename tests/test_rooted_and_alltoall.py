@@ -524,9 +524,11 @@ def test_each_collective_lists_its_algorithms_and_refuses_others_by_name():
     assert pyscalecomm.algorithms("allgather") == ["ring"]
     assert pyscalecomm.algorithms("barrier") == ["dissemination", "shared"]
     assert pyscalecomm.algorithms("allreduce") == pyscalecomm.allreduce_algorithms()
+    assert pyscalecomm.accepted_algorithms("broadcast") == ["auto", "chain", "tree", "nccl", "mpi"]
+    assert pyscalecomm.accepted_algorithms("barrier") == ["auto", "dissemination", "shared", "mpi"]
     with pytest.raises(ValueError, match="unknown collective 'allgatherv'"):
         pyscalecomm.algorithms("allgatherv")
     for msg in run_ranks(2, group_error, {"algorithm": "broadcast:ring"}):
-        assert "unknown broadcast algorithm 'ring'; choose one of auto, chain, tree, mpi" in msg, msg
+        assert "unknown broadcast algorithm 'ring'; choose one of auto, chain, tree, nccl, mpi" in msg, msg
     for msg in run_ranks(2, group_error, {"algorithm": "reduce_scatter:tree"}):
-        assert "unknown reduce_scatter algorithm 'tree'; choose one of auto, ring, mpi" in msg, msg
+        assert "unknown reduce_scatter algorithm 'tree'; choose one of auto, ring, nccl, mpi" in msg, msg

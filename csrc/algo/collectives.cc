@@ -8,14 +8,13 @@
 #include "algo/chain.h"
 #include "algo/direct.h"
 #include "algo/executor.h"
-#include "algo/mpi_native.h"
+#include "algo/native.h"
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/ring.h"
 #include "algo/shared.h"
 #include "algo/tree.h"
 #include "comm/communicator.h"
-#include "comm/queued_channel.h"
 #include "comm/reducer.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -45,42 +44,34 @@ const PreparedPlan& prepare(PlanKey key, int n, const CollectiveOptions& opts, c
   return local;
 }
 
-// The stream channel's Communicator, for what runs only on host links.
-Communicator& hostLinks(Channel& ch, const char* collective, const std::string& algorithm) {
-  if (Communicator* c = ch.communicator()) return *c;
-  fail(ErrorKind::InvalidArgument, "scalecomm ", collective, " (rank ", ch.rank(), "): algorithm ", algorithm,
-       " runs on host memory over the group's links, not on device memory; choose a schedule (ring, rhd, tree, ...) "
-       "or nccl");
-}
-
 // PREMUL_SUM's pre-multiplication, on the channel's memory.
 void scaleLocal(Channel& ch, void* data, int64_t count, DataType dtype, double factor) {
   ch.reducer().scale(data, count, dtype, factor);
   ch.reducer().fence();
 }
 
-bool isNative(const std::string& algorithm) { return algorithm == "nccl"; }
+// The call's algorithm: opts.algorithm, or the collective's default where
+// none or auto is named.
+const Algorithm& chosen(const CollectiveOptions& opts, CollectiveKind kind) {
+  const Algorithm* a = opts.algorithm.get();
+  return a == nullptr || a->kind == AlgorithmKind::Auto ? defaultAlgorithm(kind) : *a;
+}
 
-// The queued channel's own collective (algorithm "nccl"); PREMUL_SUM is
-// scaled first and then summed.
-void runNative(Channel& ch, NativeCall call, double premulFactor) {
-  const char* what = collectiveName(call.kind);
-  if (!ch.queued()) {
-    fail(ErrorKind::InvalidArgument, "scalecomm ", what, " (rank ", ch.rank(),
-         "): algorithm nccl takes CUDA tensors (and a build with NCCL); choose a scalecomm algorithm such as ring");
-  }
-  auto& q = static_cast<QueuedChannel&>(ch);
-  if (call.op == ReduceOp::PremulSum) {
-    const int64_t elems = call.kind == CollectiveKind::ReduceScatter ? call.count * ch.size() : call.count;
-    scaleLocal(ch, const_cast<void*>(call.send), elems, call.dtype, premulFactor);
-    call.op = ReduceOp::Sum;
-  }
-  if (!q.hasNative(call.kind, call.dtype, call.op)) {
-    fail(ErrorKind::InvalidArgument, "scalecomm ", what, ":nccl (rank ", ch.rank(), "): NCCL has no ",
-         reduceOpName(call.op), " on ", dataTypeName(call.dtype),
-         "; choose a scalecomm algorithm (ring, rhd, tree, ...) for this op and dtype");
-  }
-  q.native(call);
+// Runs `call` with a native entry's own collective where the call moves
+// bytes between ranks; true when it ran (a runner may decline).
+bool ranNative(const Algorithm& a, Channel& ch, const NativeCall& call, double premulFactor,
+               const CollectiveOptions& opts) {
+  return a.kind == AlgorithmKind::Native && ch.size() > 1 && call.count > 0 && a.native(ch, call, premulFactor, opts);
+}
+
+[[noreturn]] void failNoSchedule(const Algorithm& a, CollectiveKind kind) {
+  fail(ErrorKind::InvalidArgument, "scalecomm ", collectiveName(kind), ": algorithm ", a.name, " has no ",
+       collectiveName(kind), " schedule; choose one of: ", [&] {
+         std::string out;
+         for (const std::string& name : selectableAlgorithms(collectiveName(kind)))
+           out += (out.empty() ? "" : ", ") + name;
+         return out;
+       }());
 }
 
 std::vector<uint8_t*> chunkPointers(void* data, const std::vector<int64_t>& counts, DataType dtype) {
@@ -95,55 +86,24 @@ std::vector<uint8_t*> chunkPointers(void* data, const std::vector<int64_t>& coun
 
 }  // namespace
 
-const std::vector<std::string>& allreduceAlgorithms() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const auto& a : allreduceRegistry()) v.push_back(a.name);
-    return v;
-  }();
-  return names;
-}
-
-Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize,
-                           const AlgoParams& params) {
-  const AllreduceAlgorithm* a = findAllreduceAlgorithm(algorithm);
-  if (a == nullptr) {
-    std::string names;
-    for (const auto& known : allreduceRegistry()) names += strCat(names.empty() ? "" : ", ", known.name);
-    fail(ErrorKind::InvalidArgument, "scalecomm allreduce: unknown algorithm '", algorithm,
-         "'; this build has: ", names);
-  }
-  if (a->onWindows()) {
-    fail(ErrorKind::InvalidArgument, "scalecomm allreduce: algorithm '", algorithm,
-         "' runs on shared windows and has no schedule (it serves CPU tensors of ranks on one host)");
-  }
-  return a->schedule(rank, n, count, finalize, params);
-}
-
 void allreduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
                const CollectiveOptions& opts) {
   const int n = ch.size();
-  if (isMpiPassthrough(opts.algorithm) && n > 1 && count > 0) {
-    return mpiAllreduce(hostLinks(ch, "allreduce", opts.algorithm), data, count, dtype, op, premulFactor, opts);
-  }
-  if (isNative(opts.algorithm)) {
-    if (count > 0) runNative(ch, {CollectiveKind::Allreduce, data, data, count, dtype, op, -1}, premulFactor);
-    return;
-  }
+  const Algorithm& a = chosen(opts, CollectiveKind::Allreduce);
+  if (ranNative(a, ch, {CollectiveKind::Allreduce, data, data, count, dtype, op, -1}, premulFactor, opts)) return;
   if (op == ReduceOp::PremulSum) scaleLocal(ch, data, count, dtype, premulFactor);
   if (count == 0 || n == 1) return;  // AVG over one rank divides by 1
   ExecContext ctx(opts, CollectiveKind::Allreduce, dtype, count);
   ctx.op = op;
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
-  if (runsOnWindows(opts.algorithm))
-    return sharedAllreduce(hostLinks(ch, "allreduce", opts.algorithm), data, count, ctx);
+  if (a.onWindows()) return sharedAllreduce(hostLinks(ch, "allreduce", a.name), data, count, ctx);
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
-      {CollectiveKind::Allreduce, opts.algorithm, count, dtype, -1, avg, 0, 0, opts.psServers}, n, opts,
+      {CollectiveKind::Allreduce, &a, count, dtype, -1, avg, 0, 0, opts.psServers}, n, opts,
       [&] {
-        AlgoParams params{ch.hostOf(), opts.psServers};
-        return allreduceSchedule(opts.algorithm, ch.rank(), n, count, avg, params);
+        if (a.allreduce == nullptr) failNoSchedule(a, CollectiveKind::Allreduce);
+        return a.allreduce(ch.rank(), n, count, avg, AlgoParams{ch.hostOf(), opts.psServers});
       },
       local);
   execute(p.plan, chunkPointers(data, p.schedule.blockCounts, dtype), ch, ctx);
@@ -152,18 +112,18 @@ void allreduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp 
 void broadcast(Channel& ch, void* data, int64_t count, DataType dtype, int root, const CollectiveOptions& opts) {
   const int n = ch.size();
   if (n == 1 || count == 0) return;
-  if (isMpiPassthrough(opts.algorithm)) {
-    return mpiBroadcast(hostLinks(ch, "broadcast", opts.algorithm), data, count, dtype, root, opts);
-  }
-  if (isNative(opts.algorithm)) {
-    return runNative(ch, {CollectiveKind::Broadcast, data, data, count, dtype, ReduceOp::None, root}, 1);
-  }
+  const Algorithm& a = chosen(opts, CollectiveKind::Broadcast);
+  if (ranNative(a, ch, {CollectiveKind::Broadcast, data, data, count, dtype, ReduceOp::None, root}, 1, opts)) return;
   ExecContext ctx(opts, CollectiveKind::Broadcast, dtype, count);
   ctx.root = root;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
-      {CollectiveKind::Broadcast, opts.algorithm, count, dtype, root}, n, opts,
-      [&] { return findRootedAlgorithm(opts.algorithm).broadcast(ch.rank(), n, root, count); }, local);
+      {CollectiveKind::Broadcast, &a, count, dtype, root}, n, opts,
+      [&] {
+        if (a.broadcast == nullptr) failNoSchedule(a, CollectiveKind::Broadcast);
+        return a.broadcast(ch.rank(), n, root, count);
+      },
+      local);
   execute(p.plan, {static_cast<uint8_t*>(data)}, ch, ctx);
 }
 
@@ -172,30 +132,15 @@ void allgather(Channel& ch, const std::vector<void*>& outputs, int64_t count, Da
   const int n = ch.size();
   SC_CHECK(static_cast<int>(outputs.size()) == n);
   if (n == 1 || count == 0) return;
-  if (isMpiPassthrough(opts.algorithm)) {
-    return mpiAllgather(hostLinks(ch, "allgather", opts.algorithm), outputs, count, dtype, opts);
-  }
-  if (isNative(opts.algorithm)) {
-    const int64_t block = count * static_cast<int64_t>(elementSize(dtype));
-    bool contiguous = true;
-    for (int q = 0; q < n; ++q)
-      contiguous = contiguous && static_cast<uint8_t*>(outputs[q]) == static_cast<uint8_t*>(outputs[0]) + q * block;
-    if (contiguous) {
-      return runNative(
-          ch, {CollectiveKind::Allgather, outputs[ch.rank()], outputs[0], count, dtype, ReduceOp::None, -1}, 1);
-    }
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      SC_LOG(Info,
-             "scalecomm allgather:nccl: the outputs are separate tensors, which NCCL's allgather cannot fill; "
-             "they are gathered with the ring schedule over NCCL send/recv instead");
-    }
-  }
+  const Algorithm& a = chosen(opts, CollectiveKind::Allgather);
+  NativeCall native{CollectiveKind::Allgather, outputs[ch.rank()], outputs[0], count, dtype, ReduceOp::None, -1};
+  native.outputs = &outputs;
+  if (ranNative(a, ch, native, 1, opts)) return;
   ExecContext ctx(opts, CollectiveKind::Allgather, dtype, count);
   PreparedPlan local;
   const PreparedPlan& p = prepare(
-      {CollectiveKind::Allgather, "ring", count, dtype}, n, opts, [&] { return ringAllgather(ch.rank(), n, count); },
-      local);
+      {CollectiveKind::Allgather, &ringAlgorithm(), count, dtype}, n, opts,
+      [&] { return ringAllgather(ch.rank(), n, count); }, local);
   std::vector<uint8_t*> ptrs;
   for (void* q : outputs) ptrs.push_back(static_cast<uint8_t*>(q));
   execute(p.plan, ptrs, ch, ctx);
@@ -204,14 +149,16 @@ void allgather(Channel& ch, const std::vector<void*>& outputs, int64_t count, Da
 void barrier(Channel& ch, const CollectiveOptions& opts) {
   const int n = ch.size();
   if (n == 1) return;
-  if (isMpiPassthrough(opts.algorithm)) return mpiBarrier(hostLinks(ch, "barrier", opts.algorithm), opts);
+  const Algorithm& a = chosen(opts, CollectiveKind::Barrier);
+  if (ranNative(a, ch, {CollectiveKind::Barrier, nullptr, nullptr, 1, DataType::Opaque, ReduceOp::None, -1}, 1, opts))
+    return;
   uint8_t token = 0;
   ExecContext ctx(opts, CollectiveKind::Barrier, DataType::Opaque, 1);
-  if (opts.algorithm == "shared") return sharedBarrier(hostLinks(ch, "barrier", opts.algorithm), ctx);
+  if (a.onWindows()) return sharedBarrier(hostLinks(ch, "barrier", a.name), ctx);
   SC_CHECK(!ch.queued(), "a barrier runs on the host links (it has no device memory to move)");
   PreparedPlan local;
   const PreparedPlan& p = prepare(
-      {CollectiveKind::Barrier, "dissemination", 1, DataType::Opaque, -1, false, 1}, n, opts,
+      {CollectiveKind::Barrier, &defaultAlgorithm(CollectiveKind::Barrier), 1, DataType::Opaque, -1, false, 1}, n, opts,
       [&] { return disseminationBarrier(ch.rank(), n); }, local);
   execute(p.plan, {&token}, ch, ctx);
 }
@@ -229,13 +176,8 @@ std::vector<uint8_t*> bytePointers(const std::vector<void*>& ptrs) {
 void reduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor, int root,
             const CollectiveOptions& opts) {
   const int n = ch.size();
-  if (isMpiPassthrough(opts.algorithm) && n > 1 && count > 0) {
-    return mpiReduce(hostLinks(ch, "reduce", opts.algorithm), data, count, dtype, op, premulFactor, root, opts);
-  }
-  if (isNative(opts.algorithm)) {
-    if (count > 0) runNative(ch, {CollectiveKind::Reduce, data, data, count, dtype, op, root}, premulFactor);
-    return;
-  }
+  const Algorithm& a = chosen(opts, CollectiveKind::Reduce);
+  if (ranNative(a, ch, {CollectiveKind::Reduce, data, data, count, dtype, op, root}, premulFactor, opts)) return;
   if (op == ReduceOp::PremulSum) scaleLocal(ch, data, count, dtype, premulFactor);
   if (count == 0 || n == 1) return;
   ExecContext ctx(opts, CollectiveKind::Reduce, dtype, count);
@@ -245,23 +187,21 @@ void reduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op,
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
-      {CollectiveKind::Reduce, opts.algorithm, count, dtype, root, avg}, n, opts,
-      [&] { return findRootedAlgorithm(opts.algorithm).reduce(ch.rank(), n, root, count, avg); }, local);
+      {CollectiveKind::Reduce, &a, count, dtype, root, avg}, n, opts,
+      [&] {
+        if (a.reduce == nullptr) failNoSchedule(a, CollectiveKind::Reduce);
+        return a.reduce(ch.rank(), n, root, count, avg);
+      },
+      local);
   execute(p.plan, {static_cast<uint8_t*>(data)}, ch, ctx);
 }
 
 void reduceScatter(Channel& ch, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
                    const CollectiveOptions& opts) {
   const int n = ch.size();
-  if (isMpiPassthrough(opts.algorithm) && n > 1 && perRank > 0) {
-    return mpiReduceScatter(hostLinks(ch, "reduce_scatter", opts.algorithm), work, perRank, dtype, op, premulFactor,
-                            opts);
-  }
-  if (isNative(opts.algorithm)) {
-    if (perRank == 0) return;
-    auto* mine = static_cast<uint8_t*>(work) + ch.rank() * perRank * static_cast<int64_t>(elementSize(dtype));
-    return runNative(ch, {CollectiveKind::ReduceScatter, work, mine, perRank, dtype, op, -1}, premulFactor);
-  }
+  const Algorithm& a = chosen(opts, CollectiveKind::ReduceScatter);
+  auto* mine = static_cast<uint8_t*>(work) + ch.rank() * perRank * static_cast<int64_t>(elementSize(dtype));
+  if (ranNative(a, ch, {CollectiveKind::ReduceScatter, work, mine, perRank, dtype, op, -1}, premulFactor, opts)) return;
   if (op == ReduceOp::PremulSum) scaleLocal(ch, work, perRank * n, dtype, premulFactor);
   if (perRank == 0 || n == 1) return;
   ExecContext ctx(opts, CollectiveKind::ReduceScatter, dtype, perRank);
@@ -270,7 +210,7 @@ void reduceScatter(Channel& ch, void* work, int64_t perRank, DataType dtype, Red
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
-      {CollectiveKind::ReduceScatter, "ring", perRank, dtype, -1, avg}, n, opts,
+      {CollectiveKind::ReduceScatter, &ringAlgorithm(), perRank, dtype, -1, avg}, n, opts,
       [&] { return ringReduceScatter(ch.rank(), n, perRank, avg); }, local);
   execute(p.plan, chunkPointers(work, p.schedule.blockCounts, dtype), ch, ctx);
 }
@@ -285,7 +225,7 @@ void rooted(Channel& ch, CollectiveKind kind, const std::vector<void*>& blocks, 
   ctx.root = root;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
-      {kind, "direct", perRank, dtype, root}, n, opts,
+      {kind, &defaultAlgorithm(kind), perRank, dtype, root}, n, opts,
       [&] {
         return kind == CollectiveKind::Gather ? directGather(ch.rank(), n, root, perRank)
                                               : directScatter(ch.rank(), n, root, perRank);
@@ -318,7 +258,7 @@ void alltoall(Channel& ch, const std::vector<void*>& sendBlocks, const std::vect
   uncached.plans = nullptr;
   PreparedPlan local;
   const PreparedPlan& p = prepare(
-      {CollectiveKind::Alltoall, "direct", 0, dtype}, n, uncached,
+      {CollectiveKind::Alltoall, &defaultAlgorithm(CollectiveKind::Alltoall), 0, dtype}, n, uncached,
       [&] { return directAlltoall(ch.rank(), n, sendCounts, recvCounts); }, local);
   std::vector<void*> ptrs = sendBlocks;
   ptrs.insert(ptrs.end(), recvBlocks.begin(), recvBlocks.end());

@@ -144,7 +144,7 @@ double predictSeconds(const std::function<Schedule(int)>& makeSchedule, int n, s
 
 double predictAllreduceSeconds(const std::string& algorithm, int n, int64_t bytes, const CostParams& params,
                                const AlgoParams& algo) {
-  const AllreduceAlgorithm* entry = findAllreduceAlgorithm(algorithm);
+  const Algorithm* entry = findAllreduceAlgorithm(algorithm);
   if (entry != nullptr && entry->onWindows()) {
     // Shared windows (algo/shared.h), one host. In one call (sharedInSlices
     // false): one flag round (measured, or a message's latency), the input
@@ -181,7 +181,7 @@ double predictRootedSeconds(const std::string& algorithm, int n, int64_t bytes, 
   // closed form: the first segment crosses n-1 links, the rest streams.
   const double seg = params.segmentBytes > 0 ? std::min<double>(params.segmentBytes, bytes) : bytes;
   if (algorithm == "chain") return (n - 1) * (params.alpha + params.beta * seg) + params.beta * (bytes - seg);
-  const RootedAlgorithm& a = findRootedAlgorithm(algorithm);
+  const Algorithm& a = findRootedAlgorithm(algorithm);
   const int64_t count = std::max<int64_t>(bytes / 4, 1);
   return predictSeconds([&](int r) { return a.broadcast(r, n, 0, count); }, n, 4, params);
 }
@@ -210,10 +210,10 @@ std::string chooseAllreduce(int n, int64_t bytes, const CostParams& params, cons
 std::string chooseRooted(int n, int64_t bytes, const CostParams& params) {
   std::string best;
   double bestTime = 0;
-  for (const auto& a : rootedRegistry()) {
-    const double t = predictRootedSeconds(a.name, n, bytes, params);
+  for (const Algorithm* a : rootedAlgorithms()) {
+    const double t = predictRootedSeconds(a->name, n, bytes, params);
     if (best.empty() || t < bestTime) {
-      best = a.name;
+      best = a->name;
       bestTime = t;
     }
   }

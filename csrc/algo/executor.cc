@@ -21,14 +21,10 @@ std::string describe(const ExecContext& ctx, int rank) {
 namespace {
 
 // The algorithm whose wireId is `id`, for messages; "another algorithm" when unknown.
-std::string algorithmNamed(uint32_t id) {
+std::string algorithmOfWireId(uint32_t id) {
   if (id == 0) return "(none)";
-  for (const char* c : {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier"}) {
-    for (const std::string& name : selectableAlgorithms(c))
-      if (wireId(name.data(), name.size()) == id) return name;
-  }
-  for (const char* name : {"auto", "mpi"})
-    if (wireId(name, std::strlen(name)) == id) return name;
+  for (const Algorithm& a : algorithmRegistry())
+    if (a.wireId == id) return a.name;
   return "another algorithm";
 }
 
@@ -131,7 +127,7 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
          want.rootOrTag, "; all ranks must pass the same root");
   }
   if (got.algorithm != want.algorithm) {
-    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " runs it with algorithm ", algorithmNamed(got.algorithm),
+    fail(ErrorKind::InvalidArgument, who, ": rank ", peer, " runs it with algorithm ", algorithmOfWireId(got.algorithm),
          " but this rank with ", ctx.call.algorithm.empty() ? "(none)" : ctx.call.algorithm,
          "; every rank must select the same algorithm (the same SCALECOMM_ALGO, options and per-call choice)");
   }

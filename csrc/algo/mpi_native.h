@@ -23,9 +23,6 @@
 
 namespace scalecomm {
 
-// "mpi" names this algorithm in selections and profiler titles.
-inline bool isMpiPassthrough(const std::string& algorithm) { return algorithm == "mpi"; }
-
 void mpiAllreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
                   const CollectiveOptions& opts);
 void mpiBroadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root,

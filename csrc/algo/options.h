@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "algo/registry.h"
 #include "comm/wire.h"
 #include "core/deadline.h"
 
@@ -20,7 +21,7 @@ class ExecTrace;
 class PlanCache;
 
 struct CollectiveOptions {
-  std::string algorithm = "ring";
+  AlgorithmRef algorithm;  // none: the collective's default (algo/registry.h)
   int64_t segmentBytes = 256 << 10;
   // Pacing (algo/plan.h): within a pairwise-exchange step a rank's sends run at
   // most this many bytes (rounded up to whole segments) ahead of what it has

@@ -3,7 +3,7 @@
 namespace scalecomm {
 
 size_t PlanCache::Hash::operator()(const PlanKey& k) const {
-  size_t h = std::hash<std::string>()(k.algorithm);
+  size_t h = std::hash<const void*>()(k.algorithm);
   auto mix = [&h](uint64_t v) { h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
   mix(static_cast<uint64_t>(k.kind));
   mix(static_cast<uint64_t>(k.count));

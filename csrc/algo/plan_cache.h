@@ -26,9 +26,11 @@
 
 namespace scalecomm {
 
+struct Algorithm;
+
 struct PlanKey {
   CollectiveKind kind;
-  std::string algorithm;
+  const Algorithm* algorithm = nullptr;
   int64_t count = 0;
   DataType dtype = DataType::Opaque;
   int root = -1;

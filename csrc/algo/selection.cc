@@ -27,20 +27,17 @@ std::string trim(const std::string& s) {
 }
 
 std::string joined(const std::vector<std::string>& names) {
-  std::string out = "auto";
-  for (const auto& n : names) out += ", " + n;
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
   return out;
 }
 
-void checkKnown(const std::string& collective, const std::string& algo, const std::vector<std::string>& known) {
-  if (algo == "auto" || std::find(known.begin(), known.end(), algo) != known.end()) return;
+// Every name the algorithm table accepts for `collective`.
+void checkKnown(const std::string& collective, const std::string& algo) {
+  const std::vector<std::string> known = acceptedAlgorithms(collective);
+  if (std::find(known.begin(), known.end(), algo) != known.end()) return;
   fail(ErrorKind::InvalidArgument, "scalecomm: unknown ", collective, " algorithm '", algo, "'; choose one of ",
        joined(known), " (SCALECOMM_ALGO or Options(algorithm=...), e.g. 'allreduce:rhd,broadcast:tree')");
-}
-
-std::vector<std::string> withMpi(std::vector<std::string> names) {
-  names.push_back("mpi");
-  return names;
 }
 
 }  // namespace
@@ -68,9 +65,7 @@ AlgorithmSelection AlgorithmSelection::parse(const std::string& spec) {
     if (colon == std::string::npos && algo == "mpi") {
       sel.allreduce = sel.broadcast = sel.reduce = sel.allgather = sel.reduceScatter = sel.barrier = algo;
     } else if (sel.slot(collective) != nullptr) {
-      std::vector<std::string> known = withMpi(selectableAlgorithms(collective));
-      if (collective != "barrier") known.push_back("nccl");  // NCCL's own collective, CUDA tensors only
-      checkKnown(collective, algo, known);
+      checkKnown(collective, algo);
       *sel.slot(collective) = algo;
     } else {
       fail(ErrorKind::InvalidArgument, "scalecomm: cannot choose an algorithm for '", collective, "' in '", spec,

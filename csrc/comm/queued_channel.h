@@ -50,6 +50,8 @@ struct NativeCall {
   DataType dtype;
   ReduceOp op;
   int root;
+  // Allgather: outputs[r] for every rank r (outputs[rank] holds this rank's block).
+  const std::vector<void*>* outputs = nullptr;
 };
 
 // What NCCL's own collectives take (the `nccl` algorithm): allreduce, reduce

@@ -99,8 +99,8 @@ void checkArguments(const Call& call, int rank, int size) {
 // An allreduce algorithm named for this call must take its message.
 void checkAlgorithmTakes(const Call& call, int rank, int size, int64_t windowBytes) {
   if (call.kind != CallKind::Allreduce || call.algorithm.empty()) return;
-  const AllreduceAlgorithm* a = findAllreduceAlgorithm(call.algorithm);
-  if (a == nullptr) return;
+  const Algorithm* a = call.algorithm.get();
+  if (!a->ours()) return;
   const int64_t bytes = call.count * static_cast<int64_t>(elementSize(call.dtype));
   if (a->maxBytes > 0 && bytes > a->maxBytes) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank, "): algorithm ", a->name,

@@ -7,7 +7,7 @@
 
 namespace scalecomm {
 
-Label Group::chooseAllreduce(int64_t bytes) {
+AlgorithmRef Group::chooseAllreduce(int64_t bytes) {
   auto it = chosen_.find(bytes);
   if (it != chosen_.end()) return it->second;
   if (chosen_.size() >= kMaxPrepared) chosen_.clear();  // bounded like the prepared sites
@@ -24,25 +24,25 @@ Label Group::chooseAllreduce(int64_t bytes) {
     why = "cost model";
   }
   SC_LOG(Info, "rank ", rank_, ": auto picks ", algo, " for allreduce of ", bytes, " bytes (", why, ")");
-  return chosen_.emplace(bytes, Label(algo)).first->second;
+  return chosen_.emplace(bytes, AlgorithmRef(algo)).first->second;
 }
 
-Label Group::algorithmFor(CallKind kind, int64_t bytes, const std::string& override) {
+AlgorithmRef Group::algorithmFor(CallKind kind, int64_t bytes, const std::string& override) {
   switch (kind) {
     case CallKind::Allreduce: {
       const std::string& a = override.empty() ? selection_.allreduce : override;
-      return a == "auto" ? chooseAllreduce(bytes) : Label(a);
+      return a == "auto" ? chooseAllreduce(bytes) : AlgorithmRef(a);
     }
     case CallKind::Broadcast:
     case CallKind::Reduce: {
       const std::string& configured = kind == CallKind::Broadcast ? selection_.broadcast : selection_.reduce;
       const std::string& a = override.empty() ? configured : override;
-      return Label(a == "auto" ? chooseRooted(size_, bytes, costs_) : a);
+      return AlgorithmRef(a == "auto" ? chooseRooted(size_, bytes, costs_) : a);
     }
-    case CallKind::Allgather: return Label(override.empty() ? selection_.allgather : override);
-    case CallKind::ReduceScatter: return Label(override.empty() ? selection_.reduceScatter : override);
-    case CallKind::Barrier: return Label(override.empty() ? selection_.barrier : override);
-    default: return Label(override);
+    case CallKind::Allgather: return AlgorithmRef(override.empty() ? selection_.allgather : override);
+    case CallKind::ReduceScatter: return AlgorithmRef(override.empty() ? selection_.reduceScatter : override);
+    case CallKind::Barrier: return AlgorithmRef(override.empty() ? selection_.barrier : override);
+    default: return AlgorithmRef(override);
   }
 }
 
@@ -59,12 +59,12 @@ const Group::Prepared& Group::prepare(CallKind kind, const char* collective, int
   if (it != prepared_.end()) return it->second;
   // Bounded: a job with ever new message sizes under auto re-prepares (Labels stay valid).
   if (prepared_.size() >= kMaxPrepared) prepared_.clear();
-  if (online) return prepared_.emplace(key, Prepared{SC_LABEL("auto"), Label(collective)}).first->second;
-  const Label algorithm = algorithmFor(kind, bytes);
+  if (online) return prepared_.emplace(key, Prepared{autoAlgorithm(), Label(collective)}).first->second;
+  const AlgorithmRef algorithm = algorithmFor(kind, bytes);
   // Allreduce, broadcast and reduce name their schedule; the others only
-  // the MPI passthrough.
-  const bool named =
-      kind == CallKind::Allreduce || kind == CallKind::Broadcast || kind == CallKind::Reduce || algorithm == "mpi";
+  // a native collective.
+  const bool named = kind == CallKind::Allreduce || kind == CallKind::Broadcast || kind == CallKind::Reduce ||
+                     algorithm.is(AlgorithmKind::Native);
   const Label title = named && !algorithm.empty() ? Label(strCat(collective, ":", algorithm)) : Label(collective);
   return prepared_.emplace(key, Prepared{algorithm, title}).first->second;
 }

@@ -15,7 +15,7 @@ void Group::runOnDevice(Call& call, CollectiveOptions& o) {
          "): this group has no device channel (a build without NCCL)");
   }
   QueuedChannel& ch = deviceChannels_(call.deviceIndex, o.deadline);
-  o.algorithm = deviceAlgorithm(call.kind == CallKind::Allreduce, o.algorithm);
+  o.algorithm = deviceAlgorithm(o.algorithm);
   call.deviceSync->begin(ch.stream());
   try {
     if (call.before) call.before();

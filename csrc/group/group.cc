@@ -84,7 +84,7 @@ void resolveWaits(GroupConfig& config, Communicator& comm) {
 
 // A configured allreduce algorithm must serve this group's size.
 void checkServes(const AlgorithmSelection& selection, int rank, int size) {
-  const AllreduceAlgorithm* a = findAllreduceAlgorithm(selection.allreduce);
+  const Algorithm* a = findAllreduceAlgorithm(selection.allreduce);
   if (a != nullptr && a->maxWorld != 0 && size > a->maxWorld) {
     fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): allreduce algorithm ", a->name,
          " serves groups of at most ", a->maxWorld, " ranks; this group has ", size);
@@ -453,9 +453,9 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     return e;
   }
   OnlineTuner::Pick tuned;
-  const bool resolve = tuner_ && call.kind == CallKind::Allreduce && call.algorithm == SC_LABEL("auto");
+  const bool resolve = tuner_ && call.kind == CallKind::Allreduce && call.algorithm.is(AlgorithmKind::Auto);
   if (resolve) tuned = resolveTuned(call);
-  if (recordStart || resolve) recorder_.started(recordId, call.algorithm, start);
+  if (recordStart || resolve) recorder_.started(recordId, call.algorithm.str(), start);
   const uint64_t abandonedBefore = mpiRequestsAbandoned();
   CollectiveOptions o;
   o.algorithm = call.algorithm;

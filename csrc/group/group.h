@@ -117,7 +117,7 @@ struct Call {
   bool waitAllRanks = false;                    // monitored barrier
   std::vector<uint64_t> pairSeqs;               // monitored barrier: its message number per peer (set by the group)
   std::vector<PointToPointOp> batch;            // send/recv batch (pairSeq filled in by the group)
-  Label algorithm;                              // empty: the group's selection
+  AlgorithmRef algorithm;                       // none: the group's selection
   int64_t timeoutMs = 0;                        // <= 0: the group's
   uint64_t bytes = 0;                           // for stats and the timeline
   bool blocking = false;                        // the caller waits right away: may run on its thread
@@ -234,7 +234,7 @@ class Group : public std::enable_shared_from_this<Group> {
   bool isShutDown() const { return shutDown_.load(); }
 
   // The algorithm a call would run (after auto's choice).
-  Label algorithmFor(CallKind kind, int64_t bytes, const std::string& override = "");
+  AlgorithmRef algorithmFor(CallKind kind, int64_t bytes, const std::string& override = "");
   // A prepared call site: the algorithm a call of `kind` and `bytes` runs with
   // the group's selection, and its title "<collective>:<algorithm>" (errors,
   // stats, timeline, profiler). Made once per (kind, collective, bytes where
@@ -242,7 +242,8 @@ class Group : public std::enable_shared_from_this<Group> {
   // is valid until the next prepare(). `collective` must be a string literal
   // (sites are keyed by its address). Submit thread.
   struct Prepared {
-    Label algorithm, title;
+    AlgorithmRef algorithm;
+    Label title;
   };
   const Prepared& prepare(CallKind kind, const char* collective, int64_t bytes);
 
@@ -345,7 +346,7 @@ class Group : public std::enable_shared_from_this<Group> {
   Channel& hostChannel(CallKind kind);
   void runOnDevice(Call& call, CollectiveOptions& o);
   void runStaged(Call& call, Channel& ch, CollectiveOptions& o);
-  Label chooseAllreduce(int64_t bytes);
+  AlgorithmRef chooseAllreduce(int64_t bytes);
   // auto's online choice for an allreduce call (executing thread): resolves
   // call.algorithm (and the call's title) before it runs; after it ran,
   // records its time and, where the tuner asks, agrees with the other ranks.
@@ -361,16 +362,22 @@ class Group : public std::enable_shared_from_this<Group> {
   std::unique_ptr<OnlineTuner> tuner_;  // auto online (allreduce); null otherwise
   std::atomic<int> explorePercent_{0};  // as last set by the caller (the tuner's lags behind queued calls)
   std::string tuningPath_, tuningKey_;
-  bool tuningSaveFailed_ = false;                                      // executing thread: warn once
-  std::unordered_map<const void*, std::array<Label, 2>> tunedTitles_;  // algorithm -> titles (executing thread)
-  TunerTimeSkew tunerSkew_;                                            // tests only
+  bool tuningSaveFailed_ = false;  // executing thread: warn once
+  // The tuner's picks as entries, with their titles (plain, trial); by the
+  // pick's Label (executing thread).
+  struct Tuned {
+    AlgorithmRef algorithm;
+    std::array<Label, 2> titles;
+  };
+  std::unordered_map<const void*, Tuned> tuned_;
+  TunerTimeSkew tunerSkew_;  // tests only
   CostParams costs_;
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<GroupState> state_;
   std::unique_ptr<Worker> worker_;
   PlanCache plans_;
-  std::mutex execMu_;                          // held by whichever thread runs a call
-  std::unordered_map<int64_t, Label> chosen_;  // auto's allreduce choice by bytes (submit thread)
+  std::mutex execMu_;                                 // held by whichever thread runs a call
+  std::unordered_map<int64_t, AlgorithmRef> chosen_;  // auto's allreduce choice by bytes (submit thread)
   struct SiteKey {
     CallKind kind;
     const char* collective;

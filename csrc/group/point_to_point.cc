@@ -27,7 +27,7 @@ void Group::runPointToPoint(Call&& call, uint64_t number, uint64_t recordId) {
   {
     std::lock_guard<std::mutex> exec(execMu_);
     const Clock::time_point start = Clock::now();
-    recorder_.started(recordId, call.algorithm, start);
+    recorder_.started(recordId, call.algorithm.str(), start);
     std::optional<Error> error;
     if (state_->poisoned()) {
       error = Error(ErrorKind::Aborted,

@@ -189,22 +189,21 @@ std::vector<OnlineTuner::BucketReport> Group::tuning() const {
 OnlineTuner::Pick Group::resolveTuned(Call& call) {
   OnlineTuner::Pick pick;
   const int64_t bytes = call.count * static_cast<int64_t>(elementSize(call.dtype));
+  Label picked;
   if (call.deviceIndex >= 0 || call.stager) {
-    call.algorithm = tuner_->modelPick(bytes);  // the host's time of a device call is not the device's
+    picked = tuner_->modelPick(bytes);  // the host's time of a device call is not the device's
   } else {
     pick = tuner_->pick(bytes);
-    call.algorithm = pick.algorithm;
+    picked = pick.algorithm;
     if (pick.fresh) SC_LOG(Info, "rank ", rank_, ": ", tuner_->describe(OnlineTuner::bucketOf(bytes)));
   }
-  if (call.name == SC_LABEL("allreduce")) {
-    auto it = tunedTitles_.find(call.algorithm.key());
-    if (it == tunedTitles_.end()) {
-      const std::array<Label, 2> titles{Label("allreduce:" + call.algorithm),
-                                        Label("allreduce:" + call.algorithm + " (trial)")};
-      it = tunedTitles_.emplace(call.algorithm.key(), titles).first;
-    }
-    call.name = it->second[pick.candidate >= 0 ? 1 : 0];
+  auto it = tuned_.find(picked.key());
+  if (it == tuned_.end()) {
+    const Tuned t{AlgorithmRef(picked), {Label("allreduce:" + picked), Label("allreduce:" + picked + " (trial)")}};
+    it = tuned_.emplace(picked.key(), t).first;
   }
+  call.algorithm = it->second.algorithm;
+  if (call.name == SC_LABEL("allreduce")) call.name = it->second.titles[pick.candidate >= 0 ? 1 : 0];
   return pick;
 }
 
@@ -217,7 +216,7 @@ void Group::recordTuned(const OnlineTuner::Pick& pick, double seconds, const Col
   // a rank checking its peers' windows, tells the two apart: comm/wire.h).
   const Clock::time_point started = Clock::now();
   CollectiveOptions agree = o;
-  agree.algorithm = SC_LABEL("ring");
+  agree.algorithm = ringAlgorithm();
   agree.part = CallPart::Agreement;
   agree.trace = nullptr;
   allreduce(comm_->collectiveChannel(), values.data(), static_cast<int64_t>(values.size()), DataType::Float64,

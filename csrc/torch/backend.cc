@@ -136,8 +136,8 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::run(c10d::OpType type, std::vec
     call.deviceIndex = onDevice->device();
     call.deviceSync = onDevice;
   }
-  TORCH_CHECK_VALUE(call.deviceIndex >= 0 || call.algorithm != SC_LABEL("nccl"), "scalecomm ", call.name, " (rank ",
-                    getRank(),
+  TORCH_CHECK_VALUE(call.deviceIndex >= 0 || !call.algorithm || call.algorithm->memory != AlgorithmMemory::Device,
+                    "scalecomm ", call.name, " (rank ", getRank(),
                     "): algorithm nccl takes CUDA tensors (and a build with NCCL, SCALECOMM_CUDA_TRANSPORT=auto); "
                     "choose a scalecomm algorithm such as ring for CPU tensors");
   if (group_->coalescing()) batchParts_.push_back(work);

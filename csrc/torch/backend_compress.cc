@@ -36,7 +36,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   if (byMemory) owner.emplace(t.storage().getWeakStorageImpl());
   auto stage = stageFor(what, {t}, /*onDevice=*/false);  // the codecs run on the CPU
   at::Tensor tensor = stage->inout(t);
-  const Label algo = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(t.nbytes()));
+  const AlgorithmRef algo = group_->algorithmFor(CallKind::Allreduce, static_cast<int64_t>(t.nbytes()));
   auto store = compression_;
   const int rank = getRank(), size = getSize();
   const int64_t rows = t.dim() >= 2 ? t.size(0) : 0;  // PowerSGD: a weight's own matrix shape
@@ -66,7 +66,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
         std::vector<void*> ptrs;
         for (int q = 0; q < size; ++q) ptrs.push_back(static_cast<uint8_t*>(all.data_ptr()) + q * b);
         CollectiveOptions g = coded;
-        g.algorithm = o.algorithm == "mpi" ? "mpi" : "ring";
+        g.algorithm = o.algorithm.is(AlgorithmKind::Native) ? o.algorithm : AlgorithmRef(ringAlgorithm());
         scalecomm::allgather(comm.channel(), ptrs, b, DataType::Opaque, g);
         return all;
       };

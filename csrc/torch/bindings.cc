@@ -496,14 +496,26 @@ PYBIND11_MODULE(_C, m) {
       "The desync verdict from each rank's flight-recorder position (the 'position' field of its dump); ranks "
       "missing from the dict count as not answering.");
   m.def("algorithms", &scalecomm::selectableAlgorithms, py::arg("collective"),
-        "Algorithms that can be named for a collective (besides auto and mpi), registry order.");
+        "scalecomm's own algorithms that can be named for a collective (no auto, no native ones), registry order.");
+  m.def("accepted_algorithms", &scalecomm::acceptedAlgorithms, py::arg("collective"),
+        "Every name a selection takes for a collective: auto, scalecomm's own, the native ones.");
   m.def(
-      "allreduce_registry",
+      "algorithm_registry",
       [] {
+        static const char* kinds[] = {"schedule", "windows", "native", "auto"};
+        static const char* memories[] = {"any", "host", "device"};
         py::list out;
-        for (const auto& a : scalecomm::allreduceRegistry()) {
+        for (const auto& a : scalecomm::algorithmRegistry()) {
           py::dict d;
           d["name"] = a.name;
+          d["kind"] = kinds[static_cast<int>(a.kind)];
+          d["memory"] = memories[static_cast<int>(a.memory)];
+          py::list collectives;
+          for (int k = 0; k <= static_cast<int>(scalecomm::CollectiveKind::SendRecv); ++k) {
+            const auto c = static_cast<scalecomm::CollectiveKind>(k);
+            if (a.servesCollective(c)) collectives.append(scalecomm::collectiveName(c));
+          }
+          d["collectives"] = collectives;
           d["summary"] = a.summary;
           d["max_world"] = a.maxWorld;
           d["max_bytes"] = a.maxBytes;
@@ -513,7 +525,7 @@ PYBIND11_MODULE(_C, m) {
         }
         return out;
       },
-      "Every allreduce algorithm's registry entry (algo/registry.cc).");
+      "Every algorithm's registry entry (algo/registry.cc): name, kind, memory, collectives, summary, limits.");
   scalecomm::bindKernels(m);
   m.def("busbw_factor", &scalecomm::busbwFactor, py::arg("collective"), py::arg("world_size"),
         "nccl-tests' bus-bandwidth factor: allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; else 1.");

@@ -309,12 +309,13 @@ def busbw_factor(collective: str, n: int) -> float:
 
 
 def known_algorithms() -> list[str]:
-    """Every name ``--algos`` takes: some collective's algorithm, auto, mpi or nccl."""
-    from pyscalecomm import algorithms
+    """Every name ``--algos`` takes: some selectable collective's algorithm
+    (auto, scalecomm's own, the native ones), from the algorithm table."""
+    from pyscalecomm import accepted_algorithms
 
-    names = {"auto", "mpi", "nccl"}
+    names = set()
     for c in COLLECTIVES:
-        names.update(algorithms(c) if c != "alltoall" else [])
+        names.update(accepted_algorithms(c) if c != "alltoall" else [])
     return sorted(names)
 
 
@@ -322,9 +323,9 @@ def algorithm_applies(collective: str, algo: str) -> bool:
     """Whether ``algo`` can be given to ``collective`` (others run its default)."""
     if collective == "alltoall":
         return False  # one schedule: nothing to choose
-    from pyscalecomm import algorithms
+    from pyscalecomm import accepted_algorithms
 
-    return algo in {*algorithms(collective), "auto", "mpi", *(["nccl"] if collective == "allreduce" else [])}
+    return algo in accepted_algorithms(collective)
 
 
 def element_count(collective: str, nbytes: int, esize: int, n: int) -> int:

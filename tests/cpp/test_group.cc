@@ -236,9 +236,9 @@ TEST(plan_cache_is_bounded_and_evicts_least_recently_used) {
     ++built;
     return Schedule{};
   };
-  PlanKey a{CollectiveKind::Allreduce, "ring", 10, DataType::Float32, -1, false, 4},
-      b{CollectiveKind::Allreduce, "ring", 20, DataType::Float32, -1, false, 4},
-      c{CollectiveKind::Allreduce, "ring", 30, DataType::Float32, -1, false, 4};
+  PlanKey a{CollectiveKind::Allreduce, &ringAlgorithm(), 10, DataType::Float32, -1, false, 4},
+      b{CollectiveKind::Allreduce, &ringAlgorithm(), 20, DataType::Float32, -1, false, 4},
+      c{CollectiveKind::Allreduce, &ringAlgorithm(), 30, DataType::Float32, -1, false, 4};
   cache.obtain(a, 2, build);
   cache.obtain(b, 2, build);
   cache.obtain(a, 2, build);  // a is now the most recent

@@ -79,8 +79,8 @@ void setHosts(EmulatedQueuedChannel& ch, int n) {
 // Allreduce algorithms with a schedule (the shared-window ones are host-only).
 std::vector<std::string> scheduleAlgorithms() {
   std::vector<std::string> out;
-  for (const auto& a : allreduceRegistry())
-    if (!a.onWindows()) out.push_back(a.name);
+  for (const auto& a : algorithmRegistry())
+    if (a.allreduce != nullptr) out.push_back(a.name);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <set>
 
 #include "algo/barrier.h"
 #include "algo/chain.h"
@@ -12,6 +13,7 @@
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/ring.h"
+#include "algo/selection.h"
 #include "algo/tree.h"
 #include "core/error.h"
 #include "harness.h"
@@ -393,6 +395,50 @@ TEST(rooted_collectives_and_alltoall_deliver_exactly) {
         if (q != r)
           for (auto& v : cells[r][n + q]) CHECK(v == unit(n, q));
   }
+}
+
+// The algorithm table drives naming, selection and dispatch: every entry has
+// what its kind runs with for each collective it serves, names and wire ids
+// are unique, and a selection takes exactly the names the table gives a
+// collective.
+TEST(the_algorithm_table_is_complete_and_drives_selection) {
+  std::set<std::string> names;
+  std::set<uint32_t> ids;
+  for (const Algorithm& a : algorithmRegistry()) {
+    CHECK(names.insert(a.name).second);
+    CHECK(a.wireId != 0 && ids.insert(a.wireId).second);
+    CHECK(a.label == Label(a.name));
+    CHECK(AlgorithmRef(a.name).get() == &a);
+    CHECK(a.serves != 0 && a.summary[0] != '\0');
+    if (a.kind == AlgorithmKind::Schedule) {
+      CHECK(a.servesCollective(CollectiveKind::Allreduce) == (a.allreduce != nullptr));
+      CHECK(a.servesCollective(CollectiveKind::Broadcast) == (a.broadcast != nullptr));
+      CHECK(a.servesCollective(CollectiveKind::Reduce) == (a.reduce != nullptr));
+    }
+    CHECK((a.kind == AlgorithmKind::Native) == (a.native != nullptr));
+  }
+  for (const char* c : {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier"}) {
+    CollectiveKind kind;
+    CHECK(selectableCollective(c, kind));
+    for (const Algorithm& a : algorithmRegistry()) {
+      bool accepted = true;
+      try {
+        AlgorithmSelection::parse(strCat(c, ":", a.name));
+      } catch (const Error& e) {
+        accepted = false;
+        CHECK(std::string(e.what()).find("unknown") != std::string::npos);
+      }
+      CHECK_EQ(accepted, a.servesCollective(kind));
+    }
+  }
+  bool threw = false;
+  try {
+    AlgorithmRef("nosuch");
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("ring") != std::string::npos;  // the error lists the table
+  }
+  CHECK(threw);
+  CHECK(AlgorithmRef("").empty() && &AlgorithmRef().orDefault(CollectiveKind::Broadcast) == &findRootedAlgorithm(""));
 }
 
 TEST_MAIN()
