@@ -89,11 +89,12 @@ def params_markdown() -> str:
 
 
 def algorithms(collective: str) -> list[str]:
-    """Algorithms that can be named for ``collective`` (allreduce, broadcast,
-    reduce, allgather, reduce_scatter, barrier) in ``Options(algorithm=...)``
-    or ``SCALECOMM_ALGO``, besides ``auto`` and ``mpi``; every one of this
+    """scalecomm's own algorithms that can be named for ``collective``
+    (allreduce, broadcast, reduce, allgather, reduce_scatter, barrier) in
+    ``Options(algorithm=...)`` or ``SCALECOMM_ALGO``: every one of this
     build's, whatever the group (see ``allreduce_algorithms`` for those that
-    serve a given group)."""
+    serve a given group; ``accepted_algorithms`` adds ``auto`` and the native
+    ``nccl`` and ``mpi``)."""
     names = list(_C.algorithms(collective))
     if not names:
         raise ValueError(
@@ -121,6 +122,15 @@ def algorithm_table() -> list[dict]:
     and for allreduce its limits (``max_world``, ``max_bytes``: 0 is none)
     and whether ``auto`` prices it."""
     return list(_C.algorithm_registry())
+
+
+def codec_table() -> list[dict]:
+    """Every compression codec of this build, one entry each: its ``name``,
+    the ``arg`` its spec takes (``ratio``, ``levels``, ``rank`` or none:
+    ``topk:0.01``, ``qsgd:8``, ``powersgd:4``, ``sign``), whether it is
+    ``biased`` (error feedback on by default), its communication ``rounds``
+    per call, whether it has a ``fused_cpu`` path, and a ``summary``."""
+    return list(_C.codec_registry())
 
 
 def allreduce_algorithms(

@@ -18,13 +18,18 @@ from pyscalecomm.compress import _backend
 def codec_spec(
     codec: str, ratio: float | None = None, levels: int | None = None, rank: int | None = None
 ) -> str:
-    """ "topk" + ratio=0.01 -> "topk:0.01"; a full spec ("qsgd:8") passes through."""
-    if ":" in codec:
-        return codec
-    arg = {"topk": ratio, "topk_sampled": ratio, "randomk": ratio, "qsgd": levels, "powersgd": rank}.get(
-        codec
-    )
-    return f"{codec}:{arg}" if arg is not None else codec
+    """ "topk" + ratio=0.01 -> "topk:0.01"; a full spec ("qsgd:8") passes
+    through. The codec table says which argument a codec takes; a bad or
+    incomplete spec raises ValueError naming the choices, here, not at the
+    first backward."""
+    from pyscalecomm import _C
+
+    if ":" not in codec:
+        takes = {c["name"]: c["arg"] for c in _C.codec_registry()}.get(codec, "")
+        arg = {"ratio": ratio, "levels": levels, "rank": rank}.get(takes)
+        if arg is not None:
+            codec = f"{codec}:{arg}"
+    return _C.codec_spec(codec)
 
 
 def compressed(

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from pyscalecomm import _C
 
-CODECS = ["fp16", "bf16", "topk:0.1", "topk_sampled:0.1", "randomk:0.1", "qsgd:8", "sign", "powersgd:2"]
+# Every codec of the table, with a test strength for the argument it takes.
+_TEST_ARG = {"": "", "ratio": ":0.1", "levels": ":8", "rank": ":2"}
+CODECS = [c["name"] + _TEST_ARG[c["arg"]] for c in _C.codec_registry()]
 
 
 def _kept(n, ratio):
@@ -146,6 +148,27 @@ def test_casts_round_to_the_type(spec):
 def test_bad_specs_are_named(bad):
     with pytest.raises(ValueError, match="compression"):
         _C.codec_roundtrip(torch.ones(4), bad)
+
+
+def test_the_codec_table_drives_parsing_and_the_hooks():
+    import pyscalecomm.hooks
+
+    table = _C.codec_registry()
+    assert [c["name"] for c in table] == [s.split(":")[0] for s in CODECS]
+    for c in table:
+        spec = c["name"] + _TEST_ARG[c["arg"]]
+        assert _C.codec_spec(spec) == spec
+        if c["arg"]:  # a lossy codec's strength is spelled out
+            with pytest.raises(ValueError, match=f"compression '{c['name']}': give the"):
+                _C.codec_spec(c["name"])
+    # A hook whose codec lacks its argument fails when it is made, not in the first backward.
+    with pytest.raises(ValueError, match="give the rank of the approximation, e.g. powersgd:4"):
+        pyscalecomm.hooks.compressed(codec="powersgd")
+    with pytest.raises(ValueError, match="unknown compression 'zip'; choose fp16, bf16, topk:<ratio>"):
+        pyscalecomm.hooks.compressed(codec="zip")
+    hook = pyscalecomm.hooks.compressed(codec="powersgd", rank=2)
+    assert hook.__name__ == "scalecomm_compressed_powersgd:2"
+    assert pyscalecomm.hooks.compressed(codec="qsgd", levels=4).__name__ == "scalecomm_compressed_qsgd:4"
 
 
 # Relative error of the compressed sum against the exact sum (gaussian inputs).

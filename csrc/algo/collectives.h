@@ -150,9 +150,4 @@ void alltoall(Channel& ch, const std::vector<void*>& sendBlocks, const std::vect
               const std::vector<void*>& recvBlocks, const std::vector<int64_t>& recvCounts, DataType dtype,
               const CollectiveOptions& opts);
 
-// Allreduce algorithms this build knows, and the schedule of one by name.
-const std::vector<std::string>& allreduceAlgorithms();
-Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize,
-                           const AlgoParams& params = {});
-
 }  // namespace scalecomm

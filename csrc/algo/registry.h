@@ -180,6 +180,6 @@ std::vector<std::string> acceptedAlgorithms(const std::string& collective);
 // The schedule of our allreduce `algorithm` (throws InvalidArgument for an
 // unknown name or one without a schedule).
 Schedule allreduceSchedule(const std::string& algorithm, int rank, int n, int64_t count, bool finalize,
-                           const AlgoParams& params);
+                           const AlgoParams& params = {});
 
 }  // namespace scalecomm

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "compress/sign_cpu.h"
+#include "compress/topk_cpu.h"
 #include "core/error.h"
 
 namespace scalecomm {
@@ -186,33 +188,101 @@ at::Tensor topkSamplePositions(int64_t numel, uint64_t seed) {
   return at::randint(0, numel, {topkSampleSize(numel)}, gen, at::TensorOptions().dtype(at::kLong));
 }
 
+namespace {
+
+at::Tensor topkFusedEncode(const at::Tensor& x, at::Tensor* residual, const CodecSpec& spec, uint64_t step) {
+  return topkEncodeCpu(x, residual, spec.ratio, spec.entry->name == std::string("topk"), step);
+}
+
+void topkFusedDecodeAdd(at::Tensor& out, const at::Tensor& payload, const CodecSpec& spec) {
+  topkDecodeAddCpu(out, payload, keptElements(out.numel(), spec.ratio));
+}
+
+}  // namespace
+
+const std::vector<CodecEntry>& codecRegistry() {
+  static const std::vector<CodecEntry> table = {
+      {"fp16", CodecArg::None, false,
+       [](const CodecSpec&) -> std::unique_ptr<Codec> { return std::make_unique<CastCodec>(at::kHalf); },
+       "cast to float16 (2 bytes a value), summed as float16"},
+      {"bf16", CodecArg::None, false,
+       [](const CodecSpec&) -> std::unique_ptr<Codec> { return std::make_unique<CastCodec>(at::kBFloat16); },
+       "cast to bfloat16 (2 bytes a value), summed as bfloat16"},
+      {"topk", CodecArg::Ratio, true,
+       [](const CodecSpec& s) -> std::unique_ptr<Codec> { return std::make_unique<TopkCodec>(s.ratio, false); },
+       "the largest |values| (index and value, 8 bytes each), exact selection; allgathered", &topkFusedEncode,
+       &topkFusedDecodeAdd},
+      {"topk_sampled", CodecArg::Ratio, true,
+       [](const CodecSpec& s) -> std::unique_ptr<Codec> { return std::make_unique<TopkCodec>(s.ratio, true); },
+       "top-k with the threshold estimated from a sample (exact up to 65536 values); allgathered", &topkFusedEncode,
+       &topkFusedDecodeAdd},
+      {"randomk", CodecArg::Ratio, true,
+       [](const CodecSpec& s) -> std::unique_ptr<Codec> { return std::make_unique<RandomkCodec>(s.ratio); },
+       "values at positions drawn from a seed every rank shares (4 bytes each), summed"},
+      {"qsgd", CodecArg::Levels, false,
+       [](const CodecSpec& s) -> std::unique_ptr<Codec> { return std::make_unique<QsgdCodec>(s.levels); },
+       "stochastic quantisation to signed levels per bucket of 512 (1 byte a value, unbiased); allgathered"},
+      {"sign", CodecArg::None, true,
+       [](const CodecSpec&) -> std::unique_ptr<Codec> { return std::make_unique<SignCodec>(); },
+       "sign bits with one scale (mean |x|) per block of 256 (1 bit a value); allgathered",
+       [](const at::Tensor& x, at::Tensor* residual, const CodecSpec&, uint64_t) { return signEncodeCpu(x, residual); },
+       [](at::Tensor& out, const at::Tensor& payload, const CodecSpec&) { signDecodeAddCpu(out, payload); }},
+      {"powersgd", CodecArg::Rank, true, nullptr,
+       "low-rank approximation P Q^T of each weight's matrix, two allreduces of the factors per call"},
+  };
+  return table;
+}
+
+const CodecEntry* findCodec(const std::string& name) {
+  for (const CodecEntry& c : codecRegistry())
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+namespace {
+
+// "fp16, bf16, topk:<ratio>, ..." for error texts.
+std::string codecChoices() {
+  std::string out;
+  for (const CodecEntry& c : codecRegistry()) {
+    static const char* args[] = {"", ":<ratio>", ":<levels>", ":<rank>"};
+    out += strCat(out.empty() ? "" : ", ", c.name, args[static_cast<int>(c.arg)]);
+  }
+  return out;
+}
+
+}  // namespace
+
 CodecSpec CodecSpec::parse(const std::string& spec) {
   CodecSpec c;
   const auto colon = spec.find(':');
   c.name = spec.substr(0, colon);
   const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  auto need = [&](bool ok, const char* what) {
+  c.entry = findCodec(c.name);
+  if (c.entry == nullptr) {
+    fail(ErrorKind::InvalidArgument, "scalecomm: unknown compression '", spec, "'; choose ", codecChoices());
+  }
+  auto need = [&](bool ok, const std::string& what) {
     if (!ok) fail(ErrorKind::InvalidArgument, "scalecomm compression '", spec, "': ", what);
   };
   // A lossy codec's strength is spelled out: a default would hide how much is dropped.
-  if (c.name == "topk" || c.name == "topk_sampled" || c.name == "randomk") {
-    need(!arg.empty(), "give the fraction of values kept, e.g. topk:0.01 (1 %)");
-    c.ratio = parseNumber(spec, arg);
-    need(c.ratio > 0 && c.ratio <= 1, "the ratio must lie in (0, 1], e.g. topk:0.01");
-  } else if (c.name == "qsgd") {
-    need(!arg.empty(), "give the quantisation levels, e.g. qsgd:8");
-    c.levels = static_cast<int>(parseNumber(spec, arg));
-    need(c.levels >= 1 && c.levels <= 127, "QSGD levels must lie in [1, 127], e.g. qsgd:8");
-  } else if (c.name == "powersgd") {
-    need(!arg.empty(), "give the rank of the approximation, e.g. powersgd:4");
-    c.rank = static_cast<int>(parseNumber(spec, arg));
-    need(c.rank >= 1 && c.rank <= 64, "the PowerSGD rank must lie in [1, 64], e.g. powersgd:4");
-  } else if (c.name == "fp16" || c.name == "bf16" || c.name == "sign") {
-    need(arg.empty(), "takes no argument");
-  } else {
-    fail(ErrorKind::InvalidArgument, "scalecomm: unknown compression '", spec,
-         "'; choose fp16, bf16, topk:<ratio>, topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign or "
-         "powersgd:<rank>");
+  switch (c.entry->arg) {
+    case CodecArg::Ratio:
+      need(!arg.empty(), strCat("give the fraction of values kept, e.g. ", c.name, ":0.01 (1 %)"));
+      c.ratio = parseNumber(spec, arg);
+      need(c.ratio > 0 && c.ratio <= 1, strCat("the ratio must lie in (0, 1], e.g. ", c.name, ":0.01"));
+      break;
+    case CodecArg::Levels:
+      need(!arg.empty(), strCat("give the quantisation levels, e.g. ", c.name, ":8"));
+      c.levels = static_cast<int>(parseNumber(spec, arg));
+      need(c.levels >= 1 && c.levels <= 127, strCat("the levels must lie in [1, 127], e.g. ", c.name, ":8"));
+      break;
+    case CodecArg::Rank:
+      need(!arg.empty(), strCat("give the rank of the approximation, e.g. ", c.name, ":4"));
+      c.rank = static_cast<int>(parseNumber(spec, arg));
+      need(c.rank >= 1 && c.rank <= 64, strCat("the rank must lie in [1, 64], e.g. ", c.name, ":4"));
+      break;
+    case CodecArg::None: need(arg.empty(), "takes no argument"); break;
   }
   return c;
 }
@@ -220,25 +290,20 @@ CodecSpec CodecSpec::parse(const std::string& spec) {
 std::string CodecSpec::str() const {
   std::ostringstream os;
   os << name;
-  if (name == "topk" || name == "topk_sampled" || name == "randomk") os << ":" << ratio;
-  if (name == "qsgd") os << ":" << levels;
-  if (name == "powersgd") os << ":" << rank;
+  switch (entry->arg) {
+    case CodecArg::Ratio: os << ":" << ratio; break;
+    case CodecArg::Levels: os << ":" << levels; break;
+    case CodecArg::Rank: os << ":" << rank; break;
+    case CodecArg::None: break;
+  }
   return os.str();
 }
 
-bool CodecSpec::biased() const {
-  return name == "topk" || name == "topk_sampled" || name == "randomk" || name == "sign" || name == "powersgd";
-}
-
 std::unique_ptr<Codec> makeCodec(const CodecSpec& spec) {
-  if (spec.name == "fp16") return std::make_unique<CastCodec>(at::kHalf);
-  if (spec.name == "bf16") return std::make_unique<CastCodec>(at::kBFloat16);
-  if (spec.name == "topk") return std::make_unique<TopkCodec>(spec.ratio, false);
-  if (spec.name == "topk_sampled") return std::make_unique<TopkCodec>(spec.ratio, true);
-  if (spec.name == "randomk") return std::make_unique<RandomkCodec>(spec.ratio);
-  if (spec.name == "qsgd") return std::make_unique<QsgdCodec>(spec.levels);
-  if (spec.name == "sign") return std::make_unique<SignCodec>();
-  fail(ErrorKind::InvalidArgument, "scalecomm: compression '", spec.str(), "' has no single-round codec");
+  if (spec.entry->make == nullptr) {
+    fail(ErrorKind::InvalidArgument, "scalecomm: compression '", spec.str(), "' has no single-round codec");
+  }
+  return spec.entry->make(spec);
 }
 
 }  // namespace scalecomm

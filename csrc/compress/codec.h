@@ -1,8 +1,14 @@
 // scalecomm compress: gradient codecs (what a compressed allreduce sends).
 //
-// Contract: CodecSpec::parse reads "fp16", "bf16", "topk:0.01",
-// "topk_sampled:0.01", "randomk:0.01", "qsgd:8", "sign", "powersgd:4"
-// (Error(InvalidArgument) naming the choices otherwise). A Codec turns a
+// Contract: every codec is one CodecEntry of codecRegistry() (codec.cc):
+// its name, the argument its spec takes, whether it is biased (error
+// feedback on by default), whether the fused float32 CPU path serves it, and
+// how to make it. CodecSpec::parse reads "<name>" or "<name>:<argument>"
+// ("fp16", "topk:0.01", "qsgd:8", "powersgd:4", ...) against that table
+// (Error(InvalidArgument) naming the choices otherwise); the parser, str(),
+// biased(), makeCodec, the compressed allreduce's routing, the hooks and
+// pyscalecomm.codec_table() read it. Adding a codec is its Codec class plus
+// one entry. A Codec turns a
 // float32 1-D tensor into a payload and back, with ATen operations only, so
 // the same code runs on CPU and CUDA tensors (the CPU tests exercise it).
 // - summable(): payloads of all ranks add up to the payload of the sum
@@ -33,17 +39,46 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace scalecomm {
 
+class Codec;
+struct CodecSpec;
+
+// What a codec's spec takes after the colon: nothing, the share of values
+// kept (0, 1], quantisation levels [1, 127], or a low-rank approximation's
+// rank [1, 64].
+enum class CodecArg : uint8_t { None, Ratio, Levels, Rank };
+
+struct CodecEntry {
+  const char* name;
+  CodecArg arg;
+  bool biased;  // error feedback on by default
+  // One round of communication (encode, allreduce or allgather, decode);
+  // null for a codec of its own protocol (powersgd: compressed_allreduce.cc).
+  std::unique_ptr<Codec> (*make)(const CodecSpec& spec);
+  const char* summary;
+  // The fused pass over a contiguous float32 CPU tensor (null: none): encode
+  // x + *residual into the codec's payload, updating *residual (nullptr: no
+  // error feedback); and out += decode(one rank's payload). Allgathered.
+  at::Tensor (*fusedEncode)(const at::Tensor& x, at::Tensor* residual, const CodecSpec& spec, uint64_t step) = nullptr;
+  void (*fusedDecodeAdd)(at::Tensor& out, const at::Tensor& payload, const CodecSpec& spec) = nullptr;
+};
+
+const std::vector<CodecEntry>& codecRegistry();
+// The entry named `name`, or nullptr.
+const CodecEntry* findCodec(const std::string& name);
+
 struct CodecSpec {
-  std::string name;     // fp16 | bf16 | topk | topk_sampled | randomk | qsgd | sign | powersgd
-  double ratio = 0.01;  // topk, randomk: share of elements sent
-  int levels = 8;       // qsgd
-  int rank = 4;         // powersgd
+  const CodecEntry* entry = nullptr;
+  std::string name;     // entry->name
+  double ratio = 0.01;  // CodecArg::Ratio: share of elements sent
+  int levels = 8;       // CodecArg::Levels
+  int rank = 4;         // CodecArg::Rank
   static CodecSpec parse(const std::string& spec);
   std::string str() const;  // canonical, e.g. "topk:0.01"
-  bool biased() const;      // error feedback on by default
+  bool biased() const { return entry->biased; }
 };
 
 class Codec {
@@ -55,7 +90,7 @@ class Codec {
   virtual int64_t wireBytes(int64_t numel) const = 0;
 };
 
-// A codec for spec (not powersgd).
+// A codec for spec; InvalidArgument for one of its own protocol (powersgd).
 std::unique_ptr<Codec> makeCodec(const CodecSpec& spec);
 
 constexpr int64_t kSignBlock = 256;  // elements per scale of the sign codec

@@ -4,7 +4,6 @@
 
 #include <cmath>
 
-#include "compress/sign_cpu.h"
 #include "compress/topk_cpu.h"
 
 namespace scalecomm {
@@ -53,33 +52,24 @@ at::Tensor powerSgd(const at::Tensor& c, int r, int64_t matrixRows, CompressStat
 // and payload (compress/topk_cpu.h, compress/sign_cpu.h); x is overwritten
 // only once the payloads of all ranks are in.
 bool fusedOnCpu(const CodecSpec& spec, const at::Tensor& x) {
-  return (spec.name == "topk" || spec.name == "topk_sampled" || spec.name == "sign") && topkCpuApplies(x);
+  return spec.entry->fusedEncode != nullptr && topkCpuApplies(x);
 }
 
 void fusedAllreduceCpu(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
                        const CompressComms& comms, uint64_t step) {
   at::Tensor* residual = errorFeedback ? &state.residual : nullptr;
-  const bool sign = spec.name == "sign";
-  at::Tensor payload =
-      sign ? signEncodeCpu(x, residual) : topkEncodeCpu(x, residual, spec.ratio, spec.name == "topk", step);
+  at::Tensor payload = spec.entry->fusedEncode(x, residual, spec, step);
   at::Tensor all = comms.allgatherBytes(payload);
-  const int64_t b = payload.numel(), k = keptElements(x.numel(), spec.ratio);
+  const int64_t b = payload.numel();
   x.zero_();
-  for (int q = 0; q < comms.size; ++q) {
-    at::Tensor one = all.narrow(0, q * b, b);
-    if (sign) {
-      signDecodeAddCpu(x, one);
-    } else {
-      topkDecodeAddCpu(x, one, k);
-    }
-  }
+  for (int q = 0; q < comms.size; ++q) spec.entry->fusedDecodeAdd(x, all.narrow(0, q * b, b), spec);
   state.steps += 1;
 }
 
 }  // namespace
 
 int64_t compressedWireBytes(const CodecSpec& spec, int64_t numel) {
-  if (spec.name != "powersgd") return makeCodec(spec)->wireBytes(numel);
+  if (spec.entry->make != nullptr) return makeCodec(spec)->wireBytes(numel);
   const PowerSgdShape shape = powerSgdShape(numel, spec.rank);
   return shape.gains ? 4 * (shape.rows + shape.cols) * spec.rank : 4 * numel;
 }
@@ -97,7 +87,7 @@ void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedbac
   if (errorFeedback && state.residual.defined()) c.add_(state.residual);
   at::Tensor local;  // this rank's decoded contribution, for the residual
   at::Tensor sum;
-  if (spec.name == "powersgd") {
+  if (spec.entry->make == nullptr) {  // powersgd: its own two rounds
     sum = powerSgd(c, spec.rank, matrixRows, state, comms, &local);
   } else {
     auto codec = makeCodec(spec);

@@ -319,6 +319,34 @@ PYBIND11_MODULE(_C, m) {
       py::arg("out"), py::arg("payload"), py::arg("compression"), py::arg("seed") = 0,
       "out += the decoded payload (one rank's, encoded with the same compression and seed).");
   m.def(
+      "codec_registry",
+      [] {
+        static const char* args[] = {"", "ratio", "levels", "rank"};
+        py::list out;
+        for (const auto& c : scalecomm::codecRegistry()) {
+          py::dict d;
+          d["name"] = c.name;
+          d["arg"] = args[static_cast<int>(c.arg)];
+          d["biased"] = c.biased;
+          d["rounds"] = c.make != nullptr ? 1 : 2;
+          d["fused_cpu"] = c.fusedEncode != nullptr;
+          d["summary"] = c.summary;
+          out.append(d);
+        }
+        return out;
+      },
+      "Every codec's registry entry (compress/codec.cc): name, argument, biased, rounds, fused CPU path, summary.");
+  m.def(
+      "codec_spec",
+      [](const std::string& spec) {
+        try {
+          return scalecomm::CodecSpec::parse(spec).str();
+        } catch (const scalecomm::Error& e) {
+          throw py::value_error(e.what());
+        }
+      },
+      py::arg("spec"), "The canonical form of a compression spec; ValueError naming the choices for a bad one.");
+  m.def(
       "fused_encode_cpu",
       [](const at::Tensor& x, std::optional<at::Tensor> residual, const std::string& spec, uint64_t seed) {
         scalecomm::CodecSpec c;
@@ -327,20 +355,16 @@ PYBIND11_MODULE(_C, m) {
         } catch (const scalecomm::Error& e) {
           throw py::value_error(e.what());
         }
-        const bool sign = c.name == "sign";
-        if ((!sign && c.name != "topk" && c.name != "topk_sampled") || !scalecomm::topkCpuApplies(x)) {
-          throw py::value_error("fused_encode_cpu: topk, topk_sampled or sign, and a contiguous float32 CPU tensor");
+        if (c.entry->fusedEncode == nullptr || !scalecomm::topkCpuApplies(x)) {
+          throw py::value_error(
+              "fused_encode_cpu: a codec with a fused CPU path (topk, topk_sampled, sign), and a "
+              "contiguous float32 CPU tensor");
         }
         at::Tensor r = residual ? residual->clone() : at::Tensor();
         at::Tensor* rp = residual ? &r : nullptr;
-        at::Tensor payload =
-            sign ? scalecomm::signEncodeCpu(x, rp) : scalecomm::topkEncodeCpu(x, rp, c.ratio, c.name == "topk", seed);
+        at::Tensor payload = c.entry->fusedEncode(x, rp, c, seed);
         at::Tensor out = at::zeros_like(x);
-        if (sign) {
-          scalecomm::signDecodeAddCpu(out, payload);
-        } else {
-          scalecomm::topkDecodeAddCpu(out, payload, scalecomm::keptElements(x.numel(), c.ratio));
-        }
+        c.entry->fusedDecodeAdd(out, payload, c);
         return py::make_tuple(out, payload, r);
       },
       py::arg("x"), py::arg("residual"), py::arg("compression"), py::arg("seed") = 0,
