@@ -29,7 +29,8 @@ def codec_spec(
         arg = {"ratio": ratio, "levels": levels, "rank": rank}.get(takes)
         if arg is not None:
             codec = f"{codec}:{arg}"
-    return _C.codec_spec(codec)
+    _C.codec_spec(codec)  # checks it (the backend parses the same text on every call)
+    return codec
 
 
 def compressed(
