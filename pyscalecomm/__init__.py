@@ -124,6 +124,15 @@ def algorithm_table() -> list[dict]:
     return list(_C.algorithm_registry())
 
 
+def algorithms_markdown() -> str:
+    """The algorithm table of docs/algorithms.md, generated from ``algorithm_table()``."""
+    rows = ["| name | kind | memory | collectives | what it does |", "| --- | --- | --- | --- | --- |"]
+    for a in algorithm_table():
+        collectives = ", ".join(a["collectives"])
+        rows.append(f"| `{a['name']}` | {a['kind']} | {a['memory']} | {collectives} | {a['summary']} |")
+    return "\n".join(rows) + "\n"
+
+
 def codec_table() -> list[dict]:
     """Every compression codec of this build, one entry each: its ``name``,
     the ``arg`` its spec takes (``ratio``, ``levels``, ``rank`` or none:
@@ -192,5 +201,9 @@ __all__ = [
     "hooks",
     "params",
     "params_markdown",
+    "algorithms_markdown",
+    "algorithm_table",
+    "accepted_algorithms",
+    "codec_table",
     "stats",
 ]

@@ -20,6 +20,14 @@ def test_the_settings_table_is_generated_from_the_declarations():
     )
 
 
+def test_the_algorithm_table_in_the_docs_is_the_builds():
+    text = open(os.path.join(ROOT, "docs", "algorithms.md")).read()
+    assert pyscalecomm.algorithms_markdown() in text, (
+        "docs/algorithms.md's algorithm table differs from csrc/algo/registry.cc; paste the output of: "
+        "python -c 'import pyscalecomm; print(pyscalecomm.algorithms_markdown())'"
+    )
+
+
 def test_readme_opens_with_the_two_commands():
     lines = open(os.path.join(ROOT, "README.md")).read().splitlines()[:20]
     assert "bash scripts/run_main.sh" in lines

@@ -31,11 +31,11 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
 // clang-format off
 #define SCALECOMM_GROUP_PARAMS(X)                                                                                     \
   X(Text, algorithm, "algorithm", "SCALECOMM_ALGO", "auto", 0, 0, "",                                                \
-    "Algorithm per collective, e.g. 'rhd' (allreduce) or 'allreduce:rhd,broadcast:tree'. allreduce: auto, ring, "    \
-    "rhd, tree, dbtree, direct, pairwise (2 ranks, up to 4032 bytes), shared (one host), ps, hier, "                \
-    "mpi; broadcast and reduce: auto, chain, tree, mpi; allgather and reduce_scatter: ring, mpi; barrier: auto "     \
-    "(shared on one host, else dissemination), dissemination, shared, mpi. 'mpi' alone: MPI's own collectives for "  \
-    "all. nccl (allreduce, CUDA tensors): NCCL's own allreduce. auto picks per call.")                               \
+    "Algorithm per collective, e.g. 'rhd' (allreduce) or 'allreduce:rhd,broadcast:tree'; 'mpi' alone: MPI's own "   \
+    "collectives for all. The names each collective takes are the algorithm table's (docs/algorithms.md, "          \
+    "pyscalecomm.accepted_algorithms(collective)); an unknown one fails at group creation, listing them. auto "     \
+    "picks per call (allreduce) or per size (broadcast, reduce); barrier's auto is shared on one host, else "       \
+    "dissemination.")                                                                                              \
   X(Int, psServers, "ps_servers", "SCALECOMM_PS_SERVERS", 1, 1, kWorld, "",                                           \
     "Parameter-server allreduce (ps): number of server ranks (ranks 0..S-1); 1 is a central server.")                \
   X(Text, autotune, "autotune", "SCALECOMM_AUTOTUNE", "online", 0, 0, "online|model",                                \
