@@ -191,7 +191,11 @@ at::Tensor topkSamplePositions(int64_t numel, uint64_t seed) {
 namespace {
 
 at::Tensor topkFusedEncode(const at::Tensor& x, at::Tensor* residual, const CodecSpec& spec, uint64_t step) {
-  return topkEncodeCpu(x, residual, spec.ratio, spec.entry->name == std::string("topk"), step);
+  return topkEncodeCpu(x, residual, spec.ratio, /*exact=*/true, step);
+}
+
+at::Tensor topkSampledFusedEncode(const at::Tensor& x, at::Tensor* residual, const CodecSpec& spec, uint64_t step) {
+  return topkEncodeCpu(x, residual, spec.ratio, /*exact=*/false, step);
 }
 
 void topkFusedDecodeAdd(at::Tensor& out, const at::Tensor& payload, const CodecSpec& spec) {
@@ -214,8 +218,8 @@ const std::vector<CodecEntry>& codecRegistry() {
        &topkFusedDecodeAdd},
       {"topk_sampled", CodecArg::Ratio, true,
        [](const CodecSpec& s) -> std::unique_ptr<Codec> { return std::make_unique<TopkCodec>(s.ratio, true); },
-       "top-k with the threshold estimated from a sample (exact up to 65536 values); allgathered", &topkFusedEncode,
-       &topkFusedDecodeAdd},
+       "top-k with the threshold estimated from a sample (exact up to 65536 values); allgathered",
+       &topkSampledFusedEncode, &topkFusedDecodeAdd},
       {"randomk", CodecArg::Ratio, true,
        [](const CodecSpec& s) -> std::unique_ptr<Codec> { return std::make_unique<RandomkCodec>(s.ratio); },
        "values at positions drawn from a seed every rank shares (4 bytes each), summed"},
