@@ -157,7 +157,7 @@ def _extensions():
             define_macros.append(("SCALECOMM_WITH_NCCL", "1"))
             extra["include_dirs"] += nccl["include_dirs"]
             extra["extra_link_args"] += nccl["extra_link_args"]
-            cuda_sources += sorted(glob.glob(os.path.join("csrc", "transport", "nccl", "*.cc")))
+            cuda_sources += sorted(glob.glob(os.path.join("csrc", "*", "nccl", "*.cc")))
         return [
             CUDAExtension(
                 "pyscalecomm._C",

@@ -5,8 +5,6 @@
 #include <sstream>
 
 #include "algo/registry.h"
-#include "algo/shared.h"
-#include "comm/communicator.h"
 #include "comm/reducer.h"
 #include "core/error.h"
 
@@ -142,18 +140,28 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
        " bytes); the ranks disagree on the algorithm or segment size (check SCALECOMM_* settings match)");
 }
 
-void failIfPeerLeft(Communicator& comm, int peer, const ExecContext& ctx, int rank, const WireHeader& want) {
-  if (!comm.hasLink(peer)) return;
-  WireHeader next;
-  try {
-    if (comm.link(peer).peek(&next, sizeof(next)) != sizeof(next)) return;
-  } catch (const Error&) {
-    return;
-  }
-  if (isLeave(next)) failHeaderMismatch(ctx, rank, peer, next, want);
+void failIfPeerLeft(Channel& ch, int peer, const ExecContext& ctx, const WireHeader& want) {
+  WireHeader notice;
+  if (ch.peerLeft(peer, &notice)) failHeaderMismatch(ctx, ch.rank(), peer, notice, want);
 }
 
 namespace {
+
+// Ranks that pick different algorithms for one collective (different message
+// sizes choose differently, or different settings) would wait on different
+// paths until the timeout: when a peer this rank waits for over the links has
+// posted this collective (same number and part) on its shared window, raise
+// the mismatch naming both sides. Not for point-to-point (numbered per pair)
+// or number 0 (the probe's).
+void failIfPeersOnWindows(Channel& ch, const std::vector<int>& peers, const ExecContext& ctx) {
+  if (ctx.call.seq == 0 || ctx.collective == CollectiveKind::SendRecv) return;
+  WireHeader got;
+  for (int q : peers) {
+    if (ch.peerOnWindow(q, &got) && got.magic == kWireMagic && got.seq == ctx.call.seq &&
+        got.part == static_cast<uint8_t>(ctx.call.part))
+      failHeaderMismatch(ctx, ch.rank(), q, got, collectiveHeader(ctx));
+  }
+}
 
 [[noreturn]] void failTimeout(const Plan& plan, const ExecContext& ctx, int rank, const std::vector<size_t>& sendHead,
                               const std::vector<size_t>& recvHead) {
@@ -250,9 +258,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, 
     try {
       p = t.kind == OpKind::Send ? ch.send(m) : ch.recv(m, check);
     } catch (const Error&) {
-      if (t.kind == OpKind::Send && ch.communicator() != nullptr) {
-        failIfPeerLeft(*ch.communicator(), t.peer, ctx, rank, header);  // its closed link says less
-      }
+      if (t.kind == OpKind::Send) failIfPeerLeft(ch, t.peer, ctx, header);  // its closed link says less
       throw;
     }
     if (p == Channel::Progress::None) return false;
@@ -316,8 +322,7 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, 
       idleSince = Clock::now();
     }
     if (ctx.call.deadline.expired()) failTimeout(plan, ctx, rank, sendHead, recvHead);
-    if (++idleRounds % 256 == 0 && ch.communicator() != nullptr)
-      checkPeersNotOnWindows(*ch.communicator(), plan.peers, ctx);
+    if (++idleRounds % 256 == 0) failIfPeersOnWindows(ch, plan.peers, ctx);
     ch.idle(plan.peers, idleSince);
   }
 }

@@ -36,8 +36,6 @@
 
 namespace scalecomm {
 
-class Communicator;
-
 // One point-to-point message's identity, carried in its header instead of the
 // collective's (see ExecContext::messages).
 struct MessageId {
@@ -104,11 +102,11 @@ class ExecHeaderCheck final : public HeaderCheck {
   int rank_;
 };
 
-// Where the next message on this rank's link from `peer` is its leave notice
-// (the peer left the group in order), raises failHeaderMismatch's "left the
+// Where the channel reads `peer`'s leave notice next (Channel::peerLeft: the
+// peer left the group in order), raises failHeaderMismatch's "left the
 // group" error; otherwise returns. For the error paths of a wait or a send on
 // a closed link, which says less.
-void failIfPeerLeft(Communicator& comm, int peer, const ExecContext& ctx, int rank, const WireHeader& want);
+void failIfPeerLeft(Channel& ch, int peer, const ExecContext& ctx, const WireHeader& want);
 
 // Runs f(); an Error it throws is rethrown prefixed with describe(ctx, rank)
 // (unless it already is).

@@ -2,9 +2,9 @@
 
 #include <atomic>
 
-#include "algo/mpi_native.h"
 #include "algo/options.h"
 #include "comm/communicator.h"
+#include "comm/mpi_collectives.h"
 #include "core/error.h"
 #include "core/logging.h"
 
@@ -19,7 +19,8 @@ Communicator& hostLinks(Channel& ch, const char* collective, const std::string& 
 
 bool ncclNative(Channel& ch, const NativeCall& c, double premulFactor, const CollectiveOptions&) {
   const char* what = collectiveName(c.kind);
-  if (!ch.queued()) {
+  QueuedChannel* q = ch.queuedChannel();
+  if (q == nullptr) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", what, " (rank ", ch.rank(),
          "): algorithm nccl takes CUDA tensors (and a build with NCCL); choose a scalecomm algorithm such as ring");
   }
@@ -43,35 +44,35 @@ bool ncclNative(Channel& ch, const NativeCall& c, double premulFactor, const Col
     call.send = outputs[ch.rank()];
     call.recv = outputs[0];
   }
-  auto& q = static_cast<QueuedChannel&>(ch);
   if (call.op == ReduceOp::PremulSum) {
     const int64_t elems = call.kind == CollectiveKind::ReduceScatter ? call.count * ch.size() : call.count;
     ch.reducer().scale(const_cast<void*>(call.send), elems, call.dtype, premulFactor);
     ch.reducer().fence();
     call.op = ReduceOp::Sum;
   }
-  if (!q.hasNative(call.kind, call.dtype, call.op)) {
+  if (!q->hasNative(call.kind, call.dtype, call.op)) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", what, ":nccl (rank ", ch.rank(), "): NCCL has no ",
          reduceOpName(call.op), " on ", dataTypeName(call.dtype),
          "; choose a scalecomm algorithm (ring, rhd, tree, ...) for this op and dtype");
   }
-  q.native(call);
+  q->native(call);
   return true;
 }
 
 bool mpiNative(Channel& ch, const NativeCall& c, double premulFactor, const CollectiveOptions& opts) {
   const char* what = collectiveName(c.kind);
   Communicator& comm = hostLinks(ch, what, "mpi");
+  const MpiCallLimits limits{opts.seq, opts.deadline, opts.timeoutMs};
   auto* data = static_cast<void*>(c.recv);
   switch (c.kind) {
-    case CollectiveKind::Allreduce: mpiAllreduce(comm, data, c.count, c.dtype, c.op, premulFactor, opts); break;
-    case CollectiveKind::Broadcast: mpiBroadcast(comm, data, c.count, c.dtype, c.root, opts); break;
-    case CollectiveKind::Reduce: mpiReduce(comm, data, c.count, c.dtype, c.op, premulFactor, c.root, opts); break;
-    case CollectiveKind::Allgather: mpiAllgather(comm, *c.outputs, c.count, c.dtype, opts); break;
+    case CollectiveKind::Allreduce: mpiAllreduce(comm, data, c.count, c.dtype, c.op, premulFactor, limits); break;
+    case CollectiveKind::Broadcast: mpiBroadcast(comm, data, c.count, c.dtype, c.root, limits); break;
+    case CollectiveKind::Reduce: mpiReduce(comm, data, c.count, c.dtype, c.op, premulFactor, c.root, limits); break;
+    case CollectiveKind::Allgather: mpiAllgather(comm, *c.outputs, c.count, c.dtype, limits); break;
     case CollectiveKind::ReduceScatter:
-      mpiReduceScatter(comm, const_cast<void*>(c.send), c.count, c.dtype, c.op, premulFactor, opts);
+      mpiReduceScatter(comm, const_cast<void*>(c.send), c.count, c.dtype, c.op, premulFactor, limits);
       break;
-    case CollectiveKind::Barrier: mpiBarrier(comm, opts); break;
+    case CollectiveKind::Barrier: mpiBarrier(comm, limits); break;
     default: fail(ErrorKind::InvalidArgument, "scalecomm ", what, " (rank ", ch.rank(), "): has no mpi form");
   }
   return true;

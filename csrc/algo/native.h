@@ -11,7 +11,7 @@
 //   declines an allgather into separate outputs. InvalidArgument on a host
 //   channel, or for an op/dtype NCCL lacks.
 // - mpiNative: MPI's collective on the group's MPI communicator
-//   (algo/mpi_native.h); InvalidArgument on device memory.
+//   (comm/mpi_collectives.h); InvalidArgument on device memory.
 // Errors name the collective, the rank and what to choose instead.
 #pragma once
 

@@ -76,8 +76,8 @@ struct Algorithm {
   // several ranks (hostsHoldSeveral): with one host, or one rank per host,
   // it runs its flat form and would only lengthen the exploration.
   bool hierarchical = false;
-  Label label;          // the name, interned
-  uint32_t wireId = 0;  // the name's id in message headers (comm/wire.h)
+  Label label = Label();  // the name, interned
+  uint32_t wireId = 0;    // the name's id in message headers (comm/wire.h)
 
   bool servesCollective(CollectiveKind c) const { return (serves & collectiveBit(c)) != 0; }
   bool onWindows() const { return kind == AlgorithmKind::Windows; }

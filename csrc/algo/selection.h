@@ -3,7 +3,7 @@
 // Contract: AlgorithmSelection::parse() reads a spec such as "rhd" or
 // "allreduce:rhd,broadcast:tree,reduce:chain" (what SCALECOMM_ALGO and
 // Options(algorithm=...) hold). A bare name sets allreduce, except "mpi"
-// (MPI's own collectives, algo/mpi_native.h), which sets every collective
+// (MPI's own collectives, comm/mpi_collectives.h), which sets every collective
 // that has an mpi form; "nccl" (NCCL's own allreduce) applies to allreduce of
 // CUDA tensors only. Every collective not named keeps "auto": allreduce
 // then picks per call from the cost model (or the tuning table), broadcast

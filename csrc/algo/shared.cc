@@ -127,7 +127,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
           // between our look at its counter and this check: its window stays
           // mapped here, so only a peer that never published is an error.
           if (w.posted(q).load(std::memory_order_acquire) < call) {
-            failIfPeerLeft(comm, q, ctx, rank, mine);
+            failIfPeerLeft(comm.channel(), q, ctx, mine);
             throw;
           }
         }
@@ -237,19 +237,6 @@ void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const Exe
 }
 
 }  // namespace
-
-void checkPeersNotOnWindows(Communicator& comm, const std::vector<int>& peers, const ExecContext& ctx) {
-  ShmWindows* w = comm.windows();
-  if (w == nullptr || ctx.call.seq == 0 || ctx.collective == CollectiveKind::SendRecv) return;
-  for (int q : peers) {
-    const uint64_t posted = w->posted(q).load(std::memory_order_acquire);
-    if (posted == 0) continue;
-    WireHeader got;
-    std::memcpy(&got, w->header(q, posted), sizeof(got));
-    if (got.magic == kWireMagic && got.seq == ctx.call.seq && got.part == static_cast<uint8_t>(ctx.call.part))
-      failHeaderMismatch(ctx, comm.rank(), q, got, collectiveHeader(ctx));
-  }
-}
 
 void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecContext& ctx) {
   describedErrors(ctx, comm.rank(), [&] { allreduceOnWindows(comm, data, count, ctx); });

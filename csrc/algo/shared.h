@@ -19,7 +19,9 @@
 // Each call's header (a WireHeader: collective, seq, dtype, op, count)
 // is checked against every peer's, so ranks that disagree on the collective,
 // its order or its arguments get Error(InvalidArgument) naming both sides,
-// as over the links. Waiting: spin, yield, sleep (Communicator::idle); a dead
+// as over the links; a rank waiting over the links looks at its peers'
+// windows the same way (Channel::peerOnWindow, algo/executor.cc), and one
+// waiting on the windows at its late peers' links. Waiting: spin, yield, sleep (Communicator::idle); a dead
 // or closed peer raises Error(Io), abort() Error(Aborted), ctx.deadline
 // Error(Timeout) naming the ranks that have not arrived. After an error the
 // caller must poison the group (a window may hold a partial call).
@@ -54,15 +56,5 @@ inline bool sharedInSlices(int n, int64_t bytes, int64_t windowBytes) {
 void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecContext& ctx);
 
 void sharedBarrier(Communicator& comm, const ExecContext& ctx);
-
-// Ranks that pick different algorithms for one collective (different message
-// sizes choose differently, or different settings) would wait on different
-// channels until the timeout. A rank waiting over the links calls this now
-// and then: when a peer it waits for has published this collective (same
-// group number and part, comm/wire.h) on its window, it raises the mismatch
-// error naming both sides; a rank waiting on the windows looks at its late
-// peers' links the same way. Collectives only (point-to-point numbers are per pair) and not
-// for number 0 (the probe's). No-op without windows.
-void checkPeersNotOnWindows(Communicator& comm, const std::vector<int>& peers, const ExecContext& ctx);
 
 }  // namespace scalecomm

@@ -23,9 +23,16 @@
 //   CPU emulation; messages are issued in groups, reductions are queued on the
 //   same queue, nothing is executed by the host, and completion is by event.
 // reducer() does the channel's arithmetic (on its memory, in its order).
-// communicator() is the stream (or mpi) channel's Communicator (host-only algorithms:
-// shared windows, MPI passthrough, receive from any source); null for a
-// queued channel. Thread safety: one collective at a time per channel.
+// What a peer said outside the plan's messages is the channel's to read:
+// peerLeft() (its leave notice is next on its link) and peerOnWindow() (the
+// header of the last collective it posted on its shared window); both are
+// false where the channel has neither (queued channels).
+// communicator() is a host channel's Communicator (comm/host_channel.h), for
+// the algorithms that run on the links or windows themselves (shared
+// windows, MPI passthrough, receive from any source); null for a queued
+// channel. queuedChannel() is the channel as a queued one (its groups and
+// native collectives), null for a host channel.
+// Thread safety: one collective at a time per channel.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +47,7 @@
 namespace scalecomm {
 
 class Communicator;
+class QueuedChannel;
 
 // One task's message as a channel sees it.
 struct ChannelMessage {
@@ -73,7 +81,12 @@ class Channel {
   virtual const std::vector<int>& hostOf() const = 0;
   virtual Reducer& reducer() = 0;
   virtual Communicator* communicator() { return nullptr; }
-  bool queued() const { return queued_; }
+  virtual QueuedChannel* queuedChannel() { return nullptr; }
+  bool queued() { return queuedChannel() != nullptr; }
+  // True with the notice in *notice when peer's next message is its leave notice.
+  virtual bool peerLeft(int peer, WireHeader* notice) { return false; }
+  // True with the header in *posted when peer has posted a collective on its shared window.
+  virtual bool peerOnWindow(int peer, WireHeader* posted) { return false; }
 
   // A plan starts: forget any per-peer progress of an earlier (failed) one.
   virtual void start() = 0;
@@ -85,12 +98,6 @@ class Channel {
   virtual void idle(const std::vector<int>& peers, Clock::time_point idleSince) = 0;
   // A plan failed: drop what is in flight (called before the error propagates).
   virtual void abandon() {}
-
- protected:
-  explicit Channel(bool queued) : queued_(queued) {}
-
- private:
-  bool queued_;
 };
 
 }  // namespace scalecomm

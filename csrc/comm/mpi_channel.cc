@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/host_channel.h"
 #include "core/error.h"
 
 #ifdef SCALECOMM_WITH_MPI
@@ -22,10 +23,10 @@ constexpr int kPayloadTag = 2;
 constexpr uint64_t kMaxPiece = uint64_t{1} << 30;  // bytes per MPI message (MPI counts are int)
 constexpr auto kCloseGrace = std::chrono::milliseconds(50);
 
-class MpiChannel final : public Channel {
+class MpiChannel final : public HostChannel {
  public:
   MpiChannel(Communicator& comm, std::shared_ptr<MpiGroup> group)
-      : Channel(/*queued=*/false), comm_(comm), group_(std::move(group)), mpi_(mpiComm(*group_)) {
+      : HostChannel(comm), group_(std::move(group)), mpi_(mpiComm(*group_)) {
     for (int p = 0; p < comm.size(); ++p) {
       out_.push_back(std::make_unique<Flight>());
       in_.push_back(std::make_unique<Flight>());
@@ -36,11 +37,7 @@ class MpiChannel final : public Channel {
     if (mpiActive()) abandon();
   }
 
-  int rank() const override { return comm_.rank(); }
-  int size() const override { return comm_.size(); }
-  const std::vector<int>& hostOf() const override { return comm_.hostOf(); }
   Reducer& reducer() override { return hostReducer(); }
-  Communicator* communicator() override { return &comm_; }
   void start() override {}  // a failed plan's abandon() left nothing in flight
   bool flush() override { return false; }
 
@@ -172,7 +169,6 @@ class MpiChannel final : public Channel {
     return done != 0;
   }
 
-  Communicator& comm_;
   std::shared_ptr<MpiGroup> group_;
   MPI_Comm mpi_;
   std::vector<std::unique_ptr<Flight>> out_, in_;

@@ -63,11 +63,12 @@ bool ncclNativeTakes(CollectiveKind kind, DataType dtype, ReduceOp op);
 
 class QueuedChannel : public Channel {
  public:
-  QueuedChannel(int rank, int size) : Channel(/*queued=*/true), rank_(rank), size_(size), hostOf_(size, 0) {}
+  QueuedChannel(int rank, int size) : rank_(rank), size_(size), hostOf_(size, 0) {}
   ~QueuedChannel() override = default;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const std::vector<int>& hostOf() const override { return hostOf_; }
+  QueuedChannel* queuedChannel() override { return this; }
   void setHostOf(std::vector<int> h) { hostOf_ = std::move(h); }
 
   void start() override;

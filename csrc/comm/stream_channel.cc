@@ -77,16 +77,11 @@ class StreamChannel::Incoming final : public RecvConsumer {
   Stage stage_ = Idle;
 };
 
-StreamChannel::StreamChannel(Communicator& comm)
-    : Channel(/*queued=*/false), comm_(comm), reducer_(&hostReducer()), out_(comm.size()) {
+StreamChannel::StreamChannel(Communicator& comm) : HostChannel(comm), reducer_(&hostReducer()), out_(comm.size()) {
   for (int p = 0; p < comm.size(); ++p) in_.push_back(std::make_unique<Incoming>());
 }
 
 StreamChannel::~StreamChannel() = default;
-
-int StreamChannel::rank() const { return comm_.rank(); }
-int StreamChannel::size() const { return comm_.size(); }
-const std::vector<int>& StreamChannel::hostOf() const { return comm_.hostOf(); }
 
 void StreamChannel::start() {
   for (auto& o : out_) o.active = false;

@@ -1,6 +1,7 @@
 // scalecomm comm: the stream channel: host memory over a Communicator's links.
 //
-// Contract: implements comm/channel.h for the links of one Communicator.
+// Contract: implements comm/channel.h (a host channel, comm/host_channel.h)
+// for the links of one Communicator.
 // send() writes the message's WireHeader, its payload and zero padding to a
 // multiple of 64 bytes (comm/wire.h); messages up to 8 KiB go out as one copy
 // through a per-peer buffer. recv() reads the header, hands it to the
@@ -24,19 +25,15 @@
 #include <memory>
 #include <vector>
 
-#include "comm/channel.h"
+#include "comm/host_channel.h"
 
 namespace scalecomm {
 
-class StreamChannel final : public Channel {
+class StreamChannel final : public HostChannel {
  public:
   explicit StreamChannel(Communicator& comm);
   ~StreamChannel() override;
-  int rank() const override;
-  int size() const override;
-  const std::vector<int>& hostOf() const override;
   Reducer& reducer() override { return *reducer_; }
-  Communicator* communicator() override { return &comm_; }
   // nullptr: the host reducer.
   void setReducer(Reducer* r) { reducer_ = r != nullptr ? r : &hostReducer(); }
 
@@ -64,7 +61,6 @@ class StreamChannel final : public Channel {
     std::array<uint8_t, kSmallMessage> buf;
   };
   class Incoming;
-  Communicator& comm_;
   Reducer* reducer_;
   std::vector<Outgoing> out_;
   std::vector<std::unique_ptr<Incoming>> in_;

@@ -4,7 +4,7 @@
 #include "torch/store_adapter.h"
 
 #ifdef SCALECOMM_WITH_NCCL
-#include "transport/nccl/nccl_channel.h"
+#include "comm/nccl/nccl_channel.h"
 #endif
 
 namespace scalecomm {

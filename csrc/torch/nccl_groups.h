@@ -2,7 +2,7 @@
 // on the first CUDA collective that needs one.
 //
 // Contract: available() says whether this build has NCCL. channel(device,
-// deadline) returns the device's queued channel (transport/nccl), first
+// deadline) returns the device's queued channel (comm/nccl), first
 // bootstrapping its communicator through the c10d Store, collectively: every
 // rank makes its n-th channel at its n-th first use of a device, so every rank
 // must issue its CUDA collectives in the same order (as with any collective).

@@ -1,5 +1,5 @@
 // scalecomm transport: MPI types for MPI-aware sources (mpi_link.cc,
-// algo/mpi_native.cc). Include only under SCALECOMM_WITH_MPI.
+// comm/mpi_collectives.cc). Include only under SCALECOMM_WITH_MPI.
 //
 // Contract: mpiComm() unwraps an MpiGroup's communicator; mpiCheck() turns an
 // MPI error code into Error(Io) naming the call and the MPI error string.

@@ -1,4 +1,4 @@
-// scalecomm transport/nccl: the queued channel of NCCL (builds with CUDA and
+// scalecomm comm/nccl: the queued channel of NCCL (builds with CUDA and
 // NCCL only).
 //
 // Contract: implements comm/queued_channel.h over one NcclComm (owned): a

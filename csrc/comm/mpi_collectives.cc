@@ -1,4 +1,4 @@
-#include "algo/mpi_native.h"
+#include "comm/mpi_collectives.h"
 
 #include <sched.h>
 
@@ -16,9 +16,9 @@ namespace scalecomm {
 
 namespace {
 
-const MpiGroup& groupOf(Communicator& comm, const char* collective, const CollectiveOptions& opts) {
+const MpiGroup& groupOf(Communicator& comm, const char* collective, const MpiCallLimits& limits) {
   if (!comm.mpiGroup()) {
-    fail(ErrorKind::InvalidArgument, "scalecomm ", collective, " (rank ", comm.rank(), ", seq ", opts.seq,
+    fail(ErrorKind::InvalidArgument, "scalecomm ", collective, " (rank ", comm.rank(), ", seq ", limits.seq,
          "): algorithm mpi needs an MPI communicator: ",
          mpiCompiledIn() ? "start every rank with one mpirun/mpiexec (or srun with MPI), and leave SCALECOMM_MPI on"
                          : "this build has no MPI (install libopenmpi-dev and rebuild)");
@@ -119,11 +119,11 @@ MPI_Op mpiOp(ReduceOp op, DataType t) {
   }
 }
 
-// Waits for a nonblocking MPI collective within opts.deadline. MPI progresses
+// Waits for a nonblocking MPI collective within limits.deadline. MPI progresses
 // its nonblocking collectives (Open MPI's libnbc) only inside MPI calls, so
 // this polls MPI_Test without sleeping (yielding the core between polls), as
 // MPI's own blocking calls do.
-void finish(Communicator& comm, MPI_Request& req, const char* collective, const CollectiveOptions& opts) {
+void finish(Communicator& comm, MPI_Request& req, const char* collective, const MpiCallLimits& limits) {
   for (;;) {
     int done = 0;
     {
@@ -131,10 +131,10 @@ void finish(Communicator& comm, MPI_Request& req, const char* collective, const 
       mpiCheck(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
     }
     if (done) return;
-    if (opts.deadline.expired()) {
+    if (limits.deadline.expired()) {
       noteMpiRequestAbandoned();  // MPI may still write into the buffers: their owner keeps them
-      fail(ErrorKind::Timeout, "scalecomm ", collective, ":mpi (rank ", comm.rank(), ", seq ", opts.seq,
-           "): MPI's collective did not complete within the timeout (", opts.timeoutMs,
+      fail(ErrorKind::Timeout, "scalecomm ", collective, ":mpi (rank ", comm.rank(), ", seq ", limits.seq,
+           "): MPI's collective did not complete within the timeout (", limits.timeoutMs,
            " ms); a rank did not call it or is stuck. The MPI operation is abandoned (its buffers stay "
            "allocated until the process exits).");
     }
@@ -147,52 +147,52 @@ void finish(Communicator& comm, MPI_Request& req, const char* collective, const 
 }
 
 template <typename Start>
-void run(Communicator& comm, const char* collective, const CollectiveOptions& opts, Start start) {
+void run(Communicator& comm, const char* collective, const MpiCallLimits& limits, Start start) {
   MPI_Request req = MPI_REQUEST_NULL;
   {
     MpiCallGuard guard;
     mpiCheck(start(&req), collective);
   }
-  finish(comm, req, collective, opts);
+  finish(comm, req, collective, limits);
 }
 
 }  // namespace
 
 void mpiAllreduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
-                  const CollectiveOptions& opts) {
-  MPI_Comm c = mpiComm(groupOf(comm, "allreduce", opts));
+                  const MpiCallLimits& limits) {
+  MPI_Comm c = mpiComm(groupOf(comm, "allreduce", limits));
   if (op == ReduceOp::PremulSum) scaleInPlace(data, count, dtype, premulFactor);
   const size_t es = elementSize(dtype);
   for (int64_t off = 0; off < count; off += kPieceElems) {
     const int n = static_cast<int>(std::min(kPieceElems, count - off));
     void* p = static_cast<uint8_t*>(data) + off * es;
-    run(comm, "allreduce", opts,
+    run(comm, "allreduce", limits,
         [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, p, n, mpiType(dtype), mpiOp(op, dtype), c, r); });
   }
   if (op == ReduceOp::Avg) divideInPlace(data, count, dtype, comm.size());
 }
 
 void mpiBroadcast(Communicator& comm, void* data, int64_t count, DataType dtype, int root,
-                  const CollectiveOptions& opts) {
-  MPI_Comm c = mpiComm(groupOf(comm, "broadcast", opts));
+                  const MpiCallLimits& limits) {
+  MPI_Comm c = mpiComm(groupOf(comm, "broadcast", limits));
   const size_t es = elementSize(dtype);
   for (int64_t off = 0; off < count; off += kPieceElems) {
     const int n = static_cast<int>(std::min(kPieceElems, count - off));
     void* p = static_cast<uint8_t*>(data) + off * es;
-    run(comm, "broadcast", opts, [&](MPI_Request* r) { return MPI_Ibcast(p, n, mpiType(dtype), root, c, r); });
+    run(comm, "broadcast", limits, [&](MPI_Request* r) { return MPI_Ibcast(p, n, mpiType(dtype), root, c, r); });
   }
 }
 
 void mpiReduce(Communicator& comm, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,
-               int root, const CollectiveOptions& opts) {
-  MPI_Comm c = mpiComm(groupOf(comm, "reduce", opts));
+               int root, const MpiCallLimits& limits) {
+  MPI_Comm c = mpiComm(groupOf(comm, "reduce", limits));
   if (op == ReduceOp::PremulSum) scaleInPlace(data, count, dtype, premulFactor);
   const size_t es = elementSize(dtype);
   const bool atRoot = comm.rank() == root;
   for (int64_t off = 0; off < count; off += kPieceElems) {
     const int n = static_cast<int>(std::min(kPieceElems, count - off));
     void* p = static_cast<uint8_t*>(data) + off * es;
-    run(comm, "reduce", opts, [&](MPI_Request* r) {
+    run(comm, "reduce", limits, [&](MPI_Request* r) {
       return MPI_Ireduce(atRoot ? MPI_IN_PLACE : p, atRoot ? p : nullptr, n, mpiType(dtype), mpiOp(op, dtype), root, c,
                          r);
     });
@@ -201,8 +201,8 @@ void mpiReduce(Communicator& comm, void* data, int64_t count, DataType dtype, Re
 }
 
 void mpiAllgather(Communicator& comm, const std::vector<void*>& outputs, int64_t count, DataType dtype,
-                  const CollectiveOptions& opts) {
-  MPI_Comm c = mpiComm(groupOf(comm, "allgather", opts));
+                  const MpiCallLimits& limits) {
+  MPI_Comm c = mpiComm(groupOf(comm, "allgather", limits));
   const int n = checkedInt(count, "allgather", comm.rank());
   const size_t bytes = static_cast<size_t>(count) * elementSize(dtype);
   bool contiguous = true;
@@ -216,7 +216,7 @@ void mpiAllgather(Communicator& comm, const std::vector<void*>& outputs, int64_t
     out = staging.data();
     std::memcpy(out + comm.rank() * bytes, outputs[comm.rank()], bytes);
   }
-  run(comm, "allgather", opts,
+  run(comm, "allgather", limits,
       [&](MPI_Request* r) { return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, mpiType(dtype), c, r); });
   if (!contiguous) {
     for (size_t r = 0; r < outputs.size(); ++r) std::memcpy(outputs[r], out + r * bytes, bytes);
@@ -224,13 +224,13 @@ void mpiAllgather(Communicator& comm, const std::vector<void*>& outputs, int64_t
 }
 
 void mpiReduceScatter(Communicator& comm, void* work, int64_t perRank, DataType dtype, ReduceOp op, double premulFactor,
-                      const CollectiveOptions& opts) {
-  MPI_Comm c = mpiComm(groupOf(comm, "reduce_scatter", opts));
+                      const MpiCallLimits& limits) {
+  MPI_Comm c = mpiComm(groupOf(comm, "reduce_scatter", limits));
   const int n = checkedInt(perRank, "reduce_scatter", comm.rank());
   const int64_t total = perRank * comm.size();
   if (op == ReduceOp::PremulSum) scaleInPlace(work, total, dtype, premulFactor);
   // The result lands at the start of `work`; move it to block `rank`.
-  run(comm, "reduce_scatter", opts, [&](MPI_Request* r) {
+  run(comm, "reduce_scatter", limits, [&](MPI_Request* r) {
     return MPI_Ireduce_scatter_block(MPI_IN_PLACE, work, n, mpiType(dtype), mpiOp(op, dtype), c, r);
   });
   const size_t bytes = static_cast<size_t>(perRank) * elementSize(dtype);
@@ -239,31 +239,30 @@ void mpiReduceScatter(Communicator& comm, void* work, int64_t perRank, DataType 
   if (op == ReduceOp::Avg) divideInPlace(base + comm.rank() * bytes, perRank, dtype, comm.size());
 }
 
-void mpiBarrier(Communicator& comm, const CollectiveOptions& opts) {
-  MPI_Comm c = mpiComm(groupOf(comm, "barrier", opts));
-  run(comm, "barrier", opts, [&](MPI_Request* r) { return MPI_Ibarrier(c, r); });
+void mpiBarrier(Communicator& comm, const MpiCallLimits& limits) {
+  MPI_Comm c = mpiComm(groupOf(comm, "barrier", limits));
+  run(comm, "barrier", limits, [&](MPI_Request* r) { return MPI_Ibarrier(c, r); });
 }
 
 #else  // !SCALECOMM_WITH_MPI: every call explains how to get MPI
 
-void mpiAllreduce(Communicator& comm, void*, int64_t, DataType, ReduceOp, double, const CollectiveOptions& opts) {
-  groupOf(comm, "allreduce", opts);
+void mpiAllreduce(Communicator& comm, void*, int64_t, DataType, ReduceOp, double, const MpiCallLimits& limits) {
+  groupOf(comm, "allreduce", limits);
 }
-void mpiBroadcast(Communicator& comm, void*, int64_t, DataType, int, const CollectiveOptions& opts) {
-  groupOf(comm, "broadcast", opts);
+void mpiBroadcast(Communicator& comm, void*, int64_t, DataType, int, const MpiCallLimits& limits) {
+  groupOf(comm, "broadcast", limits);
 }
-void mpiReduce(Communicator& comm, void*, int64_t, DataType, ReduceOp, double, int, const CollectiveOptions& opts) {
-  groupOf(comm, "reduce", opts);
+void mpiReduce(Communicator& comm, void*, int64_t, DataType, ReduceOp, double, int, const MpiCallLimits& limits) {
+  groupOf(comm, "reduce", limits);
 }
-void mpiAllgather(Communicator& comm, const std::vector<void*>&, int64_t count, DataType,
-                  const CollectiveOptions& opts) {
+void mpiAllgather(Communicator& comm, const std::vector<void*>&, int64_t count, DataType, const MpiCallLimits& limits) {
   checkedInt(count, "allgather", comm.rank());
-  groupOf(comm, "allgather", opts);
+  groupOf(comm, "allgather", limits);
 }
-void mpiReduceScatter(Communicator& comm, void*, int64_t, DataType, ReduceOp, double, const CollectiveOptions& opts) {
-  groupOf(comm, "reduce_scatter", opts);
+void mpiReduceScatter(Communicator& comm, void*, int64_t, DataType, ReduceOp, double, const MpiCallLimits& limits) {
+  groupOf(comm, "reduce_scatter", limits);
 }
-void mpiBarrier(Communicator& comm, const CollectiveOptions& opts) { groupOf(comm, "barrier", opts); }
+void mpiBarrier(Communicator& comm, const MpiCallLimits& limits) { groupOf(comm, "barrier", limits); }
 
 #endif
 

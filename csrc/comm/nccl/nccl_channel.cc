@@ -1,4 +1,4 @@
-#include "transport/nccl/nccl_channel.h"
+#include "comm/nccl/nccl_channel.h"
 
 #include "core/error.h"
 #include "cuda/nvtx_ranges.h"

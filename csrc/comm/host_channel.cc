@@ -1,0 +1,34 @@
+#include "comm/host_channel.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+
+namespace scalecomm {
+
+int HostChannel::rank() const { return comm_.rank(); }
+int HostChannel::size() const { return comm_.size(); }
+const std::vector<int>& HostChannel::hostOf() const { return comm_.hostOf(); }
+
+bool HostChannel::peerLeft(int peer, WireHeader* notice) {
+  if (!comm_.hasLink(peer)) return false;
+  try {
+    if (comm_.link(peer).peek(notice, sizeof(*notice)) != sizeof(*notice)) return false;
+  } catch (const Error&) {
+    return false;
+  }
+  return isLeave(*notice);
+}
+
+bool HostChannel::peerOnWindow(int peer, WireHeader* posted) {
+  ShmWindows* w = comm_.windows();
+  if (w == nullptr) return false;
+  const uint64_t call = w->posted(peer).load(std::memory_order_acquire);
+  if (call == 0) return false;
+  std::memcpy(posted, w->header(peer, call), sizeof(*posted));
+  return true;
+}
+
+}  // namespace scalecomm
