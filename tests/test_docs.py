@@ -28,6 +28,23 @@ def test_the_algorithm_table_in_the_docs_is_the_builds():
     )
 
 
+def test_every_codec_of_the_table_is_documented_and_nothing_else():
+    text = open(os.path.join(ROOT, "docs", "compression.md")).read()
+    section = text.split("## Codecs", 1)[1].split("\n\n", 2)[1]  # the table under the heading
+    documented = set(
+        re.findall(
+            r"`([a-z0-9_]+)(?::<[a-z]+>)?`", "\n".join(r.split("|")[1] for r in section.splitlines()[2:])
+        )
+    )
+    names = {c["name"] for c in pyscalecomm.codec_table()}
+    assert documented == names, (
+        f"docs/compression.md's codec table lists {sorted(documented)}; the build has {sorted(names)}"
+    )
+    doc = next(p for p in pyscalecomm.params() if p["name"] == "SCALECOMM_COMPRESSION")["doc"]
+    missing = sorted(n for n in names if not re.search(rf"\b{n}\b", doc))
+    assert not missing, f"SCALECOMM_COMPRESSION's description (csrc/core/params.h) does not name {missing}"
+
+
 def test_readme_opens_with_the_two_commands():
     lines = open(os.path.join(ROOT, "README.md")).read().splitlines()[:20]
     assert "bash scripts/run_main.sh" in lines

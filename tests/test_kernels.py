@@ -14,7 +14,7 @@ def test_reduce_into_matches_torch(dtype):
     for op in OPS_FLOAT if dtype.is_floating_point else OPS_INT:
         a, b = operands(dtype)
         want = reference(op, a, b)
-        _C.reduce_into(a, b, op)
+        _C._testing.reduce_into(a, b, op)
         assert same(a, want), (dtype, op)
 
 
@@ -23,7 +23,7 @@ def test_scale_matches_torch(dtype):
     a, _ = operands(dtype)
     wide = a.float() if dtype in (torch.float16, torch.bfloat16) else a
     want = (wide * torch.tensor(0.3, dtype=wide.dtype)).to(dtype)  # factor in the accumulator type
-    _C.scale_(a, 0.3)
+    _C._testing.scale_(a, 0.3)
     assert same(a, want), dtype
 
 
@@ -35,14 +35,20 @@ def test_divide_truncates_integers_and_rounds_floats_once(dtype):
         want = (wide / 3).to(dtype)
     else:
         want = torch.div(a.to(torch.int64), 3, rounding_mode="trunc").to(dtype)
-    _C.divide_(a, 3)
+    _C._testing.divide_(a, 3)
     assert same(a, want), dtype
 
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="unknown reduction"):
-        _C.reduce_into(torch.ones(3), torch.ones(3), "mean")
+        _C._testing.reduce_into(torch.ones(3), torch.ones(3), "mean")
     with pytest.raises(ValueError, match="not defined"):
-        _C.reduce_into(torch.ones(3), torch.ones(3), "band")
+        _C._testing.reduce_into(torch.ones(3), torch.ones(3), "band")
     with pytest.raises(ValueError, match="one dtype, size"):
-        _C.reduce_into(torch.ones(3), torch.ones(4), "sum")
+        _C._testing.reduce_into(torch.ones(3), torch.ones(4), "sum")
+
+
+def test_test_hooks_live_on_the_testing_submodule_not_the_api():
+    for name in ("reduce_into", "scale_", "divide_", "fused_encode_cpu"):
+        assert hasattr(_C._testing, name), name
+        assert not hasattr(_C, name), f"_C.{name} is a test hook; it belongs on _C._testing"

@@ -1,6 +1,6 @@
 // scalecomm torch adapter: the reduction kernels as Python functions, for tests.
 //
-// Contract: pyscalecomm._C.reduce_into(dst, src, op), scale_(t, factor) and
+// Contract: pyscalecomm._C._testing.reduce_into(dst, src, op), scale_(t, factor) and
 // divide_(t, divisor) run scalecomm's own element-wise reductions (the ones
 // collectives use) on contiguous tensors of one dtype and size: CPU tensors
 // through comm/reducer.h, CUDA tensors (CUDA builds) through
@@ -13,6 +13,7 @@
 #include "comm/cuda/reduce_kernels.h"
 #include "comm/reducer.h"
 #include "core/error.h"
+#include "torch/bindings.h"
 #include "torch/tensor_types.h"
 
 #ifdef SCALECOMM_WITH_CUDA

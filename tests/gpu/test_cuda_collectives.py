@@ -215,8 +215,15 @@ def _allreduce_algorithms(rank, n):
         return f"element {bad}: got {float(got[bad])}, want {float(want[bad])}"
 
     out = {}
-    large = pyscalecomm.allreduce_algorithms(n, 400_012, window_bytes=1 << 30) + ["nccl"]
-    for algo in pyscalecomm.allreduce_algorithms() + ["nccl"]:
+    # scalecomm's own schedules, and the native entries that run on device memory (nccl)
+    natives = [
+        a["name"]
+        for a in pyscalecomm.algorithm_table()
+        if a["kind"] == "native" and a["memory"] == "device" and "allreduce" in a["collectives"]
+    ]
+    assert natives, "the algorithm table has no native allreduce on device memory"
+    large = pyscalecomm.allreduce_algorithms(n, 400_012, window_bytes=1 << 30) + natives
+    for algo in pyscalecomm.allreduce_algorithms() + natives:
         pg = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=algo))
         count = 100_003 if algo in large else 1_003  # pairwise takes only small messages
         for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX):

@@ -29,8 +29,8 @@ def test_cuda_reduce_matches_cpu_reducer(dtype, offset):
         ga, gb = a.cuda()[offset:], b.cuda()[offset:]
         a, b = a[offset:], b[offset:]
         cpu = a.clone()
-        _C.reduce_into(cpu, b, op)
-        _C.reduce_into(ga, gb, op)
+        _C._testing.reduce_into(cpu, b, op)
+        _C._testing.reduce_into(ga, gb, op)
         torch.cuda.synchronize()
         assert same(ga.cpu(), cpu), (dtype, op, offset)
 
@@ -42,12 +42,12 @@ def test_cuda_scale_and_divide_match_cpu(n):
         a = a[:n].contiguous()
         if dtype.is_floating_point:
             cpu, gpu = a.clone(), a.cuda()
-            _C.scale_(cpu, 0.3)
-            _C.scale_(gpu, 0.3)
+            _C._testing.scale_(cpu, 0.3)
+            _C._testing.scale_(gpu, 0.3)
             assert same(gpu.cpu(), cpu), dtype
         cpu, gpu = a.clone(), a.cuda()
-        _C.divide_(cpu, 3)
-        _C.divide_(gpu, 3)
+        _C._testing.divide_(cpu, 3)
+        _C._testing.divide_(gpu, 3)
         assert same(gpu.cpu(), cpu), dtype
 
 
@@ -56,6 +56,6 @@ def test_kernels_run_on_the_current_stream():
     a = torch.ones(1 << 20, device="cuda")
     b = torch.full_like(a, 2)
     with torch.cuda.stream(s):
-        _C.reduce_into(a, b, "sum")
+        _C._testing.reduce_into(a, b, "sum")
     s.synchronize()
     assert torch.all(a == 3)

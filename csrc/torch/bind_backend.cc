@@ -1,0 +1,230 @@
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include "algo/registry.h"
+#include "compress/compressed_allreduce.h"
+#include "core/params.h"
+#include "group/stats.h"
+#include "torch/backend.h"
+#include "torch/bindings.h"
+
+namespace scalecomm {
+
+void bindBackend(py::module& m) {
+  py::class_<GroupConfig> config(m, "BackendConfig",
+                                 "Settings of one group: one attribute per declared setting "
+                                 "(pyscalecomm.params()), initialised to its default.");
+  config.def(py::init<>())
+      .def(
+          "load_environment", [](GroupConfig& c) { valueErrors([&] { loadEnvironment(c); }); },
+          "Overwrites every setting whose SCALECOMM_* variable is set; ValueError names a malformed one.")
+      .def(
+          "check", [](const GroupConfig& c, int size) { valueErrors([&] { checkConfig(c, size); }); }, py::arg("size"),
+          "Raises ValueError naming the first setting out of range for a group of `size` ranks.")
+      .def("__repr__", [](const GroupConfig& c) { return "BackendConfig(" + describe(c) + ")"; })
+      .def_readwrite("group_name", &GroupConfig::groupName);
+#define SC_BIND_FIELD(kind, field, option, env, def, lo, hi, choices, doc) \
+  config.def_readwrite(option, &GroupConfig::field, doc);
+  SCALECOMM_GROUP_PARAMS(SC_BIND_FIELD)
+#undef SC_BIND_FIELD
+
+  py::class_<ScalecommBackend, c10d::Backend, c10::intrusive_ptr<ScalecommBackend>>(m, "ScalecommBackend")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const GroupConfig& cfg) {
+             return c10::make_intrusive<ScalecommBackend>(store, rank, size, cfg);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("poisoned", &ScalecommBackend::poisoned)
+      .def(
+          "stats",
+          [](const ScalecommBackend& b) {
+            py::dict out;
+            for (const auto& [name, s] : b.stats()) {
+              py::dict d;
+              d["calls"] = s.calls;
+              d["bytes"] = s.bytes;
+              d["seconds"] = s.seconds;
+              out[py::str(name)] = d;
+            }
+            return out;
+          },
+          "Completed operations of this group by name (e.g. 'allreduce:rhd'): calls, bytes (outputs), seconds "
+          "(on the worker thread).")
+      .def(
+          "bucket_stats",
+          [](const ScalecommBackend& b) {
+            py::list out;
+            const int n = b.getSize();
+            for (const OpBucketStats& s : b.bucketStats()) {
+              py::dict d;
+              d["operation"] = s.name;
+              d["bucket_bytes"] = s.bucketBytes;
+              d["calls"] = s.calls;
+              d["bytes"] = s.bytes;
+              d["seconds"] = s.seconds;
+              d["busbw_GBps"] = busbwGBps(s, n);
+              out.append(d);
+            }
+            return out;
+          },
+          "Completed operations by name and size bucket (calls of up to bucket_bytes, a power of two): calls, "
+          "bytes (outputs), seconds (on the group's thread), busbw_GBps (nccl-tests' bus bandwidth).")
+      .def(
+          "tuning",
+          [](ScalecommBackend& b) {
+            py::list out;
+            for (const auto& r : b.group().tuning()) {
+              py::dict d;
+              d["bytes"] = r.bytes;
+              d["phase"] = r.phase;
+              d["source"] = r.source;
+              d["algorithm"] = r.algorithm;
+              d["median_s"] = r.median;
+              d["lo_s"] = r.lo;
+              d["hi_s"] = r.hi;
+              d["calls"] = r.calls;
+              d["explorations"] = r.explorations;
+              d["drift_checks"] = r.driftChecks;
+              d["drifts"] = r.drifts;
+              d["trials"] = r.trials;
+              d["trial_s"] = r.trialSeconds;
+              d["agreement_s"] = r.agreementSeconds;
+              d["paced"] = r.paced;
+              d["leader"] = r.leader;
+              py::list cands;
+              for (const auto& c : r.candidates) {
+                py::dict e;
+                e["algorithm"] = c.algorithm;
+                e["predicted_s"] = c.predicted;
+                e["median_s"] = c.median;
+                e["ratio_high"] = c.ratioHigh;
+                e["trials"] = c.trials;
+                e["trial_s"] = c.trialSeconds;
+                cands.append(e);
+              }
+              d["candidates"] = cands;
+              out.append(d);
+            }
+            return out;
+          },
+          "auto's online allreduce choice per size bucket (messages of up to `bytes`): phase (exploring or "
+          "exploiting), source (explored, cache, model), the winner with its median and interval over ranks "
+          "(seconds), and every candidate's prediction, measured median, ratio interval's upper end against the "
+          "model's choice and trials; the bucket's trials with their total time on this rank (trial_s) and the time "
+          "its agreements took (agreement_s); paced: calls of the leader (named while exploring) that kept the "
+          "explorations within SCALECOMM_AUTO_EXPLORE_PERCENT. Empty where auto is not online for this group.")
+      .def(
+          "set_auto_explore_percent",
+          [](ScalecommBackend& b, int percent) {
+            return valueErrors([&] { return b.group().setAutoExplorePercent(percent); });
+          },
+          py::arg("percent"),
+          "Sets the share of a bucket's time auto's explorations may add (SCALECOMM_AUTO_EXPLORE_PERCENT, 1..100; "
+          "100: the trials back to back) from this rank's next call on, and returns the share it replaces (ValueError "
+          "outside 1..100). Call it "
+          "on every rank at the same point of the group's calls, like a collective: auto decides alike on every "
+          "rank only then. pyscalecomm.bench.settle_auto uses it to settle a size before timing it.")
+      .def_property_readonly(
+          "tuning_file", [](ScalecommBackend& b) { return b.group().tuningPath(); },
+          "The tuning cache this group loaded and writes ('' : none).")
+      .def(
+          "auto_candidates", [](ScalecommBackend& b, int64_t nbytes) { return b.group().autoCandidates(nbytes); },
+          py::arg("nbytes"),
+          "The allreduce algorithms auto weighs for a message of `nbytes` in this group (those that serve it here; "
+          "hier only where a host holds several ranks): what it measures online, and what python -m pyscalecomm.tune "
+          "measures by default.")
+      .def_property_readonly(
+          "tuning_key", [](ScalecommBackend& b) { return b.group().tuningKey(); },
+          "What the tuning cache's measurements are for: version, world, layout, settings, machine.")
+      .def(
+          "counters",
+          [](ScalecommBackend& b) {
+            const auto c = b.group().counters();
+            py::dict d;
+            d["inline_calls"] = c.inlineCalls;
+            d["worker_calls"] = c.workerCalls;
+            d["plan_hits"] = c.plans.hits;
+            d["plan_misses"] = c.plans.misses;
+            d["plan_evictions"] = c.plans.evictions;
+            d["plan_entries"] = c.plans.entries;
+            return d;
+          },
+          "Where this group's calls ran (inline_calls: on the caller's thread; worker_calls: handed to the worker) "
+          "and its cache of compiled plans (plan_hits, plan_misses, plan_evictions, plan_entries).")
+      .def(
+          "allreduce_compressed",
+          [](ScalecommBackend& b, const at::Tensor& t, const std::string& spec, const std::string& key,
+             int errorFeedback, bool average, int64_t timeoutMs) {
+            c10::intrusive_ptr<c10d::Work> work;
+            {
+              py::gil_scoped_release noGil;
+              work = b.allreduceCompressed(t, spec, key, errorFeedback, average, std::chrono::milliseconds(timeoutMs));
+            }
+            return torch::jit::toPyObject(c10::IValue(work->getFuture()));
+          },
+          py::arg("tensor"), py::arg("compression"), py::arg("key"), py::arg("error_feedback") = -1,
+          py::arg("average") = false, py::arg("timeout_ms") = 0,
+          "Queues a compressed allreduce; returns a torch.futures.Future of [tensor] (see pyscalecomm.allreduce).")
+      .def(
+          "compression_state",
+          [](ScalecommBackend& b) {
+            py::dict out;
+            for (auto& [key, s] : b.compressionState().snapshot()) {
+              py::dict d;
+              d["residual"] = s.residual.defined() ? py::cast(s.residual) : py::none();
+              d["q"] = s.q.defined() ? py::cast(s.q) : py::none();
+              d["steps"] = s.steps;
+              out[py::str(key)] = d;
+            }
+            return out;
+          },
+          "Copies of the error-feedback residuals and PowerSGD state per tensor key.")
+      .def(
+          "load_compression_state",
+          [](ScalecommBackend& b, const py::dict& states) {
+            std::map<std::string, CompressState> m;
+            for (auto item : states) {
+              auto d = item.second.cast<py::dict>();
+              CompressState s;
+              if (!d["residual"].is_none()) s.residual = d["residual"].cast<at::Tensor>().clone();
+              if (!d["q"].is_none()) s.q = d["q"].cast<at::Tensor>().clone();
+              s.steps = d["steps"].cast<uint64_t>();
+              m.emplace(item.first.cast<std::string>(), s);
+            }
+            b.compressionState().restore(std::move(m));
+          },
+          "Replaces the compression state (from compression_state()).")
+      .def(
+          "reset_compression_state", [](ScalecommBackend& b) { b.compressionState().reset(); },
+          "Forgets every residual (they restart at zero).")
+      .def(
+          "forget_compression_state",
+          [](ScalecommBackend& b, const std::string& key) { b.compressionState().forget(key); }, py::arg("key"),
+          "Forgets one key's residual (it restarts at zero).")
+      .def_property_readonly(
+          "compression_state_id",
+          [](ScalecommBackend& b) { return reinterpret_cast<uintptr_t>(&b.compressionState()); },
+          "Identifies this backend's compression state (Python wrappers of one backend may differ).")
+      .def_property_readonly("config", &ScalecommBackend::config)
+      .def(
+          "allreduce_algorithms",
+          [](ScalecommBackend& b, int64_t nbytes) {
+            return allreduceAlgorithmsServing(b.group().size(), nbytes, b.group().algoParams());
+          },
+          py::arg("nbytes"), "The allreduce algorithms that serve a message of nbytes on this group.")
+      .def_property_readonly(
+          "algorithms", [](ScalecommBackend& b) { return b.group().selection().str(); },
+          "The algorithm of each collective for this group, as resolved at creation "
+          "(\"allreduce:auto,...,barrier:shared\"; allreduce's auto picks per message size).")
+      .def_property_readonly(
+          "cost_params",
+          [](const ScalecommBackend& b) {
+            const CostParams& c = b.costParams();
+            py::dict d = modelDict(c);
+            d["segment_bytes"] = c.segmentBytes;
+            return d;
+          },
+          "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
+}
+
+}  // namespace scalecomm
