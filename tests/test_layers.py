@@ -7,7 +7,7 @@ import re
 CSRC = pathlib.Path(__file__).resolve().parent.parent / "csrc"
 
 # Bottom to top; a file may include its own layer and the ones below it.
-LAYERS = ["core", "cuda", "transport", "comm", "algo", "compress", "group", "torch"]
+LAYERS = ["core", "cuda", "transport", "comm", "algo", "select", "compress", "group", "torch"]
 INCLUDE = re.compile(r'^#include "([a-z_]+)/', re.M)
 
 

@@ -36,16 +36,6 @@ const bool forkHookInstalled = [] {
   return true;
 }();
 
-// Live groups, for shutdownAllAtExit.
-std::mutex& liveMu() {
-  static std::mutex mu;
-  return mu;
-}
-std::vector<std::weak_ptr<Group>>& live() {
-  static std::vector<std::weak_ptr<Group>> groups;
-  return groups;
-}
-
 // Segments of 256 KiB pipeline reductions with shared-memory transfers and
 // with MPI messages (the mpi channel: one MPI message per segment). A group
 // spanning hosts over tcp takes 1 MiB segments and paces each ring/rhd step
@@ -161,36 +151,25 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
          mpiCompiledIn() ? "this build has it" : "this build has none: install libopenmpi-dev, rebuild", ")");
   }
   const std::string prefix = comm->storePrefix();
-  std::string tuningPath, tuningKey;
-  TuningTable tuning;
-  if (selection.allreduce == "auto") tuning = loadTuning(*store, prefix, config, *comm, tuningPath, tuningKey);
-  std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
-  g->tuningPath_ = std::move(tuningPath);
-  g->tuningKey_ = std::move(tuningKey);
-  g->store_ = std::move(store);
-  g->storePrefix_ = prefix;
-  g->selection_ = selection;
-  g->tuning_ = std::move(tuning);
+  Choices choices;
+  if (selection.allreduce == "auto")
+    choices.tuning = loadTuning(*store, prefix, config, *comm, choices.tuningPath, choices.tuningKey);
   const bool anyAuto = selection.allreduce == "auto" || selection.broadcast == "auto" || selection.reduce == "auto";
-  if (g->tuning_.hasCosts) {
-    g->costs_ = g->tuning_.costs;
+  if (choices.tuning.hasCosts) {
+    choices.costs = choices.tuning.costs;
   } else if (anyAuto && size > 1) {
     try {
-      g->costs_ = probeCostParams(*g->comm_, Deadline::after(std::chrono::milliseconds(g->config_.timeoutMs)));
+      choices.costs = probeCostParams(*comm, Deadline::after(std::chrono::milliseconds(config.timeoutMs)));
     } catch (const Error& e) {
       fail(e.kind(), "scalecomm (rank ", rank, "): cost-model probe failed: ", e.what());
     }
   }
-  g->start();
-  if (anyAuto) {
-    SC_LOG(Info, "rank ", rank, ": auto: alpha=", g->costs_.alpha * 1e6, " us, bandwidth=", 1e-9 / g->costs_.beta,
-           " GB/s",
-           g->costs_.windowAlpha >= 0 ? strCat(", shared window round=", g->costs_.windowAlpha * 1e6, " us") : "",
-           g->costs_.windowBeta > 0 ? strCat(", window copy=", 1e-9 / g->costs_.windowBeta, " GB/s") : "", " (",
-           g->tuning_.hasCosts ? "tuning file" : "probe", "), ", g->tuning_.allreduce.size(),
-           " measured allreduce sizes from ", g->tuningPath_.empty() ? "no tuning file" : g->tuningPath_,
-           g->tuner_ ? "; measuring online" : "");
-  }
+  choices.selection = std::move(selection);
+  std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
+  g->store_ = std::move(store);
+  g->storePrefix_ = prefix;
+  g->start(std::move(choices));
+  if (anyAuto) SC_LOG(Info, "rank ", rank, ": ", g->selector_->describe());
   return g;
 }
 
@@ -203,36 +182,32 @@ std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupCo
   std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
   g->store_ = std::move(store);
   g->storePrefix_ = prefix;
-  g->selection_ = selection;
-  g->costs_ = costs;
-  g->start();
+  Choices choices;
+  choices.selection = std::move(selection);
+  choices.costs = costs;
+  g->start(std::move(choices));
   return g;
 }
 
-void Group::start() {
-  // Collectives with one scalecomm algorithm: "auto" is it; barrier's auto
-  // runs on the shared windows where the ranks have them.
-  const int64_t window = sharedWindowBytes(*comm_);
-  if (selection_.barrier == "auto" && window > 0) selection_.barrier = "shared";
-  for (const char* c : {"allgather", "reduce_scatter", "barrier"}) {
-    std::string& chosen = *selection_.slot(c);
-    if (chosen == "auto") chosen = selectableAlgorithms(c).front();
-  }
-  if ((runsOnWindows(selection_.allreduce) || selection_.barrier == "shared") && window == 0 && size_ > 1) {
-    fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank_, "): algorithm shared (", selection_.str(),
-         ") needs every rank of the group on this host, linked by shared memory (transport auto or shm), and "
-         "SCALECOMM_SHM_WINDOW_BYTES > 0; this group has no shared windows");
-  }
+void Group::start(Choices choices) {
   resolveWaits(config_, *comm_);
   if (config_.segmentBytes == 0)
     config_.segmentBytes = automaticSegmentBytes(comm_->hostOf(), comm_->collectivesOnMpi());
   if (config_.sendAheadBytes < 0) config_.sendAheadBytes = automaticSendAheadBytes(comm_->hostOf());
-  costs_.segmentBytes = config_.segmentBytes;
+  choices.costs.segmentBytes = config_.segmentBytes;
+  SelectorSettings settings;
+  settings.online = config_.autotune == "online";
+  settings.autoBlockBytes = config_.autoBlockBytes;
+  settings.autoExplorePercent = static_cast<int>(config_.autoExplorePercent);
+  settings.tuningPath = std::move(choices.tuningPath);
+  settings.tuningKey = std::move(choices.tuningKey);
+  AlgoParams layout{comm_->hostOf(), static_cast<int>(config_.psServers), sharedWindowBytes(*comm_)};
+  selector_ = std::make_unique<Selector>(rank_, size_, std::move(choices.selection), std::move(layout), choices.costs,
+                                         std::move(choices.tuning), std::move(settings));
   sentTo_.assign(size_, 0);
   receivedLabel_.assign(size_, 0);
   received_.assign(size_, 0);
   state_ = std::make_shared<GroupState>(rank_, comm_.get());
-  startTuner();
   if (Timeline* timeline = Timeline::get(rank_)) {
     static std::atomic<int> groupsWithRows{0};
     const char* envRank = std::getenv("RANK");
@@ -243,17 +218,10 @@ void Group::start() {
   if (store_ && config_.traceBuffer > 0 && size_ > 1)
     desync_ = std::make_unique<DesyncProtocol>(store_, storePrefix_, rank_, size_);
   watchdog_ = std::make_unique<std::thread>([this] { watchdogLoop(); });
-  std::lock_guard<std::mutex> g(liveMu());
-  auto& groups = live();
-  groups.erase(std::remove_if(groups.begin(), groups.end(), [](const auto& w) { return w.expired(); }), groups.end());
-  groups.push_back(weak_from_this());
+  addLive(weak_from_this());
 }
 
 Group::~Group() { shutdown(); }
-
-AlgoParams Group::algoParams() const {
-  return {comm_->hostOf(), static_cast<int>(config_.psServers), sharedWindowBytes(*comm_)};
-}
 
 void Group::numberCall(Call& call, uint64_t& number) {
   auto checkPeer = [&](int peer) {
@@ -453,7 +421,8 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     return e;
   }
   OnlineTuner::Pick tuned;
-  const bool resolve = tuner_ && call.kind == CallKind::Allreduce && call.algorithm.is(AlgorithmKind::Auto);
+  const bool resolve =
+      selector_->online() && call.kind == CallKind::Allreduce && call.algorithm.is(AlgorithmKind::Auto);
   if (resolve) tuned = resolveTuned(call);
   if (recordStart || resolve) recorder_.started(recordId, call.algorithm.str(), start);
   const uint64_t abandonedBefore = mpiRequestsAbandoned();
@@ -520,132 +489,6 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
   }
   recorder_.ended(recordId, "", end);
   return std::nullopt;
-}
-
-void Group::abort(const std::string& why) {
-  // A forked child must not close the links it shares with its parent.
-  state_->poison(ErrorKind::Aborted, why, /*abortComm=*/!forked());
-}
-
-void Group::shutdown(std::chrono::milliseconds grace) {
-  std::lock_guard<std::mutex> once(shutdownMu_);     // a second caller waits for the first
-  if (shutDown_.exchange(true) || !worker_) return;  // (no worker: creation failed before start())
-  if (forked()) {
-    // A forked child: the worker and watchdog threads do not exist here and
-    // the links belong to the parent. Leak them rather than join or close them.
-    (void)worker_.release();
-    (void)watchdog_.release();
-    (void)desync_.release();  // its store thread does not exist here either
-    (void)comm_.release();
-    return;
-  }
-  if (grace.count() >= 0) {
-    const auto until = std::chrono::steady_clock::now() + grace;
-    while (!worker_->idle() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!worker_->idle()) {
-      state_->poison(ErrorKind::Aborted,
-                     strCat("scalecomm (rank ", rank_, "): the group was destroyed (destroy_process_group or exit) ",
-                            "with this collective in flight; aborted after the grace period of ", grace.count(),
-                            " ms (SCALECOMM_SHUTDOWN_GRACE_MS)"),
-                     /*abortComm=*/true);
-    }
-  }
-  worker_->stop();  // queued calls run (or fail at once when poisoned), each bounded by its deadline
-  if (paramString("SCALECOMM_SUMMARY") == "1") {
-    const std::vector<OpBucketStats> rows = state_->bucketStats();
-    if (!rows.empty()) {
-      logLine(LogLevel::Info, strCat("rank ", rank_, "/", size_, " group '", config_.groupName,
-                                     "': operations by size bucket (SCALECOMM_SUMMARY=1)\n", statsTable(rows, size_)));
-    }
-  }
-  {
-    std::lock_guard<std::mutex> g(watchdogMu_);
-    watchdogStop_ = true;
-  }
-  watchdogCv_.notify_all();
-  if (watchdog_ && watchdog_->joinable()) watchdog_->join();
-  state_->detach();
-  // The leave notice only at a message boundary on every link: no call
-  // failed, and none runs inline on another thread now.
-  std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
-  if (exec.owns_lock() && !state_->poisoned()) {
-    comm_->leave(std::chrono::milliseconds(config_.shutdownGraceMs));
-  } else {
-    comm_->closeLinks();
-  }
-}
-
-// A call still running this long past its timeout is stuck where its own
-// deadline checks cannot see it (a hook, a blocking library call).
-constexpr auto kWatchdogGrace = std::chrono::seconds(5);
-
-void Group::watchdogLoop() {
-  auto nextStoreCheck = Clock::now();
-  std::unique_lock<std::mutex> lk(watchdogMu_);
-  while (!watchdogStop_) {
-    watchdogCv_.wait_for(lk, std::chrono::milliseconds(100));
-    if (watchdogStop_) break;
-    lk.unlock();
-    comm_->heartbeat();  // peers that cannot see this process (another PID namespace) watch this
-    const std::string late = recorder_.overdue(kWatchdogGrace);
-    if (!late.empty() && !state_->poisoned()) {
-      const std::string why = strCat("scalecomm watchdog (rank ", rank_, "): ", late, "; aborting the group");
-      SC_LOG(Error, why);
-      dumpFlightRecorder(why);
-      state_->poison(ErrorKind::Timeout, why, /*abortComm=*/true);
-    }
-    // The store only through the desync protocol's own thread: a store that
-    // does not answer never holds the watchdog (which aborts stuck calls).
-    if (desync_ && !desync_->broken()) {
-      if (const uint64_t near = recorder_.nearTimeout(&DesyncProtocol::leadFor)) desync_->askEarly(near);
-      if (Clock::now() >= nextStoreCheck) {
-        const int64_t answered = desync_->poll(recorder_.position(rank_));
-        if (answered > 0) dumpFlightRecorder("another rank asked where every rank is (its call nears its timeout)");
-        nextStoreCheck = Clock::now() + DesyncProtocol::kPollInterval;
-      }
-    }
-    lk.lock();
-  }
-}
-
-void Group::dumpFlightRecorder(const std::string& why) {
-  if (config_.traceBuffer == 0) return;
-  std::lock_guard<std::mutex> g(dumpMu_);
-  const std::string dir = paramString("SCALECOMM_TRACE_DIR");
-  if (dir.empty()) {
-    const RankPosition where = recorder_.position(rank_);
-    SC_LOG(Warn, "rank ", rank_, " flight recorder (group '", config_.groupName, "'): ", where.describe(),
-           "; set SCALECOMM_TRACE_DIR for the last ", config_.traceBuffer, " calls of every rank");
-    return;
-  }
-  std::string name = config_.groupName;
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  const std::string path = strCat(dir, "/scalecomm-trace-", name, "-rank", rank_, ".json");
-  std::string body = recorder_.json(rank_, size_, config_.groupName, why);
-  std::ofstream out(path);
-  if (!out) {
-    SC_LOG(Warn, "rank ", rank_, ": cannot write the flight recorder to ", path);
-    return;
-  }
-  out << body;
-  SC_LOG(Warn, "rank ", rank_, ": flight recorder written to ", path, " (", why.substr(0, 200), ")");
-}
-
-void Group::shutdownAllAtExit() {
-  std::vector<std::shared_ptr<Group>> groups;
-  {
-    std::lock_guard<std::mutex> g(liveMu());
-    for (auto& w : live())
-      if (auto s = w.lock()) groups.push_back(std::move(s));
-    live().clear();
-  }
-  // Calls in flight get a short grace period (peers may be about to join
-  // them); then they are aborted rather than waited for until their timeout.
-  for (auto& g : groups) g->shutdown(std::chrono::milliseconds(g->config().shutdownGraceMs));
 }
 
 Group::Counters Group::counters() const { return {inlineCalls_.load(), workerCalls_.load(), plans_.counters()}; }

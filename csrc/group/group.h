@@ -3,10 +3,9 @@
 // Contract:
 // - A Group owns its Communicator, its worker thread, the sequence numbers
 //   (one per collective for the whole group; one per ordered pair of ranks
-//   for point-to-point), the poison state, algorithm selection (the
-//   configured choice, or auto's pick per message size from the tuning table
-//   or the cost model), the cache of compiled plans and the whole lifecycle
-//   (create, shutdown, abort, exit).
+//   for point-to-point), the poison state, its Selector (select/selector.h:
+//   which algorithm each call runs, auto's choice included), the cache of
+//   compiled plans and the whole lifecycle (create, shutdown, abort, exit).
 // - submit(call) is the one entry: it numbers the call, resolves its
 //   algorithm, and runs it in issue order, either at once on the caller's
 //   thread or on the worker. It runs on the caller's thread only when the
@@ -40,7 +39,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -51,14 +49,11 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "algo/collectives.h"
 #include "algo/cost_model.h"
 #include "algo/plan_cache.h"
-#include "algo/selection.h"
-#include "algo/tuner.h"
 #include "comm/communicator.h"
 #include "comm/queued_channel.h"
 #include "comm/worker.h"
@@ -70,6 +65,7 @@
 #include "group/group_state.h"
 #include "group/monitored_barrier.h"
 #include "group/timeline_record.h"
+#include "select/selector.h"
 
 namespace scalecomm {
 
@@ -218,33 +214,21 @@ class Group : public std::enable_shared_from_this<Group> {
   int size() const { return size_; }
   // The effective settings (automatic values resolved).
   const GroupConfig& config() const { return config_; }
-  const CostParams& costParams() const { return costs_; }
-  const AlgorithmSelection& selection() const { return selection_; }
-  // This group's layout (hosts, ps servers, shared windows), for schedules and auto.
-  AlgoParams algoParams() const;
-  // The allreduce algorithms auto weighs for a message of `bytes` in this
-  // group (autoAllreduceCandidates on this layout: those that serve it here,
-  // hier only where a host holds several ranks), in registry order: what it
-  // explores online and what an offline tuning sweep measures.
-  std::vector<std::string> autoCandidates(int64_t bytes) const;
+  // Which algorithm each call runs; its layout (hosts, ps servers, shared
+  // windows) is the one schedules see.
+  Selector& selector() { return *selector_; }
+  const Selector& selector() const { return *selector_; }
   Communicator& communicator() { return *comm_; }
   const std::shared_ptr<GroupState>& state() const { return state_; }
   uint64_t lastSeq() const { return seq_.load(); }
   bool poisoned() const { return state_->poisoned(); }
   bool isShutDown() const { return shutDown_.load(); }
 
-  // The algorithm a call would run (after auto's choice).
+  // The Selector's algorithmFor() and prepare() for a call kind (submit
+  // thread): the algorithm a call would run (after auto's choice), and the
+  // prepared call site (algorithm and title; Selector::prepare).
   AlgorithmRef algorithmFor(CallKind kind, int64_t bytes, const std::string& override = "");
-  // A prepared call site: the algorithm a call of `kind` and `bytes` runs with
-  // the group's selection, and its title "<collective>:<algorithm>" (errors,
-  // stats, timeline, profiler). Made once per (kind, collective, bytes where
-  // the choice depends on them) and kept (bounded); the returned reference
-  // is valid until the next prepare(). `collective` must be a string literal
-  // (sites are keyed by its address). Submit thread.
-  struct Prepared {
-    AlgorithmRef algorithm;
-    Label title;
-  };
+  using Prepared = Selector::Prepared;
   const Prepared& prepare(CallKind kind, const char* collective, int64_t bytes);
 
   // Coalescing (batch_isend_irecv): sends and receives submitted between
@@ -283,10 +267,6 @@ class Group : public std::enable_shared_from_this<Group> {
   Counters counters() const;
   std::map<std::string, GroupState::OpStats> stats() const { return state_->stats(); }
   std::vector<OpBucketStats> bucketStats() const { return state_->bucketStats(); }
-  // auto's online allreduce choice per size bucket (empty: auto is not
-  // online for this group: a fixed algorithm, SCALECOMM_AUTOTUNE=model, or
-  // one rank). Any thread.
-  std::vector<OnlineTuner::BucketReport> tuning() const;
   // The share of a bucket's time auto's explorations may add
   // (auto_explore_percent, 1..100), from this rank's next call on: ordered
   // with the calls issued before it, as a collective is. Every rank sets it
@@ -294,18 +274,19 @@ class Group : public std::enable_shared_from_this<Group> {
   // the share it replaces. Settling a bucket quickly before timing it: 100,
   // the calls, then the share returned.
   int setAutoExplorePercent(int percent);
-  // The tuning cache this group loads and writes ("" : none) and its key.
-  const std::string& tuningPath() const { return tuningPath_; }
-  const std::string& tuningKey() const { return tuningKey_; }
-  // Tests: rewrites the time this rank reports to the tuner for a call of
-  // `algorithm` (the ranks' agreement must make every rank decide alike
-  // whatever one rank measures). Set before the group's first call.
-  using TunerTimeSkew = std::function<double(const std::string& algorithm, double seconds)>;
-  void skewTunerTimesForTest(TunerTimeSkew skew) { tunerSkew_ = std::move(skew); }
 
  private:
   Group(std::unique_ptr<Communicator> comm, GroupConfig config);
-  void start();  // after construction: worker, registry, timeline row
+  // What create() found for the Selector: the parsed selection, the cost
+  // model, and the tuning cache with its path and key.
+  struct Choices {
+    AlgorithmSelection selection;
+    CostParams costs;
+    TuningTable tuning;
+    std::string tuningPath, tuningKey;
+  };
+  void start(Choices choices);                      // after construction: selector, worker, registry, timeline row
+  static void addLive(std::weak_ptr<Group> group);  // for shutdownAllAtExit (group/lifecycle.cc)
   void checkUsable(const std::string& name) const;
   [[noreturn]] void abandonBatch(const std::string& why);
   void numberCall(Call& call, uint64_t& number);
@@ -346,52 +327,21 @@ class Group : public std::enable_shared_from_this<Group> {
   Channel& hostChannel(CallKind kind);
   void runOnDevice(Call& call, CollectiveOptions& o);
   void runStaged(Call& call, Channel& ch, CollectiveOptions& o);
-  AlgorithmRef chooseAllreduce(int64_t bytes);
   // auto's online choice for an allreduce call (executing thread): resolves
   // call.algorithm (and the call's title) before it runs; after it ran,
-  // records its time and, where the tuner asks, agrees with the other ranks.
-  void startTuner();  // start(): the tuner, where allreduce is auto and online
+  // records its time and, where the tuner asks, agrees with the other ranks
+  // (an allreduce of the ranks' times under the call's seq).
   OnlineTuner::Pick resolveTuned(Call& call);
   void recordTuned(const OnlineTuner::Pick& pick, double seconds, const CollectiveOptions& o);
-  void saveTuning();
 
   int rank_, size_;
   GroupConfig config_;
-  AlgorithmSelection selection_;
-  TuningTable tuning_;
-  std::unique_ptr<OnlineTuner> tuner_;  // auto online (allreduce); null otherwise
-  std::atomic<int> explorePercent_{0};  // as last set by the caller (the tuner's lags behind queued calls)
-  std::string tuningPath_, tuningKey_;
-  bool tuningSaveFailed_ = false;  // executing thread: warn once
-  // The tuner's picks as entries, with their titles (plain, trial); by the
-  // pick's Label (executing thread).
-  struct Tuned {
-    AlgorithmRef algorithm;
-    std::array<Label, 2> titles;
-  };
-  std::unordered_map<const void*, Tuned> tuned_;
-  TunerTimeSkew tunerSkew_;  // tests only
-  CostParams costs_;
+  std::unique_ptr<Selector> selector_;
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<GroupState> state_;
   std::unique_ptr<Worker> worker_;
   PlanCache plans_;
-  std::mutex execMu_;                                 // held by whichever thread runs a call
-  std::unordered_map<int64_t, AlgorithmRef> chosen_;  // auto's allreduce choice by bytes (submit thread)
-  struct SiteKey {
-    CallKind kind;
-    const char* collective;
-    int64_t bytes;  // -1 where the choice does not depend on them
-    bool operator==(const SiteKey& o) const { return kind == o.kind && collective == o.collective && bytes == o.bytes; }
-  };
-  struct SiteHash {
-    size_t operator()(const SiteKey& k) const {
-      return std::hash<const void*>()(k.collective) ^
-             (std::hash<int64_t>()(k.bytes) * 31 + static_cast<size_t>(k.kind));
-    }
-  };
-  static constexpr size_t kMaxPrepared = 4096;
-  std::unordered_map<SiteKey, Prepared, SiteHash> prepared_;  // submit thread
+  std::mutex execMu_;  // held by whichever thread runs a call
   std::atomic<uint64_t> seq_{0};
   std::vector<uint64_t> sentTo_, receivedLabel_;  // point-to-point numbers per peer (submit thread)
   std::vector<uint64_t> received_;                // receives executed per peer (executing thread)

@@ -1,7 +1,7 @@
-// The Group's side of auto's online allreduce choice (algo/tuner.h): the
-// tuning cache (its key, path, loading at creation, writing as the tuner
-// decides), resolving a call's algorithm on the executing thread, and the
-// agreement between ranks.
+// The Group's side of auto's online allreduce choice (select/selector.h):
+// the tuning cache's key and loading at creation, the explore share ordered
+// with the calls, resolving a call's algorithm on the executing thread, and
+// the agreement between ranks.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -131,120 +131,47 @@ TuningTable loadTuning(Store& store, const std::string& prefix, const GroupConfi
   return t;
 }
 
-std::vector<std::string> Group::autoCandidates(int64_t bytes) const {
-  return autoAllreduceCandidates(size_, bytes, algoParams());
-}
-
-void Group::startTuner() {
-  explorePercent_ = static_cast<int>(config_.autoExplorePercent);
-  if (selection_.allreduce != "auto" || config_.autotune != "online" || size_ <= 1) return;
-  auto ranker = [this](int64_t bytes) {
-    const AlgoParams params = algoParams();
-    const std::vector<std::string> names = autoAllreduceCandidates(size_, bytes, params);
-    const std::string favourite = scalecomm::chooseAllreduce(size_, bytes, costs_, params, names);
-    std::vector<std::pair<std::string, double>> out;
-    for (const std::string& a : names) {
-      const double t = predictAllreduceSeconds(a, size_, bytes, costs_, params);
-      if (a == favourite)
-        out.insert(out.begin(), {a, t});
-      else
-        out.emplace_back(a, t);
-    }
-    std::stable_sort(out.begin() + 1, out.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
-    return out;
-  };
-  auto serves = [this](const std::string& a, int64_t bytes) { return allreduceServes(a, size_, bytes, algoParams()); };
-  TunerSettings settings;
-  settings.blockBytes = config_.autoBlockBytes;
-  settings.explorePercent = explorePercent_.load();
-  tuner_ = std::make_unique<OnlineTuner>(ranker, serves, settings);
-  tuner_->load(tuning_.allreduce);
-}
-
 int Group::setAutoExplorePercent(int percent) {
   if (percent < 1 || percent > 100)
     fail(ErrorKind::InvalidArgument, "scalecomm set_auto_explore_percent (rank ", rank_, "): ", percent,
          " is outside 1..100 (the share of a bucket's time auto's explorations may add; 100: unpaced)");
-  const int previous = explorePercent_.exchange(percent);
-  if (!tuner_) return previous;
+  const int previous = selector_->swapExplorePercent(percent);
+  if (!selector_->online()) return previous;
   // Ordered with the calls before it: inline where none is queued or running,
   // else as a job behind them on the worker.
   std::unique_lock<std::mutex> exec(execMu_, std::defer_lock);
   if (isShutDown() || (worker_->idle() && exec.try_lock())) {
-    tuner_->setExplorePercent(percent);
+    selector_->applyExplorePercent(percent);
     return previous;
   }
   worker_->post([self = shared_from_this(), percent] {
     self->finishPointToPoint();  // the worker is idle only with no message in flight
     std::lock_guard<std::mutex> g(self->execMu_);
-    self->tuner_->setExplorePercent(percent);
+    self->selector_->applyExplorePercent(percent);
   });
   return previous;
 }
 
-std::vector<OnlineTuner::BucketReport> Group::tuning() const {
-  return tuner_ ? tuner_->report() : std::vector<OnlineTuner::BucketReport>{};
-}
-
 OnlineTuner::Pick Group::resolveTuned(Call& call) {
-  OnlineTuner::Pick pick;
   const int64_t bytes = call.count * static_cast<int64_t>(elementSize(call.dtype));
-  Label picked;
-  if (call.deviceIndex >= 0 || call.stager) {
-    picked = tuner_->modelPick(bytes);  // the host's time of a device call is not the device's
-  } else {
-    pick = tuner_->pick(bytes);
-    picked = pick.algorithm;
-    if (pick.fresh) SC_LOG(Info, "rank ", rank_, ": ", tuner_->describe(OnlineTuner::bucketOf(bytes)));
-  }
-  auto it = tuned_.find(picked.key());
-  if (it == tuned_.end()) {
-    const Tuned t{AlgorithmRef(picked), {Label("allreduce:" + picked), Label("allreduce:" + picked + " (trial)")}};
-    it = tuned_.emplace(picked.key(), t).first;
-  }
-  call.algorithm = it->second.algorithm;
-  if (call.name == SC_LABEL("allreduce")) call.name = it->second.titles[pick.candidate >= 0 ? 1 : 0];
-  return pick;
+  Selector::Resolved r = selector_->resolve(bytes, call.deviceIndex >= 0 || call.stager != nullptr);
+  call.algorithm = r.algorithm;
+  if (call.name == SC_LABEL("allreduce")) call.name = r.title;
+  return r.pick;
 }
 
 void Group::recordTuned(const OnlineTuner::Pick& pick, double seconds, const CollectiveOptions& o) {
-  if (tunerSkew_) seconds = tunerSkew_(pick.algorithm.str(), seconds);
-  std::vector<double> values = tuner_->record(pick, seconds);
-  if (values.empty()) return;
-  // The slowest rank's times: one small allreduce, the same on every rank,
-  // under the call's seq as its agreement part (a peer still in the call, or
-  // a rank checking its peers' windows, tells the two apart: comm/wire.h).
-  const Clock::time_point started = Clock::now();
-  CollectiveOptions agree = o;
-  agree.algorithm = ringAlgorithm();
-  agree.part = CallPart::Agreement;
-  agree.trace = nullptr;
-  allreduce(comm_->collectiveChannel(), values.data(), static_cast<int64_t>(values.size()), DataType::Float64,
-            ReduceOp::Max, 1.0, agree);
-  const std::string what = tuner_->agreed(pick, values, std::chrono::duration<double>(Clock::now() - started).count());
-  if (what.empty()) return;
-  SC_LOG(Info, "rank ", rank_, ": ", what);
-  if (rank_ == 0) saveTuning();
-}
-
-void Group::saveTuning() {
-  if (tuningPath_.empty()) return;
-  TuningTable t;
-  t.key = tuningKey_;
-  t.world = size_;
-  t.hasCosts = costs_.alpha > 0 && costs_.beta > 0;
-  t.costs = costs_;
-  t.hasLayout = true;
-  t.layout = algoParams();
-  t.allreduce = tuner_->decided();
-  std::string why;
-  if (!t.save(tuningPath_, &why)) {
-    if (!tuningSaveFailed_) {
-      SC_LOG(Warn, "rank 0: cannot write the tuning cache ", tuningPath_, " (", why,
-             "; SCALECOMM_TUNING_FILE names another, none turns it off); auto keeps measuring in memory");
-    }
-    tuningSaveFailed_ = true;
-  }
+  selector_->record(pick, seconds, [&](std::vector<double>& values) {
+    // The slowest rank's times: one small allreduce, the same on every rank,
+    // under the call's seq as its agreement part (a peer still in the call, or
+    // a rank checking its peers' windows, tells the two apart: comm/wire.h).
+    CollectiveOptions agree = o;
+    agree.algorithm = ringAlgorithm();
+    agree.part = CallPart::Agreement;
+    agree.trace = nullptr;
+    allreduce(comm_->collectiveChannel(), values.data(), static_cast<int64_t>(values.size()), DataType::Float64,
+              ReduceOp::Max, 1.0, agree);
+  });
 }
 
 }  // namespace scalecomm

@@ -61,7 +61,7 @@ class ScalecommBackend : public c10d::Backend {
 
   const std::string getBackendName() const override { return "scalecomm"; }
   const GroupConfig& config() const { return group_->config(); }
-  const CostParams& costParams() const { return group_->costParams(); }
+  const CostParams& costParams() const { return group_->selector().costParams(); }
   Group& group() { return *group_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,

@@ -73,7 +73,7 @@ void bindBackend(py::module& m) {
           "tuning",
           [](ScalecommBackend& b) {
             py::list out;
-            for (const auto& r : b.group().tuning()) {
+            for (const auto& r : b.group().selector().tuning()) {
               py::dict d;
               d["bytes"] = r.bytes;
               d["phase"] = r.phase;
@@ -125,16 +125,17 @@ void bindBackend(py::module& m) {
           "on every rank at the same point of the group's calls, like a collective: auto decides alike on every "
           "rank only then. pyscalecomm.bench.settle_auto uses it to settle a size before timing it.")
       .def_property_readonly(
-          "tuning_file", [](ScalecommBackend& b) { return b.group().tuningPath(); },
+          "tuning_file", [](ScalecommBackend& b) { return b.group().selector().tuningPath(); },
           "The tuning cache this group loaded and writes ('' : none).")
       .def(
-          "auto_candidates", [](ScalecommBackend& b, int64_t nbytes) { return b.group().autoCandidates(nbytes); },
+          "auto_candidates",
+          [](ScalecommBackend& b, int64_t nbytes) { return b.group().selector().autoCandidates(nbytes); },
           py::arg("nbytes"),
           "The allreduce algorithms auto weighs for a message of `nbytes` in this group (those that serve it here; "
           "hier only where a host holds several ranks): what it measures online, and what python -m pyscalecomm.tune "
           "measures by default.")
       .def_property_readonly(
-          "tuning_key", [](ScalecommBackend& b) { return b.group().tuningKey(); },
+          "tuning_key", [](ScalecommBackend& b) { return b.group().selector().tuningKey(); },
           "What the tuning cache's measurements are for: version, world, layout, settings, machine.")
       .def(
           "counters",
@@ -209,11 +210,11 @@ void bindBackend(py::module& m) {
       .def(
           "allreduce_algorithms",
           [](ScalecommBackend& b, int64_t nbytes) {
-            return allreduceAlgorithmsServing(b.group().size(), nbytes, b.group().algoParams());
+            return allreduceAlgorithmsServing(b.group().size(), nbytes, b.group().selector().layout());
           },
           py::arg("nbytes"), "The allreduce algorithms that serve a message of nbytes on this group.")
       .def_property_readonly(
-          "algorithms", [](ScalecommBackend& b) { return b.group().selection().str(); },
+          "algorithms", [](ScalecommBackend& b) { return b.group().selector().selection().str(); },
           "The algorithm of each collective for this group, as resolved at creation "
           "(\"allreduce:auto,...,barrier:shared\"; allreduce's auto picks per message size).")
       .def_property_readonly(

@@ -2,10 +2,10 @@
 #include <string>
 
 #include "algo/cost_model.h"
-#include "algo/model_fit.h"
 #include "algo/registry.h"
-#include "algo/tuner.h"
 #include "group/flight_recorder.h"
+#include "select/model_fit.h"
+#include "select/tuner.h"
 #include "torch/bindings.h"
 
 namespace scalecomm {
@@ -56,7 +56,8 @@ void bindModels(py::module& m) {
       "defaults to alpha, the rest to unset); other keys are ignored.");
   m.def(
       "auto_bucket_bytes", [](int64_t nbytes) { return OnlineTuner::bucketBytes(OnlineTuner::bucketOf(nbytes)); },
-      py::arg("nbytes"), "The upper bound of auto's online size bucket that holds a message of nbytes (algo/tuner.h).");
+      py::arg("nbytes"),
+      "The upper bound of auto's online size bucket that holds a message of nbytes (select/tuner.h).");
   m.def(
       "fit_tuning_file",
       [](const std::string& path, bool write) {
@@ -74,7 +75,7 @@ void bindModels(py::module& m) {
         return d;
       },
       py::arg("path"), py::arg("write") = false,
-      "Re-fits the cost model of a tuning cache to the times its online measurements recorded (algo/model_fit.h): "
+      "Re-fits the cost model of a tuning cache to the times its online measurements recorded (select/model_fit.h): "
       "the fitted parameters, the samples' median relative error before and after, and their count; write=True "
       "stores the fit as the cache's model (the next group loads it).");
   m.def(

@@ -1,10 +1,10 @@
-// Re-fitting the cost model (algo/model_fit.h): it recovers parameters from
+// Re-fitting the cost model (select/model_fit.h): it recovers parameters from
 // times the model itself produced, lowers the error on measured-like times,
 // and round-trips through the tuning cache.
 #include <cmath>
 
-#include "algo/model_fit.h"
 #include "harness.h"
+#include "select/model_fit.h"
 
 using namespace scalecomm;
 

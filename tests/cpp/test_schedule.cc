@@ -13,10 +13,10 @@
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/ring.h"
-#include "algo/selection.h"
 #include "algo/tree.h"
 #include "core/error.h"
 #include "harness.h"
+#include "select/selection.h"
 
 using namespace scalecomm;
 

@@ -1,7 +1,8 @@
-// auto's online choice (algo/tuner.h): the confidence interval of a median,
+// auto's online choice (select/tuner.h): the confidence interval of a median,
 // exploration in interleaved rounds, the decision rule (a winner must beat the
 // model's choice beyond the noise), drift, the cache's round trip; and on a
-// live group, every rank deciding alike with exact results throughout.
+// live group, every rank deciding alike with exact results throughout; the
+// Selector (select/selector.h) on its own.
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -10,11 +11,12 @@
 #include <random>
 #include <set>
 
-#include "algo/selection.h"
-#include "algo/tuner.h"
 #include "comm/loopback_mesh.h"
 #include "group/group.h"
 #include "harness.h"
+#include "select/selection.h"
+#include "select/selector.h"
+#include "select/tuner.h"
 
 using namespace scalecomm;
 
@@ -675,12 +677,12 @@ LiveRun runLive(int n, int calls, const std::function<void(int, Group&)>& setUp 
 
 // Every rank reports the same decision on the same evidence, and ran the same trials.
 void checkAlike(const LiveRun& run) {
-  const auto report = run.groups[0]->tuning();
+  const auto report = run.groups[0]->selector().tuning();
   CHECK_EQ(report.size(), size_t{1});
   CHECK_EQ(report[0].phase, std::string("exploiting"));
   CHECK(report[0].candidates.size() >= 2);
   for (size_t r = 1; r < run.groups.size(); ++r) {
-    const auto other = run.groups[r]->tuning();
+    const auto other = run.groups[r]->selector().tuning();
     CHECK_EQ(other[0].algorithm, report[0].algorithm);
     CHECK_EQ(other[0].median, report[0].median);  // agreed values: the same bits
     CHECK(run.trials[r] == run.trials[0]);
@@ -692,7 +694,7 @@ void checkAlike(const LiveRun& run) {
 TEST(every_rank_of_a_live_group_decides_alike_with_exact_results) {
   LiveRun run = runLive(3, 160 * kBlock);
   checkAlike(run);
-  const auto report = run.groups[0]->tuning();
+  const auto report = run.groups[0]->selector().tuning();
   for (const auto& c : report[0].candidates) {
     CHECK_EQ(run.trials[0]["allreduce:" + c.algorithm + " (trial)"], static_cast<uint64_t>(c.trials));
     CHECK_EQ(c.trials % kBlock, int64_t{0});
@@ -706,14 +708,14 @@ TEST(a_live_group_extends_an_inconclusive_exploration_alike_on_every_rank) {
   // ranks go through it together, with exact results throughout.
   LiveRun run = runLive(3, 200 * kBlock, [](int, Group& g) {
     auto count = std::make_shared<int>(0);
-    g.skewTunerTimesForTest([count](const std::string& a, double) {
+    g.selector().skewTimesForTest([count](const std::string& a, double) {
       if (a != "tree") return 10e-6;
       return (*count)++ % 3 == 0 ? 11e-6 : 9e-6;
     });
   });
   checkAlike(run);
   int64_t trials = 0;
-  const auto report = run.groups[0]->tuning();
+  const auto report = run.groups[0]->selector().tuning();
   for (const auto& c : report[0].candidates) trials += c.trials;
   CHECK(trials > 2 * 16 * kBlock);  // the extension's rounds ran
 }
@@ -726,13 +728,13 @@ TEST(one_rank_measuring_differently_cannot_split_the_decision) {
   // drift, and a drift re-explores.)
   LiveRun run = runLive(3, 120 * kBlock, [](int rank, Group& g) {
     if (rank == 1) {
-      g.skewTunerTimesForTest([](const std::string& a, double) { return a == "tree" ? 10e-6 : 20e-3; });
+      g.selector().skewTimesForTest([](const std::string& a, double) { return a == "tree" ? 10e-6 : 20e-3; });
     } else {
-      g.skewTunerTimesForTest([](const std::string& a, double) { return a == "tree" ? 50e-6 : 5e-6; });
+      g.selector().skewTimesForTest([](const std::string& a, double) { return a == "tree" ? 50e-6 : 5e-6; });
     }
   });
   checkAlike(run);
-  const auto report = run.groups[0]->tuning();
+  const auto report = run.groups[0]->selector().tuning();
   bool explored = false;
   for (const auto& c : report[0].candidates) explored = explored || c.algorithm == "tree";
   CHECK(explored);
@@ -746,14 +748,14 @@ TEST(a_paced_live_group_pauses_alike_on_every_rank) {
   LiveRun run = runLive(
       3, 600 * kBlock,
       [](int, Group& g) {
-        g.skewTunerTimesForTest([](const std::string& a, double) { return a == "tree" ? 5e-6 : 10e-6; });
+        g.selector().skewTimesForTest([](const std::string& a, double) { return a == "tree" ? 5e-6 : 10e-6; });
       },
       20);
   checkAlike(run);
-  const auto report = run.groups[0]->tuning();
+  const auto report = run.groups[0]->selector().tuning();
   CHECK_EQ(report[0].algorithm, std::string("tree"));
   CHECK(report[0].paced > 0);
-  for (size_t r = 1; r < run.groups.size(); ++r) CHECK_EQ(run.groups[r]->tuning()[0].paced, report[0].paced);
+  for (size_t r = 1; r < run.groups.size(); ++r) CHECK_EQ(run.groups[r]->selector().tuning()[0].paced, report[0].paced);
 }
 
 TEST(a_share_set_behind_queued_calls_applies_after_them_on_every_rank) {
@@ -764,14 +766,14 @@ TEST(a_share_set_behind_queued_calls_applies_after_them_on_every_rank) {
   LiveRun run = runLive(
       3, 400 * kBlock,
       [](int, Group& g) {
-        g.skewTunerTimesForTest([](const std::string& a, double) { return a == "tree" ? 5e-6 : 10e-6; });
+        g.selector().skewTimesForTest([](const std::string& a, double) { return a == "tree" ? 5e-6 : 10e-6; });
       },
       2, 64,
       [shares](int rank, int call, Group& g) {
         if (call == 40) (*shares)[rank] = g.setAutoExplorePercent(100);
       });
   checkAlike(run);
-  const auto report = run.groups[0]->tuning();
+  const auto report = run.groups[0]->selector().tuning();
   CHECK_EQ(report[0].algorithm, std::string("tree"));
   CHECK_EQ(report[0].paced, int64_t{40});  // the first 40 calls paused, the rest explored
   for (int r = 0; r < 3; ++r) CHECK_EQ((*shares)[r], 2);
@@ -783,6 +785,52 @@ TEST(a_share_set_behind_queued_calls_applies_after_them_on_every_rank) {
     threw = e.kind() == ErrorKind::InvalidArgument;
   }
   CHECK(threw);
+}
+
+// The Selector decides without a Group: the collectives with one answer are
+// resolved from the layout, sites are made once, auto's pick follows the
+// cost model (or the tuning cache's winner where it serves), and online auto
+// leaves allreduce's sites to the per-call pick.
+TEST(the_selector_decides_alone_from_its_layout_costs_and_cache) {
+  CostParams costs;
+  costs.alpha = 10e-6;
+  costs.beta = 1e-9;
+  SelectorSettings model;
+  model.online = false;
+  const AlgoParams oneHostNoWindows{{}, 1, 0}, windows{{}, 1, 1 << 19};
+  Selector plain(0, 4, AlgorithmSelection::parse("auto"), oneHostNoWindows, costs, {}, model);
+  CHECK_EQ(plain.selection().barrier, std::string("dissemination"));
+  CHECK_EQ(plain.selection().allgather, std::string("ring"));
+  Selector shared(0, 4, AlgorithmSelection::parse("auto"), windows, costs, {}, model);
+  CHECK_EQ(shared.selection().barrier, std::string("shared"));
+  bool refused = false;
+  try {
+    Selector(1, 4, AlgorithmSelection::parse("shared"), oneHostNoWindows, costs, {}, model);
+  } catch (const Error& e) {
+    refused = std::string(e.what()).find("(rank 1): algorithm shared") != std::string::npos;
+  }
+  CHECK(refused);
+
+  const int64_t big = 64 << 20;
+  const std::string modelPick =
+      chooseAllreduce(4, big, costs, oneHostNoWindows, autoAllreduceCandidates(4, big, oneHostNoWindows));
+  const Selector::Prepared& site = plain.prepare(CollectiveKind::Allreduce, "allreduce", big);
+  CHECK_EQ(site.algorithm.str(), modelPick);
+  CHECK_EQ(site.title.str(), "allreduce:" + modelPick);
+  CHECK(&plain.prepare(CollectiveKind::Allreduce, "allreduce", big) == &site);  // made once
+  CHECK_EQ(plain.prepare(CollectiveKind::Alltoall, "all_to_all", 64).title.str(), std::string("all_to_all"));
+
+  CHECK(modelPick != "tree");  // so the cache's winner below is visibly the cache's
+  TuningTable cache = TuningTable::parse("allreduce " + std::to_string(big) + " tree\n", "test cache");
+  Selector cached(0, 4, AlgorithmSelection::parse("auto"), oneHostNoWindows, costs, cache, model);
+  CHECK_EQ(cached.algorithmFor(CollectiveKind::Allreduce, big).str(), std::string("tree"));
+  CHECK_EQ(cached.algorithmFor(CollectiveKind::Allreduce, big, "rhd").str(), std::string("rhd"));
+
+  SelectorSettings online;
+  Selector measuring(0, 4, AlgorithmSelection::parse("auto"), oneHostNoWindows, costs, {}, online);
+  CHECK(measuring.online());
+  CHECK(measuring.prepare(CollectiveKind::Allreduce, "allreduce", big).algorithm.is(AlgorithmKind::Auto));
+  CHECK(!Selector(0, 1, AlgorithmSelection::parse("auto"), oneHostNoWindows, costs, {}, online).online());
 }
 
 TEST_MAIN()

@@ -1,4 +1,4 @@
-// scalecomm algo: which algorithm each collective runs.
+// scalecomm select: which algorithm each collective runs.
 //
 // Contract: AlgorithmSelection::parse() reads a spec such as "rhd" or
 // "allreduce:rhd,broadcast:tree,reduce:chain" (what SCALECOMM_ALGO and
@@ -12,7 +12,7 @@
 // Unknown collectives or algorithms throw Error(InvalidArgument) naming the
 // entry and the choices. Value type.
 //
-// A TuningTable is the text of a tuning cache (algo/tuner.h; written by the
+// A TuningTable is the text of a tuning cache (select/tuner.h; written by the
 // run itself, or by `python -m pyscalecomm.tune`): lines "key <text>" (the
 // machine, layout and version it was measured for; absent: any), "world
 // <n>", "alpha <s>", "beta <s/B>" (or "model <field>=<value> ...": every
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "algo/cost_model.h"
-#include "algo/tuner.h"
+#include "select/tuner.h"
 
 namespace scalecomm {
 

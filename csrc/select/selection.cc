@@ -1,4 +1,4 @@
-#include "algo/selection.h"
+#include "select/selection.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

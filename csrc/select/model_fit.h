@@ -1,4 +1,4 @@
-// scalecomm algo: re-fitting the cost model's parameters to measured times.
+// scalecomm select: re-fitting the cost model's parameters to measured times.
 //
 // Contract: fitCostParams() returns the CostParams (algo/cost_model.h) whose
 // allreduce predictions come closest to the samples, starting from `start`:
@@ -19,7 +19,7 @@
 
 #include "algo/cost_model.h"
 #include "algo/schedule.h"
-#include "algo/selection.h"
+#include "select/selection.h"
 
 namespace scalecomm {
 

@@ -1,4 +1,4 @@
-// scalecomm algo: auto's online choice of allreduce algorithm, measured on
+// scalecomm select: auto's online choice of allreduce algorithm, measured on
 // the caller's own calls.
 //
 // Contract:

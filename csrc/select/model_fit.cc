@@ -1,4 +1,4 @@
-#include "algo/model_fit.h"
+#include "select/model_fit.h"
 
 #include <algorithm>
 #include <cmath>

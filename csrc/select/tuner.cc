@@ -1,4 +1,4 @@
-#include "algo/tuner.h"
+#include "select/tuner.h"
 
 #include <algorithm>
 #include <cmath>
