@@ -10,7 +10,11 @@
 
 namespace scalecomm {
 
-void bindBackend(py::module& m) {
+using BackendClass = py::class_<ScalecommBackend, c10d::Backend, c10::intrusive_ptr<ScalecommBackend>>;
+
+namespace {
+
+void bindConfig(py::module& m) {
   py::class_<GroupConfig> config(m, "BackendConfig",
                                  "Settings of one group: one attribute per declared setting "
                                  "(pyscalecomm.params()), initialised to its default.");
@@ -27,29 +31,25 @@ void bindBackend(py::module& m) {
   config.def_readwrite(option, &GroupConfig::field, doc);
   SCALECOMM_GROUP_PARAMS(SC_BIND_FIELD)
 #undef SC_BIND_FIELD
+}
 
-  py::class_<ScalecommBackend, c10d::Backend, c10::intrusive_ptr<ScalecommBackend>>(m, "ScalecommBackend")
-      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const GroupConfig& cfg) {
-             return c10::make_intrusive<ScalecommBackend>(store, rank, size, cfg);
-           }),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"),
-           py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("poisoned", &ScalecommBackend::poisoned)
-      .def(
-          "stats",
-          [](const ScalecommBackend& b) {
-            py::dict out;
-            for (const auto& [name, s] : b.stats()) {
-              py::dict d;
-              d["calls"] = s.calls;
-              d["bytes"] = s.bytes;
-              d["seconds"] = s.seconds;
-              out[py::str(name)] = d;
-            }
-            return out;
-          },
-          "Completed operations of this group by name (e.g. 'allreduce:rhd'): calls, bytes (outputs), seconds "
-          "(on the worker thread).")
+// What ran: completed operations, where calls ran, the plan cache.
+void defineCounters(BackendClass& cls) {
+  cls.def(
+         "stats",
+         [](const ScalecommBackend& b) {
+           py::dict out;
+           for (const auto& [name, s] : b.stats()) {
+             py::dict d;
+             d["calls"] = s.calls;
+             d["bytes"] = s.bytes;
+             d["seconds"] = s.seconds;
+             out[py::str(name)] = d;
+           }
+           return out;
+         },
+         "Completed operations of this group by name (e.g. 'allreduce:rhd'): calls, bytes (outputs), seconds "
+         "(on the worker thread).")
       .def(
           "bucket_stats",
           [](const ScalecommBackend& b) {
@@ -70,49 +70,68 @@ void bindBackend(py::module& m) {
           "Completed operations by name and size bucket (calls of up to bucket_bytes, a power of two): calls, "
           "bytes (outputs), seconds (on the group's thread), busbw_GBps (nccl-tests' bus bandwidth).")
       .def(
-          "tuning",
+          "counters",
           [](ScalecommBackend& b) {
-            py::list out;
-            for (const auto& r : b.group().selector().tuning()) {
-              py::dict d;
-              d["bytes"] = r.bytes;
-              d["phase"] = r.phase;
-              d["source"] = r.source;
-              d["algorithm"] = r.algorithm;
-              d["median_s"] = r.median;
-              d["lo_s"] = r.lo;
-              d["hi_s"] = r.hi;
-              d["calls"] = r.calls;
-              d["explorations"] = r.explorations;
-              d["drift_checks"] = r.driftChecks;
-              d["drifts"] = r.drifts;
-              d["trials"] = r.trials;
-              d["trial_s"] = r.trialSeconds;
-              d["agreement_s"] = r.agreementSeconds;
-              d["paced"] = r.paced;
-              d["leader"] = r.leader;
-              py::list cands;
-              for (const auto& c : r.candidates) {
-                py::dict e;
-                e["algorithm"] = c.algorithm;
-                e["predicted_s"] = c.predicted;
-                e["median_s"] = c.median;
-                e["ratio_high"] = c.ratioHigh;
-                e["trials"] = c.trials;
-                e["trial_s"] = c.trialSeconds;
-                cands.append(e);
-              }
-              d["candidates"] = cands;
-              out.append(d);
-            }
-            return out;
+            const auto c = b.group().counters();
+            py::dict d;
+            d["inline_calls"] = c.inlineCalls;
+            d["worker_calls"] = c.workerCalls;
+            d["plan_hits"] = c.plans.hits;
+            d["plan_misses"] = c.plans.misses;
+            d["plan_evictions"] = c.plans.evictions;
+            d["plan_entries"] = c.plans.entries;
+            return d;
           },
-          "auto's online allreduce choice per size bucket (messages of up to `bytes`): phase (exploring or "
-          "exploiting), source (explored, cache, model), the winner with its median and interval over ranks "
-          "(seconds), and every candidate's prediction, measured median, ratio interval's upper end against the "
-          "model's choice and trials; the bucket's trials with their total time on this rank (trial_s) and the time "
-          "its agreements took (agreement_s); paced: calls of the leader (named while exploring) that kept the "
-          "explorations within SCALECOMM_AUTO_EXPLORE_PERCENT. Empty where auto is not online for this group.")
+          "Where this group's calls ran (inline_calls: on the caller's thread; worker_calls: handed to the worker) "
+          "and its cache of compiled plans (plan_hits, plan_misses, plan_evictions, plan_entries).");
+}
+
+// Which algorithm runs: auto's online choice, its cache and candidates, the model.
+void defineSelection(BackendClass& cls) {
+  cls.def(
+         "tuning",
+         [](ScalecommBackend& b) {
+           py::list out;
+           for (const auto& r : b.group().selector().tuning()) {
+             py::dict d;
+             d["bytes"] = r.bytes;
+             d["phase"] = r.phase;
+             d["source"] = r.source;
+             d["algorithm"] = r.algorithm;
+             d["median_s"] = r.median;
+             d["lo_s"] = r.lo;
+             d["hi_s"] = r.hi;
+             d["calls"] = r.calls;
+             d["explorations"] = r.explorations;
+             d["drift_checks"] = r.driftChecks;
+             d["drifts"] = r.drifts;
+             d["trials"] = r.trials;
+             d["trial_s"] = r.trialSeconds;
+             d["agreement_s"] = r.agreementSeconds;
+             d["paced"] = r.paced;
+             d["leader"] = r.leader;
+             py::list cands;
+             for (const auto& c : r.candidates) {
+               py::dict e;
+               e["algorithm"] = c.algorithm;
+               e["predicted_s"] = c.predicted;
+               e["median_s"] = c.median;
+               e["ratio_high"] = c.ratioHigh;
+               e["trials"] = c.trials;
+               e["trial_s"] = c.trialSeconds;
+               cands.append(e);
+             }
+             d["candidates"] = cands;
+             out.append(d);
+           }
+           return out;
+         },
+         "auto's online allreduce choice per size bucket (messages of up to `bytes`): phase (exploring or "
+         "exploiting), source (explored, cache, model), the winner with its median and interval over ranks "
+         "(seconds), and every candidate's prediction, measured median, ratio interval's upper end against the "
+         "model's choice and trials; the bucket's trials with their total time on this rank (trial_s) and the time "
+         "its agreements took (agreement_s); paced: calls of the leader (named while exploring) that kept the "
+         "explorations within SCALECOMM_AUTO_EXPLORE_PERCENT. Empty where auto is not online for this group.")
       .def(
           "set_auto_explore_percent",
           [](ScalecommBackend& b, int percent) {
@@ -138,34 +157,42 @@ void bindBackend(py::module& m) {
           "tuning_key", [](ScalecommBackend& b) { return b.group().selector().tuningKey(); },
           "What the tuning cache's measurements are for: version, world, layout, settings, machine.")
       .def(
-          "counters",
-          [](ScalecommBackend& b) {
-            const auto c = b.group().counters();
-            py::dict d;
-            d["inline_calls"] = c.inlineCalls;
-            d["worker_calls"] = c.workerCalls;
-            d["plan_hits"] = c.plans.hits;
-            d["plan_misses"] = c.plans.misses;
-            d["plan_evictions"] = c.plans.evictions;
-            d["plan_entries"] = c.plans.entries;
+          "allreduce_algorithms",
+          [](ScalecommBackend& b, int64_t nbytes) {
+            return allreduceAlgorithmsServing(b.group().size(), nbytes, b.group().selector().layout());
+          },
+          py::arg("nbytes"), "The allreduce algorithms that serve a message of nbytes on this group.")
+      .def_property_readonly(
+          "algorithms", [](ScalecommBackend& b) { return b.group().selector().selection().str(); },
+          "The algorithm of each collective for this group, as resolved at creation "
+          "(\"allreduce:auto,...,barrier:shared\"; allreduce's auto picks per message size).")
+      .def_property_readonly(
+          "cost_params",
+          [](const ScalecommBackend& b) {
+            const CostParams& c = b.costParams();
+            py::dict d = modelDict(c);
+            d["segment_bytes"] = c.segmentBytes;
             return d;
           },
-          "Where this group's calls ran (inline_calls: on the caller's thread; worker_calls: handed to the worker) "
-          "and its cache of compiled plans (plan_hits, plan_misses, plan_evictions, plan_entries).")
-      .def(
-          "allreduce_compressed",
-          [](ScalecommBackend& b, const at::Tensor& t, const std::string& spec, const std::string& key,
-             int errorFeedback, bool average, int64_t timeoutMs) {
-            c10::intrusive_ptr<c10d::Work> work;
-            {
-              py::gil_scoped_release noGil;
-              work = b.allreduceCompressed(t, spec, key, errorFeedback, average, std::chrono::milliseconds(timeoutMs));
-            }
-            return torch::jit::toPyObject(c10::IValue(work->getFuture()));
-          },
-          py::arg("tensor"), py::arg("compression"), py::arg("key"), py::arg("error_feedback") = -1,
-          py::arg("average") = false, py::arg("timeout_ms") = 0,
-          "Queues a compressed allreduce; returns a torch.futures.Future of [tensor] (see pyscalecomm.allreduce).")
+          "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
+}
+
+// Compressed allreduce and its error-feedback state.
+void defineCompression(BackendClass& cls) {
+  cls.def(
+         "allreduce_compressed",
+         [](ScalecommBackend& b, const at::Tensor& t, const std::string& spec, const std::string& key,
+            int errorFeedback, bool average, int64_t timeoutMs) {
+           c10::intrusive_ptr<c10d::Work> work;
+           {
+             py::gil_scoped_release noGil;
+             work = b.allreduceCompressed(t, spec, key, errorFeedback, average, std::chrono::milliseconds(timeoutMs));
+           }
+           return torch::jit::toPyObject(c10::IValue(work->getFuture()));
+         },
+         py::arg("tensor"), py::arg("compression"), py::arg("key"), py::arg("error_feedback") = -1,
+         py::arg("average") = false, py::arg("timeout_ms") = 0,
+         "Queues a compressed allreduce; returns a torch.futures.Future of [tensor] (see pyscalecomm.allreduce).")
       .def(
           "compression_state",
           [](ScalecommBackend& b) {
@@ -205,27 +232,25 @@ void bindBackend(py::module& m) {
       .def_property_readonly(
           "compression_state_id",
           [](ScalecommBackend& b) { return reinterpret_cast<uintptr_t>(&b.compressionState()); },
-          "Identifies this backend's compression state (Python wrappers of one backend may differ).")
-      .def_property_readonly("config", &ScalecommBackend::config)
-      .def(
-          "allreduce_algorithms",
-          [](ScalecommBackend& b, int64_t nbytes) {
-            return allreduceAlgorithmsServing(b.group().size(), nbytes, b.group().selector().layout());
-          },
-          py::arg("nbytes"), "The allreduce algorithms that serve a message of nbytes on this group.")
-      .def_property_readonly(
-          "algorithms", [](ScalecommBackend& b) { return b.group().selector().selection().str(); },
-          "The algorithm of each collective for this group, as resolved at creation "
-          "(\"allreduce:auto,...,barrier:shared\"; allreduce's auto picks per message size).")
-      .def_property_readonly(
-          "cost_params",
-          [](const ScalecommBackend& b) {
-            const CostParams& c = b.costParams();
-            py::dict d = modelDict(c);
-            d["segment_bytes"] = c.segmentBytes;
-            return d;
-          },
-          "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
+          "Identifies this backend's compression state (Python wrappers of one backend may differ).");
+}
+
+}  // namespace
+
+void bindBackend(py::module& m) {
+  bindConfig(m);
+  BackendClass backend(m, "ScalecommBackend");
+  backend
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const GroupConfig& cfg) {
+             return c10::make_intrusive<ScalecommBackend>(store, rank, size, cfg);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("poisoned", &ScalecommBackend::poisoned)
+      .def_property_readonly("config", &ScalecommBackend::config);
+  defineCounters(backend);
+  defineSelection(backend);
+  defineCompression(backend);
 }
 
 }  // namespace scalecomm
