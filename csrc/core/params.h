@@ -87,8 +87,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "apart fall back into step. -1: 1 MiB when the group spans hosts, off on one host; 0: off.")                     \
   X(Int, shmRingBytes, "shm_ring_bytes", "SCALECOMM_SHM_RING_BYTES", 1048576, 4096, int64_t{1} << 40, "",            \
     "Bytes of each shared-memory ring (one per ordered pair of same-host ranks); a multiple of 64. The default "    \
-    "keeps a host's rings in its caches: 4 MiB rings ran ring and rhd allreduces of 64 KiB-16 MiB up to 1.2x "     \
-    "slower at 2 ranks and up to 1.7x at 3-4, 512 KiB rings 2x slower at 2 ranks (docs/performance.md).")          \
+    "keeps a host's rings in its caches; larger rings are slower, not faster, and much smaller ones stall the "   \
+    "sender.")                                                                                                        \
   X(Int, shmWindowBytes, "shm_window_bytes", "SCALECOMM_SHM_WINDOW_BYTES", 524288, 0, int64_t{1} << 30, "",         \
     "Bytes of each rank's shared window (a log of 4x this size, mapped by every rank of the group when all share "  \
     "one host): the largest message a shared allreduce carries in one flag round; larger ones go in chunks of this " \
@@ -102,8 +102,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
   X(Int, socketsPerPeer, "sockets_per_peer", "SCALECOMM_SOCKETS_PER_PEER", 1, 1, 64, "",                            \
     "tcp transport: sockets per pair of ranks (a pair uses the smaller of its two ranks' values). The link's bytes " \
     "are striped over them in 128 KiB pieces, read back in order. 1 fills 1-10 Gbit/s links; more pay where one "   \
-    "socket's CPU cost is the bound (8 moved 1.7x more at 25 Gbit/s on a 2-core machine) and cost on capped links " \
-    "(each piece waits for the slowest socket): docs/performance.md.")                                              \
+    "socket's CPU cost is the bound (links of 25 Gbit/s and up) and cost on capped links (each piece waits for "   \
+    "the slowest socket).")                                                                                          \
   X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", -1, -1, 10000000, "",                                           \
     "Microseconds a waiting thread spins before it yields or sleeps. -1: 50, or 0 when this machine (one kernel: "  \
     "its emulated hosts and containers count together) runs more of the group's ranks than it has cores (a "       \

@@ -75,11 +75,11 @@ void copyName(char (&out)[N], const std::string& in) {
 
 }  // namespace
 
-uint64_t FlightRecorder::queued(const std::string& name, uint64_t number, bool collective, uint64_t bytes,
-                                int64_t timeoutMs, Clock::time_point now, const std::string* running) {
-  if (ring_.empty()) return 0;
+void FlightRecorder::queued(uint64_t id, const std::string& name, uint64_t number, bool collective, uint64_t bytes,
+                            int64_t timeoutMs, Clock::time_point now, const std::string* running) {
+  if (ring_.empty() || id == 0) return;
   std::lock_guard<std::mutex> g(mu_);
-  const uint64_t id = nextId_++;
+  nextId_ = id + 1;
   FlightEntry& e = ring_[(id - 1) % ring_.size()];
   e.id = id;
   e.number = number;
@@ -94,7 +94,6 @@ uint64_t FlightRecorder::queued(const std::string& name, uint64_t number, bool c
   e.startedAt = running ? now : Clock::time_point();
   e.endedAt = Clock::time_point();
   e.error.clear();
-  return id;
 }
 
 FlightEntry* FlightRecorder::find(uint64_t id) {

@@ -49,10 +49,11 @@ struct RankPosition {
 class FlightRecorder {
  public:
   explicit FlightRecorder(size_t capacity) : ring_(capacity) {}
+  // `id`: the call's, 1, 2, ... in issue order (the caller's count).
   // `at`: when (the caller's clock reading; one per transition is enough).
   // With `running` (its algorithm), the call starts at once (queued and started at `at`).
-  uint64_t queued(const std::string& name, uint64_t number, bool collective, uint64_t bytes, int64_t timeoutMs,
-                  Clock::time_point at = Clock::now(), const std::string* running = nullptr);
+  void queued(uint64_t id, const std::string& name, uint64_t number, bool collective, uint64_t bytes, int64_t timeoutMs,
+              Clock::time_point at = Clock::now(), const std::string* running = nullptr);
   void started(uint64_t id, const std::string& algorithm, Clock::time_point at = Clock::now());
   void ended(uint64_t id, const std::string& error, Clock::time_point at = Clock::now());  // error empty: done
   std::vector<FlightEntry> snapshot() const;
@@ -70,11 +71,14 @@ class FlightRecorder {
   template <typename F>
   void visitLocked(F&& f) const {
     const uint64_t first = nextId_ > ring_.size() ? nextId_ - ring_.size() : 1;
-    for (uint64_t id = first; id < nextId_; ++id) f(ring_[(id - 1) % ring_.size()]);
+    for (uint64_t id = first; id < nextId_; ++id) {
+      const FlightEntry& e = ring_[(id - 1) % ring_.size()];
+      if (e.id == id) f(e);
+    }
   }
   std::vector<FlightEntry> ring_;  // entry `id` lives in slot (id - 1) % capacity
   mutable std::mutex mu_;
-  uint64_t nextId_ = 1;
+  uint64_t nextId_ = 1;  // one past the newest id recorded
   Clock::time_point origin_ = Clock::now();
 };
 

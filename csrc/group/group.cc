@@ -22,6 +22,7 @@
 #include "core/timeline.h"
 #include "core/version.h"
 #include "group/call_checks.h"
+#include "group/health_watch.h"
 #include "transport/mpi_runtime.h"
 
 namespace scalecomm {
@@ -81,18 +82,6 @@ void checkServes(const AlgorithmSelection& selection, int rank, int size) {
   }
 }
 
-// The observer's range around one executed call (NVTX in CUDA builds).
-struct Span {
-  CallObserver* observer;
-  uint64_t id = 0;
-  Span(CallObserver* o, const std::string& name, uint64_t seq, uint64_t bytes) : observer(o) {
-    if (observer) id = observer->begin(name, seq, bytes);
-  }
-  ~Span() {
-    if (observer) observer->end(id);
-  }
-};
-
 }  // namespace
 
 int hostCores() {
@@ -113,8 +102,7 @@ Group::Group(std::unique_ptr<Communicator> comm, GroupConfig config)
       config_(std::move(config)),
       comm_(std::move(comm)),
       creatorPid_(static_cast<int>(getpid())),
-      creatorFork_(forkGeneration.load(std::memory_order_relaxed)),
-      recorder_(static_cast<size_t>(config_.traceBuffer)) {}
+      creatorFork_(forkGeneration.load(std::memory_order_relaxed)) {}
 
 std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int size, GroupConfig config) {
   checkConfig(config, size);
@@ -166,9 +154,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int
   }
   choices.selection = std::move(selection);
   std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
-  g->store_ = std::move(store);
-  g->storePrefix_ = prefix;
-  g->start(std::move(choices));
+  g->start(std::move(choices), std::move(store), prefix);
   if (anyAuto) SC_LOG(Info, "rank ", rank, ": ", g->selector_->describe());
   return g;
 }
@@ -180,16 +166,14 @@ std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupCo
   checkServes(selection, comm->rank(), comm->size());
   const std::string prefix = "scalecomm/" + config.groupName + "/local/";
   std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));
-  g->store_ = std::move(store);
-  g->storePrefix_ = prefix;
   Choices choices;
   choices.selection = std::move(selection);
   choices.costs = costs;
-  g->start(std::move(choices));
+  g->start(std::move(choices), std::move(store), prefix);
   return g;
 }
 
-void Group::start(Choices choices) {
+void Group::start(Choices choices, std::shared_ptr<Store> store, const std::string& storePrefix) {
   resolveWaits(config_, *comm_);
   if (config_.segmentBytes == 0)
     config_.segmentBytes = automaticSegmentBytes(comm_->hostOf(), comm_->collectivesOnMpi());
@@ -215,9 +199,9 @@ void Group::start(Choices choices) {
         TimelineRow{timeline, envRank && envRank[0] ? std::atoi(envRank) : rank_, groupsWithRows++, config_.groupName});
   }
   worker_ = std::make_unique<Worker>(config_.spinMicros);
-  if (store_ && config_.traceBuffer > 0 && size_ > 1)
-    desync_ = std::make_unique<DesyncProtocol>(store_, storePrefix_, rank_, size_);
-  watchdog_ = std::make_unique<std::thread>([this] { watchdogLoop(); });
+  HealthWatch::Settings health{rank_, size_, config_.groupName, config_.traceBuffer, std::move(store), storePrefix};
+  watchers_.push_back(
+      std::make_shared<HealthWatch>(std::move(health), state_, [comm = comm_.get()] { comm->heartbeat(); }));
   addLive(weak_from_this());
 }
 
@@ -311,22 +295,19 @@ uint64_t Group::submit(Call&& call) {
 
 void Group::dispatch(Call&& call, uint64_t number) {
   if (call.timeoutMs <= 0) call.timeoutMs = config_.timeoutMs;
-  const bool collective = call.kind != CallKind::Send && call.kind != CallKind::Recv &&
-                          call.kind != CallKind::RecvAnySource && call.kind != CallKind::SendRecvBatch;
   const auto now = Clock::now();  // queued and, on this thread, started
   if (call.blocking && !call.device && worker_->idle()) {
     std::unique_lock<std::mutex> exec(execMu_, std::try_to_lock);
     if (exec.owns_lock()) {
       inlineCalls_.fetch_add(1, std::memory_order_relaxed);
-      const uint64_t id =
-          recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs, now, &call.algorithm.str());
+      const uint64_t id = watchQueued(call, number, now, &call.algorithm.str());
       std::optional<Error> error = execute(call, number, id, now, /*recordStart=*/false);
       exec.unlock();  // completion callbacks may issue further calls
       if (call.done) call.done(error ? &*error : nullptr);
       return;
     }
   }
-  const uint64_t id = recorder_.queued(call.name, number, collective, call.bytes, call.timeoutMs, now);
+  const uint64_t id = watchQueued(call, number, now, nullptr);
   workerCalls_.fetch_add(1, std::memory_order_relaxed);
   if (runsInFlight(call)) {
     worker_->post([self = shared_from_this(), call = std::move(call), number, id]() mutable {
@@ -417,14 +398,14 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     Error e(ErrorKind::Aborted,
             strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number,
                    "): not run because the group is unusable after an earlier failure: ", state_->reason()));
-    recorder_.ended(recordId, e.what());
+    watchEnded(recordId, e.what());
     return e;
   }
   OnlineTuner::Pick tuned;
   const bool resolve =
       selector_->online() && call.kind == CallKind::Allreduce && call.algorithm.is(AlgorithmKind::Auto);
   if (resolve) tuned = resolveTuned(call);
-  if (recordStart || resolve) recorder_.started(recordId, call.algorithm.str(), start);
+  if (recordStart || resolve) watchStarted(recordId, call.algorithm.str(), start);
   const uint64_t abandonedBefore = mpiRequestsAbandoned();
   CollectiveOptions o;
   o.algorithm = call.algorithm;
@@ -435,7 +416,6 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
   o.seq = number;
   o.deadline = Deadline::after(std::chrono::milliseconds(call.timeoutMs), start);
   o.plans = &plans_;
-  Span span(observer_.get(), call.name, number, call.bytes);
   ExecTrace trace;
   if (timelineRow_) o.trace = &trace;
   Clock::time_point end;
@@ -463,19 +443,10 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     state_->record(call.name, call.bytes, seconds);
     if (tuned.measured) recordTuned(tuned, seconds, o);
   } catch (const Error& e) {
-    // A timeout: ask every rank where it is, so the message names who lags.
-    // Already poisoned: this failure is its consequence (e.g. this rank was
-    // aborted or destroyed while the call ran): say why.
-    const std::string cause = state_->poisoned() ? strCat("; cause: ", state_->reason()) : std::string();
-    const std::string report = e.kind() == ErrorKind::Timeout && desync_
-                                   ? desync_->report(recordId, recorder_.position(rank_))
-                                   : std::string();
-    Error err = report.empty() && cause.empty()
-                    ? e
-                    : Error(e.kind(), strCat(e.what(), cause, report.empty() ? "" : "\nDesync report: ", report));
+    Error err = explained(e, recordId);
     SC_LOG(Warn, err.what());
-    recorder_.ended(recordId, e.what());
-    dumpFlightRecorder(err.what());
+    watchEnded(recordId, e.what());
+    watchFailed(err.what());
     state_->poison(err.kind(), err.what(), /*abortComm=*/false);
     if (mpiRequestsAbandoned() != abandonedBefore) keepBuffersOfAbandonedMpiCall(call);
     return err;
@@ -483,12 +454,42 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     // Not ours (a throw from before/after, e.g. a device copy): name the call.
     Error err(ErrorKind::Io, strCat("scalecomm ", call.name, " (rank ", rank_, ", seq ", number, "): ", e.what()));
     SC_LOG(Warn, err.what());
-    recorder_.ended(recordId, err.what());
+    watchEnded(recordId, err.what());
     state_->poison(err.kind(), err.what(), /*abortComm=*/false);
     return err;
   }
-  recorder_.ended(recordId, "", end);
+  watchEnded(recordId, "", end);
   return std::nullopt;
+}
+
+uint64_t Group::watchQueued(const Call& call, uint64_t number, Clock::time_point at, const std::string* running) {
+  const bool collective = call.kind != CallKind::Send && call.kind != CallKind::Recv &&
+                          call.kind != CallKind::RecvAnySource && call.kind != CallKind::SendRecvBatch;
+  const uint64_t id = ++lastRecord_;
+  const WatchedCall watched{call.name, number, collective, call.bytes, call.timeoutMs};
+  for (const auto& w : watchers_) w->queued(id, watched, at, running);
+  return id;
+}
+
+void Group::watchStarted(uint64_t id, const std::string& algorithm, Clock::time_point at) {
+  for (const auto& w : watchers_) w->started(id, algorithm, at);
+}
+
+void Group::watchEnded(uint64_t id, const std::string& error, Clock::time_point at) {
+  for (const auto& w : watchers_) w->ended(id, error, at);
+}
+
+Error Group::explained(const Error& e, uint64_t id) {
+  // Already poisoned: this failure is its consequence (e.g. this rank was
+  // aborted or destroyed while the call ran): say why. A timeout: the
+  // watchers ask every rank where it is, so the message names who lags.
+  std::string more = state_->poisoned() ? strCat("; cause: ", state_->reason()) : std::string();
+  for (const auto& w : watchers_) more += w->explain(id, e);
+  return more.empty() ? e : Error(e.kind(), strCat(e.what(), more));
+}
+
+void Group::watchFailed(const std::string& why) {
+  for (const auto& w : watchers_) w->failed(why);
 }
 
 Group::Counters Group::counters() const { return {inlineCalls_.load(), workerCalls_.load(), plans_.counters()}; }

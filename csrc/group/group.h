@@ -34,6 +34,9 @@
 // - Work queued on the worker holds the Group by shared ownership, so a
 //   Group outlives every call it accepted, whichever thread drops the last
 //   reference.
+// - Every call is reported to the group's watchers (group/call_watcher.h)
+//   under its record id: the flight recorder with its watchdog and desync
+//   report (group/health_watch.h) always, others added by addWatcher().
 // Thread safety: submit() from one thread at a time (c10d's contract);
 // abort(), poisoned(), stats() and the counters from any thread.
 #pragma once
@@ -59,9 +62,8 @@
 #include "comm/worker.h"
 #include "core/label.h"
 #include "core/store.h"
+#include "group/call_watcher.h"
 #include "group/config.h"
-#include "group/desync.h"
-#include "group/flight_recorder.h"
 #include "group/group_state.h"
 #include "group/monitored_barrier.h"
 #include "group/timeline_record.h"
@@ -175,13 +177,6 @@ struct Stager {
   virtual void finish() = 0;
 };
 
-// Observes every executed call (NVTX ranges in CUDA builds).
-struct CallObserver {
-  virtual ~CallObserver() = default;
-  virtual uint64_t begin(const std::string& name, uint64_t seq, uint64_t bytes) = 0;
-  virtual void end(uint64_t id) = 0;
-};
-
 // Cores this host gives its processes: the online CPUs, capped by a cgroup
 // v2 CPU quota (a container limited to 2 CPUs on a large host).
 int hostCores();
@@ -247,7 +242,8 @@ class Group : public std::enable_shared_from_this<Group> {
   uint64_t endCoalescing(Call call);
   bool coalescing() const { return coalescing_; }
 
-  void setObserver(std::shared_ptr<CallObserver> o) { observer_ = std::move(o); }
+  // Adds a watcher of every later call (before the group's first call).
+  void addWatcher(std::shared_ptr<CallWatcher> w) { watchers_.push_back(std::move(w)); }
   // The queued channel of a device (made on first use, collectively: every
   // rank's n-th device call reaches it in the same order), with the call's
   // deadline for its waits. Unset: device calls fail with InvalidArgument.
@@ -285,7 +281,9 @@ class Group : public std::enable_shared_from_this<Group> {
     TuningTable tuning;
     std::string tuningPath, tuningKey;
   };
-  void start(Choices choices);                      // after construction: selector, worker, registry, timeline row
+  // After construction: selector, worker, watchers, registry, timeline row.
+  // `store` (under `storePrefix`) carries the desync report; null: none.
+  void start(Choices choices, std::shared_ptr<Store> store, const std::string& storePrefix);
   static void addLive(std::weak_ptr<Group> group);  // for shutdownAllAtExit (group/lifecycle.cc)
   void checkUsable(const std::string& name) const;
   [[noreturn]] void abandonBatch(const std::string& why);
@@ -296,8 +294,14 @@ class Group : public std::enable_shared_from_this<Group> {
   // error, if any. The caller runs call.done after releasing execMu_.
   std::optional<Error> execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start,
                                bool recordStart);
-  void dumpFlightRecorder(const std::string& why);
-  void watchdogLoop();
+  // The watchers' side of a call (group/call_watcher.h), by its record id.
+  uint64_t watchQueued(const Call& call, uint64_t number, Clock::time_point at, const std::string* running);
+  void watchStarted(uint64_t id, const std::string& algorithm, Clock::time_point at);
+  void watchEnded(uint64_t id, const std::string& error, Clock::time_point at = Clock::now());
+  // A call's failure `e` as returned: with the poison's cause (the group
+  // was already unusable) and what the watchers explain.
+  Error explained(const Error& e, uint64_t id);
+  void watchFailed(const std::string& why);
   void runBody(Call& call, Channel& ch, CollectiveOptions& o);
   // Sends and receives posted without waiting (group/point_to_point.cc): a
   // host send or receive run by the worker is moved a piece at a time with
@@ -347,7 +351,6 @@ class Group : public std::enable_shared_from_this<Group> {
   std::vector<uint64_t> received_;                // receives executed per peer (executing thread)
   int nextAnySource_ = 0;                         // executing thread
   std::shared_ptr<const TimelineRow> timelineRow_;
-  std::shared_ptr<CallObserver> observer_;
   DeviceChannels deviceChannels_;
   std::atomic<uint64_t> inlineCalls_{0}, workerCalls_{0};
   std::vector<std::unique_ptr<InFlight>> inFlight_;  // worker thread: empty whenever the worker is idle
@@ -358,20 +361,8 @@ class Group : public std::enable_shared_from_this<Group> {
   const int creatorPid_;   // for messages
   const int creatorFork_;  // fork generation at creation: a forked child may not use or close the group
   bool forked() const;
-  // Flight recorder and watchdog: a thread that aborts a call stuck past its
-  // timeout (plus a grace period) even when the worker cannot notice, and
-  // answers other ranks' desync requests through the store.
-  FlightRecorder recorder_;
-  std::shared_ptr<Store> store_;
-  std::string storePrefix_;
-  std::unique_ptr<std::thread> watchdog_;  // a unique_ptr so a forked child can leak it
-  std::mutex watchdogMu_;
-  std::condition_variable watchdogCv_;
-  bool watchdogStop_ = false;
-  // On a timeout: where every rank is, through the store (null without a
-  // store or with the trace buffer off: positions come from the recorder).
-  std::unique_ptr<DesyncProtocol> desync_;
-  std::mutex dumpMu_;  // one flight-recorder dump at a time
+  std::vector<std::shared_ptr<CallWatcher>> watchers_;
+  uint64_t lastRecord_ = 0;  // the newest call's record id (submit thread)
 };
 
 }  // namespace scalecomm

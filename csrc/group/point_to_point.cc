@@ -27,7 +27,7 @@ void Group::runPointToPoint(Call&& call, uint64_t number, uint64_t recordId) {
   {
     std::lock_guard<std::mutex> exec(execMu_);
     const Clock::time_point start = Clock::now();
-    recorder_.started(recordId, call.algorithm.str(), start);
+    watchStarted(recordId, call.algorithm.str(), start);
     std::optional<Error> error;
     if (state_->poisoned()) {
       error = Error(ErrorKind::Aborted,
@@ -53,7 +53,7 @@ void Group::runPointToPoint(Call&& call, uint64_t number, uint64_t recordId) {
       }
     }
     if (error) {
-      recorder_.ended(recordId, error->what());
+      watchEnded(recordId, error->what());
       finished.push_back({std::move(call), std::move(error)});
     }
   }
@@ -119,7 +119,7 @@ void Group::progressInFlight(bool untilQueued) {
         state_->record(f.call.name, f.call.bytes, std::chrono::duration<double>(end - f.start).count());
         if (timelineRow_)
           recordOperation(*timelineRow_, f.call.name, f.number, f.call.bytes, f.start, end, ExecTrace(), *comm_, false);
-        recorder_.ended(f.recordId, "", end);
+        watchEnded(f.recordId, "", end);
         finished.push_back({std::move(f.call), std::nullopt});
         it = inFlight_.erase(it);
         moved = true;
@@ -148,16 +148,13 @@ void Group::progressInFlight(bool untilQueued) {
 void Group::failInFlight(const Error& first, uint64_t recordId, std::vector<Finished>& finished) {
   // The first failure is the group's (a timeout says who lags); every other
   // in-flight message fails with it.
-  const std::string cause = state_->poisoned() ? strCat("; cause: ", state_->reason()) : std::string();
-  std::string report;
-  if (first.kind() == ErrorKind::Timeout && desync_) report = desync_->report(recordId, recorder_.position(rank_));
-  const Error err(first.kind(), strCat(first.what(), cause, report.empty() ? "" : "\nDesync report: ", report));
+  const Error err = explained(first, recordId);
   SC_LOG(Warn, err.what());
-  dumpFlightRecorder(err.what());
+  watchFailed(err.what());
   state_->poison(err.kind(), err.what(), /*abortComm=*/false);
   comm_->channel().start();  // forget the messages in flight (the group is unusable now)
   for (auto& f : inFlight_) {
-    recorder_.ended(f->recordId, err.what());
+    watchEnded(f->recordId, err.what());
     finished.push_back({std::move(f->call), err});
   }
   inFlight_.clear();

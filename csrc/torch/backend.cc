@@ -7,6 +7,7 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "algo/registry.h"
 #include "compress/codec.h"
@@ -59,12 +60,36 @@ bool stayForExit() { return exiting.load() && std::this_thread::get_id() != exit
   C10_THROW_ERROR(DistBackendError, e.what());
 }
 
-// NVTX ranges per call (CUDA builds with SCALECOMM_NVTX=1).
-struct NvtxObserver : CallObserver {
-  uint64_t begin(const std::string& name, uint64_t seq, uint64_t bytes) override {
-    return nvtxBegin(strCat("scalecomm:", name, " seq ", seq, " ", bytes, " B"));
+// An NVTX range from each call's start to its end (CUDA builds with
+// SCALECOMM_NVTX=1), named "scalecomm:<call> seq <n> <bytes> B".
+class NvtxWatcher final : public CallWatcher {
+ public:
+  void queued(uint64_t id, const WatchedCall& call, Clock::time_point, const std::string* running) override {
+    std::lock_guard<std::mutex> g(mu_);
+    Range& r = ranges_[id];
+    r.text = strCat("scalecomm:", call.name, " seq ", call.number, " ", call.bytes, " B");
+    if (running) r.id = nvtxBegin(r.text);
   }
-  void end(uint64_t id) override { nvtxEnd(id); }
+  void started(uint64_t id, const std::string&, Clock::time_point) override {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = ranges_.find(id);
+    if (it != ranges_.end() && it->second.id == 0) it->second.id = nvtxBegin(it->second.text);
+  }
+  void ended(uint64_t id, const std::string&, Clock::time_point) override {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = ranges_.find(id);
+    if (it == ranges_.end()) return;
+    nvtxEnd(it->second.id);
+    ranges_.erase(it);
+  }
+
+ private:
+  struct Range {
+    std::string text;
+    uint64_t id = 0;  // 0: not started
+  };
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Range> ranges_;  // the calls queued and not ended
 };
 
 uint64_t totalBytes(const std::vector<at::Tensor>& ts) {
@@ -86,7 +111,7 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const Error& e) {
     rethrow(e);
   }
-  if (nvtxEnabled()) group_->setObserver(std::make_shared<NvtxObserver>());
+  if (nvtxEnabled()) group_->addWatcher(std::make_shared<NvtxWatcher>());
   nccl_ = std::make_shared<NcclGroups>(store, "scalecomm/" + config.groupName, rank, size);
   group_->state()->onAbort([nccl = nccl_] { nccl->abort(); });
   group_->setDeviceChannels([nccl = nccl_](int device, const Deadline& deadline) -> QueuedChannel& {

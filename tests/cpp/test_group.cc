@@ -3,7 +3,7 @@
 // prepared call sites and their interned names;
 // where calls run (inline when blocking and idle, else the worker, in issue
 // order); poison after a failure; coalesced send/recv; abort; shutdown from
-// several threads.
+// several threads; what the call watchers see.
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -16,6 +16,7 @@
 #include "algo/registry.h"
 #include "comm/loopback_mesh.h"
 #include "core/error.h"
+#include "group/flight_recorder.h"
 #include "group/group.h"
 #include "harness.h"
 
@@ -300,6 +301,68 @@ TEST(a_failure_poisons_the_group_and_later_calls_fail_with_its_reason) {
       CHECK(std::string(e.what()).find("unusable after an earlier failure") != std::string::npos);
     }
   });
+}
+
+// A watcher's log of one group's calls: "q<id>:<name>" (r when it started
+// at once), "s<id>:<algorithm>", "e<id>" or "f<id>" for failed, "x<id>"
+// for explain, "F" for failed(), "stop".
+struct LogWatcher : CallWatcher {
+  std::mutex mu;
+  std::vector<std::string> log;
+  void add(std::string s) {
+    std::lock_guard<std::mutex> g(mu);
+    log.push_back(std::move(s));
+  }
+  void queued(uint64_t id, const WatchedCall& call, Clock::time_point, const std::string* running) override {
+    add(strCat(running ? "r" : "q", id, ":", call.name, "#", call.number));
+  }
+  void started(uint64_t id, const std::string& algorithm, Clock::time_point) override {
+    add(strCat("s", id, ":", algorithm));
+  }
+  void ended(uint64_t id, const std::string& error, Clock::time_point) override {
+    add(strCat(error.empty() ? "e" : "f", id));
+  }
+  std::string explain(uint64_t id, const Error&) override {
+    add(strCat("x", id));
+    return " [explained by the watcher]";
+  }
+  void failed(const std::string&) override { add("F"); }
+  void stop() override { add("stop"); }
+};
+
+TEST(every_call_reaches_the_watchers_in_issue_order_and_failures_are_explained) {
+  Mesh m(2);
+  std::vector<std::shared_ptr<LogWatcher>> watchers;
+  for (auto& g : m.groups) {
+    watchers.push_back(std::make_shared<LogWatcher>());
+    g->addWatcher(watchers.back());
+  }
+  std::vector<std::string> errors(2);
+  onRanks(m, [&](int rank, Group& g) {
+    std::vector<float> v(6, 1.0f);
+    CHECK_EQ(runCall(g, allreduceCall(v, true)), std::string());   // inline: queued and started at once
+    CHECK_EQ(runCall(g, allreduceCall(v, false)), std::string());  // on the worker
+    std::vector<float> w(rank == 0 ? 10 : 12, 1.0f);               // mismatched counts
+    errors[rank] = runCall(g, allreduceCall(w, false));
+  });
+  for (auto& g : m.groups) g->shutdown();
+  for (int r = 0; r < 2; ++r) {
+    CHECK(errors[r].find("elements") != std::string::npos);
+    CHECK(errors[r].find("[explained by the watcher]") != std::string::npos);
+    const std::vector<std::string> want{"r1:allreduce#1",
+                                        "e1",
+                                        "q2:allreduce#2",
+                                        "s2:ring",
+                                        "e2",
+                                        "q3:allreduce#3",
+                                        "s3:ring",
+                                        "x3",
+                                        "f3",
+                                        "F",
+                                        "stop"};
+    CHECK_EQ(watchers[r]->log.size(), want.size());
+    for (size_t i = 0; i < want.size() && i < watchers[r]->log.size(); ++i) CHECK_EQ(watchers[r]->log[i], want[i]);
+  }
 }
 
 TEST(point_to_point_numbering_and_coalesced_batches) {
