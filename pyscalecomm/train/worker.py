@@ -99,89 +99,111 @@ def _evaluate(model, d: data_mod.Data, device) -> tuple[float, float]:
     return loss, acc
 
 
-def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
-    """Trains cfg on the current job; returns the result on rank 0, else None."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.set_num_threads(cfg.threads)
-    device = torch.device(cfg.device)
-    if device.type == "cuda":
-        device = local_gpu()
-    d = data_mod.load(cfg.data, cfg.model, cfg.samples)
-    torch.manual_seed(cfg.seed)
-    model = models.build(cfg.model, d.input_shape, d.classes, cfg.width).to(device)
-    dp, mp = strategies.mesh_shape(cfg.strategy, world, cfg.mesh)
-    straggler, slow_rank, factor = parse_straggler(cfg.straggler)
-    xs, ys = d.train_x, d.train_y
-    per_step = cfg.batch_size * world  # the global batch, whatever the strategy
-    local = per_step // dp
-    steps = len(xs) // per_step
-    if cfg.steps:
-        steps = min(steps, cfg.steps) if steps else cfg.steps
-    if steps == 0:
-        raise ValueError(
-            f"{cfg.label()}: {len(xs)} training samples make no step of {cfg.batch_size} x {world} ranks; "
-            f"lower --batch-size"
-        )
+class Training:
+    """One configuration trained on the current job, one job per method:
+    ``__init__`` sets up (device, data, model, the step count), ``calibrate``
+    times compute alone and then wraps the model in its strategy, ``epoch``
+    trains and evaluates one epoch, ``summarise`` gathers every rank's
+    record into the result (rank 0; None elsewhere)."""
 
-    def batch(order, s, share):
-        lo = (s * per_step + share * local) % len(xs)
-        idx = order[lo : lo + local]
-        return xs[idx].to(device), ys[idx].to(device)
+    def __init__(self, cfg: RunConfig, progress: bool = True):
+        self.cfg, self.progress = cfg, progress
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        torch.set_num_threads(cfg.threads)
+        device = torch.device(cfg.device)
+        self.device = local_gpu() if device.type == "cuda" else device
+        self.data = d = data_mod.load(cfg.data, cfg.model, cfg.samples)
+        torch.manual_seed(cfg.seed)
+        self.model = models.build(cfg.model, d.input_shape, d.classes, cfg.width).to(self.device)
+        self.dp, self.mp = strategies.mesh_shape(cfg.strategy, self.world, cfg.mesh)
+        self.straggler, self.slow_rank, self.factor = parse_straggler(cfg.straggler)
+        self.per_step = cfg.batch_size * self.world  # the global batch, whatever the strategy
+        self.local = self.per_step // self.dp
+        steps = len(d.train_x) // self.per_step
+        if cfg.steps:
+            steps = min(steps, cfg.steps) if steps else cfg.steps
+        if steps == 0:
+            raise ValueError(
+                f"{cfg.label()}: {len(d.train_x)} training samples make no step of {cfg.batch_size} x "
+                f"{self.world} ranks; lower --batch-size"
+            )
+        self.steps = steps
+        self.epochs: list[dict] = []
+        self.step_times: list[float] = []
+        self.opt_times: list[float] = []
+        self.batches = 0
+        self.wall_train = 0.0
 
-    # Compute-only calibration, on the model before the strategy wraps it (no
-    # communication): forward + backward of this rank's share of a step.
-    order0 = torch.randperm(len(xs), generator=torch.Generator().manual_seed(10_000 + cfg.seed))
-    calib = [batch(order0, s, rank % dp) for s in range(2 + cfg.calib_steps)]
+    def batch(self, order, s: int, share: int):
+        """Share `share` of step `s` in the epoch's sample order."""
+        xs, ys = self.data.train_x, self.data.train_y
+        lo = (s * self.per_step + share * self.local) % len(xs)
+        idx = order[lo : lo + self.local]
+        return xs[idx].to(self.device), ys[idx].to(self.device)
 
-    def calib_step(k):
+    def calibrate(self) -> None:
+        """Compute alone (no communication, on the model before the strategy
+        wraps it): forward + backward of this rank's share of a step, the
+        median of a few; then the strategy and the optimizer."""
+        cfg, model = self.cfg, self.model
+        gen = torch.Generator().manual_seed(10_000 + cfg.seed)
+        order0 = torch.randperm(len(self.data.train_x), generator=gen)
+        calib = [self.batch(order0, s, self.rank % self.dp) for s in range(2 + cfg.calib_steps)]
+
+        def calib_step(k):
+            model.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(calib[k][0]), calib[k][1]).backward()
+
+        fb = predict.median_step_s(calib_step, cfg.calib_steps, sync=lambda: _sync(self.device))
         model.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(calib[k][0]), calib[k][1]).backward()
+        # A model-parallel rank computes 1/mp of it (the ideal split); a
+        # straggler's delay is the same multiple on every rank.
+        self.compute_fb = _agreed_max(fb / self.mp)
 
-    fb = predict.median_step_s(calib_step, cfg.calib_steps, sync=lambda: _sync(device))
-    model.zero_grad(set_to_none=True)
-    # A model-parallel rank computes 1/mp of it (the ideal split).
-    compute_fb = fb / mp
-    compute_fb = _agreed_max(compute_fb)  # a straggler's delay is the same multiple on every rank
-    share = strategies.build(cfg, model, device, lambda ddp, group: _register_hook(cfg, ddp, group))
-    opt = torch.optim.SGD(share.params, lr=cfg.lr, momentum=0.9) if share.params else None
+        def hook(ddp, group):
+            _register_hook(cfg, ddp, group)
 
-    run = next(_RUNS)
-    pool = dist.distributed_c10d._get_default_store() if share.pooled else None
+        self.share = strategies.build(cfg, model, self.device, hook)
+        self.opt = torch.optim.SGD(self.share.params, lr=cfg.lr, momentum=0.9) if self.share.params else None
+        self.run = next(_RUNS)
+        self.pool = dist.distributed_c10d._get_default_store() if self.share.pooled else None
+        self.cpu0 = time.process_time()  # ns resolution; os.times() counts 10 ms ticks
 
-    def claims(epoch: int):
+    def claims(self, epoch: int):
         """This rank's batches of the epoch, as (step, share of the step):
         a fixed share of every step, or with a pool whichever batches are
         left when this rank asks (steps x shares of them in all)."""
-        if pool is None:
-            yield from ((s, share.dp_rank) for s in range(steps))
+        share = self.share
+        if self.pool is None:
+            yield from ((s, share.dp_rank) for s in range(self.steps))
             return
-        key = f"scalecomm-train/pool/{run}/{epoch}"
-        while (c := pool.add(key, 1) - 1) < steps * share.dp:
+        key = f"scalecomm-train/pool/{self.run}/{epoch}"
+        while (c := self.pool.add(key, 1) - 1) < self.steps * share.dp:
             yield c // share.dp, c % share.dp
 
-    def slowed(epoch: int, s: int) -> bool:
-        if straggler == "rank":
-            return rank == slow_rank
-        if straggler == "random":
-            return random.Random(f"{cfg.seed}/{epoch}/{s}").randrange(world) == rank
+    def slowed(self, epoch: int, s: int) -> bool:
+        if self.straggler == "rank":
+            return self.rank == self.slow_rank
+        if self.straggler == "random":
+            return random.Random(f"{self.cfg.seed}/{epoch}/{s}").randrange(self.world) == self.rank
         return False
 
-    epochs, step_times, opt_times = [], [], []
-    cpu0, cum = time.process_time(), 0.0  # ns resolution; os.times() counts 10 ms ticks
-    wall_train = 0.0
-    batches = 0
-    for epoch in range(cfg.epochs):
-        order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
+    def epoch(self, epoch: int) -> None:
+        """Trains one epoch (timed from a barrier until the slowest rank is
+        done), then evaluates."""
+        cfg, device, opt, share = self.cfg, self.device, self.opt, self.share
+        gen = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
+        order = torch.randperm(len(self.data.train_x), generator=gen)
         dist.barrier()
         _sync(device)
         start = time.perf_counter()
         losses = []
-        for s, (at, part) in enumerate(claims(epoch)):
-            x, y = batch(order, at, part)
-            batches += 1
+        for s, (at, part) in enumerate(self.claims(epoch)):
+            x, y = self.batch(order, at, part)
+            self.batches += 1
             t0 = time.perf_counter()
-            if slowed(epoch, s):  # a slower machine: its compute takes factor x as long
-                time.sleep((factor - 1) * compute_fb)
+            if self.slowed(epoch, s):  # a slower machine: its compute takes factor x as long
+                time.sleep((self.factor - 1) * self.compute_fb)
             if opt is not None:
                 opt.zero_grad(set_to_none=True)
             loss = share.step(x, y)  # a parameter server's pushes go out here
@@ -191,92 +213,105 @@ def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
                 opt.step()
             _sync(device)
             t2 = time.perf_counter()
-            step_times.append(t2 - t0)
-            opt_times.append(t2 - t1)
+            self.step_times.append(t2 - t0)
+            self.opt_times.append(t2 - t1)
             if loss is not None:
                 losses.append(loss)
         # The epoch ends when its slowest rank is done (a pipeline's first
         # stage, say, finishes its sends long before the last stage).
         elapsed = _agreed_max(time.perf_counter() - start)
-        wall_train += elapsed
-        cum += elapsed
+        self.wall_train += elapsed
         share.after_epoch()
-        test_loss, acc = _evaluate(share.evaluate_model(), d, device)
-        epochs.append(
+        test_loss, acc = _evaluate(share.evaluate_model(), self.data, device)
+        self.epochs.append(
             {
                 "epoch": epoch + 1,
                 "time_s": elapsed,
-                "cum_time_s": cum,
+                "cum_time_s": self.wall_train,
                 "loss": _mean_over_ranks(losses),
                 "test_loss": test_loss,
-                "acc": acc if d.real else None,
+                "acc": acc if self.data.real else None,
             }
         )
-        if progress and rank == 0:
-            a = f"acc {acc:.3f}" if d.real else "synthetic data"
-            print(
-                f"    epoch {epoch + 1}/{cfg.epochs}  {elapsed:7.2f} s  loss {epochs[-1]['loss']:.4f}  {a}",
-                flush=True,
-            )
-    cpu_util = (time.process_time() - cpu0) / max(wall_train, 1e-9)
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if device.type == "cuda":
-        peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
-    mine = {
-        "cpu_util": cpu_util,
-        "peak_mib": peak_mib,
-        "state_mib": strategies.state_bytes(share.params, opt) / 2**20,
-        "step_s": statistics.mean(step_times),
-        "opt_s": statistics.mean(opt_times),
-        "group_backends": sorted({dist.get_backend(g) for g in share.groups}),
-        "batches": batches,
-    }
-    mine.update(share.close())
-    every = [None] * world
-    dist.all_gather_object(every, mine)
-    auto = _auto_state(share.groups)
-    for g in share.groups:
-        dist.destroy_process_group(g)
-    if rank != 0:
-        return None
-    served = [e["ps"] for e in every if "staleness" in e.get("ps", {})]  # the servers' records
-    servers_stats = _staleness(served) if cfg.strategy.startswith("ps-") else None
-    slowest = max(every, key=lambda e: e["step_s"])  # the rank the others wait for
-    step_s = slowest["step_s"]
-    compute_s = compute_fb + slowest["opt_s"]
-    exposed = max(0.0, step_s - compute_s)
-    timed = epochs[1:] if len(epochs) > 1 else epochs  # the first epoch carries warm-up
-    epoch_s = statistics.mean(e["time_s"] for e in timed)
-    return {
-        "config": dataclasses.asdict(cfg),
-        "label": cfg.label(),
-        "params": sum(
-            p.numel() for p in models.build(cfg.model, d.input_shape, d.classes, cfg.width).parameters()
-        ),
-        "grad_bytes": models.param_bytes(model),
-        "steps_per_epoch": steps,
-        "global_batch": per_step,
-        "mesh": list(share.mesh),
-        "group_backends": sorted({b for e in every for b in e["group_backends"]}),  # what its groups ran on
-        "batches_per_rank": [e["batches"] for e in every],  # unequal where the workers draw from a pool
-        "time_per_epoch_s": epoch_s,
-        "samples_per_s": steps * per_step / epoch_s,
-        "step_ms": 1e3 * step_s,
-        "compute_ms": 1e3 * compute_s,
-        "exposed_comm_ms": 1e3 * exposed,
-        "comm_share": exposed / step_s if step_s > 0 else 0.0,
-        "peak_mem_mib": max(e["peak_mib"] for e in every),
-        "state_mib": None if cfg.strategy.startswith("ps-") else max(e["state_mib"] for e in every),
-        "bubble": share.bubble,
-        "cpu_util": sum(e["cpu_util"] for e in every) / world,
-        "final_loss": epochs[-1]["loss"],
-        "final_test_loss": epochs[-1]["test_loss"],
-        "final_acc": epochs[-1]["acc"],
-        "epochs": epochs,
-        "world": world,
-        "staleness": servers_stats,
-        "auto": auto,
-    }
+        if self.progress and self.rank == 0:
+            a = f"acc {acc:.3f}" if self.data.real else "synthetic data"
+            loss = self.epochs[-1]["loss"]
+            print(f"    epoch {epoch + 1}/{cfg.epochs}  {elapsed:7.2f} s  loss {loss:.4f}  {a}", flush=True)
+
+    def _mine(self) -> dict:
+        """This rank's record, for the gather."""
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        if self.device.type == "cuda":
+            peak_mib = torch.cuda.max_memory_allocated(self.device) / 2**20
+        mine = {
+            "cpu_util": (time.process_time() - self.cpu0) / max(self.wall_train, 1e-9),
+            "peak_mib": peak_mib,
+            "state_mib": strategies.state_bytes(self.share.params, self.opt) / 2**20,
+            "step_s": statistics.mean(self.step_times),
+            "opt_s": statistics.mean(self.opt_times),
+            "group_backends": sorted({dist.get_backend(g) for g in self.share.groups}),
+            "batches": self.batches,
+        }
+        mine.update(self.share.close())
+        return mine
+
+    def summarise(self) -> dict | None:
+        """Closes the strategy, gathers every rank's record; the result on rank 0, else None."""
+        cfg, d, epochs, share = self.cfg, self.data, self.epochs, self.share
+        every = [None] * self.world
+        dist.all_gather_object(every, self._mine())
+        auto = _auto_state(share.groups)
+        for g in share.groups:
+            dist.destroy_process_group(g)
+        if self.rank != 0:
+            return None
+        served = [e["ps"] for e in every if "staleness" in e.get("ps", {})]  # the servers' records
+        servers_stats = _staleness(served) if cfg.strategy.startswith("ps-") else None
+        slowest = max(every, key=lambda e: e["step_s"])  # the rank the others wait for
+        step_s = slowest["step_s"]
+        compute_s = self.compute_fb + slowest["opt_s"]
+        exposed = max(0.0, step_s - compute_s)
+        timed = epochs[1:] if len(epochs) > 1 else epochs  # the first epoch carries warm-up
+        epoch_s = statistics.mean(e["time_s"] for e in timed)
+        fresh = models.build(cfg.model, d.input_shape, d.classes, cfg.width)
+        return {
+            "config": dataclasses.asdict(cfg),
+            "label": cfg.label(),
+            "params": sum(p.numel() for p in fresh.parameters()),
+            "grad_bytes": models.param_bytes(self.model),
+            "steps_per_epoch": self.steps,
+            "global_batch": self.per_step,
+            "mesh": list(share.mesh),
+            # what its groups ran on
+            "group_backends": sorted({b for e in every for b in e["group_backends"]}),
+            "batches_per_rank": [e["batches"] for e in every],  # unequal where the workers draw from a pool
+            "time_per_epoch_s": epoch_s,
+            "samples_per_s": self.steps * self.per_step / epoch_s,
+            "step_ms": 1e3 * step_s,
+            "compute_ms": 1e3 * compute_s,
+            "exposed_comm_ms": 1e3 * exposed,
+            "comm_share": exposed / step_s if step_s > 0 else 0.0,
+            "peak_mem_mib": max(e["peak_mib"] for e in every),
+            "state_mib": None if cfg.strategy.startswith("ps-") else max(e["state_mib"] for e in every),
+            "bubble": share.bubble,
+            "cpu_util": sum(e["cpu_util"] for e in every) / self.world,
+            "final_loss": epochs[-1]["loss"],
+            "final_test_loss": epochs[-1]["test_loss"],
+            "final_acc": epochs[-1]["acc"],
+            "epochs": epochs,
+            "world": self.world,
+            "staleness": servers_stats,
+            "auto": auto,
+        }
+
+
+def train_one(cfg: RunConfig, progress: bool = True) -> dict | None:
+    """Trains cfg on the current job; returns the result on rank 0, else None."""
+    training = Training(cfg, progress)
+    training.calibrate()
+    for epoch in range(cfg.epochs):
+        training.epoch(epoch)
+    return training.summarise()
 
 
 def _auto_state(groups: list) -> dict | None:
