@@ -200,8 +200,7 @@ void Group::start(Choices choices, std::shared_ptr<Store> store, const std::stri
   }
   worker_ = std::make_unique<Worker>(config_.spinMicros);
   HealthWatch::Settings health{rank_, size_, config_.groupName, config_.traceBuffer, std::move(store), storePrefix};
-  watchers_.push_back(
-      std::make_shared<HealthWatch>(std::move(health), state_, [comm = comm_.get()] { comm->heartbeat(); }));
+  health_ = std::make_unique<HealthWatch>(std::move(health), state_, [comm = comm_.get()] { comm->heartbeat(); });
   addLive(weak_from_this());
 }
 
@@ -462,33 +461,18 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
   return std::nullopt;
 }
 
-uint64_t Group::watchQueued(const Call& call, uint64_t number, Clock::time_point at, const std::string* running) {
-  const bool collective = call.kind != CallKind::Send && call.kind != CallKind::Recv &&
-                          call.kind != CallKind::RecvAnySource && call.kind != CallKind::SendRecvBatch;
-  const uint64_t id = ++lastRecord_;
-  const WatchedCall watched{call.name, number, collective, call.bytes, call.timeoutMs};
-  for (const auto& w : watchers_) w->queued(id, watched, at, running);
-  return id;
-}
-
-void Group::watchStarted(uint64_t id, const std::string& algorithm, Clock::time_point at) {
-  for (const auto& w : watchers_) w->started(id, algorithm, at);
-}
-
-void Group::watchEnded(uint64_t id, const std::string& error, Clock::time_point at) {
-  for (const auto& w : watchers_) w->ended(id, error, at);
-}
-
 Error Group::explained(const Error& e, uint64_t id) {
   // Already poisoned: this failure is its consequence (e.g. this rank was
   // aborted or destroyed while the call ran): say why. A timeout: the
   // watchers ask every rank where it is, so the message names who lags.
   std::string more = state_->poisoned() ? strCat("; cause: ", state_->reason()) : std::string();
+  more += health_->explain(id, e);
   for (const auto& w : watchers_) more += w->explain(id, e);
   return more.empty() ? e : Error(e.kind(), strCat(e.what(), more));
 }
 
 void Group::watchFailed(const std::string& why) {
+  health_->failed(why);
   for (const auto& w : watchers_) w->failed(why);
 }
 

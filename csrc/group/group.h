@@ -65,6 +65,7 @@
 #include "group/call_watcher.h"
 #include "group/config.h"
 #include "group/group_state.h"
+#include "group/health_watch.h"
 #include "group/monitored_barrier.h"
 #include "group/timeline_record.h"
 #include "select/selector.h"
@@ -295,9 +296,24 @@ class Group : public std::enable_shared_from_this<Group> {
   std::optional<Error> execute(Call& call, uint64_t number, uint64_t recordId, Clock::time_point start,
                                bool recordStart);
   // The watchers' side of a call (group/call_watcher.h), by its record id.
-  uint64_t watchQueued(const Call& call, uint64_t number, Clock::time_point at, const std::string* running);
-  void watchStarted(uint64_t id, const std::string& algorithm, Clock::time_point at);
-  void watchEnded(uint64_t id, const std::string& error, Clock::time_point at = Clock::now());
+  // Inline: they are on every call's path.
+  uint64_t watchQueued(const Call& call, uint64_t number, Clock::time_point at, const std::string* running) {
+    const bool collective = call.kind != CallKind::Send && call.kind != CallKind::Recv &&
+                            call.kind != CallKind::RecvAnySource && call.kind != CallKind::SendRecvBatch;
+    const uint64_t id = ++lastRecord_;
+    const WatchedCall watched{call.name, number, collective, call.bytes, call.timeoutMs};
+    health_->queued(id, watched, at, running);
+    for (const auto& w : watchers_) w->queued(id, watched, at, running);
+    return id;
+  }
+  void watchStarted(uint64_t id, const std::string& algorithm, Clock::time_point at) {
+    health_->started(id, algorithm, at);
+    for (const auto& w : watchers_) w->started(id, algorithm, at);
+  }
+  void watchEnded(uint64_t id, const std::string& error, Clock::time_point at = Clock::now()) {
+    health_->ended(id, error, at);
+    for (const auto& w : watchers_) w->ended(id, error, at);
+  }
   // A call's failure `e` as returned: with the poison's cause (the group
   // was already unusable) and what the watchers explain.
   Error explained(const Error& e, uint64_t id);
@@ -361,6 +377,9 @@ class Group : public std::enable_shared_from_this<Group> {
   const int creatorPid_;   // for messages
   const int creatorFork_;  // fork generation at creation: a forked child may not use or close the group
   bool forked() const;
+  // The watchers: the health watch first (called directly: it is on every
+  // call's path), then those added.
+  std::unique_ptr<HealthWatch> health_;
   std::vector<std::shared_ptr<CallWatcher>> watchers_;
   uint64_t lastRecord_ = 0;  // the newest call's record id (submit thread)
 };

@@ -6,6 +6,7 @@
 
 #include "core/logging.h"
 #include "group/group.h"
+#include "group/health_watch.h"
 
 namespace scalecomm {
 
@@ -42,6 +43,7 @@ void Group::shutdown(std::chrono::milliseconds grace) {
     // A forked child: the worker and watchdog threads do not exist here and
     // the links belong to the parent. Leak them rather than join or close them.
     (void)worker_.release();
+    health_->leak();
     for (const auto& w : watchers_) w->leak();
     (void)comm_.release();
     return;
@@ -67,6 +69,7 @@ void Group::shutdown(std::chrono::milliseconds grace) {
                                      "': operations by size bucket (SCALECOMM_SUMMARY=1)\n", statsTable(rows, size_)));
     }
   }
+  health_->stop();
   for (const auto& w : watchers_) w->stop();
   state_->detach();
   // The leave notice only at a message boundary on every link: no call
