@@ -309,7 +309,7 @@ bool PendingMessage::advance(Channel& ch, bool& moved) {
       try {
         p = op_.send ? ch.send(m) : ch.recv(m, check);
       } catch (const Error&) {
-        if (op_.send) failIfPeerLeft(ch, t.peer, ctx_, header_);
+        if (op_.send) failIfPeerExplains(ch, t.peer, ctx_, header_);
         throw;
       }
       if (p == Channel::Progress::None) return;

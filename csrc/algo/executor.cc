@@ -140,9 +140,11 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
        " bytes); the ranks disagree on the algorithm or segment size (check SCALECOMM_* settings match)");
 }
 
-void failIfPeerLeft(Channel& ch, int peer, const ExecContext& ctx, const WireHeader& want) {
-  WireHeader notice;
-  if (ch.peerLeft(peer, &notice)) failHeaderMismatch(ctx, ch.rank(), peer, notice, want);
+void failIfPeerExplains(Channel& ch, int peer, const ExecContext& ctx, const WireHeader& want) {
+  WireHeader next;
+  if (!ch.peerNext(peer, &next)) return;
+  const bool otherSettings = next.magic == kWireMagic && next.seq == want.seq && next.settings != want.settings;
+  if (isLeave(next) || otherSettings) failHeaderMismatch(ctx, ch.rank(), peer, next, want);
 }
 
 namespace {
@@ -182,83 +184,137 @@ void failIfPeersOnWindows(Channel& ch, const std::vector<int>& peers, const Exec
        "(raise the timeout with init_process_group(timeout=...) if the peer is just slow).");
 }
 
-void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, const ExecContext& ctx) {
-  const size_t es = elementSize(ctx.dtype);
-  const int n = ch.size();
-  const int rank = ch.rank();
-  const bool queued = ch.queued();
-  Reducer& reducer = ch.reducer();
-  const ExecHeaderCheck check(ctx, rank);
-  std::vector<uint8_t> done(plan.tasks.size(), 0);
-  std::vector<size_t> sendHead(n, 0), recvHead(n, 0);
-  std::vector<uint8_t> sendStarted(n, 0), recvStarted(n, 0);
-  std::vector<int32_t> issued;  // in the channel's open group: done once flushed
-  size_t localHead = 0;
-  size_t remaining = plan.tasks.size();
+// One plan's run on one channel: every queue's head is offered to the
+// channel as soon as its task is ready, until every task is done.
+class PlanRun {
+ public:
+  PlanRun(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, const ExecContext& ctx)
+      : plan_(plan),
+        blockPtrs_(blockPtrs),
+        ch_(ch),
+        ctx_(ctx),
+        es_(elementSize(ctx.dtype)),
+        rank_(ch.rank()),
+        queued_(ch.queued()),
+        reducer_(ch.reducer()),
+        check_(ctx, rank_),
+        trace_(ctx.call.trace),
+        done_(plan.tasks.size(), 0),
+        sendHead_(ch.size(), 0),
+        recvHead_(ch.size(), 0),
+        sendStarted_(ch.size(), 0),
+        recvStarted_(ch.size(), 0),
+        remaining_(plan.tasks.size()) {
+    if (queued_) countSteps();
+  }
+
+  void run() {
+    ch_.start();
+    bool idle = false;
+    Clock::time_point idleSince;
+    uint64_t idleRounds = 0;
+    while (remaining_ > 0) {
+      bool moved = offerQueueHeads();
+      moved = runLocalTasks() || moved;
+      if (!moved) moved = flushIssued();
+      if (moved) {
+        if (idle && trace_) trace_->idle(sinceEpochNs(idleSince), nowNs());
+        idle = false;
+        continue;
+      }
+      if (!idle) {
+        idle = true;
+        idleSince = Clock::now();
+      }
+      if (ctx_.call.deadline.expired()) failTimeout(plan_, ctx_, rank_, sendHead_, recvHead_);
+      if (++idleRounds % 256 == 0) failIfPeersOnWindows(ch_, plan_.peers, ctx_);
+      ch_.idle(plan_.peers, idleSince);
+    }
+  }
+
+ private:
   // A queued channel's groups follow the schedule's steps: a task is issued
   // only once every task of the earlier steps is done. Groups then hold one
   // step each (or W segments of it when paced) on every rank alike, so each
   // group's messages meet their peers' in groups that run at the same time.
   // Merging steps could put a receive of step k+1 in the group of step k
   // while its sender can issue it only after step k: a deadlock (a ring of 3).
-  std::vector<int64_t> stepLeft;
-  int step = 0;
-  if (queued) {
-    for (const Task& t : plan.tasks) {
-      if (t.step >= static_cast<int>(stepLeft.size())) stepLeft.resize(t.step + 1, 0);
-      ++stepLeft[t.step];
+  void countSteps() {
+    for (const Task& t : plan_.tasks) {
+      if (t.step >= static_cast<int>(stepLeft_.size())) stepLeft_.resize(t.step + 1, 0);
+      ++stepLeft_[t.step];
     }
-    while (step < static_cast<int>(stepLeft.size()) && stepLeft[step] == 0) ++step;
+    while (step_ < static_cast<int>(stepLeft_.size()) && stepLeft_[step_] == 0) ++step_;
+    // A queued receive-reduce writes its cell only after its group has run
+    // (its reduction is queued behind the group), so on a queued channel its
+    // hazard dependencies need only be issued, not done: direct's n-1
+    // receive-reduces into one chunk share a group.
+    issuedFlag_.assign(plan_.tasks.size(), 0);
   }
-  // A queued receive-reduce writes its cell only after its group has run
-  // (its reduction is queued behind the group), so on a queued channel its
-  // hazard dependencies need only be issued, not done: direct's n-1
-  // receive-reduces into one chunk share a group.
-  std::vector<uint8_t> issuedFlag(queued ? plan.tasks.size() : 0, 0);
-  auto ready = [&](const Task& t) {
-    if (queued && t.step > step) return false;
-    if (t.pacedBy >= 0 && !done[t.pacedBy]) return false;
-    const bool afterIssue = queued && t.kind == OpKind::RecvReduce;
-    for (int32_t d : t.deps)
-      if (!done[d] && !(afterIssue && issuedFlag[d])) return false;
-    return true;
-  };
-  auto addr = [&](const Task& t) { return blockPtrs[t.block] + t.offset * static_cast<int64_t>(es); };
-  auto finish = [&](int32_t id) {
-    done[id] = 1;
-    --remaining;
-    if (queued) {
-      --stepLeft[plan.tasks[id].step];
-      while (step < static_cast<int>(stepLeft.size()) && stepLeft[step] == 0) ++step;
-    }
-  };
 
-  ExecTrace* trace = ctx.call.trace;
-  auto nowNs = [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-  };
-  auto traceStart = [&](const Task& t) {
-    if (trace) trace->taskStarted(t.kind, t.step, t.peer, nowNs());
-  };
-  auto traceEnd = [&](const Task& t) {
-    if (trace) trace->taskFinished(t.kind, t.step, t.peer, t.count * static_cast<int64_t>(es), nowNs());
-  };
+  bool ready(const Task& t) const {
+    if (queued_ && t.step > step_) return false;
+    if (t.pacedBy >= 0 && !done_[t.pacedBy]) return false;
+    const bool afterIssue = queued_ && t.kind == OpKind::RecvReduce;
+    for (int32_t d : t.deps)
+      if (!done_[d] && !(afterIssue && issuedFlag_[d])) return false;
+    return true;
+  }
+
+  uint8_t* addr(const Task& t) const { return blockPtrs_[t.block] + t.offset * static_cast<int64_t>(es_); }
+
+  void finish(int32_t id) {
+    done_[id] = 1;
+    --remaining_;
+    if (queued_) {
+      --stepLeft_[plan_.tasks[id].step];
+      while (step_ < static_cast<int>(stepLeft_.size()) && stepLeft_[step_] == 0) ++step_;
+    }
+  }
+
+  static int64_t nowNs() { return sinceEpochNs(Clock::now()); }
+  static int64_t sinceEpochNs(Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
+  void traceStart(const Task& t) {
+    if (trace_) trace_->taskStarted(t.kind, t.step, t.peer, nowNs());
+  }
+  void traceEnd(const Task& t) {
+    if (trace_) trace_->taskFinished(t.kind, t.step, t.peer, t.count * static_cast<int64_t>(es_), nowNs());
+  }
+
+  // Offers every peer's send and receive queue heads, each as far as its
+  // tasks are ready and the channel takes them; whether anything moved.
+  bool offerQueueHeads() {
+    bool moved = false;
+    for (int p : plan_.peers) {
+      const auto& sq = plan_.sendQueue[p];
+      while (sendHead_[p] < sq.size() && ready(plan_.tasks[sq[sendHead_[p]]]) &&
+             offer(sq[sendHead_[p]], sendStarted_, moved))
+        ++sendHead_[p];
+      const auto& rq = plan_.recvQueue[p];
+      while (recvHead_[p] < rq.size() && ready(plan_.tasks[rq[recvHead_[p]]]) &&
+             offer(rq[recvHead_[p]], recvStarted_, moved))
+        ++recvHead_[p];
+    }
+    return moved;
+  }
+
   // Offers queue head `id` to the channel; true when the head may advance.
-  WireHeader header;  // of the message offered for the first time (the channel copies it)
-  auto offer = [&](int32_t id, std::vector<uint8_t>& started, bool& moved) {
-    const Task& t = plan.tasks[id];
+  bool offer(int32_t id, std::vector<uint8_t>& started, bool& moved) {
+    const Task& t = plan_.tasks[id];
     if (!started[t.peer]) {  // the message's first offer
       traceStart(t);
       started[t.peer] = 1;
-      if (!queued) header = expectedHeader(ctx, t, es);
+      if (!queued_) header_ = expectedHeader(ctx_, t, es_);
     }
-    const ChannelMessage m{t.peer, addr(t), t.count, ctx.dtype, t.kind == OpKind::RecvReduce ? ctx.op : ReduceOp::None,
-                           &header};
+    const ChannelMessage m{
+        t.peer, addr(t), t.count, ctx_.dtype, t.kind == OpKind::RecvReduce ? ctx_.op : ReduceOp::None, &header_};
     Channel::Progress p;
     try {
-      p = t.kind == OpKind::Send ? ch.send(m) : ch.recv(m, check);
+      p = t.kind == OpKind::Send ? ch_.send(m) : ch_.recv(m, check_);
     } catch (const Error&) {
-      if (t.kind == OpKind::Send) failIfPeerLeft(ch, t.peer, ctx, header);  // its closed link says less
+      if (t.kind == OpKind::Send) failIfPeerExplains(ch_, t.peer, ctx_, header_);  // its closed link says less
       throw;
     }
     if (p == Channel::Progress::None) return false;
@@ -267,65 +323,62 @@ void run(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& ch, 
     started[t.peer] = 0;
     traceEnd(t);
     if (p == Channel::Progress::Issued) {
-      issued.push_back(id);
-      issuedFlag[id] = 1;
+      issued_.push_back(id);
+      issuedFlag_[id] = 1;
     } else {
       finish(id);
     }
     return true;
-  };
+  }
 
-  ch.start();
-  bool idle = false;
-  Clock::time_point idleSince;
-  uint64_t idleRounds = 0;
-  while (remaining > 0) {
+  // The local tasks that are ready (the final division of an average).
+  bool runLocalTasks() {
     bool moved = false;
-    for (int p : plan.peers) {
-      const auto& sq = plan.sendQueue[p];
-      while (sendHead[p] < sq.size() && ready(plan.tasks[sq[sendHead[p]]]) &&
-             offer(sq[sendHead[p]], sendStarted, moved))
-        ++sendHead[p];
-      const auto& rq = plan.recvQueue[p];
-      while (recvHead[p] < rq.size() && ready(plan.tasks[rq[recvHead[p]]]) &&
-             offer(rq[recvHead[p]], recvStarted, moved))
-        ++recvHead[p];
-    }
-    while (localHead < plan.localQueue.size()) {
-      const Task& t = plan.tasks[plan.localQueue[localHead]];
+    while (localHead_ < plan_.localQueue.size()) {
+      const Task& t = plan_.tasks[plan_.localQueue[localHead_]];
       if (!ready(t)) break;
       traceStart(t);
-      if (ctx.finalizeDivisor != 1) {
-        reducer.divide(addr(t), t.count, ctx.dtype, ctx.finalizeDivisor);
-        reducer.fence();
+      if (ctx_.finalizeDivisor != 1) {
+        reducer_.divide(addr(t), t.count, ctx_.dtype, ctx_.finalizeDivisor);
+        reducer_.fence();
       }
       traceEnd(t);
-      finish(plan.localQueue[localHead++]);
+      finish(plan_.localQueue[localHead_++]);
       moved = true;
     }
-    if (!moved && !issued.empty()) {
-      SC_CHECK(ch.flush());
-      for (int32_t id : issued) finish(id);
-      issued.clear();
-      moved = true;
-    }
-    if (moved) {
-      if (idle && trace) {
-        trace->idle(std::chrono::duration_cast<std::chrono::nanoseconds>(idleSince.time_since_epoch()).count(),
-                    nowNs());
-      }
-      idle = false;
-      continue;
-    }
-    if (!idle) {
-      idle = true;
-      idleSince = Clock::now();
-    }
-    if (ctx.call.deadline.expired()) failTimeout(plan, ctx, rank, sendHead, recvHead);
-    if (++idleRounds % 256 == 0) failIfPeersOnWindows(ch, plan.peers, ctx);
-    ch.idle(plan.peers, idleSince);
+    return moved;
   }
-}
+
+  // A queued channel's open group, once nothing else moves: run it; its tasks are done.
+  bool flushIssued() {
+    if (issued_.empty()) return false;
+    SC_CHECK(ch_.flush());
+    for (int32_t id : issued_) finish(id);
+    issued_.clear();
+    return true;
+  }
+
+  const Plan& plan_;
+  const std::vector<uint8_t*>& blockPtrs_;
+  Channel& ch_;
+  const ExecContext& ctx_;
+  const size_t es_;
+  const int rank_;
+  const bool queued_;
+  Reducer& reducer_;
+  const ExecHeaderCheck check_;
+  ExecTrace* const trace_;
+  std::vector<uint8_t> done_;
+  std::vector<size_t> sendHead_, recvHead_;
+  std::vector<uint8_t> sendStarted_, recvStarted_;
+  std::vector<int32_t> issued_;      // in the channel's open group: done once flushed
+  std::vector<uint8_t> issuedFlag_;  // queued channels: per task, issued
+  std::vector<int64_t> stepLeft_;    // queued channels: tasks left per step
+  int step_ = 0;                     // queued channels: the step being issued
+  size_t localHead_ = 0;
+  size_t remaining_;
+  WireHeader header_;  // of the message offered for the first time (the channel copies it)
+};
 
 }  // namespace
 
@@ -333,7 +386,7 @@ void execute(const Plan& plan, const std::vector<uint8_t*>& blockPtrs, Channel& 
   SC_CHECK(blockPtrs.size() == plan.blockCounts.size());
   describedErrors(ctx, ch.rank(), [&] {
     try {
-      run(plan, blockPtrs, ch, ctx);
+      PlanRun(plan, blockPtrs, ch, ctx).run();
     } catch (...) {
       ch.abandon();
       throw;

@@ -102,11 +102,14 @@ class ExecHeaderCheck final : public HeaderCheck {
   int rank_;
 };
 
-// Where the channel reads `peer`'s leave notice next (Channel::peerLeft: the
-// peer left the group in order), raises failHeaderMismatch's "left the
-// group" error; otherwise returns. For the error paths of a wait or a send on
-// a closed link, which says less.
-void failIfPeerLeft(Channel& ch, int peer, const ExecContext& ctx, const WireHeader& want);
+// Where the header next on `peer`'s link (Channel::peerNext) explains why
+// its link closed: its leave notice (it left the group in order), or a
+// message of this very call with other settings (another codec, segment
+// size or ps servers: it failed on this rank's message, which it could not
+// take, and closed its links), raises failHeaderMismatch's error for it;
+// otherwise returns. `want`: this rank's header for the call. For the error
+// paths of a wait or a send on a closed link, which say less.
+void failIfPeerExplains(Channel& ch, int peer, const ExecContext& ctx, const WireHeader& want);
 
 // Runs f(); an Error it throws is rethrown prefixed with describe(ctx, rank)
 // (unless it already is).

@@ -127,7 +127,7 @@ void exchange(Communicator& comm, ShmWindows& w, uint64_t call, const WireHeader
           // between our look at its counter and this check: its window stays
           // mapped here, so only a peer that never published is an error.
           if (w.posted(q).load(std::memory_order_acquire) < call) {
-            failIfPeerLeft(comm.channel(), q, ctx, mine);
+            failIfPeerExplains(comm.channel(), q, ctx, mine);
             throw;
           }
         }

@@ -24,9 +24,10 @@
 //   same queue, nothing is executed by the host, and completion is by event.
 // reducer() does the channel's arithmetic (on its memory, in its order).
 // What a peer said outside the plan's messages is the channel's to read:
-// peerLeft() (its leave notice is next on its link) and peerOnWindow() (the
-// header of the last collective it posted on its shared window); both are
-// false where the channel has neither (queued channels).
+// peerNext() (the header next on its link: its leave notice, or its next
+// message) and peerOnWindow() (the header of the last collective it posted
+// on its shared window); both are false where the channel has neither
+// (queued channels).
 // communicator() is a host channel's Communicator (comm/host_channel.h), for
 // the algorithms that run on the links or windows themselves (shared
 // windows, MPI passthrough, receive from any source); null for a queued
@@ -83,8 +84,9 @@ class Channel {
   virtual Communicator* communicator() { return nullptr; }
   virtual QueuedChannel* queuedChannel() { return nullptr; }
   bool queued() { return queuedChannel() != nullptr; }
-  // True with the notice in *notice when peer's next message is its leave notice.
-  virtual bool peerLeft(int peer, WireHeader* notice) { return false; }
+  // True with the header in *next when a whole header is next on peer's link
+  // (its leave notice, or the next message it sent this rank); nothing is consumed.
+  virtual bool peerNext(int peer, WireHeader* next) { return false; }
   // True with the header in *posted when peer has posted a collective on its shared window.
   virtual bool peerOnWindow(int peer, WireHeader* posted) { return false; }
 

@@ -12,14 +12,13 @@ int HostChannel::rank() const { return comm_.rank(); }
 int HostChannel::size() const { return comm_.size(); }
 const std::vector<int>& HostChannel::hostOf() const { return comm_.hostOf(); }
 
-bool HostChannel::peerLeft(int peer, WireHeader* notice) {
+bool HostChannel::peerNext(int peer, WireHeader* next) {
   if (!comm_.hasLink(peer)) return false;
   try {
-    if (comm_.link(peer).peek(notice, sizeof(*notice)) != sizeof(*notice)) return false;
+    return comm_.link(peer).peek(next, sizeof(*next)) == sizeof(*next);
   } catch (const Error&) {
     return false;
   }
-  return isLeave(*notice);
 }
 
 bool HostChannel::peerOnWindow(int peer, WireHeader* posted) {

@@ -3,9 +3,9 @@
 // channel, comm/mpi_channel.h).
 //
 // Contract: rank, size and hosts are the Communicator's; communicator() is
-// it. peerLeft() peeks the peer's link for a whole header and reports a leave
-// notice (comm/wire.h); a closed or failed link, or a partial header, reads as
-// not left. peerOnWindow() reads the header of the last call the peer posted
+// it. peerNext() peeks the peer's link for a whole header (a message's, or
+// a leave notice: comm/wire.h); a closed or failed link, or a partial
+// header, reads as none. peerOnWindow() reads the header of the last call the peer posted
 // on its shared window (transport/shm.h); false without windows or before the
 // peer's first post. Both only read: nothing is consumed. The Communicator
 // outlives the channel. Thread safety: the channel's (one collective at a time).
@@ -24,7 +24,7 @@ class HostChannel : public Channel {
   int size() const override;
   const std::vector<int>& hostOf() const override;
   Communicator* communicator() override { return &comm_; }
-  bool peerLeft(int peer, WireHeader* notice) override;
+  bool peerNext(int peer, WireHeader* next) override;
   bool peerOnWindow(int peer, WireHeader* posted) override;
 
  protected:
