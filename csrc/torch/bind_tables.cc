@@ -13,7 +13,10 @@
 
 namespace scalecomm {
 
-void bindTables(py::module& m) {
+namespace {
+
+// The settings: their declarations and the one size parser.
+void bindSettings(py::module& m) {
   m.def(
       "parse_size",
       [](const std::string& text) {
@@ -52,6 +55,10 @@ void bindTables(py::module& m) {
       "Every declared setting (core/params.h) as a dict: name (the SCALECOMM_* variable), option (the "
       "Options/BackendConfig field; empty for a process-wide setting), type, size (bytes, parse_size's forms), "
       "default, lo, hi, choices, doc.");
+}
+
+// The algorithm table and what a selection takes.
+void bindAlgorithmTable(py::module& m) {
   m.def("algorithms", &selectableAlgorithms, py::arg("collective"),
         "scalecomm's own algorithms that can be named for a collective (no auto, no native ones), registry order.");
   m.def("accepted_algorithms", &acceptedAlgorithms, py::arg("collective"),
@@ -94,6 +101,10 @@ void bindTables(py::module& m) {
       py::arg("world") = 0, py::arg("bytes") = -1, py::arg("window_bytes") = 0,
       "Allreduce algorithms of this build (registry order); with world (and bytes), those that serve such a group "
       "(and message) whose ranks share windows of window_bytes (0: ranks on several hosts, or windows off).");
+}
+
+// The codec table and the spec parser.
+void bindCodecTable(py::module& m) {
   m.def(
       "codec_registry",
       [] {
@@ -115,6 +126,10 @@ void bindTables(py::module& m) {
   m.def(
       "codec_spec", [](const std::string& spec) { return valueErrors([&] { return CodecSpec::parse(spec).str(); }); },
       py::arg("spec"), "The canonical form of a compression spec; ValueError naming the choices for a bad one.");
+}
+
+// This build and this host: what it was built with, the bench's factors, shm housekeeping.
+void bindBuild(py::module& m) {
   m.def("busbw_factor", &busbwFactor, py::arg("collective"), py::arg("world_size"),
         "nccl-tests' bus-bandwidth factor: allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; else 1.");
   m.def("shm_segment_bytes", &ShmSegment::bytesFor, py::arg("world_size"), py::arg("ring_bytes"),
@@ -132,6 +147,15 @@ void bindTables(py::module& m) {
   m.attr("built_with_cuda") = false;
 #endif
   m.attr("built_with_nccl") = NcclGroups::available();
+}
+
+}  // namespace
+
+void bindTables(py::module& m) {
+  bindSettings(m);
+  bindAlgorithmTable(m);
+  bindCodecTable(m);
+  bindBuild(m);
 }
 
 }  // namespace scalecomm
