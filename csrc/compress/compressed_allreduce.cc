@@ -68,14 +68,26 @@ void fusedAllreduceCpu(at::Tensor& x, const CodecSpec& spec, bool errorFeedback,
 
 }  // namespace
 
+CompressedSite::CompressedSite(CodecSpec spec)
+    : spec_(std::move(spec)), name_(spec_.str()), codec_(spec_.entry->make ? makeCodec(spec_) : nullptr) {}
+
+Label CompressedSite::title(AlgorithmRef algorithm) const {
+  std::lock_guard<std::mutex> g(mu_);
+  for (const auto& [key, title] : titles_)
+    if (key == algorithm.key()) return title;
+  titles_.emplace_back(algorithm.key(), Label("allreduce:" + algorithm + ":" + name_));
+  return titles_.back().second;
+}
+
 int64_t compressedWireBytes(const CodecSpec& spec, int64_t numel) {
   if (spec.entry->make != nullptr) return makeCodec(spec)->wireBytes(numel);
   const PowerSgdShape shape = powerSgdShape(numel, spec.rank);
   return shape.gains ? 4 * (shape.rows + shape.cols) * spec.rank : 4 * numel;
 }
 
-void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
+void compressedAllreduce(at::Tensor& x, const CompressedSite& site, bool errorFeedback, CompressState& state,
                          const CompressComms& comms, uint64_t step, int64_t matrixRows) {
+  const CodecSpec& spec = site.spec();
   // A key whose tensor changed size (DDP rebuilds its buckets after the first
   // step) starts over: an old residual belongs to other elements.
   if (state.residual.defined() && state.residual.numel() != x.numel()) state.residual = at::Tensor();
@@ -90,7 +102,7 @@ void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedbac
   if (spec.entry->make == nullptr) {  // powersgd: its own two rounds
     sum = powerSgd(c, spec.rank, matrixRows, state, comms, &local);
   } else {
-    auto codec = makeCodec(spec);
+    const Codec* codec = site.codec();
     at::Tensor payload = codec->encode(c, step, comms.rank);
     if (errorFeedback) {
       local = at::zeros_like(c);

@@ -24,8 +24,15 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "algo/registry.h"
 #include "compress/codec.h"
+#include "core/label.h"
 
 namespace scalecomm {
 
@@ -42,7 +49,27 @@ struct CompressState {
   uint64_t steps = 0;
 };
 
-void compressedAllreduce(at::Tensor& x, const CodecSpec& spec, bool errorFeedback, CompressState& state,
+// One compressed allreduce site, prepared once for every call that uses its
+// spec: the spec parsed, its codec made (none for powersgd, which runs its
+// own two rounds), and its title per algorithm ("allreduce:<algorithm>:
+// <codec>", as profiles and stats show it) interned on first use. Thread safe.
+class CompressedSite {
+ public:
+  explicit CompressedSite(CodecSpec spec);
+  const CodecSpec& spec() const { return spec_; }
+  const std::string& name() const { return name_; }  // canonical: "topk:0.01"
+  const Codec* codec() const { return codec_.get(); }
+  Label title(AlgorithmRef algorithm) const;
+
+ private:
+  CodecSpec spec_;
+  std::string name_;
+  std::unique_ptr<Codec> codec_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<const void*, Label>> titles_;  // per algorithm entry
+};
+
+void compressedAllreduce(at::Tensor& x, const CompressedSite& site, bool errorFeedback, CompressState& state,
                          const CompressComms& comms, uint64_t step, int64_t matrixRows = 0);
 
 // Bytes one rank sends into compressedAllreduce of `numel` elements (codec

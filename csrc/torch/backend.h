@@ -28,7 +28,9 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "group/group.h"
@@ -152,6 +154,9 @@ class ScalecommBackend : public c10d::Backend {
                                                      const std::string& key, int errorFeedback, bool average,
                                                      std::chrono::milliseconds timeout);
   CompressionStore& compressionState() { return *compression_; }
+  // The prepared site of a compression spec: parsed, its codec made and its
+  // titles interned once per spec (Error(InvalidArgument) for a bad spec).
+  std::shared_ptr<const CompressedSite> compressedSite(const std::string& spec);
 
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return group_->lastSeq(); }
@@ -206,8 +211,10 @@ class ScalecommBackend : public c10d::Backend {
   std::shared_ptr<Group> group_;
   std::shared_ptr<NcclGroups> nccl_;  // CUDA allreduce; communicators made on first use
   std::shared_ptr<CompressionStore> compression_ = std::make_shared<CompressionStore>();
-  std::atomic<bool> compressionAnnounced_{false};              // the group default codec's one warning
-  std::vector<c10::intrusive_ptr<ScalecommWork>> batchParts_;  // Works of the batch being coalesced
+  std::atomic<bool> compressionAnnounced_{false};  // the group default codec's one warning
+  std::mutex sitesMu_;
+  std::unordered_map<std::string, std::shared_ptr<const CompressedSite>> sites_;  // by spec as given
+  std::vector<c10::intrusive_ptr<ScalecommWork>> batchParts_;                     // Works of the batch being coalesced
 };
 
 }  // namespace scalecomm

@@ -1,7 +1,8 @@
 // scalecomm torch adapter: compressed allreduce (compress/compressed_allreduce.h)
 // as a collective of the group: validated on the caller, run on the worker
 // over the group's own allreduce and allgather, titled
-// "scalecomm:allreduce:<algorithm>:<codec>" in profiles.
+// "scalecomm:allreduce:<algorithm>:<codec>" in profiles. Each spec's site
+// (its parse, codec and titles) is prepared on its first call.
 #include <c10/util/Exception.h>
 
 #include <optional>
@@ -21,13 +22,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   TORCH_CHECK_VALUE(at::isFloatingType(t.scalar_type()), "scalecomm ", what, " (rank ", getRank(), "): dtype ",
                     t.scalar_type(),
                     " is not floating point; compression applies to gradients (float32/64, fp16, bf16)");
-  CodecSpec codec;
+  std::shared_ptr<const CompressedSite> site;
   try {
-    codec = CodecSpec::parse(spec);
+    site = compressedSite(spec);
   } catch (const Error& e) {
     TORCH_CHECK_VALUE(false, e.what());
   }
-  const bool ef = errorFeedback < 0 ? codec.biased() : errorFeedback != 0;
+  const bool ef = errorFeedback < 0 ? site->spec().biased() : errorFeedback != 0;
   // No key: the state is the tensor's memory's, and ends with its storage.
   const bool byMemory = key.empty();
   const std::string stateKey =
@@ -40,14 +41,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   auto store = compression_;
   const int rank = getRank(), size = getSize();
   const int64_t rows = t.dim() >= 2 ? t.size(0) : 0;  // PowerSGD: a weight's own matrix shape
-  const std::string title = "allreduce:" + algo + ":" + codec.str();
   Call call;
-  call.name = title;
+  call.name = site->title(algo);
   call.algorithm = algo;
   call.timeoutMs = timeout.count();
   if (size > 1 && t.numel() > 0) {  // else nothing to send: the sum is the tensor itself (exact; no codec, no residual)
-    call.body = [tensor, codec, codecName = codec.str(), key = stateKey, byMemory, owner, ef, average, store, rank,
-                 size, rows](Communicator& comm, const CollectiveOptions& o) {
+    call.body = [tensor, site, key = stateKey, byMemory, owner, ef, average, store, rank, size, rows](
+                    Communicator& comm, const CollectiveOptions& o) {
+      const std::string& codecName = site->name();
       CompressComms cc;
       cc.rank = rank;
       cc.size = size;
@@ -87,7 +88,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
         }
       };
       at::Tensor x = tensor.view({-1});
-      auto run = [&](CompressState& s) { compressedAllreduce(x, codec, ef, s, cc, s.steps, rows); };
+      auto run = [&](CompressState& s) { compressedAllreduce(x, *site, ef, s, cc, s.steps, rows); };
       named([&] {
         if (byMemory) {
           store->withOwner(key, *owner, run);
@@ -99,6 +100,14 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
     };
   }
   return run(c10d::OpType::ALLREDUCE, {t}, std::move(call), stage);
+}
+
+std::shared_ptr<const CompressedSite> ScalecommBackend::compressedSite(const std::string& spec) {
+  std::lock_guard<std::mutex> g(sitesMu_);
+  auto it = sites_.find(spec);
+  if (it == sites_.end())
+    it = sites_.emplace(spec, std::make_shared<const CompressedSite>(CodecSpec::parse(spec))).first;
+  return it->second;
 }
 
 }  // namespace scalecomm
