@@ -2,10 +2,11 @@
 x world sizes, each running tests/conformance.py (every collective x dtypes x
 counts, against gloo in the same processes).
 
-A new transport joins with one entry in TRANSPORTS: its id, what it is, how
-its ranks are made to use it (settings), and whether they need mpirun. The device channels (NCCL,
-and the emulated queued channel the C++ tests run) have their own suites:
-tests/gpu and tests/cpp/test_queued_channel.cc.
+A new transport joins with one entry in TRANSPORTS: its id, what it is, the
+settings that make its ranks use it, what their log shows when they do, and
+whether they need mpirun. The device channels (NCCL, and the emulated queued
+channel the C++ tests run) have their own suites: tests/gpu and
+tests/cpp/test_queued_channel.cc.
 """
 
 from __future__ import annotations
