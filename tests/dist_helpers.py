@@ -14,6 +14,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
+import subprocess
+import sys
 import traceback
 from datetime import timedelta
 
@@ -46,6 +48,25 @@ def rank_gpu(rank: int, nccl: bool = True) -> int:
     gpu = 0 if shared else rank
     torch.cuda.set_device(gpu)
     return gpu
+
+
+def mpirun(n: int, argv: list[str], env: dict | None = None, timeout: float = 180) -> str:
+    """Runs ``python argv...`` on n ranks under mpirun (no rendezvous variables
+    of this process, one intra-op thread per rank); asserts it exited 0 and
+    that every rank printed ``OK rank``; returns its output."""
+    launch_vars = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    clean = {k: v for k, v in os.environ.items() if k not in launch_vars}
+    clean.update({k: str(v) for k, v in (env or {}).items()})
+    clean.setdefault("OMP_NUM_THREADS", "1")
+    cmd = ["mpirun", "-n", str(n), "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += [sys.executable, *argv]
+    p = subprocess.run(cmd, env=clean, capture_output=True, text=True, timeout=timeout)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert out.count("OK rank") == n, out[-4000:]
+    return out
 
 
 def free_port() -> int:

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import pytest
 from conformance import check_all
-from dist_helpers import run_ranks
+from dist_helpers import mpirun, run_ranks
 
 import pyscalecomm
 
@@ -104,19 +102,7 @@ GRID = [pytest.param(t, n, id=f"{t.id}-n{n}") for t in TRANSPORTS for n in t.wor
 def _mpirun(n: int, env: dict) -> str:
     if shutil.which("mpirun") is None or not pyscalecomm.built_with_mpi():
         pytest.skip("needs mpirun and a build with MPI (apt-get install openmpi-bin libopenmpi-dev)")
-    clean = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    }
-    clean.update({k: str(v) for k, v in env.items()})
-    clean.setdefault("OMP_NUM_THREADS", "1")
-    cmd = ["mpirun", "-n", str(n), "--oversubscribe"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    cmd += [sys.executable, os.path.join(HERE, "conformance.py")]
-    p = subprocess.run(cmd, env=clean, capture_output=True, text=True, timeout=300)
-    out = p.stdout + p.stderr
-    assert p.returncode == 0 and out.count("OK rank") == n, out[-4000:]
-    return out
+    return mpirun(n, [os.path.join(HERE, "conformance.py")], env, timeout=300)
 
 
 @pytest.mark.parametrize("transport,n", GRID)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from dist_helpers import free_port, run_ranks
+from dist_helpers import free_port, mpirun, run_ranks
 
 import pyscalecomm
 from pyscalecomm import launch
@@ -20,20 +20,7 @@ needs_mpi = pytest.mark.skipif(
 
 
 def _mpirun(n, case, env=None, timeout=180):
-    clean = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    }
-    clean.update(env or {})
-    clean.setdefault("OMP_NUM_THREADS", "1")
-    cmd = ["mpirun", "-n", str(n), "--oversubscribe"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    cmd += [sys.executable, os.path.join(HERE, "mpi", "mpirun_worker.py"), case]
-    p = subprocess.run(cmd, env=clean, capture_output=True, text=True, timeout=timeout)
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, out[-4000:]
-    assert out.count("OK rank") == n, out[-4000:]
-    return out
+    return mpirun(n, [os.path.join(HERE, "mpi", "mpirun_worker.py"), case], env, timeout)
 
 
 @needs_mpi
