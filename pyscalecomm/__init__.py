@@ -138,7 +138,8 @@ def codec_table() -> list[dict]:
     the ``arg`` its spec takes (``ratio``, ``levels``, ``rank`` or none:
     ``topk:0.01``, ``qsgd:8``, ``powersgd:4``, ``sign``), whether it is
     ``biased`` (error feedback on by default), its communication ``rounds``
-    per call, whether it has a ``fused_cpu`` path, and a ``summary``."""
+    per call, whether its payloads are ``summable`` (allreduced rather than
+    allgathered), and a ``summary``."""
     return list(_C.codec_registry())
 
 

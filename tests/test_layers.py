@@ -42,3 +42,15 @@ def test_no_channel_is_resolved_by_a_cast():
     assert not casts, (
         "channels resolved by a cast (ask the Channel: queuedChannel(), communicator()):\n" + "\n".join(casts)
     )
+
+
+def test_only_the_adapter_sees_torch():
+    # Everything below csrc/torch/ (the codecs included) builds with CMake
+    # without torch, and is tested there.
+    seen = []
+    for path in _sources():
+        if path.relative_to(CSRC).parts[0] == "torch":
+            continue
+        for m in re.finditer(r"^#include <(ATen|c10|torch|pybind11)/[^>]*>", path.read_text(), re.M):
+            seen.append(f"{path.relative_to(CSRC)}: {m.group(0)}")
+    assert not seen, "torch headers below the adapter:\n" + "\n".join(seen)

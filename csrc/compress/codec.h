@@ -1,45 +1,51 @@
 // scalecomm compress: gradient codecs (what a compressed allreduce sends).
 //
-// Contract: every codec is one CodecEntry of codecRegistry() (codec.cc):
-// its name, the argument its spec takes, whether it is biased (error
-// feedback on by default), whether the fused float32 CPU path serves it, and
-// how to make it. CodecSpec::parse reads "<name>" or "<name>:<argument>"
-// ("fp16", "topk:0.01", "qsgd:8", "powersgd:4", ...) against that table
+// Contract: every codec is one CodecEntry of codecRegistry() (codec.cc),
+// made by one file of compress/codecs/: its name, the argument its spec
+// takes, whether it is biased (error feedback on by default), and how to
+// make it. CodecSpec::parse reads "<name>" or "<name>:<argument>" ("fp16",
+// "topk:0.01", "qsgd:8", "powersgd:4", ...) against that table
 // (Error(InvalidArgument) naming the choices otherwise); the parser, str(),
-// biased(), makeCodec, the compressed allreduce's routing, the hooks and
-// pyscalecomm.codec_table() read it. Adding a codec is its Codec class plus
-// one entry. A Codec turns a
-// float32 1-D tensor into a payload and back, with ATen operations only, so
-// the same code runs on CPU and CUDA tensors (the CPU tests exercise it).
-// - summable(): payloads of all ranks add up to the payload of the sum
-//   (fp16, bf16, random-k with indices from the shared seed), so the
-//   collective allreduces payloads; otherwise (top-k, QSGD, sign) it
-//   allgathers them and decodes each into the sum.
-// - encode(x, seed, rank) -> payload; `seed` is the same on every rank for a
-//   step (random-k's indices), `rank` decorrelates stochastic rounding.
-// - decodeAdd(out, payload): out += decode(payload) (payload of one rank, or
-//   the summed payload of a summable codec).
-// - wireBytes(numel): bytes a rank sends per call, as on the wire.
+// biased(), makeCodec, the compressed allreduce, the hooks and
+// pyscalecomm.codec_table() read it. Adding a codec is its file plus one
+// entry.
+//
+// A Codec works on raw host memory: float32 values in, a byte payload out,
+// with no dependency beyond the standard library (the C++ tests build and
+// check every codec without torch). Payload fields need no alignment.
+// - encode(x, residual, n, payload, seed, rank): payload <- encode(acc) with
+//   acc = x + *residual (residual == nullptr: acc = x, no error feedback);
+//   with a residual, it becomes acc - decode(payload). `x` is only read.
+//   `seed` is the same on every rank for a step (random-k's positions,
+//   top-k's sample), `rank` decorrelates stochastic rounding.
+// - decodeAdd(out, n, payload, seed): out += decode(payload), for one rank's
+//   payload or, for a summable codec, the sum of all ranks' payloads.
+// - sumType(): summable codecs (fp16, bf16, random-k with positions from the
+//   shared seed) return the element type their payloads are summed in, so
+//   the collective allreduces payloads; the others return nullopt, and their
+//   payloads are allgathered and each decoded into the sum.
+// - payloadBytes(n): bytes a rank sends per call, as on the wire.
 // Wire formats (little-endian, per rank):
-//   fp16 / bf16: numel x 2 B.
+//   fp16 / bf16: n x 2 B.
 //   topk(k): k x int32 index, then k x float32 value (ratio 8k/4n).
-//   randomk(k): k x float32 value (indices from the seed; ratio k/n).
+//   randomk(k): k x float32 value (positions from the seed; ratio k/n).
 //   qsgd(s <= 127): ceil(n/512) x float32 norm (one per bucket of 512), then
-//     numel x int8 signed level (value = norm * level / s; stochastic
-//     rounding keeps it unbiased).
-//   sign: ceil(n/B) x float32 scale (mean |x| of each block of B = 256),
-//     then ceil(n/8) bytes of sign bits (bit i of byte j: element 8j+i >= 0).
-// PowerSGD is not a Codec (two rounds of communication): compress/powersgd.h.
-// Biased codecs (topk, randomk, sign, powersgd) use error feedback by default.
-// Thread safety: codecs are stateless.
+//     n x int8 signed level (value = norm / s * level; stochastic rounding
+//     keeps it unbiased).
+//   sign: ceil(n/256) x float32 scale (mean |x| of each block of 256), then
+//     ceil(n/8) bytes of sign bits (bit i of byte j: element 8j+i >= 0).
+// PowerSGD has no Codec (two rounds of communication): compress/powersgd.h.
+// Thread safety: codecs are immutable; one may serve many threads.
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace scalecomm {
 
@@ -56,14 +62,9 @@ struct CodecEntry {
   CodecArg arg;
   bool biased;  // error feedback on by default
   // One round of communication (encode, allreduce or allgather, decode);
-  // null for a codec of its own protocol (powersgd: compressed_allreduce.cc).
+  // null for a codec of its own protocol (powersgd: compress/powersgd.h).
   std::unique_ptr<Codec> (*make)(const CodecSpec& spec);
   const char* summary;
-  // The fused pass over a contiguous float32 CPU tensor (null: none): encode
-  // x + *residual into the codec's payload, updating *residual (nullptr: no
-  // error feedback); and out += decode(one rank's payload). Allgathered.
-  at::Tensor (*fusedEncode)(const at::Tensor& x, at::Tensor* residual, const CodecSpec& spec, uint64_t step) = nullptr;
-  void (*fusedDecodeAdd)(at::Tensor& out, const at::Tensor& payload, const CodecSpec& spec) = nullptr;
 };
 
 const std::vector<CodecEntry>& codecRegistry();
@@ -84,27 +85,39 @@ struct CodecSpec {
 class Codec {
  public:
   virtual ~Codec() = default;
-  virtual bool summable() const = 0;
-  virtual at::Tensor encode(const at::Tensor& x, uint64_t seed, int rank) const = 0;
-  virtual void decodeAdd(at::Tensor& out, const at::Tensor& payload, uint64_t seed) const = 0;
-  virtual int64_t wireBytes(int64_t numel) const = 0;
+  virtual int64_t payloadBytes(int64_t n) const = 0;
+  virtual std::optional<DataType> sumType() const = 0;
+  virtual void encode(const float* x, float* residual, int64_t n, uint8_t* payload, uint64_t seed, int rank) const = 0;
+  virtual void decodeAdd(float* out, int64_t n, const uint8_t* payload, uint64_t seed) const = 0;
+  bool summable() const { return sumType().has_value(); }
 };
 
 // A codec for spec; InvalidArgument for one of its own protocol (powersgd).
 std::unique_ptr<Codec> makeCodec(const CodecSpec& spec);
 
-constexpr int64_t kSignBlock = 256;  // elements per scale of the sign codec
+// Elements top-k / random-k keep out of n (at least 1).
+int64_t keptElements(int64_t n, double ratio);
 
-// Elements top-k / random-k keep out of numel (at least 1).
-int64_t keptElements(int64_t numel, double ratio);
+// Unaligned payload fields.
+template <typename T>
+inline T loadField(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <typename T>
+inline void storeField(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
 
-// topk_sampled's threshold: the topkSampleRank-th largest |x| of
-// topkSampleSize(numel) elements drawn (with replacement) by
-// topkSamplePositions; shared by the ATen codec and the fused CPU path
-// (compress/topk_cpu.h) so both pick the same threshold.
-constexpr int64_t kTopkExactUpTo = 65536;  // topk_sampled is exact up to this numel
-int64_t topkSampleSize(int64_t numel);
-int64_t topkSampleRank(int64_t sampleSize, double ratio);
-at::Tensor topkSamplePositions(int64_t numel, uint64_t seed);  // int64 CPU tensor
+// The entries, one per file of compress/codecs/.
+CodecEntry fp16Codec();
+CodecEntry bf16Codec();
+CodecEntry topkCodec();
+CodecEntry topkSampledCodec();
+CodecEntry randomkCodec();
+CodecEntry qsgdCodec();
+CodecEntry signCodec();
+CodecEntry powersgdCodec();
 
 }  // namespace scalecomm

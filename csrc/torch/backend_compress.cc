@@ -56,20 +56,15 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
       // rank with another codec (or ratio, levels, rank) fails naming it.
       CollectiveOptions coded = o;
       coded.codec = codecName;
-      cc.allreduceSum = [&](at::Tensor& x) {
-        scalecomm::allreduce(comm.channel(), x.data_ptr(), x.numel(), *arithmeticType(x.scalar_type()), ReduceOp::Sum,
-                             1.0, coded);
+      cc.allreduceSum = [&](void* data, int64_t count, DataType type) {
+        scalecomm::allreduce(comm.channel(), data, count, type, ReduceOp::Sum, 1.0, coded);
       };
-      cc.allgatherBytes = [&](const at::Tensor& mine) {
-        const int64_t b = mine.numel();
-        at::Tensor all = at::empty({size * b}, mine.options());
-        all.narrow(0, rank * b, b).copy_(mine);
+      cc.allgatherBytes = [&](uint8_t* all, int64_t b) {
         std::vector<void*> ptrs;
-        for (int q = 0; q < size; ++q) ptrs.push_back(static_cast<uint8_t*>(all.data_ptr()) + q * b);
+        for (int q = 0; q < size; ++q) ptrs.push_back(all + q * b);
         CollectiveOptions g = coded;
         g.algorithm = o.algorithm.is(AlgorithmKind::Native) ? o.algorithm : AlgorithmRef(ringAlgorithm());
         scalecomm::allgather(comm.channel(), ptrs, b, DataType::Opaque, g);
-        return all;
       };
       // Errors of the inner allreduce or allgather name the call the user made.
       const auto named = [&](auto&& body) {
@@ -87,8 +82,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
           throw Error(e.kind(), what);
         }
       };
-      at::Tensor x = tensor.view({-1});
-      auto run = [&](CompressState& s) { compressedAllreduce(x, *site, ef, s, cc, s.steps, rows); };
+      // The codecs take float32 host memory: another dtype runs on a float32 copy.
+      at::Tensor flat = tensor.view({-1});
+      at::Tensor x = flat.scalar_type() == at::kFloat ? flat : flat.to(at::kFloat);
+      auto run = [&](CompressState& s) {
+        compressedAllreduce(x.data_ptr<float>(), x.numel(), *site, ef, s, cc, s.steps, rows);
+      };
       named([&] {
         if (byMemory) {
           store->withOwner(key, *owner, run);
@@ -96,6 +95,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
           store->with(key, run);
         }
       });
+      if (!x.is_same(flat)) flat.copy_(x);
       if (average) tensor.div_(size);
     };
   }

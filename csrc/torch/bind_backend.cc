@@ -1,6 +1,9 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <algorithm>
+#include <vector>
+
 #include "algo/registry.h"
 #include "compress/compressed_allreduce.h"
 #include "core/params.h"
@@ -13,6 +16,18 @@ namespace scalecomm {
 using BackendClass = py::class_<ScalecommBackend, c10d::Backend, c10::intrusive_ptr<ScalecommBackend>>;
 
 namespace {
+
+// A float32 CPU tensor of the values (shape: {} flat; one -1 is inferred).
+at::Tensor floatTensor(const std::vector<float>& v, std::vector<int64_t> shape) {
+  at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::TensorOptions().dtype(at::kFloat));
+  std::copy(v.begin(), v.end(), t.data_ptr<float>());
+  return shape.empty() ? t : t.view(shape);
+}
+
+std::vector<float> floatValues(const at::Tensor& t) {
+  const at::Tensor c = t.reshape({-1}).to(at::kCPU, at::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
 
 void bindConfig(py::module& m) {
   py::class_<GroupConfig> config(m, "BackendConfig",
@@ -199,8 +214,8 @@ void defineCompression(BackendClass& cls) {
             py::dict out;
             for (auto& [key, s] : b.compressionState().snapshot()) {
               py::dict d;
-              d["residual"] = s.residual.defined() ? py::cast(s.residual) : py::none();
-              d["q"] = s.q.defined() ? py::cast(s.q) : py::none();
+              d["residual"] = s.residual.empty() ? py::none() : py::cast(floatTensor(s.residual, {}));
+              d["q"] = s.warm.q.empty() ? py::none() : py::cast(floatTensor(s.warm.q, {s.warm.cols, -1}));
               d["steps"] = s.steps;
               out[py::str(key)] = d;
             }
@@ -214,8 +229,13 @@ void defineCompression(BackendClass& cls) {
             for (auto item : states) {
               auto d = item.second.cast<py::dict>();
               CompressState s;
-              if (!d["residual"].is_none()) s.residual = d["residual"].cast<at::Tensor>().clone();
-              if (!d["q"].is_none()) s.q = d["q"].cast<at::Tensor>().clone();
+              if (!d["residual"].is_none()) s.residual = floatValues(d["residual"].cast<at::Tensor>());
+              if (!d["q"].is_none()) {
+                const auto q = d["q"].cast<at::Tensor>();
+                TORCH_CHECK_VALUE(q.dim() == 2, "load_compression_state: q must be a cols x rank matrix");
+                s.warm.q = floatValues(q);
+                s.warm.cols = q.size(0);
+              }
               s.steps = d["steps"].cast<uint64_t>();
               m.emplace(item.first.cast<std::string>(), s);
             }

@@ -116,13 +116,15 @@ void bindCodecTable(py::module& m) {
           d["arg"] = args[static_cast<int>(c.arg)];
           d["biased"] = c.biased;
           d["rounds"] = c.make != nullptr ? 1 : 2;
-          d["fused_cpu"] = c.fusedEncode != nullptr;
+          CodecSpec defaults;
+          defaults.entry = &c;
+          d["summable"] = c.make != nullptr && c.make(defaults)->summable();
           d["summary"] = c.summary;
           out.append(d);
         }
         return out;
       },
-      "Every codec's registry entry (compress/codec.cc): name, argument, biased, rounds, fused CPU path, summary.");
+      "Every codec's registry entry (compress/codec.cc): name, argument, biased, rounds, summable, summary.");
   m.def(
       "codec_spec", [](const std::string& spec) { return valueErrors([&] { return CodecSpec::parse(spec).str(); }); },
       py::arg("spec"), "The canonical form of a compression spec; ValueError naming the choices for a bad one.");

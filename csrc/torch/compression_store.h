@@ -51,15 +51,7 @@ class CompressionStore {
   }
   std::map<std::string, CompressState> snapshot() const {
     std::lock_guard<std::mutex> g(mu_);
-    std::map<std::string, CompressState> out;
-    for (const auto& [k, s] : states_) {
-      CompressState c;
-      if (s.residual.defined()) c.residual = s.residual.clone();
-      if (s.q.defined()) c.q = s.q.clone();
-      c.steps = s.steps;
-      out.emplace(k, c);
-    }
-    return out;
+    return states_;
   }
   void restore(std::map<std::string, CompressState> states) {
     std::lock_guard<std::mutex> g(mu_);

@@ -1,0 +1,47 @@
+// fp16 / bf16: every value cast to a 2-byte float (round to nearest even),
+// payloads summed in that type.
+#include "compress/codec.h"
+#include "core/half.h"
+
+namespace scalecomm {
+
+namespace {
+
+template <uint16_t (*toHalf)(float), float (*fromHalf)(uint16_t), DataType kType>
+class CastCodec final : public Codec {
+ public:
+  int64_t payloadBytes(int64_t n) const override { return 2 * n; }
+  std::optional<DataType> sumType() const override { return kType; }
+  void encode(const float* __restrict__ x, float* __restrict__ residual, int64_t n, uint8_t* __restrict__ payload,
+              uint64_t, int) const override {
+    for (int64_t i = 0; i < n; ++i) {
+      const float acc = residual ? x[i] + residual[i] : x[i];
+      const uint16_t h = toHalf(acc);
+      storeField<uint16_t>(payload + 2 * i, h);
+      if (residual) residual[i] = acc - fromHalf(h);
+    }
+  }
+  void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t) const override {
+    for (int64_t i = 0; i < n; ++i) out[i] += fromHalf(loadField<uint16_t>(payload + 2 * i));
+  }
+};
+
+}  // namespace
+
+CodecEntry fp16Codec() {
+  return {"fp16", CodecArg::None, false,
+          [](const CodecSpec&) -> std::unique_ptr<Codec> {
+            return std::make_unique<CastCodec<floatToFp16, fp16ToFloat, DataType::Float16>>();
+          },
+          "cast to float16 (2 bytes a value), summed as float16"};
+}
+
+CodecEntry bf16Codec() {
+  return {"bf16", CodecArg::None, false,
+          [](const CodecSpec&) -> std::unique_ptr<Codec> {
+            return std::make_unique<CastCodec<floatToBf16, bf16ToFloat, DataType::BFloat16>>();
+          },
+          "cast to bfloat16 (2 bytes a value), summed as bfloat16"};
+}
+
+}  // namespace scalecomm

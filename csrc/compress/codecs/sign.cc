@@ -1,0 +1,83 @@
+// sign: one bit per value (value >= 0) and one scale per block of 256 (the
+// block's mean |value|); decoded as +-scale. Error feedback is fused into
+// the one pass: the residual becomes acc - (+-scale).
+#include <algorithm>
+#include <cmath>
+
+#include "compress/codec.h"
+
+namespace scalecomm {
+
+namespace {
+
+constexpr int64_t kBlock = 256;  // values per scale; a multiple of 8
+
+// signs[byte][t]: +1 where bit t of byte is set, else -1.
+struct SignTable {
+  float signs[256][8];
+  SignTable() {
+    for (int byte = 0; byte < 256; ++byte)
+      for (int t = 0; t < 8; ++t) signs[byte][t] = ((byte >> t) & 1) ? 1.f : -1.f;
+  }
+};
+
+class SignCodec final : public Codec {
+ public:
+  int64_t payloadBytes(int64_t n) const override { return 4 * blocks(n) + (n + 7) / 8; }
+  std::optional<DataType> sumType() const override { return std::nullopt; }
+
+  void encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload, uint64_t,
+              int) const override {
+    uint8_t* bits = payload + 4 * blocks(n);
+    float acc[kBlock];
+    for (int64_t b = 0; b < blocks(n); ++b) {
+      const int64_t lo = b * kBlock, len = std::min<int64_t>(kBlock, n - lo);
+      float sum = 0.f;
+      for (int64_t j = 0; j < len; ++j) {
+        acc[j] = r ? x[lo + j] + r[lo + j] : x[lo + j];
+        sum += std::fabs(acc[j]);
+      }
+      const float scale = sum / static_cast<float>(len);
+      storeField<float>(payload + 4 * b, scale);
+      for (int64_t j = 0; j < len; j += 8) {
+        uint8_t byte = 0;
+        for (int64_t t = 0; t < 8 && j + t < len; ++t) {
+          const bool positive = acc[j + t] >= 0.f;
+          byte |= static_cast<uint8_t>(positive) << t;
+          if (r) r[lo + j + t] = acc[j + t] - (positive ? scale : -scale);
+        }
+        bits[(lo + j) >> 3] = byte;
+      }
+    }
+  }
+
+  void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t) const override {
+    // Whole bytes through a table of their eight signs (the inner loop
+    // vectorises); the last block's tail bit by bit.
+    static const SignTable table;
+    const uint8_t* bits = payload + 4 * blocks(n);
+    for (int64_t b = 0; b < blocks(n); ++b) {
+      const float scale = loadField<float>(payload + 4 * b);
+      const int64_t lo = b * kBlock, hi = std::min<int64_t>(n, lo + kBlock), whole = lo + ((hi - lo) & ~int64_t{7});
+      int64_t i = lo;
+      for (; i < whole; i += 8) {
+        const float* sign = table.signs[bits[i >> 3]];
+        for (int t = 0; t < 8; ++t) out[i + t] += scale * sign[t];
+      }
+      for (; i < hi; ++i) out[i] += ((bits[i >> 3] >> (i & 7)) & 1u) ? scale : -scale;
+    }
+  }
+
+ private:
+  static int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
+};
+
+}  // namespace
+
+CodecEntry signCodec() {
+  return {"sign", CodecArg::None, true,
+          [](const CodecSpec&) -> std::unique_ptr<Codec> { return std::make_unique<SignCodec>(); },
+          "sign bits with one scale (mean |x|) per block of 256 (1 bit a value); allgathered"};
+}
+
+}  // namespace scalecomm

@@ -1,0 +1,347 @@
+// The codec table on raw host memory, without torch: every entry's round
+// trip and error-feedback identity, each codec's own promise, and the
+// compressed allreduce across ranks as threads (every rank gets the same
+// bits, equal to the sum of what each rank's codec kept).
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compress/codec.h"
+#include "compress/compressed_allreduce.h"
+#include "compress/random.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "harness.h"
+
+using namespace scalecomm;
+
+namespace {
+
+std::vector<float> gaussian(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// A spec of every codec entry with one round, e.g. "topk:0.1".
+std::vector<std::string> oneRoundSpecs() {
+  std::vector<std::string> out;
+  for (const CodecEntry& c : codecRegistry()) {
+    if (c.make == nullptr) continue;
+    static const char* args[] = {"", ":0.1", ":8", ":2"};
+    out.push_back(std::string(c.name) + args[static_cast<int>(c.arg)]);
+  }
+  return out;
+}
+
+double relativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+struct RoundTrip {
+  std::vector<uint8_t> payload;
+  std::vector<float> decoded, residual;
+};
+
+RoundTrip roundTrip(const Codec& codec, const std::vector<float>& x, std::vector<float> residual, uint64_t seed,
+                    int rank = 0) {
+  const auto n = static_cast<int64_t>(x.size());
+  RoundTrip t;
+  t.payload.assign(static_cast<size_t>(codec.payloadBytes(n)) + 1, 0xab);  // +1: a guard byte
+  codec.encode(x.data(), residual.empty() ? nullptr : residual.data(), n, t.payload.data() + 0, seed, rank);
+  CHECK_EQ(static_cast<int>(t.payload.back()), 0xab);  // nothing written past payloadBytes
+  t.payload.pop_back();
+  t.decoded.assign(x.size(), 0.f);
+  codec.decodeAdd(t.decoded.data(), n, t.payload.data(), seed);
+  t.residual = std::move(residual);
+  return t;
+}
+
+}  // namespace
+
+TEST(every_codec_keeps_what_its_residual_does_not) {
+  // acc = x + residual; the new residual is acc - decode(payload), so
+  // decoded + residual gives acc back, for every codec and size.
+  for (const std::string& spec : oneRoundSpecs()) {
+    const auto codec = makeCodec(CodecSpec::parse(spec));
+    for (int64_t n : {1, 3, 255, 256, 257, 1000, 70001}) {
+      const std::vector<float> x = gaussian(n, 1), r0 = gaussian(n, 2);
+      const RoundTrip t = roundTrip(*codec, x, r0, 7);
+      for (int64_t i = 0; i < n; ++i) {
+        const float acc = x[i] + r0[i];
+        if (std::fabs(t.decoded[i] + t.residual[i] - acc) > 1e-5f * (1 + std::fabs(acc))) {
+          throw sctest::Failure{spec + " n=" + std::to_string(n) + ": decoded + residual != acc at " +
+                                std::to_string(i)};
+        }
+      }
+      // Without a residual, the same payload (acc = x + 0 encodes alike for x').
+      std::vector<float> acc(x);
+      for (int64_t i = 0; i < n; ++i) acc[i] += r0[i];
+      CHECK(roundTrip(*codec, acc, {}, 7).payload == t.payload);
+    }
+  }
+}
+
+TEST(casts_round_to_nearest_even) {
+  const std::vector<float> x = gaussian(1000, 3);
+  const RoundTrip h = roundTrip(*makeCodec(CodecSpec::parse("fp16")), x, {}, 0);
+  const RoundTrip b = roundTrip(*makeCodec(CodecSpec::parse("bf16")), x, {}, 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    CHECK_EQ(h.decoded[i], fp16ToFloat(floatToFp16(x[i])));
+    CHECK_EQ(b.decoded[i], bf16ToFloat(floatToBf16(x[i])));
+  }
+}
+
+TEST(topk_keeps_exactly_the_largest_magnitudes) {
+  for (const char* spec : {"topk:0.01", "topk:0.3", "topk:1", "topk_sampled:0.01"}) {
+    const int64_t n = 100000;
+    std::vector<float> x = gaussian(n, 4);
+    const RoundTrip t = roundTrip(*makeCodec(CodecSpec::parse(spec)), x, {}, 5);
+    const int64_t k = keptElements(n, CodecSpec::parse(spec).ratio);
+    std::vector<float> mag(x.size());
+    for (size_t i = 0; i < x.size(); ++i) mag[i] = std::fabs(x[i]);
+    std::nth_element(mag.begin(), mag.begin() + (k - 1), mag.end(), std::greater<float>());
+    int64_t kept = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (t.decoded[i] == 0.f) continue;
+      ++kept;
+      CHECK_EQ(t.decoded[i], x[i]);  // true values
+      CHECK(std::fabs(x[i]) >= mag[k - 1]);
+    }
+    if (std::string(spec).rfind("topk:", 0) == 0) {
+      CHECK_EQ(kept, k);
+    } else {
+      CHECK(kept <= k && kept > k * 9 / 10);  // sampled: at most k, nearly all
+    }
+  }
+}
+
+TEST(randomk_positions_come_from_the_shared_seed_and_payloads_sum) {
+  const auto codec = makeCodec(CodecSpec::parse("randomk:0.1"));
+  CHECK(codec->sumType() == DataType::Float32);
+  const int64_t n = 5000;
+  const std::vector<float> a = gaussian(n, 6), b = gaussian(n, 7);
+  const RoundTrip ta = roundTrip(*codec, a, {}, 11, 0), tb = roundTrip(*codec, b, {}, 11, 3);
+  std::vector<uint8_t> summed(ta.payload.size());
+  for (size_t j = 0; j < summed.size(); j += 4) {
+    storeField<float>(summed.data() + j,
+                      loadField<float>(ta.payload.data() + j) + loadField<float>(tb.payload.data() + j));
+  }
+  std::vector<float> out(static_cast<size_t>(n), 0.f);
+  codec->decodeAdd(out.data(), n, summed.data(), 11);
+  int64_t positions = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    CHECK((ta.decoded[i] != 0.f) == (tb.decoded[i] != 0.f));  // same positions on both ranks
+    if (ta.decoded[i] == 0.f) continue;
+    ++positions;
+    CHECK_EQ(ta.decoded[i], a[i]);  // a position drawn twice counts once
+    CHECK_EQ(out[i], a[i] + b[i]);
+  }
+  CHECK(positions > 400 && positions <= 500);  // 500 draws with replacement
+}
+
+TEST(qsgd_is_unbiased_and_its_levels_bounded) {
+  const int64_t n = 1500;
+  const std::vector<float> x = gaussian(n, 8);
+  const auto codec = makeCodec(CodecSpec::parse("qsgd:4"));
+  std::vector<double> mean(static_cast<size_t>(n), 0.0);
+  const int draws = 400;
+  for (int s = 0; s < draws; ++s) {
+    const RoundTrip t = roundTrip(*codec, x, {}, s);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto level = static_cast<int8_t>(t.payload[4 * 3 + i]);  // 3 buckets of norms first
+      CHECK(level >= -4 && level <= 4);
+      mean[i] += t.decoded[i] / draws;
+    }
+  }
+  std::vector<float> m(mean.begin(), mean.end());
+  CHECK(relativeError(m, x) < 0.1);
+  // Other ranks round independently at the same step.
+  CHECK(roundTrip(*codec, x, {}, 1, 0).payload != roundTrip(*codec, x, {}, 1, 1).payload);
+}
+
+TEST(sign_sends_signs_times_the_block_mean) {
+  const int64_t n = 600;  // a partial last block
+  const std::vector<float> x = gaussian(n, 9);
+  const RoundTrip t = roundTrip(*makeCodec(CodecSpec::parse("sign")), x, {}, 0);
+  for (int64_t lo = 0; lo < n; lo += 256) {
+    const int64_t hi = std::min<int64_t>(n, lo + 256);
+    double mean = 0;
+    for (int64_t i = lo; i < hi; ++i) mean += std::fabs(x[i]) / (hi - lo);
+    for (int64_t i = lo; i < hi; ++i) {
+      CHECK(std::fabs(std::fabs(t.decoded[i]) - mean) < 1e-5);
+      CHECK((t.decoded[i] > 0) == (x[i] >= 0));
+    }
+  }
+}
+
+TEST(a_payload_naming_an_element_out_of_range_is_refused) {
+  const auto codec = makeCodec(CodecSpec::parse("topk:0.5"));
+  std::vector<uint8_t> payload(static_cast<size_t>(codec->payloadBytes(4)), 0);
+  storeField<int32_t>(payload.data(), 9);
+  std::vector<float> out(4, 0.f);
+  try {
+    codec->decodeAdd(out.data(), 4, payload.data(), 0);
+    CHECK(false);
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("names element 9 of 4") != std::string::npos);
+  }
+}
+
+TEST(specs_are_checked_against_the_table) {
+  CHECK_EQ(CodecSpec::parse("topk:0.25").str(), std::string("topk:0.25"));
+  for (const char* bad : {"zip", "topk", "topk:0", "topk:2", "qsgd:200", "sign:3", "powersgd:0"}) {
+    try {
+      CodecSpec::parse(bad);
+      throw sctest::Failure{std::string("accepted ") + bad};
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::InvalidArgument);
+    }
+  }
+}
+
+TEST(draws_are_a_pure_function_of_seed_and_index) {
+  CHECK_EQ(codec_random::draw(3, 5), codec_random::draw(3, 5));
+  CHECK(codec_random::draw(3, 5) != codec_random::draw(4, 5));
+  double sum = 0;
+  for (uint64_t i = 0; i < 10000; ++i) {
+    const int64_t p = codec_random::index(1, i, 7);
+    CHECK(p >= 0 && p < 7);
+    const float u = codec_random::uniform(1, i);
+    CHECK(u >= 0.f && u < 1.f);
+    sum += codec_random::normal(1, i);
+  }
+  CHECK(std::fabs(sum / 10000) < 0.05);
+}
+
+namespace {
+
+// Ranks as threads: allreduce and allgather over shared memory.
+class Exchange {
+ public:
+  explicit Exchange(int size) : size_(size), slots_(static_cast<size_t>(size)) {}
+
+  CompressComms comms(int rank) {
+    CompressComms c;
+    c.rank = rank;
+    c.size = size_;
+    c.allreduceSum = [this, rank](void* data, int64_t count, DataType type) {
+      slots_[rank] = data;
+      barrier();
+      std::vector<double> sum(static_cast<size_t>(count), 0.0);
+      for (int q = 0; q < size_; ++q)
+        for (int64_t i = 0; i < count; ++i) sum[i] += sctest::loadValue(slots_[q], i, type);
+      barrier();
+      for (int64_t i = 0; i < count; ++i) sctest::storeValue(data, i, type, sum[i]);
+      barrier();
+    };
+    c.allgatherBytes = [this, rank](uint8_t* all, int64_t b) {
+      slots_[rank] = all;
+      barrier();
+      for (int q = 0; q < size_; ++q)
+        if (q != rank) std::memcpy(all + q * b, static_cast<uint8_t*>(slots_[q]) + q * b, static_cast<size_t>(b));
+      barrier();
+    };
+    return c;
+  }
+
+ private:
+  void barrier() {
+    std::unique_lock<std::mutex> l(mu_);
+    const int gen = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(l, [&] { return generation_ != gen; });
+    }
+  }
+  int size_;
+  std::vector<void*> slots_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0, generation_ = 0;
+};
+
+}  // namespace
+
+TEST(compressed_allreduce_sums_what_each_rank_kept_for_every_codec) {
+  const int ranks = 3;
+  const int64_t n = 4000;
+  for (const CodecEntry& c : codecRegistry()) {
+    static const char* args[] = {"", ":0.1", ":8", ":2"};
+    const std::string spec = std::string(c.name) + args[static_cast<int>(c.arg)];
+    const CompressedSite site(CodecSpec::parse(spec));
+    Exchange ex(ranks);
+    std::vector<std::vector<float>> x(ranks), out(ranks);
+    std::vector<CompressState> state(ranks);
+    for (int r = 0; r < ranks; ++r) x[r] = out[r] = gaussian(n, 20 + r);
+    for (int step = 0; step < 2; ++step) {  // the second call starts from residuals and PowerSGD's warm start
+      std::vector<std::vector<float>> residualBefore(ranks);
+      for (int r = 0; r < ranks; ++r) {
+        residualBefore[r] = state[r].residual;
+        out[r] = x[r];
+      }
+      const auto errors = sctest::onThreads(ranks, [&](int r) {
+        compressedAllreduce(out[r].data(), n, site, /*errorFeedback=*/true, state[r], ex.comms(r), step, 40);
+      });
+      for (const auto& e : errors) CHECK_EQ(e, std::string());
+      // kept_r = acc_r - new residual_r; the result is their sum, bit-identical on every rank.
+      std::vector<float> kept(static_cast<size_t>(n), 0.f);
+      for (int r = 0; r < ranks; ++r) {
+        CHECK(out[r] == out[0]);
+        CHECK_EQ(state[r].steps, static_cast<uint64_t>(step + 1));
+        for (int64_t i = 0; i < n; ++i) {
+          const float acc = x[r][i] + (residualBefore[r].empty() ? 0.f : residualBefore[r][i]);
+          kept[i] += acc - state[r].residual[i];
+        }
+      }
+      const double tolerance = c.name == std::string("fp16") || c.name == std::string("bf16") ? 1e-2 : 1e-4;
+      if (relativeError(out[0], kept) > tolerance) {
+        throw sctest::Failure{spec + ": the result is not the sum of what the ranks kept (relative error " +
+                              std::to_string(relativeError(out[0], kept)) + ")"};
+      }
+    }
+  }
+}
+
+TEST(powersgd_recovers_a_low_rank_sum_exactly) {
+  // Every rank holds u_r v^T (40 x 50): the sum is rank one, which rank 2 recovers.
+  const int ranks = 2, rows = 40, cols = 50;
+  const std::vector<float> v = gaussian(cols, 30);
+  std::vector<std::vector<float>> x(ranks);
+  std::vector<float> expect(rows * cols, 0.f);
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<float> u = gaussian(rows, 31 + r);
+    x[r].resize(rows * cols);
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j) {
+        x[r][i * cols + j] = u[i] * v[j];
+        expect[i * cols + j] += u[i] * v[j];
+      }
+  }
+  const CompressedSite site(CodecSpec::parse("powersgd:2"));
+  Exchange ex(ranks);
+  std::vector<CompressState> state(ranks);
+  const auto errors = sctest::onThreads(ranks, [&](int r) {
+    compressedAllreduce(x[r].data(), rows * cols, site, false, state[r], ex.comms(r), 0, rows);
+  });
+  for (const auto& e : errors) CHECK_EQ(e, std::string());
+  CHECK(relativeError(x[0], expect) < 1e-5);
+  CHECK(x[1] == x[0]);
+  CHECK_EQ(state[0].warm.cols, static_cast<int64_t>(cols));
+}
+
+TEST_MAIN()
