@@ -132,7 +132,11 @@ def _runs(tmp_path):
 
 @pytest.mark.parametrize(
     "world,sweep",
-    [(2, "strategy=ddp,fsdp,tp,pp"), (4, "strategy=ddp,dp+tp,dp+pp")],
+    [
+        (2, "strategy=ddp,fsdp,tp,pp"),
+        # slow: the 2-D meshes train only here (their shapes are unit-tested above)
+        pytest.param(4, "strategy=ddp,dp+tp,dp+pp", marks=pytest.mark.slow),
+    ],
     ids=["2 ranks", "4 ranks, 2-D meshes"],
 )
 def test_every_strategy_trains_on_both_backends_with_ddps_loss_curve(tmp_path, world, sweep):

@@ -277,6 +277,7 @@ def test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve(tmp_pat
         assert s["final_acc"] == pytest.approx(g["final_acc"], abs=1e-6)
 
 
+@pytest.mark.slow  # the parameter server itself: tests/test_ps.py
 def test_parameter_server_strategies_run_in_the_driver_against_allreduce(tmp_path):
     args = ["--nproc", "3", "--epochs", "2", "--steps", "4", "--width", "32", "--straggler", "random:3"]
     args += ["--sweep", "strategy=allreduce,ps-sync,ps-ssp:1"]
