@@ -81,7 +81,8 @@ void failHeaderMismatch(const ExecContext& ctx, int rank, int peer, const WireHe
          "compression codec (SCALECOMM_COMPRESSION, Options(compression=...), the codec passed to the call) differ "
          "from this rank's (segment bytes ",
          ctx.call.segmentBytes, ", ps servers ", ctx.call.psServers, ", codec ",
-         ctx.call.codec.empty() ? "none" : ctx.call.codec, "); set the same values on every rank");
+         ctx.call.codec.spec.empty() ? std::string("none") : ctx.call.codec.spec.str(),
+         "); set the same values on every rank");
   }
   if (got.seq < want.seq && got.collective != static_cast<uint8_t>(CollectiveKind::SendRecv) &&
       want.collective != static_cast<uint8_t>(CollectiveKind::SendRecv)) {

@@ -65,8 +65,7 @@ struct ExecContext {
   ExecContext(const CollectiveOptions& opts, CollectiveKind kind, DataType type, int64_t count)
       : call(opts), collective(kind), dtype(type), totalCount(count) {
     algorithmId = opts.algorithm ? opts.algorithm->wireId : 0;
-    const int64_t settings[] = {opts.segmentBytes, opts.psServers,
-                                static_cast<int64_t>(wireId(opts.codec.data(), opts.codec.size()))};
+    const int64_t settings[] = {opts.segmentBytes, opts.psServers, static_cast<int64_t>(opts.codec.id)};
     settingsId = wireId(reinterpret_cast<const char*>(settings), sizeof(settings));
   }
 };

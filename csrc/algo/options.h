@@ -14,10 +14,23 @@
 #include "algo/registry.h"
 #include "comm/wire.h"
 #include "core/deadline.h"
+#include "core/label.h"
 
 namespace scalecomm {
 
 class ExecTrace;
+
+// A compressed allreduce's codec as its messages carry it: the canonical
+// spec ("topk:0.01"; empty: none) and its wire id (0: none), made once per
+// compressed site (compress/compressed_allreduce.h). Part of the messages'
+// settings, so ranks with different codecs or parameters fail naming both.
+struct CodecTag {
+  Label spec;
+  uint32_t id = 0;
+  static CodecTag of(const std::string& spec) {
+    return {Label(spec), spec.empty() ? 0u : wireId(spec.data(), spec.size())};
+  }
+};
 class PlanCache;
 
 struct CollectiveOptions {
@@ -32,10 +45,8 @@ struct CollectiveOptions {
   uint64_t seq = 0;
   CallPart part = CallPart::Call;  // which exchange under `seq` this is (comm/wire.h)
   int psServers = 1;               // see AlgoParams; the host map comes from the Communicator
-  // A compressed allreduce's codec spec ("topk:0.01"; "" for none): part of
-  // the messages' settings, so ranks with different codecs or parameters fail.
-  std::string codec;
-  ExecTrace* trace = nullptr;  // timeline: per-step spans of every execute() (see algo/trace.h)
+  CodecTag codec;                  // none for an uncompressed call
+  ExecTrace* trace = nullptr;      // timeline: per-step spans of every execute() (see algo/trace.h)
   // Compiled plans reused across calls of the same shape (algo/plan_cache.h);
   // null: compiled for this call only. Only the executing thread touches it.
   PlanCache* plans = nullptr;

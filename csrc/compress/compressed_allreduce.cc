@@ -5,7 +5,10 @@
 namespace scalecomm {
 
 CompressedSite::CompressedSite(CodecSpec spec)
-    : spec_(std::move(spec)), name_(spec_.str()), codec_(spec_.entry->make ? makeCodec(spec_) : nullptr) {}
+    : spec_(std::move(spec)),
+      name_(spec_.str()),
+      tag_(CodecTag::of(name_)),
+      codec_(spec_.entry->make ? makeCodec(spec_) : nullptr) {}
 
 Label CompressedSite::title(AlgorithmRef algorithm) const {
   std::lock_guard<std::mutex> g(mu_);

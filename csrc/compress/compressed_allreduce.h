@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "algo/options.h"
 #include "algo/registry.h"
 #include "compress/codec.h"
 #include "compress/powersgd.h"
@@ -49,19 +50,22 @@ struct CompressState {
 
 // One compressed allreduce site, prepared once for every call that uses its
 // spec: the spec parsed, its codec made (none for powersgd, which runs its
-// own two rounds), and its title per algorithm ("allreduce:<algorithm>:
-// <codec>", as profiles and stats show it) interned on first use. Thread safe.
+// own two rounds), its tag for the messages' settings, and its title per
+// algorithm ("allreduce:<algorithm>:<codec>", as profiles and stats show it)
+// interned on first use. Thread safe.
 class CompressedSite {
  public:
   explicit CompressedSite(CodecSpec spec);
   const CodecSpec& spec() const { return spec_; }
   const std::string& name() const { return name_; }  // canonical: "topk:0.01"
+  const CodecTag& tag() const { return tag_; }       // as the messages carry it
   const Codec* codec() const { return codec_.get(); }
   Label title(AlgorithmRef algorithm) const;
 
  private:
   CodecSpec spec_;
   std::string name_;
+  CodecTag tag_;
   std::unique_ptr<Codec> codec_;
   mutable std::mutex mu_;
   mutable std::vector<std::pair<const void*, Label>> titles_;  // per algorithm entry

@@ -9,89 +9,103 @@ namespace scalecomm {
 
 namespace {
 
+// The checks one call's arguments take, each failing with
+// InvalidArgument naming the call and the rank.
+class ArgumentChecks {
+ public:
+  ArgumentChecks(const Call& call, int rank, int size) : call_(call), rank_(rank), size_(size) {}
+
+  template <typename... What>
+  [[noreturn]] void bad(const What&... what) const {
+    fail(ErrorKind::InvalidArgument, "scalecomm ", call_.name, " (rank ", rank_, "): ", what...);
+  }
+  void count(int64_t n, const char* what) const {
+    if (n < 0) bad(what, " is ", n, "; it must be >= 0");
+    const auto es = static_cast<int64_t>(elementSize(call_.dtype));
+    if (es > 0 && n > INT64_MAX / es) bad(what, " ", n, " of ", dataTypeName(call_.dtype), " overflows 64 bits");
+  }
+  void buffer(const void* p, int64_t n, const char* what) const {
+    if (n > 0 && p == nullptr) bad(what, " is null but ", n, " elements go through it");
+  }
+  void root() const {
+    if (call_.root < 0 || call_.root >= size_) {
+      bad("root rank ", call_.root, " is out of range; the group has ranks 0..", size_ - 1);
+    }
+  }
+  void reduction() const {
+    if (!reduceOpSupports(call_.op, call_.dtype)) {
+      bad("reduce op ", reduceOpName(call_.op), " is not defined for ", dataTypeName(call_.dtype),
+          " (bitwise ops take integers, PREMUL_SUM floating types)");
+    }
+  }
+  void blocks(size_t want) const {
+    if (call_.blocks.size() != want) bad("expected ", want, " buffers (one per rank), got ", call_.blocks.size());
+  }
+  // The count and the one buffer of a call that has them.
+  void single() const {
+    count(call_.count, "count");
+    buffer(call_.data, call_.count, "the buffer");
+  }
+  void alltoall() const {
+    blocks(2 * static_cast<size_t>(size_));
+    if (call_.sendCounts.size() != static_cast<size_t>(size_) ||
+        call_.recvCounts.size() != static_cast<size_t>(size_)) {
+      bad("expected ", size_, " send and receive split sizes, got ", call_.sendCounts.size(), " and ",
+          call_.recvCounts.size());
+    }
+    for (int q = 0; q < size_; ++q) {
+      count(call_.sendCounts[q], "a send split size");
+      count(call_.recvCounts[q], "a receive split size");
+      buffer(call_.blocks[q], call_.sendCounts[q], "a send block");
+      buffer(call_.blocks[size_ + q], call_.recvCounts[q], "a receive block");
+    }
+  }
+
+ private:
+  const Call& call_;
+  int rank_, size_;
+};
+
 // The arguments of one call, checked before it is numbered or queued, so a
 // bad one leaves the group usable and nothing half-sent: counts (>= 0, and
 // their bytes within int64), buffers present where bytes go, roots in range,
 // one block per rank where the kind has them, all-to-all splits, the
 // (op, dtype) pair. Peers are checked where the call is numbered.
 void checkArguments(const Call& call, int rank, int size) {
-  auto bad = [&](const auto&... what) {
-    fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank, "): ", what...);
-  };
-  auto checkCount = [&](int64_t count, const char* what) {
-    if (count < 0) bad(what, " is ", count, "; it must be >= 0");
-    const int64_t es = static_cast<int64_t>(elementSize(call.dtype));
-    if (es > 0 && count > INT64_MAX / es) bad(what, " ", count, " of ", dataTypeName(call.dtype), " overflows 64 bits");
-  };
-  auto checkBuffer = [&](const void* p, int64_t count, const char* what) {
-    if (count > 0 && p == nullptr) bad(what, " is null but ", count, " elements go through it");
-  };
-  auto checkRoot = [&] {
-    if (call.root < 0 || call.root >= size) {
-      bad("root rank ", call.root, " is out of range; the group has ranks 0..", size - 1);
-    }
-  };
-  auto checkReduction = [&] {
-    if (!reduceOpSupports(call.op, call.dtype)) {
-      bad("reduce op ", reduceOpName(call.op), " is not defined for ", dataTypeName(call.dtype),
-          " (bitwise ops take integers, PREMUL_SUM floating types)");
-    }
-  };
-  auto checkBlocks = [&](size_t want) {
-    if (call.blocks.size() != want) bad("expected ", want, " buffers (one per rank), got ", call.blocks.size());
-  };
+  const ArgumentChecks check(call, rank, size);
   switch (call.kind) {
     case CallKind::Allreduce:
     case CallKind::ReduceScatter:
-      checkCount(call.count, "count");
-      checkBuffer(call.data, call.count, "the buffer");
-      checkReduction();
+      check.single();
+      check.reduction();
       break;
     case CallKind::Broadcast:
-      checkCount(call.count, "count");
-      checkBuffer(call.data, call.count, "the buffer");
-      checkRoot();
+      check.single();
+      check.root();
       break;
     case CallKind::Reduce:
-      checkCount(call.count, "count");
-      checkBuffer(call.data, call.count, "the buffer");
-      checkRoot();
-      checkReduction();
+      check.single();
+      check.root();
+      check.reduction();
       break;
     case CallKind::Allgather:
-      checkCount(call.count, "count");
-      checkBlocks(static_cast<size_t>(size));
-      for (void* b : call.blocks) checkBuffer(b, call.count, "an output block");
+      check.count(call.count, "count");
+      check.blocks(static_cast<size_t>(size));
+      for (void* b : call.blocks) check.buffer(b, call.count, "an output block");
       break;
     case CallKind::Gather:
     case CallKind::Scatter:
-      checkCount(call.count, "count");
-      checkRoot();
-      checkBlocks(static_cast<size_t>(size));
+      check.count(call.count, "count");
+      check.root();
+      check.blocks(static_cast<size_t>(size));
       for (int q = 0; q < size; ++q) {
-        if (q == rank || rank == call.root) checkBuffer(call.blocks[q], call.count, "a block");
+        if (q == rank || rank == call.root) check.buffer(call.blocks[q], call.count, "a block");
       }
       break;
-    case CallKind::Alltoall: {
-      checkBlocks(2 * static_cast<size_t>(size));
-      if (call.sendCounts.size() != static_cast<size_t>(size) || call.recvCounts.size() != static_cast<size_t>(size)) {
-        bad("expected ", size, " send and receive split sizes, got ", call.sendCounts.size(), " and ",
-            call.recvCounts.size());
-      }
-      for (int q = 0; q < size; ++q) {
-        checkCount(call.sendCounts[q], "a send split size");
-        checkCount(call.recvCounts[q], "a receive split size");
-        checkBuffer(call.blocks[q], call.sendCounts[q], "a send block");
-        checkBuffer(call.blocks[size + q], call.recvCounts[q], "a receive block");
-      }
-      break;
-    }
+    case CallKind::Alltoall: check.alltoall(); break;
     case CallKind::Send:
     case CallKind::Recv:
-    case CallKind::RecvAnySource:
-      checkCount(call.count, "count");
-      checkBuffer(call.data, call.count, "the buffer");
-      break;
+    case CallKind::RecvAnySource: check.single(); break;
     default: break;
   }
 }

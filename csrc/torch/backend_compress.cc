@@ -55,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
       // The codec and its parameters travel in every message's settings: a
       // rank with another codec (or ratio, levels, rank) fails naming it.
       CollectiveOptions coded = o;
-      coded.codec = codecName;
+      coded.codec = site->tag();
       cc.allreduceSum = [&](void* data, int64_t count, DataType type) {
         scalecomm::allreduce(comm.channel(), data, count, type, ReduceOp::Sum, 1.0, coded);
       };

@@ -101,52 +101,53 @@ void defineCounters(BackendClass& cls) {
           "and its cache of compiled plans (plan_hits, plan_misses, plan_evictions, plan_entries).");
 }
 
+// auto's per-bucket state as Python dicts (BackendClass.tuning).
+py::list tuningRows(ScalecommBackend& b) {
+  py::list out;
+  for (const auto& r : b.group().selector().tuning()) {
+    py::dict d;
+    d["bytes"] = r.bytes;
+    d["phase"] = r.phase;
+    d["source"] = r.source;
+    d["algorithm"] = r.algorithm;
+    d["median_s"] = r.median;
+    d["lo_s"] = r.lo;
+    d["hi_s"] = r.hi;
+    d["calls"] = r.calls;
+    d["explorations"] = r.explorations;
+    d["drift_checks"] = r.driftChecks;
+    d["drifts"] = r.drifts;
+    d["trials"] = r.trials;
+    d["trial_s"] = r.trialSeconds;
+    d["agreement_s"] = r.agreementSeconds;
+    d["paced"] = r.paced;
+    d["leader"] = r.leader;
+    py::list cands;
+    for (const auto& c : r.candidates) {
+      py::dict e;
+      e["algorithm"] = c.algorithm;
+      e["predicted_s"] = c.predicted;
+      e["median_s"] = c.median;
+      e["ratio_high"] = c.ratioHigh;
+      e["trials"] = c.trials;
+      e["trial_s"] = c.trialSeconds;
+      cands.append(e);
+    }
+    d["candidates"] = cands;
+    out.append(d);
+  }
+  return out;
+}
+
 // Which algorithm runs: auto's online choice, its cache and candidates, the model.
 void defineSelection(BackendClass& cls) {
-  cls.def(
-         "tuning",
-         [](ScalecommBackend& b) {
-           py::list out;
-           for (const auto& r : b.group().selector().tuning()) {
-             py::dict d;
-             d["bytes"] = r.bytes;
-             d["phase"] = r.phase;
-             d["source"] = r.source;
-             d["algorithm"] = r.algorithm;
-             d["median_s"] = r.median;
-             d["lo_s"] = r.lo;
-             d["hi_s"] = r.hi;
-             d["calls"] = r.calls;
-             d["explorations"] = r.explorations;
-             d["drift_checks"] = r.driftChecks;
-             d["drifts"] = r.drifts;
-             d["trials"] = r.trials;
-             d["trial_s"] = r.trialSeconds;
-             d["agreement_s"] = r.agreementSeconds;
-             d["paced"] = r.paced;
-             d["leader"] = r.leader;
-             py::list cands;
-             for (const auto& c : r.candidates) {
-               py::dict e;
-               e["algorithm"] = c.algorithm;
-               e["predicted_s"] = c.predicted;
-               e["median_s"] = c.median;
-               e["ratio_high"] = c.ratioHigh;
-               e["trials"] = c.trials;
-               e["trial_s"] = c.trialSeconds;
-               cands.append(e);
-             }
-             d["candidates"] = cands;
-             out.append(d);
-           }
-           return out;
-         },
-         "auto's online allreduce choice per size bucket (messages of up to `bytes`): phase (exploring or "
-         "exploiting), source (explored, cache, model), the winner with its median and interval over ranks "
-         "(seconds), and every candidate's prediction, measured median, ratio interval's upper end against the "
-         "model's choice and trials; the bucket's trials with their total time on this rank (trial_s) and the time "
-         "its agreements took (agreement_s); paced: calls of the leader (named while exploring) that kept the "
-         "explorations within SCALECOMM_AUTO_EXPLORE_PERCENT. Empty where auto is not online for this group.")
+  cls.def("tuning", &tuningRows,
+          "auto's online allreduce choice per size bucket (messages of up to `bytes`): phase (exploring or "
+          "exploiting), source (explored, cache, model), the winner with its median and interval over ranks "
+          "(seconds), and every candidate's prediction, measured median, ratio interval's upper end against the "
+          "model's choice and trials; the bucket's trials with their total time on this rank (trial_s) and the time "
+          "its agreements took (agreement_s); paced: calls of the leader (named while exploring) that kept the "
+          "explorations within SCALECOMM_AUTO_EXPLORE_PERCENT. Empty where auto is not online for this group.")
       .def(
           "set_auto_explore_percent",
           [](ScalecommBackend& b, int percent) {

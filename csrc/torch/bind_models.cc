@@ -16,44 +16,49 @@ py::dict modelDict(const CostParams& c) {
   return d;
 }
 
+namespace {
+
+// predict_allreduce's arguments checked, then the cost model's prediction.
+double predictAllreduce(const std::string& algorithm, int world, int64_t bytes, const py::dict& model,
+                        int64_t segmentBytes, int ranksPerHost, int psServers, int64_t windowBytes) {
+  if (world < 1) throw py::value_error("world must be >= 1");
+  if (ranksPerHost < 0) throw py::value_error("ranks_per_host must be >= 0");
+  if (psServers < 1 || psServers > world) throw py::value_error("ps_servers must lie in [1, world]");
+  const auto* entry = findAllreduceAlgorithm(algorithm);
+  if (entry == nullptr) throw py::value_error("unknown allreduce algorithm '" + algorithm + "'");
+  AlgoParams serving;
+  serving.windowBytes = windowBytes;
+  if (!allreduceServes(algorithm, world, bytes, serving)) {
+    throw py::value_error("allreduce algorithm '" + algorithm + "' does not serve " + std::to_string(world) +
+                          " ranks and " + std::to_string(bytes) + " bytes");
+  }
+  if (!model.contains("alpha") || !model.contains("beta")) {
+    throw py::value_error("the model needs at least alpha and beta (seconds, seconds per byte)");
+  }
+  CostParams c;
+  for (const auto& [name, member] : kModelFields)
+    if (model.contains(name)) c.*member = model[name].cast<double>();
+  if (!model.contains("overhead")) c.overhead = c.alpha;
+  c.segmentBytes = segmentBytes;
+  AlgoParams a;
+  a.psServers = psServers;
+  a.windowBytes = windowBytes;
+  if (ranksPerHost > 0) {
+    for (int r = 0; r < world; ++r) a.hostOf.push_back(r / ranksPerHost);
+  }
+  py::gil_scoped_release noGil;
+  return predictAllreduceSeconds(algorithm, world, bytes, c, a);
+}
+
+}  // namespace
+
 void bindModels(py::module& m) {
-  m.def(
-      "predict_allreduce",
-      [](const std::string& algorithm, int world, int64_t bytes, const py::dict& model, int64_t segmentBytes,
-         int ranksPerHost, int psServers, int64_t windowBytes) {
-        if (world < 1) throw py::value_error("world must be >= 1");
-        if (ranksPerHost < 0) throw py::value_error("ranks_per_host must be >= 0");
-        if (psServers < 1 || psServers > world) throw py::value_error("ps_servers must lie in [1, world]");
-        const auto* entry = findAllreduceAlgorithm(algorithm);
-        if (entry == nullptr) throw py::value_error("unknown allreduce algorithm '" + algorithm + "'");
-        AlgoParams serving;
-        serving.windowBytes = windowBytes;
-        if (!allreduceServes(algorithm, world, bytes, serving)) {
-          throw py::value_error("allreduce algorithm '" + algorithm + "' does not serve " + std::to_string(world) +
-                                " ranks and " + std::to_string(bytes) + " bytes");
-        }
-        if (!model.contains("alpha") || !model.contains("beta")) {
-          throw py::value_error("the model needs at least alpha and beta (seconds, seconds per byte)");
-        }
-        CostParams c;
-        for (const auto& [name, member] : kModelFields)
-          if (model.contains(name)) c.*member = model[name].cast<double>();
-        if (!model.contains("overhead")) c.overhead = c.alpha;
-        c.segmentBytes = segmentBytes;
-        AlgoParams a;
-        a.psServers = psServers;
-        a.windowBytes = windowBytes;
-        if (ranksPerHost > 0) {
-          for (int r = 0; r < world; ++r) a.hostOf.push_back(r / ranksPerHost);
-        }
-        py::gil_scoped_release noGil;
-        return predictAllreduceSeconds(algorithm, world, bytes, c, a);
-      },
-      py::arg("algorithm"), py::arg("world"), py::arg("bytes"), py::arg("model"), py::arg("segment_bytes") = 0,
-      py::arg("ranks_per_host") = 0, py::arg("ps_servers") = 1, py::arg("window_bytes") = 0,
-      "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h). model: the "
-      "cost model's terms by name (tuning_model's and cost_params' keys; alpha and beta required, overhead "
-      "defaults to alpha, the rest to unset); other keys are ignored.");
+  m.def("predict_allreduce", &predictAllreduce, py::arg("algorithm"), py::arg("world"), py::arg("bytes"),
+        py::arg("model"), py::arg("segment_bytes") = 0, py::arg("ranks_per_host") = 0, py::arg("ps_servers") = 1,
+        py::arg("window_bytes") = 0,
+        "Predicted seconds of one allreduce (alpha-beta model of the schedule; see algo/cost_model.h). model: the "
+        "cost model's terms by name (tuning_model's and cost_params' keys; alpha and beta required, overhead "
+        "defaults to alpha, the rest to unset); other keys are ignored.");
   m.def(
       "auto_bucket_bytes", [](int64_t nbytes) { return OnlineTuner::bucketBytes(OnlineTuner::bucketOf(nbytes)); },
       py::arg("nbytes"),
