@@ -6,10 +6,11 @@
 Each round runs one 2-rank job (shared memory) per build, alternating which
 goes first; a job times `pyscalecomm.allreduce(x, codec, key=...)` per codec
 and size (median of --calls calls after 3 warm-up calls, barrier before
-each). A build is a checkout with its extension built in place (python
-setup.py build_ext --inplace); it is put first on PYTHONPATH. Prints, per
-codec and size, each build's median over the rounds and the median and range
-of the per-round ratio a/b (above 1: b is faster).
+each); the codec `none` times the uncompressed `dist.all_reduce` instead. A
+build is a checkout with its extension built in place (python setup.py
+build_ext --inplace); it is put first on PYTHONPATH. Prints, per codec and
+size, each build's median over the rounds and the median and range of the
+per-round ratio a/b (above 1: b is faster).
 """
 
 from __future__ import annotations
@@ -44,16 +45,23 @@ def _worker(rank, port, codecs, sizes, calls, queue):
     dist.init_process_group("scalecomm", rank=rank, world_size=2)
     out = {}
     for nbytes in sizes:
-        x = torch.randn(nbytes // 4, generator=torch.Generator().manual_seed(rank))
+        x = torch.randn(max(1, nbytes // 4), generator=torch.Generator().manual_seed(rank))
         for codec in codecs:
             y = x.clone()
+
+            def call(y=y, codec=codec, nbytes=nbytes):
+                if codec == "none":
+                    dist.all_reduce(y)
+                else:
+                    pyscalecomm.allreduce(y, codec, key=f"{codec}@{nbytes}")
+
             for _ in range(3):
-                pyscalecomm.allreduce(y, codec, key=f"{codec}@{nbytes}")
+                call()
             times = []
             for _ in range(calls):
                 dist.barrier()
                 t = time.perf_counter()
-                pyscalecomm.allreduce(y, codec, key=f"{codec}@{nbytes}")
+                call()
                 times.append(time.perf_counter() - t)
             out[f"{codec}@{nbytes}"] = statistics.median(times)
     if rank == 0:

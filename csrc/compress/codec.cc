@@ -26,9 +26,26 @@ int64_t keptElements(int64_t n, double ratio) {
   return std::max<int64_t>(1, std::min<int64_t>(n, static_cast<int64_t>(std::llround(n * ratio))));
 }
 
+// The table: one line per file of compress/codecs/, each of which defines
+// its entry function. Order is the order users see.
+#define SCALECOMM_CODECS(X) \
+  X(fp16Codec)              \
+  X(bf16Codec)              \
+  X(topkCodec)              \
+  X(topkSampledCodec)       \
+  X(randomkCodec)           \
+  X(qsgdCodec)              \
+  X(signCodec)              \
+  X(powersgdCodec)
+
+#define SCALECOMM_DECLARE_CODEC(entry) CodecEntry entry();
+SCALECOMM_CODECS(SCALECOMM_DECLARE_CODEC)
+#undef SCALECOMM_DECLARE_CODEC
+
 const std::vector<CodecEntry>& codecRegistry() {
-  static const std::vector<CodecEntry> table = {fp16Codec(),    bf16Codec(), topkCodec(), topkSampledCodec(),
-                                                randomkCodec(), qsgdCodec(), signCodec(), powersgdCodec()};
+#define SCALECOMM_LIST_CODEC(entry) entry(),
+  static const std::vector<CodecEntry> table = {SCALECOMM_CODECS(SCALECOMM_LIST_CODEC)};
+#undef SCALECOMM_LIST_CODEC
   return table;
 }
 

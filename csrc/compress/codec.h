@@ -7,8 +7,8 @@
 // "topk:0.01", "qsgd:8", "powersgd:4", ...) against that table
 // (Error(InvalidArgument) naming the choices otherwise); the parser, str(),
 // biased(), makeCodec, the compressed allreduce, the hooks and
-// pyscalecomm.codec_table() read it. Adding a codec is its file plus one
-// entry.
+// pyscalecomm.codec_table() read it. Adding a codec is its file (which
+// defines `CodecEntry <name>Codec()`) plus one line of the table in codec.cc.
 //
 // A Codec works on raw host memory: float32 values in, a byte payload out,
 // with no dependency beyond the standard library (the C++ tests build and
@@ -109,15 +109,5 @@ template <typename T>
 inline void storeField(uint8_t* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
-
-// The entries, one per file of compress/codecs/.
-CodecEntry fp16Codec();
-CodecEntry bf16Codec();
-CodecEntry topkCodec();
-CodecEntry topkSampledCodec();
-CodecEntry randomkCodec();
-CodecEntry qsgdCodec();
-CodecEntry signCodec();
-CodecEntry powersgdCodec();
 
 }  // namespace scalecomm

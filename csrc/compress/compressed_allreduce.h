@@ -14,8 +14,8 @@
 // `step` must be equal on every rank (the codecs' shared seed) and advance
 // per call. Errors from comms propagate; `x` and `state` are then
 // unspecified.
-// (The torch adapter skips all of this on a group of one rank or for an empty
-// tensor: nothing is sent, so the tensor stays exact.)
+// (The Group skips all of this on a group of one rank or for an empty
+// buffer: nothing is sent, so the values stay exact; group/compressed_call.cc.)
 // Thread safety: one call per state at a time; a site serves many threads.
 #pragma once
 

@@ -46,6 +46,15 @@ class ArgumentChecks {
     count(call_.count, "count");
     buffer(call_.data, call_.count, "the buffer");
   }
+  // A compressed allreduce: float32 values, a prepared site and a state slot.
+  void compressed() const {
+    single();
+    if (call_.dtype != DataType::Float32)
+      bad("compressed allreduce takes float32 values, not ", dataTypeName(call_.dtype));
+    if (!call_.compressed || !call_.compressed->site || !call_.compressed->slot) {
+      bad("a compressed allreduce needs its prepared site and state slot (Group::compressedSite, compressionStates)");
+    }
+  }
   void alltoall() const {
     blocks(2 * static_cast<size_t>(size_));
     if (call_.sendCounts.size() != static_cast<size_t>(size_) ||
@@ -106,6 +115,7 @@ void checkArguments(const Call& call, int rank, int size) {
     case CallKind::Send:
     case CallKind::Recv:
     case CallKind::RecvAnySource: check.single(); break;
+    case CallKind::CompressedAllreduce: check.compressed(); break;
     default: break;
   }
 }

@@ -10,7 +10,8 @@ namespace {
 // the kinds that have no selection of their own.
 CollectiveKind selectedAs(CallKind kind) {
   switch (kind) {
-    case CallKind::Allreduce: return CollectiveKind::Allreduce;
+    case CallKind::Allreduce:
+    case CallKind::CompressedAllreduce: return CollectiveKind::Allreduce;
     case CallKind::Broadcast: return CollectiveKind::Broadcast;
     case CallKind::Reduce: return CollectiveKind::Reduce;
     case CallKind::Allgather: return CollectiveKind::Allgather;

@@ -330,7 +330,8 @@ Channel& Group::hostChannel(CallKind kind) {
     case CallKind::Send:
     case CallKind::Recv:
     case CallKind::RecvAnySource:
-    case CallKind::SendRecvBatch: return comm_->channel();
+    case CallKind::SendRecvBatch:
+    case CallKind::CompressedAllreduce: return comm_->channel();
     default: return comm_->collectiveChannel();
   }
 }
@@ -371,9 +372,7 @@ void Group::runBody(Call& call, Channel& ch, CollectiveOptions& o) {
         if (!op.send) op.pairSeq = ++received_[op.peer];
       }
       return pointToPointBatch(ch, call.batch, o);
-    case CallKind::Custom:
-      if (call.body) call.body(links, o);
-      return;
+    case CallKind::CompressedAllreduce: return runCompressed(call, ch, o);
   }
 }
 

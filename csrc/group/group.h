@@ -52,6 +52,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "algo/collectives.h"
@@ -60,6 +61,7 @@
 #include "comm/communicator.h"
 #include "comm/queued_channel.h"
 #include "comm/worker.h"
+#include "compress/compression_states.h"
 #include "core/label.h"
 #include "core/store.h"
 #include "group/call_watcher.h"
@@ -87,12 +89,12 @@ enum class CallKind : uint8_t {
   Recv,
   RecvAnySource,
   SendRecvBatch,
-  Custom,
+  CompressedAllreduce,
 };
 
 // One call, described as data. Fields a kind does not use are ignored.
 struct Call {
-  CallKind kind = CallKind::Custom;
+  CallKind kind = CallKind::Barrier;  // every caller sets it
   Label name;  // errors, stats, timeline: "allreduce:ring", "all_gather_into_tensor:ring", "send", ...
   DataType dtype = DataType::Opaque;
   ReduceOp op = ReduceOp::None;
@@ -132,8 +134,10 @@ struct Call {
   // Run on the executing thread before and after the collective (host
   // staging, copies into and out of the buffers). A throw fails the call.
   std::function<void()> before, after;
-  // Custom calls: the body, given the group's communicator and the call's options.
-  std::function<void(Communicator&, const CollectiveOptions&)> body;
+  // CompressedAllreduce: `data` holds `count` float32 values in host memory,
+  // replaced by their sum over ranks through the site's codec, with the
+  // slot's error-feedback state (group/compressed_call.cc).
+  std::shared_ptr<const CompressedCall> compressed;
   // Called exactly once on the executing thread: nullptr on success, else the error.
   std::function<void(const Error*)> done;
   // Receive from any source: set to the sender before done runs.
@@ -227,6 +231,13 @@ class Group : public std::enable_shared_from_this<Group> {
   using Prepared = Selector::Prepared;
   const Prepared& prepare(CallKind kind, const char* collective, int64_t bytes);
 
+  // Compressed allreduce: the prepared site of a codec spec (parsed, its
+  // codec made and its titles interned once per spec; Error(InvalidArgument)
+  // naming the choices for a bad one), and the group's compression state per
+  // tensor key, which a CompressedCall holds as its slot. Any thread.
+  std::shared_ptr<const CompressedSite> compressedSite(const std::string& spec);
+  CompressionStates& compressionStates() { return compression_; }
+
   // Coalescing (batch_isend_irecv): sends and receives submitted between
   // startCoalescing() and endCoalescing() are numbered at once and run as one
   // batch that progresses all of them together: the parts' before hooks run
@@ -319,6 +330,7 @@ class Group : public std::enable_shared_from_this<Group> {
   Error explained(const Error& e, uint64_t id);
   void watchFailed(const std::string& why);
   void runBody(Call& call, Channel& ch, CollectiveOptions& o);
+  void runCompressed(const Call& call, Channel& ch, const CollectiveOptions& o);
   // Sends and receives posted without waiting (group/point_to_point.cc): a
   // host send or receive run by the worker is moved a piece at a time with
   // every other one in flight, so posted operations progress together; any
@@ -369,6 +381,9 @@ class Group : public std::enable_shared_from_this<Group> {
   std::shared_ptr<const TimelineRow> timelineRow_;
   DeviceChannels deviceChannels_;
   std::atomic<uint64_t> inlineCalls_{0}, workerCalls_{0};
+  std::mutex sitesMu_;
+  std::unordered_map<std::string, std::shared_ptr<const CompressedSite>> compressedSites_;  // by spec as given
+  CompressionStates compression_;
   std::vector<std::unique_ptr<InFlight>> inFlight_;  // worker thread: empty whenever the worker is idle
   bool coalescing_ = false;                          // submit thread
   std::vector<std::pair<Call, uint64_t>> pending_;   // the batch being coalesced, with pair numbers

@@ -111,6 +111,7 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const Error& e) {
     rethrow(e);
   }
+  compression_ = std::make_unique<CompressionStore>(group_->compressionStates());
   if (nvtxEnabled()) group_->addWatcher(std::make_shared<NvtxWatcher>());
   nccl_ = std::make_shared<NcclGroups>(store, "scalecomm/" + config.groupName, rank, size);
   group_->state()->onAbort([nccl = nccl_] { nccl->abort(); });

@@ -148,15 +148,12 @@ class ScalecommBackend : public c10d::Backend {
   // Allreduce (sum, or mean with `average`) of a floating tensor through a
   // codec (compress/codec.h), with error feedback per `key` (errorFeedback:
   // -1 the codec's default, 0 off, 1 on); an empty key: per the tensor's
-  // memory, for as long as its storage lives (CompressionStore::withOwner).
+  // memory, for as long as its storage lives (CompressionStore::slotOwnedBy).
   // Validates like allreduce.
   c10::intrusive_ptr<c10d::Work> allreduceCompressed(const at::Tensor& t, const std::string& spec,
                                                      const std::string& key, int errorFeedback, bool average,
                                                      std::chrono::milliseconds timeout);
   CompressionStore& compressionState() { return *compression_; }
-  // The prepared site of a compression spec: parsed, its codec made and its
-  // titles interned once per spec (Error(InvalidArgument) for a bad spec).
-  std::shared_ptr<const CompressedSite> compressedSite(const std::string& spec);
 
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return group_->lastSeq(); }
@@ -186,8 +183,7 @@ class ScalecommBackend : public c10d::Backend {
   // channel when the build has NCCL, SCALECOMM_CUDA_TRANSPORT is not host and
   // `onDevice` (the collective has a device form); otherwise they are staged
   // through pinned host memory.
-  std::shared_ptr<HostStage> stageFor(const char* collective, const std::vector<at::Tensor>& tensors,
-                                      bool onDevice = true) {
+  std::shared_ptr<HostStage> stageFor(const char* collective, c10::ArrayRef<at::Tensor> tensors, bool onDevice = true) {
     auto device = DeviceCall::begin(tensors, collective, getRank());
     const bool direct = onDevice && device && config().cudaTransport != "host" && NcclGroups::available();
     TORCH_CHECK(!device || direct || !device->capturing(), "scalecomm ", collective, " (rank ", getRank(),
@@ -209,12 +205,10 @@ class ScalecommBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Store> store_;  // this group's (torch's prefix store): shrink rendezvous under it
   std::shared_ptr<Group> group_;
-  std::shared_ptr<NcclGroups> nccl_;  // CUDA allreduce; communicators made on first use
-  std::shared_ptr<CompressionStore> compression_ = std::make_shared<CompressionStore>();
-  std::atomic<bool> compressionAnnounced_{false};  // the group default codec's one warning
-  std::mutex sitesMu_;
-  std::unordered_map<std::string, std::shared_ptr<const CompressedSite>> sites_;  // by spec as given
-  std::vector<c10::intrusive_ptr<ScalecommWork>> batchParts_;                     // Works of the batch being coalesced
+  std::shared_ptr<NcclGroups> nccl_;                           // CUDA allreduce; communicators made on first use
+  std::unique_ptr<CompressionStore> compression_;              // over the group's states
+  std::atomic<bool> compressionAnnounced_{false};              // the group default codec's one warning
+  std::vector<c10::intrusive_ptr<ScalecommWork>> batchParts_;  // Works of the batch being coalesced
 };
 
 }  // namespace scalecomm

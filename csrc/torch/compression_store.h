@@ -1,73 +1,68 @@
-// scalecomm torch adapter: a group's compression state (error-feedback
-// residuals and PowerSGD's warm start), one entry per tensor key.
+// scalecomm torch adapter: the compression state of a torch group: the
+// Group's state slots (compress/compression_states.h), plus which storage
+// owns each memory-keyed slot.
 //
-// Contract: with(key, fn) runs fn on the key's CompressState under the
-// store's lock (the worker, during a compressed allreduce). withOwner(key,
-// owner, fn) does the same for state keyed by memory (an address): the
-// state belongs to the storage that held that memory when it was made, and
-// starts afresh when the key's memory now belongs to another storage (the
-// first was freed and its address reused), so no tensor ever gets another
-// one's residual. forget(key) drops one entry. snapshot()
-// returns copies of every entry (a checkpoint's state_dict); restore()
-// replaces all entries; reset() forgets them (residuals restart at zero).
-// Thread safe: the worker and the Python thread may call at the same time.
+// Contract: slot(key) is the Group's slot of a named key. slotOwnedBy(key,
+// owner) is the slot of state keyed by memory (an address): it belongs to
+// the storage that held that memory when it was made, and starts afresh
+// when the key's memory now belongs to another storage (the first was freed
+// and its address reused), so no tensor ever gets another one's residual.
+// forget(key) drops one entry. snapshot() copies every entry (a
+// checkpoint's state_dict); restore() replaces them (memory-keyed ones
+// restored start afresh at their next call: their storage is unknown);
+// reset() empties them (residuals restart at zero).
+// Thread safety: the Python thread and the submitting thread may call at
+// the same time.
 #pragma once
 
-#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include <c10/core/StorageImpl.h>
 
-#include "compress/compressed_allreduce.h"
+#include "compress/compression_states.h"
 
 namespace scalecomm {
 
 class CompressionStore {
  public:
-  template <typename Fn>
-  auto with(const std::string& key, Fn&& fn) {
-    std::lock_guard<std::mutex> g(mu_);
-    return fn(states_[key]);
-  }
+  explicit CompressionStore(CompressionStates& states) : states_(states) {}
   using Owner = c10::weak_intrusive_ptr<c10::StorageImpl>;
-  template <typename Fn>
-  auto withOwner(const std::string& key, const Owner& owner, Fn&& fn) {
+  std::shared_ptr<CompressSlot> slot(const std::string& key) { return states_.slot(key); }
+  std::shared_ptr<CompressSlot> slotOwnedBy(const std::string& key, const Owner& owner) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = owners_.find(key);
     // A weak reference keeps its StorageImpl allocated, so a storage made
     // since at the same address is a different object: compared by identity.
     if (it == owners_.end() || it->second._unsafe_get_target() != owner._unsafe_get_target()) {
-      states_.erase(key);
+      states_.forget(key);
       owners_.insert_or_assign(key, owner);
     }
-    return fn(states_[key]);
+    return states_.slot(key);
   }
   void forget(const std::string& key) {
     std::lock_guard<std::mutex> g(mu_);
-    states_.erase(key);
+    states_.forget(key);
     owners_.erase(key);
   }
-  std::map<std::string, CompressState> snapshot() const {
-    std::lock_guard<std::mutex> g(mu_);
-    return states_;
-  }
+  std::map<std::string, CompressState> snapshot() const { return states_.snapshot(); }
   void restore(std::map<std::string, CompressState> states) {
     std::lock_guard<std::mutex> g(mu_);
-    states_ = std::move(states);
-    owners_.clear();  // memory-keyed entries restored from a checkpoint start afresh
+    states_.restore(std::move(states));
+    owners_.clear();
   }
   void reset() {
     std::lock_guard<std::mutex> g(mu_);
-    states_.clear();
+    states_.reset();
     owners_.clear();
   }
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, CompressState> states_;
-  std::map<std::string, Owner> owners_;  // memory-keyed entries: the storage each belongs to
+  CompressionStates& states_;  // the Group's, which outlives this store
+  std::mutex mu_;              // before the states'
+  std::map<std::string, Owner> owners_;
 };
 
 }  // namespace scalecomm

@@ -4,8 +4,11 @@
 // binary exits nonzero if any test failed.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -73,6 +76,25 @@ void checkEq(const A& a, const B& b, const char* ea, const char* eb, const char*
     os << file << ":" << line << ": CHECK_EQ(" << ea << ", " << eb << ") failed: " << a << " vs " << b;
     throw Failure{os.str()};
   }
+}
+
+// n standard normal floats from `seed`.
+inline std::vector<float> gaussian(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// ||a - b|| / ||b||.
+inline double relativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 // Runs fn(i) on one thread per i in [0, n) and returns each thread's

@@ -18,16 +18,10 @@
 #include "harness.h"
 
 using namespace scalecomm;
+using sctest::gaussian;
+using sctest::relativeError;
 
 namespace {
-
-std::vector<float> gaussian(int64_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(gen);
-  return v;
-}
 
 // A spec of every codec entry with one round, e.g. "topk:0.1".
 std::vector<std::string> oneRoundSpecs() {
@@ -38,15 +32,6 @@ std::vector<std::string> oneRoundSpecs() {
     out.push_back(std::string(c.name) + args[static_cast<int>(c.arg)]);
   }
   return out;
-}
-
-double relativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 struct RoundTrip {

@@ -25,6 +25,9 @@ class RandomkCodec final : public Codec {
     }
     const float* acc = r ? r : x;
     for (int64_t j = 0; j < k; ++j) storeField<float>(payload + 4 * j, acc[position(seed, j, n)]);
+    // The residual is cleared in a second pass (positions drawn again, which
+    // is cheaper than storing them): a position drawn twice must send its
+    // value both times, as decodeAdd reads every slot before it writes.
     if (r) {
       for (int64_t j = 0; j < k; ++j) r[position(seed, j, n)] = 0.f;  // sent exactly
     }

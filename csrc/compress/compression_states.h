@@ -1,0 +1,55 @@
+// scalecomm compress: a group's compression state (error-feedback residuals
+// and PowerSGD's warm start), one slot per tensor key.
+//
+// Contract: slot(key) returns the key's slot, made empty on first use; a
+// prepared compressed call holds it, so the call finds its state without a
+// lookup, and runs under the slot's own lock (one call per slot at a time).
+// forget(key) drops the key's slot from the table (a call that holds it
+// still runs on it; the next slot(key) is a new, empty one). snapshot()
+// copies every slot that holds something (a checkpoint); restore() empties
+// every slot in place, then fills the restored keys' (a call prepared
+// before keeps its slot and sees the restored state); reset() empties every
+// slot in place.
+// Thread safety: every method from any thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "compress/compressed_allreduce.h"
+
+namespace scalecomm {
+
+struct CompressSlot {
+  std::mutex mu;
+  CompressState state;
+};
+
+// What a compressed allreduce call carries (group/group.h,
+// CallKind::CompressedAllreduce): its prepared site, its state's slot,
+// whether error feedback is on, and PowerSGD's matrix rows (0: the
+// tensor's own square-ish shape).
+struct CompressedCall {
+  std::shared_ptr<const CompressedSite> site;
+  std::shared_ptr<CompressSlot> slot;
+  bool errorFeedback = false;
+  int64_t matrixRows = 0;
+};
+
+class CompressionStates {
+ public:
+  std::shared_ptr<CompressSlot> slot(const std::string& key);
+  void forget(const std::string& key);
+  std::map<std::string, CompressState> snapshot() const;
+  void restore(std::map<std::string, CompressState> states);
+  void reset();
+
+ private:
+  mutable std::mutex mu_;  // before any slot's
+  std::unordered_map<std::string, std::shared_ptr<CompressSlot>> slots_;
+};
+
+}  // namespace scalecomm

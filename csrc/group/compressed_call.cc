@@ -1,0 +1,65 @@
+// The Group's compressed allreduce (CallKind::CompressedAllreduce): the
+// prepared sites, and the call run over the group's own allreduce and
+// allgather (compress/compressed_allreduce.h) on the stream channel, whose
+// messages carry the site's codec tag, so a rank with another codec (or
+// ratio, levels, rank) fails naming it.
+#include "algo/registry.h"
+#include "group/group.h"
+
+namespace scalecomm {
+
+std::shared_ptr<const CompressedSite> Group::compressedSite(const std::string& spec) {
+  std::lock_guard<std::mutex> g(sitesMu_);
+  auto it = compressedSites_.find(spec);
+  if (it == compressedSites_.end())
+    it = compressedSites_.emplace(spec, std::make_shared<const CompressedSite>(CodecSpec::parse(spec))).first;
+  return it->second;
+}
+
+namespace {
+
+// An error of the inner allreduce or allgather, named as the call the user made.
+Error asCompressedCall(const Error& e, const std::string& codec) {
+  std::string what = e.what();
+  for (const char* inner : {"scalecomm allgather (", "scalecomm allreduce ("}) {
+    const std::string head(inner);
+    if (what.rfind(head, 0) == 0) {
+      what = strCat("scalecomm allreduce with codec ", codec, " (", what.substr(head.size()));
+      break;
+    }
+  }
+  return Error(e.kind(), what);
+}
+
+}  // namespace
+
+void Group::runCompressed(const Call& call, Channel& ch, const CollectiveOptions& o) {
+  // One rank, or nothing to send: the sum is the values themselves (exact;
+  // no codec, no residual).
+  if (size_ == 1 || call.count == 0) return;
+  const CompressedCall& c = *call.compressed;
+  CollectiveOptions coded = o;
+  coded.codec = c.site->tag();
+  CompressComms cc;
+  cc.rank = rank_;
+  cc.size = size_;
+  cc.allreduceSum = [&](void* data, int64_t count, DataType type) {
+    allreduce(ch, data, count, type, ReduceOp::Sum, 1.0, coded);
+  };
+  cc.allgatherBytes = [&](uint8_t* all, int64_t bytes) {
+    std::vector<void*> blocks;
+    for (int q = 0; q < size_; ++q) blocks.push_back(all + q * bytes);
+    CollectiveOptions g = coded;
+    g.algorithm = o.algorithm.is(AlgorithmKind::Native) ? o.algorithm : AlgorithmRef(ringAlgorithm());
+    allgather(ch, blocks, bytes, DataType::Opaque, g);
+  };
+  std::lock_guard<std::mutex> g(c.slot->mu);
+  try {
+    compressedAllreduce(static_cast<float*>(call.data), call.count, *c.site, c.errorFeedback, c.slot->state, cc,
+                        c.slot->state.steps, c.matrixRows);
+  } catch (const Error& e) {
+    throw asCompressedCall(e, c.site->name());
+  }
+}
+
+}  // namespace scalecomm
