@@ -58,6 +58,11 @@ def test_sweep_grid_is_the_product_in_order_and_names_bad_keys():
         expand(RunConfig(backend="nccl"), [])
     with pytest.raises(ValueError, match="bucket_mb must be >= 0"):
         expand(RunConfig(), ["bucket_mb=0,-1"])
+    # an unknown or incomplete codec is refused here, in the parent, naming the choices
+    with pytest.raises(ValueError, match="compress=topkk:0.01: scalecomm: unknown compression"):
+        expand(RunConfig(backend="scalecomm"), ["compress=none,topkk:0.01"])
+    with pytest.raises(ValueError, match="give the fraction of values kept"):
+        expand(RunConfig(backend="scalecomm", compress="topk"), [])
     assert RunConfig().bucket_mb == 0  # DDP's own default buckets unless asked
 
 
