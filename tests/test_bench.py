@@ -226,7 +226,7 @@ def test_simulate_prices_every_algorithm_and_names_a_winner(tmp_path):
             "256M",
             "--alpha",
             "5us",
-            "--bandwidth",
+            "--rate",
             "100Gbit",
         ],
         tmp_path,

@@ -30,7 +30,7 @@ def _env():
 
 
 def _train(args, tmp_path, prefix=(), timeout=300):
-    cmd = [*prefix, sys.executable, "-m", "pyscalecomm.train", "--out", str(tmp_path / "out"), *args]
+    cmd = [*prefix, sys.executable, "-m", "pyscalecomm.train", "--out-dir", str(tmp_path / "out"), *args]
     return subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -331,7 +331,7 @@ def test_runs_under_torchrun_with_the_jobs_world(tmp_path):
     prefix = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", port]
     args = ["--sweep", "backend=gloo,scalecomm", "--epochs", "1", "--steps", "2", "--width", "16"]
     args += ["--no-plots", "--repeat", "2"]
-    cmd = [*prefix, "-m", "pyscalecomm.train", "--out", str(tmp_path / "out"), *args]
+    cmd = [*prefix, "-m", "pyscalecomm.train", "--out-dir", str(tmp_path / "out"), *args]
     p = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     assert p.stdout.count("| world | threads |") == 1  # rank 0 reports
