@@ -41,7 +41,10 @@ def _started_by_launcher_without_rank() -> bool:
 def _wrap_env_rendezvous() -> None:
     """init_process_group's env:// rendezvous, first filling the launcher's
     variables where torch would otherwise refuse for want of RANK."""
-    from torch.distributed import rendezvous as rdzv
+    import importlib
+
+    # (torch.distributed.rendezvous is also the name of a function torch.distributed exports)
+    rdzv = importlib.import_module("torch.distributed.rendezvous")
 
     original = rdzv._rendezvous_handlers.get("env")
     if original is None or getattr(original, "_scalecomm_launcher", False):
