@@ -128,7 +128,11 @@ def parse_args(argv=None):
     p.add_argument("--ranks-per-host", type=int, default=0, help="hosts of this many ranks (0: one per rank)")
     p.add_argument("--intra-alpha", type=parse_time, default=None, help="latency inside a host")
     p.add_argument(
-        "--intra-rate", "--intra-bandwidth", dest="intra_bandwidth", type=parse_rate, default=None,
+        "--intra-rate",
+        "--intra-bandwidth",
+        dest="intra_bandwidth",
+        type=parse_rate,
+        default=None,
         help="link rate inside a host",
     )
     p.add_argument("--ps-servers", type=int, default=1, help="server ranks of ps")
