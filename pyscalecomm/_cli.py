@@ -37,3 +37,15 @@ def add_nproc(parser: argparse.ArgumentParser, default: int = 0, help: str = "")
         default=default,
         help=help or "spawn this many local ranks (no launcher needed)",
     )
+
+
+def warn_old_spellings(prog: str, argv, renamed: dict[str, str]) -> None:
+    """Tells on stderr which of ``argv``'s options are old spellings (the
+    parser still takes them, for one release) and what they are called now."""
+    import sys
+
+    for arg in argv if argv is not None else sys.argv[1:]:
+        old = arg.split("=", 1)[0]
+        if old in renamed:
+            now = renamed[old]
+            print(f"{prog}: {old} is now {now} (the old spelling goes in the next release)", file=sys.stderr)

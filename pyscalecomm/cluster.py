@@ -1,7 +1,7 @@
 """An emulated cluster on one machine: hosts as network namespaces on rate-limited links.
 
     sudo python -m pyscalecomm.cluster --hosts 4 --rate 1gbit -- \\
-        python -m pyscalecomm.bench -b 1M -e 64M --backends scalecomm,gloo
+        python -m pyscalecomm.bench -b 1M -e 64M --baselines gloo
 
 Creates one network namespace per host (``sc<id>h<i>``), joins them with a
 bridge in a namespace of its own (``sc<id>br``: nothing touches the machine's

@@ -20,6 +20,27 @@ _OPS = {
     "min": dist.ReduceOp.MIN,
     "max": dist.ReduceOp.MAX,
 }
+_ALIASES = {"prod": "product", "mean": "avg", "average": "avg"}
+
+
+def _op_name(op) -> str:
+    """``op`` as one of _OPS: a name in any case ("SUM", "max", "prod") or
+    torch's ``dist.ReduceOp.SUM`` (and the others); ValueError otherwise."""
+    if isinstance(op, str):
+        name = _ALIASES.get(op.lower(), op.lower())
+        if name in _OPS:
+            return name
+    else:
+        for name, value in _OPS.items():
+            try:
+                if op == value:
+                    return name
+            except (TypeError, RuntimeError):
+                break
+    raise ValueError(
+        f"pyscalecomm.allreduce: op {op!r} is not one of {', '.join(_OPS)} "
+        f"(any case) or torch.distributed.ReduceOp.SUM/AVG/PRODUCT/MIN/MAX"
+    )
 
 
 def as_tensor(array, collective: str) -> torch.Tensor:
@@ -60,7 +81,7 @@ def allreduce(
     array,
     compression: str | None = None,
     *,
-    op: str = "sum",
+    op="sum",
     group=None,
     async_op: bool = False,
     key: str | None = None,
@@ -70,15 +91,15 @@ def allreduce(
     group) and returns it (with ``async_op``: a handle whose ``wait()``
     finishes the call; the array holds the result after it).
 
-    ``op``: ``sum``, ``avg``, ``product``, ``min`` or ``max``.
+    ``op``: ``sum``, ``avg``, ``product``, ``min`` or ``max`` (any case), or
+    torch's ``dist.ReduceOp.SUM`` and the others.
     ``compression``: a codec (``fp16``, ``bf16``, ``topk:0.01``, ...;
     docs/compression.md) for floating ``sum``/``avg``; ``key`` names the
     error-feedback state (default: the array's memory, for as long as the
     array, or the array it views, lives: an array made anew, even at a freed
     array's address, starts from zero error) and ``error_feedback``
     overrides the codec's default."""
-    if op not in _OPS:
-        raise ValueError(f"pyscalecomm.allreduce: op {op!r} is not one of {', '.join(_OPS)}")
+    op = _op_name(op)
     tensor = as_tensor(array, "allreduce")
     if compression is None:
         work = dist.all_reduce(tensor, op=_OPS[op], group=group, async_op=async_op)

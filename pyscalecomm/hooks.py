@@ -1,6 +1,6 @@
 """DDP communication hooks that use scalecomm's compressed allreduce.
 
-    model.register_comm_hook(None, pyscalecomm.hooks.compressed(codec="topk", ratio=0.01))
+    model.register_comm_hook(None, pyscalecomm.hooks.compressed("topk:0.01"))
 
 The hook averages each gradient bucket across the group through the codec,
 with error feedback kept by the backend per bucket (see pyscalecomm.compress).
@@ -9,6 +9,8 @@ with error feedback kept by the backend per bucket (see pyscalecomm.compress).
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations
 # (bucket: dist.GradBucket, return: Future[Tensor]) as objects.
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -34,14 +36,34 @@ def codec_spec(
 
 
 def compressed(
-    codec: str = "topk",
-    ratio: float | None = 0.01,
+    compression: str | None = None,
+    *,
+    error_feedback: bool | None = None,
+    codec: str | None = None,
+    ratio: float | None = None,
     levels: int | None = None,
     rank: int | None = None,
-    error_feedback: bool | None = None,
 ):
-    """A DDP comm hook: ``hook(state, bucket) -> Future[Tensor]`` (the averaged bucket)."""
-    spec = codec_spec(codec, ratio, levels, rank)
+    """A DDP comm hook: ``hook(state, bucket) -> Future[Tensor]`` (the averaged bucket).
+
+    ``compression`` is a codec spec as everywhere else (``"topk:0.01"``,
+    ``"powersgd:4"``, ``"fp16"``; docs/compression.md). The keywords
+    ``codec=``, ``ratio=``, ``levels=`` and ``rank=`` (and no spec at all,
+    which meant top-k 1 %) are the old spelling: still taken, with a
+    FutureWarning, until the next release."""
+    old = {"codec": codec, "ratio": ratio, "levels": levels, "rank": rank}
+    if compression is None or any(v is not None for v in old.values()):
+        if compression is not None:
+            raise ValueError(
+                "pyscalecomm.hooks.compressed: give the spec (e.g. 'topk:0.01') or codec=..., not both"
+            )
+        compression = codec_spec(codec or "topk", 0.01 if ratio is None else ratio, levels, rank)
+        warnings.warn(
+            f"pyscalecomm.hooks.compressed(codec=..., ratio=...) is now compressed({compression!r})",
+            FutureWarning,
+            stacklevel=2,
+        )
+    spec = codec_spec(compression)
     ef = -1 if error_feedback is None else int(bool(error_feedback))
 
     def hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

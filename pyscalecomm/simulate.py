@@ -1,12 +1,12 @@
 """Price allreduce algorithms for any world size without running them.
 
-    python -m pyscalecomm.simulate --world 1024 --bytes 256M --alpha 5us --bandwidth 100Gbit
-    python -m pyscalecomm.simulate --sweep --alpha 5us --bandwidth 100Gbit
-    python -m pyscalecomm.simulate --ranks-per-host 8 --intra-alpha 1us --intra-bandwidth 200GB ...
-    python -m pyscalecomm.simulate --measured bench.jsonl --alpha 20us --bandwidth 4GB
+    python -m pyscalecomm.simulate --world 1024 --bytes 256M --alpha 5us --rate 100Gbit
+    python -m pyscalecomm.simulate --sweep --alpha 5us --rate 100Gbit
+    python -m pyscalecomm.simulate --ranks-per-host 8 --intra-alpha 1us --intra-rate 200GB ...
+    python -m pyscalecomm.simulate --measured bench.jsonl --alpha 20us --rate 4GB
     python -m pyscalecomm.simulate --measured bench.jsonl --tuning-file CACHE   # probed vs fitted model
     python -m pyscalecomm.simulate --strategy ddp,fsdp,tp,pp,dp+tp,dp+pp --world 512 --mesh 64x8 \
-        --model transformer --width 1024 --batch-size 8 --alpha 10us --bandwidth 100Gbit
+        --model transformer --width 1024 --batch-size 8 --alpha 10us --rate 100Gbit
 
 The model (csrc/algo/cost_model.h) walks each algorithm's real schedule: the
 first segment crosses every step (per step, the slowest rank pays alpha, a
@@ -24,7 +24,7 @@ prices every point with that cache's model too and prints both errors.
 (pyscalecomm.train.predict: the same model the driver prints before a run):
 each one's step time (compute, communication) and model state per rank for
 --model at --width, --batch-size samples per rank, on --world ranks over
-links of --alpha and --bandwidth, with the expected winner. Compute is the
+links of --alpha and --rate, with the expected winner. Compute is the
 model's forward and backward measured on this machine (with each strategy's
 PyTorch overhead), or --compute-ms for the global batch on another machine.
 """
@@ -36,7 +36,7 @@ import re
 import statistics
 import sys
 
-from pyscalecomm._cli import HelpFormatter, add_version
+from pyscalecomm._cli import HelpFormatter, add_version, warn_old_spellings
 from pyscalecomm.units import parse_rate
 
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -113,7 +113,12 @@ def parse_args(argv=None):
     p.add_argument("--bytes", type=parse_size, default=256 << 20)
     p.add_argument("--alpha", type=parse_time, default=parse_time("5us"), help="latency per message")
     p.add_argument(
-        "--bandwidth", type=parse_rate, default=parse_rate("100Gbit"), help="per rank, each direction"
+        "--rate",
+        "--bandwidth",
+        dest="bandwidth",
+        type=parse_rate,
+        default=parse_rate("100Gbit"),
+        help="link rate per rank, each direction (100Gbit, 10GB)",
     )
     p.add_argument(
         "--overhead", type=parse_time, default=parse_time("0.5us"), help="per extra message in a step"
@@ -122,7 +127,14 @@ def parse_args(argv=None):
     p.add_argument("--segment", type=parse_size, default=256 << 10, help="pipelining unit (0: none)")
     p.add_argument("--ranks-per-host", type=int, default=0, help="hosts of this many ranks (0: one per rank)")
     p.add_argument("--intra-alpha", type=parse_time, default=None, help="latency inside a host")
-    p.add_argument("--intra-bandwidth", type=parse_rate, default=None, help="bandwidth inside a host")
+    p.add_argument(
+        "--intra-rate",
+        "--intra-bandwidth",
+        dest="intra_bandwidth",
+        type=parse_rate,
+        default=None,
+        help="link rate inside a host",
+    )
     p.add_argument("--ps-servers", type=int, default=1, help="server ranks of ps")
     p.add_argument(
         "--measured",
@@ -152,7 +164,9 @@ def parse_args(argv=None):
         help="forward + backward of the global batch on one process, in ms (0: measured here)",
     )
     add_version(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    warn_old_spellings(p.prog, argv, {"--bandwidth": "--rate", "--intra-bandwidth": "--intra-rate"})
+    return args
 
 
 def main(argv=None) -> int:

@@ -21,13 +21,16 @@ ranks its candidates with it, and ``python -m pyscalecomm.simulate
 --tuning-file`` prices with it.
 
 The offline sweep times, at every size, the algorithms auto weighs there
-for this group (or ``--algos``), interleaved (every
-algorithm once per round, ``--rounds`` rounds, the fastest round kept, so
-drift on a busy machine hits all alike) and writes the winners in the same
-format, keyed to this group's layout, with the probed alpha and beta (groups
-created with it skip the probe). Sizes it measured are not measured again
-online; under SCALECOMM_AUTOTUNE=model ``auto`` takes the winner of the
-nearest measured size.
+for this group (or ``--algos``), interleaved (every algorithm once per
+round, ``--rounds`` rounds, so drift on a busy machine hits all alike), and
+compares their median rounds. A size has a winner only where the fastest
+algorithm's slowest round beats the runner-up's fastest round; otherwise it
+is a tie (the table says which two, the file records it as a comment) and
+auto keeps measuring that size online. The winners go into a tuning file in
+the cache's format, keyed to this group's layout, with the probed alpha and
+beta (groups created with it skip the probe). Sizes with a winner are not
+measured again online; under SCALECOMM_AUTOTUNE=model ``auto`` takes the
+winner of the nearest measured size.
 """
 
 from __future__ import annotations
@@ -54,7 +57,12 @@ def parse_args(argv=None):
     p.add_argument("-f", "--stepfactor", type=int, default=4)
     p.add_argument("-n", "--iters", type=int, default=10, help="timed allreduces per measurement")
     p.add_argument("-w", "--warmup_iters", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the fastest is kept")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="interleaved rounds; medians compared, a winner only beyond both algorithms' spreads",
+    )
     p.add_argument(
         "--algos",
         default="auto",
@@ -135,6 +143,22 @@ def fit(paths: list[str], out=sys.stdout) -> int:
     return 0
 
 
+def decide(rounds: dict[str, list[float]]) -> tuple[str | None, str]:
+    """The winner of one size from each algorithm's per-round times, and what
+    the table shows: the algorithm with the lowest median round wins only if
+    its slowest round is faster than the runner-up's fastest; otherwise
+    (None, "tie:<best>,<runner-up>"), which auto measures online."""
+    import statistics
+
+    ranked = sorted(rounds, key=lambda a: statistics.median(rounds[a]))
+    if len(ranked) == 1:
+        return ranked[0], ranked[0]
+    best, second = ranked[0], ranked[1]
+    if max(rounds[best]) < min(rounds[second]):
+        return best, best
+    return None, f"tie:{best},{second}"
+
+
 def run(args) -> None:
     import time
 
@@ -162,8 +186,10 @@ def run(args) -> None:
     if rank == 0:
         print(
             f"# scalecomm tune: world {n}, {len(set(hosts))} host(s), "
-            f"rounds {args.rounds}, iters {args.iters}"
+            f"rounds {args.rounds} (cells: the median round, us), iters {args.iters}"
         )
+        if args.rounds < 3:
+            print(f"# only {args.rounds} round(s): any difference decides; use --rounds 5 or more")
         print(
             f"{'size (B)':>12} " + " ".join(f"{a + ' (us)':>12}" for a in algos) + f" {'winner':>8}",
             flush=True,
@@ -173,17 +199,21 @@ def run(args) -> None:
         count = max(1, size // 4)
         case = make_case("allreduce", count, torch.float32, rank, n, inplace=True)
         here = per_size[size]
-        best = {a: float("inf") for a in here}
+        rounds: dict[str, list[float]] = {a: [] for a in here}
         for _ in range(args.rounds):
             for a in here:
                 run_once = torch_runner(case, groups[a], dist.ReduceOp.SUM)
                 stats, _, _ = measure(run_once, case, timing, args.iters, args.warmup_iters, check=False)
-                best[a] = min(best[a], stats["max"])
-        winner = min(here, key=lambda a: best[a])
-        winners.append((count * 4, winner))
+                rounds[a].append(stats["max"])
+        winner, shown = decide(rounds)
+        winners.append((count * 4, winner, shown))
         if rank == 0:
-            cells = [f"{best[a] * 1e6:>12.1f}" if a in best else f"{'-':>12}" for a in algos]
-            print(f"{count * 4:>12} " + " ".join(cells) + f" {winner:>8}", flush=True)
+            import statistics
+
+            cells = [
+                f"{statistics.median(rounds[a]) * 1e6:>12.1f}" if a in rounds else f"{'-':>12}" for a in algos
+            ]
+            print(f"{count * 4:>12} " + " ".join(cells) + f" {shown:>8}", flush=True)
     if rank == 0:
         costs = world.cost_params
         with open(args.output, "w") as f:
@@ -192,8 +222,11 @@ def run(args) -> None:
             )
             f.write(f"key {world.tuning_key}\n")
             f.write(f"world {n}\nalpha {costs['alpha']:.6g}\nbeta {costs['beta']:.6g}\n")
-            for nbytes, winner in winners:
-                f.write(f"allreduce {nbytes} {winner}\n")
+            for nbytes, winner, shown in winners:
+                if winner:
+                    f.write(f"allreduce {nbytes} {winner}\n")
+                else:  # no line: auto measures this size online
+                    f.write(f"# allreduce {nbytes} {shown} within each other's rounds: measured online\n")
         print(
             f"# wrote {args.output}; use it with SCALECOMM_TUNING_FILE={args.output} "
             "(or Options(tuning_file=...))"

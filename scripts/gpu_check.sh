@@ -68,10 +68,10 @@ if [ "$GPUS" -ge 2 ]; then
   step bench-every-collective "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --collectives all --baselines nccl \
     -b 8K -e 64M -f 8 --json "$OUT/bench-every-collective.jsonl"
   step train-vs-nccl "$PY" -m pyscalecomm.train --device cuda --sweep world=2 backend=nccl,scalecomm --epochs 2 \
-    --out "$OUT/train"
+    --out-dir "$OUT/train"
 elif [ "$GPUS" = 1 ]; then
   step train-vs-gloo-one-gpu env SCALECOMM_CUDA_TRANSPORT=host "$PY" -m pyscalecomm.train --device cuda \
-    --sweep world=2 backend=gloo,scalecomm --epochs 2 --out "$OUT/train"
+    --sweep world=2 backend=gloo,scalecomm --epochs 2 --out-dir "$OUT/train"
 else
   echo "| bench, training | skipped: no GPU | | |" >> "$REPORT"
 fi

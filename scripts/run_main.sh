@@ -17,7 +17,7 @@ PY=${PYTHON:-python3}
 COMMON=(--model mlp --width 1024 --batch-size 16)
 
 echo "## One host, shared memory: scalecomm against gloo"
-"$PY" -m pyscalecomm.train --out results/main/one-host \
+"$PY" -m pyscalecomm.train --out-dir results/main/one-host \
   --sweep world=1,2 backend=gloo,scalecomm --epochs 3 --repeat 3 "${COMMON[@]}" "$@"
 
 echo
@@ -26,6 +26,6 @@ if [ "$(id -u)" != 0 ] || [ "${SCALECOMM_NO_CLUSTER:-0}" = 1 ]; then
   exit 0
 fi
 echo "## Two hosts on 1 Gbit/s links (emulated): compression against gloo"
-"$PY" -m pyscalecomm.train --cluster-rate 1gbit --out results/main/slow-links \
+"$PY" -m pyscalecomm.train --cluster-rate 1gbit --out-dir results/main/slow-links \
   --sweep world=2 backend/compress=gloo/none,scalecomm/none,scalecomm/topk:0.01 \
   --epochs 10 "${COMMON[@]}" "$@"

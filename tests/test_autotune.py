@@ -201,3 +201,13 @@ def test_by_default_an_exploration_waits_within_its_budget_running_the_models_ch
     tuning, stats = run_ranks(2, _paced, 300, env={**env, "SCALECOMM_AUTO_EXPLORE_PERCENT": "100"})[0]
     assert tuning[0]["paced"] == 0 and tuning[0]["trials"] > 0, tuning
     assert any(k.endswith(" (trial)") for k in stats), stats
+
+
+def test_tune_keeps_a_winner_only_beyond_both_spreads():
+    from pyscalecomm.tune import decide, parse_args
+
+    assert parse_args([]).rounds >= 5  # enough rounds for a spread by default
+    assert decide({"ring": [1.0, 1.1, 1.2], "rhd": [2.0, 2.1, 2.2]}) == ("ring", "ring")
+    # overlapping rounds (the same schedule at 2 ranks, or noise): a tie, left to auto's online measurement
+    assert decide({"ring": [1.0, 1.5, 2.0], "tree": [1.2, 1.3, 1.4]}) == (None, "tie:tree,ring")
+    assert decide({"shared": [3.0]}) == ("shared", "shared")

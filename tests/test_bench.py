@@ -42,7 +42,8 @@ def _table_rows(stdout):
 
 def test_bench_every_collective_in_and_out_of_place_with_json_and_plot(tmp_path):
     args = ["pyscalecomm.bench", "--nproc", "2", "-b", "8", "-e", "4K", "-f", "8", "-n", "3", "-w", "1"]
-    args += ["--collectives", "all", "--algos", "ring,rhd,chain,auto", "--json", "r.jsonl", "--plot", "p.png"]
+    args += ["--rounds", "2", "--min-time", "0", "--collectives", "all", "--algos", "ring,rhd,chain,auto"]
+    args += ["--json", "r.jsonl", "--plot", "p.png"]
     out = _run(args, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
@@ -225,7 +226,7 @@ def test_simulate_prices_every_algorithm_and_names_a_winner(tmp_path):
             "256M",
             "--alpha",
             "5us",
-            "--bandwidth",
+            "--rate",
             "100Gbit",
         ],
         tmp_path,
@@ -282,8 +283,14 @@ def test_every_tool_reads_rates_the_same(capsys):
 
 def test_bench_compressed_rows_report_codec_wire_bytes_and_error(tmp_path):
     args = ["pyscalecomm.bench", "--nproc", "2", "-b", "64K", "-e", "64K", "-n", "2", "-w", "1"]
+    args += ["--rounds", "3", "--min-time", "0"]
     out = _run(args + ["--compress", "topk:0.01,fp16", "--json", "c.jsonl"], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
+    # lossy rows are labelled so, and never the winner (gloo or scalecomm is)
+    assert "codec rows are lossy" in out.stdout
+    for line in out.stdout.splitlines():
+        assert not ("scalecomm:topk" in line and "winner" in line), line
+        assert not ("scalecomm:fp16" in line and "winner" in line), line
     rows = [json.loads(line) for line in open(tmp_path / "c.jsonl")]
     topk = [r for r in rows if r["codec"] == "topk:0.01"]
     assert topk and topk[0]["wire_bytes"] == 8 * round(16384 * 0.01) and 0.5 < topk[0]["relerr"] <= 1.0
@@ -294,6 +301,7 @@ def test_bench_compressed_rows_report_codec_wire_bytes_and_error(tmp_path):
 
 def test_bench_measures_the_parameter_server_over_each_server_count(tmp_path):
     args = ["pyscalecomm.bench", "--nproc", "3", "-b", "1K", "-e", "8K", "-f", "8", "-n", "2", "-w", "1"]
+    args += ["--rounds", "1", "--min-time", "0"]
     out = _run([*args, "--collectives", "ps", "--json", "ps.jsonl"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "# ps: async, 16 keys, servers ranks 0..S-1, 3 workers" in out.stdout
@@ -308,5 +316,46 @@ def test_bench_measures_the_parameter_server_over_each_server_count(tmp_path):
 
 
 def test_bench_refuses_an_unknown_algorithm_with_the_choices(tmp_path):
-    out = _run(["pyscalecomm.bench", "--nproc", "2", "--algos", "ring,rng", "-b", "8", "-e", "8"], tmp_path)
+    args = ["pyscalecomm.bench", "--nproc", "2", "--algos", "ring,rng", "-b", "8", "-e", "8", "--rounds", "1"]
+    out = _run(args, tmp_path)
     assert out.returncode == 2 and "unknown algorithm 'rng' in --algos; choose from auto, chain" in out.stderr
+
+
+def test_bench_defaults_report_a_median_round_with_its_spread():
+    """With no flags the bench times several rounds and loops long enough for
+    small sizes, and reports the median round, not the fastest."""
+    from pyscalecomm.bench import parse_args
+    from pyscalecomm.bench.cli import median_round
+    from pyscalecomm.bench.rows import Row
+
+    args = parse_args([])
+    assert args.rounds >= 5 and args.min_time >= 0.01
+    shape = dict(collective="allreduce", implementation="gloo", backend="gloo", algorithm="gloo")
+    shape |= dict(world_size=2)
+    shape |= dict(bytes=8, count=2, dtype="float", op="sum", root=-1, inplace=True, time_us_min=0.0)
+    shape |= dict(time_us_avg=0.0, time_us_max=0.0, time_stat="avg", busbw_factor=1.0, iters=1)
+    shape |= dict(warmup_iters=0, rounds=3)
+    rounds = [Row(time_us=t, wrong=w, **shape) for t, w in ((50.0, 0), (10.0, 0), (30.0, 2))]
+    row = median_round(rounds)
+    assert row.time_us == 30.0 and row.time_us_rounds == [50.0, 10.0, 30.0]
+    assert row.wrong == 2  # the check covers every round
+    assert abs(row.spread - 40.0 / 30.0) < 1e-12  # wide: the table marks it noisy
+
+
+def test_a_codec_is_never_the_winner_over_an_exact_implementation():
+    from pyscalecomm.bench.cli import pick_winner
+
+    bw = {"scalecomm": 2.0, "gloo": 1.0, "scalecomm:topk:0.01": 40.0}
+    assert pick_winner(bw, {"scalecomm:topk:0.01"}) == "scalecomm"
+    assert pick_winner({"scalecomm": 2.0, "scalecomm:fp16": 3.0}, {"scalecomm:fp16"}) == ""
+
+
+def test_a_cli_mistake_fails_in_the_parent_with_one_line(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = _run(["pyscalecomm.bench", "--nproc", "2", "--device", "cuda", "-b", "8", "-e", "8"], tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "--device cuda: this machine has no usable GPU" in out.stderr
+    assert "Traceback" not in out.stderr, out.stderr

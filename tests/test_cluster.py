@@ -211,7 +211,7 @@ def test_a_terminated_training_run_leaves_no_namespaces(tmp_path):
     import signal
     import time
 
-    cmd = [sys.executable, "-m", "pyscalecomm.train", "--cluster-rate", "1gbit", "--out", str(tmp_path)]
+    cmd = [sys.executable, "-m", "pyscalecomm.train", "--cluster-rate", "1gbit", "--out-dir", str(tmp_path)]
     cmd += ["--sweep", "world=2", "--epochs", "50", "--no-plots"]
     proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

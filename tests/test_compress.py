@@ -202,12 +202,17 @@ def test_the_codec_table_drives_parsing_and_the_hooks():
                 _C.codec_spec(c["name"])
     # A hook whose codec lacks its argument fails when it is made, not in the first backward.
     with pytest.raises(ValueError, match="give the rank of the approximation, e.g. powersgd:4"):
-        pyscalecomm.hooks.compressed(codec="powersgd")
+        pyscalecomm.hooks.compressed("powersgd")
     with pytest.raises(ValueError, match="unknown compression 'zip'; choose fp16, bf16, topk:<ratio>"):
-        pyscalecomm.hooks.compressed(codec="zip")
-    hook = pyscalecomm.hooks.compressed(codec="powersgd", rank=2)
-    assert hook.__name__ == "scalecomm_compressed_powersgd:2"
-    assert pyscalecomm.hooks.compressed(codec="qsgd", levels=4).__name__ == "scalecomm_compressed_qsgd:4"
+        pyscalecomm.hooks.compressed("zip")
+    assert pyscalecomm.hooks.compressed("powersgd:2").__name__ == "scalecomm_compressed_powersgd:2"
+    # the old keywords still work for one release, and say what to write now
+    with pytest.warns(FutureWarning, match=r"is now compressed\('qsgd:4'\)"):
+        assert pyscalecomm.hooks.compressed(codec="qsgd", levels=4).__name__ == "scalecomm_compressed_qsgd:4"
+    with pytest.warns(FutureWarning, match=r"is now compressed\('topk:0.01'\)"):
+        pyscalecomm.hooks.compressed()
+    with pytest.raises(ValueError, match="give the rank"):
+        pyscalecomm.hooks.compressed(codec="powersgd")
 
 
 # Relative error of the compressed sum against the exact sum (gaussian inputs).
@@ -388,7 +393,7 @@ def _train_digits(rank, n, spec, epochs):
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     ddp = DDP(model)
     if spec:
-        ddp.register_comm_hook(None, pyscalecomm.hooks.compressed(codec=spec, ratio=None))
+        ddp.register_comm_hook(None, pyscalecomm.hooks.compressed(spec))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     mine = train[rank::n]
     for ep in range(epochs):

@@ -23,6 +23,11 @@ def _numpy_in_place(rank, n):
     work.wait()
     tensor = torch.ones(2)
     same = pyscalecomm.allreduce(tensor) is tensor
+    # torch's ReduceOp and any case, as dist.all_reduce users write them
+    spelled = [np.full(2, rank + 1.0, dtype=np.float32) for _ in range(3)]
+    pyscalecomm.allreduce(spelled[0], op=torch.distributed.ReduceOp.MAX)
+    pyscalecomm.allreduce(spelled[1], op="SUM")
+    pyscalecomm.allreduce(spelled[2], op="Prod")
     return (
         out is x,
         x.__array_interface__["data"][0] == address,
@@ -33,12 +38,14 @@ def _numpy_in_place(rank, n):
         float(compressed.max()),
         t.tolist(),
         same and tensor.tolist() == [n, n],
+        [a.tolist() for a in spelled],
     )
 
 
 def test_numpy_arrays_are_reduced_in_place_and_come_back_as_themselves():
     out = run_ranks(2, _numpy_in_place, timeout_s=60)
-    for same, address, values, biggest, halves, lo, hi, t, tensor in out:
+    for same, address, values, biggest, halves, lo, hi, t, tensor, spelled in out:
+        assert spelled == [[2.0, 2.0], [3.0, 3.0], [2.0, 2.0]]
         assert same and address  # the caller's own object and memory: no copy
         assert values == [3 * v for v in range(6)]
         assert biggest and tensor
@@ -61,7 +68,7 @@ def _refusals(rank, n):
             out.append("no error")
         except (TypeError, ValueError) as e:
             out.append(str(e))
-    for kwargs in ({"op": "mean"}, {"op": "max", "compression": "fp16"}):
+    for kwargs in ({"op": "median"}, {"op": "max", "compression": "fp16"}):
         try:
             pyscalecomm.allreduce(np.ones(3, dtype=np.float32), **kwargs)
             out.append("no error")
@@ -78,7 +85,7 @@ def test_what_cannot_be_reduced_in_place_is_refused_by_name():
         assert "builtins.list" in errors[0]
         assert "numpy.ndarray is not contiguous" in errors[1] and "ascontiguousarray" in errors[1]
         assert "numpy.ndarray is read-only" in errors[2]
-        assert "op 'mean' is not one of sum, avg, product, min, max" in errors[3]
+        assert "op 'median' is not one of sum, avg, product, min, max (any case) or torch" in errors[3]
         assert "compression 'fp16' sums or averages; op 'max' cannot" in errors[4]
         assert x == [2.0] * 3
 

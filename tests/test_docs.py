@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import pathlib
 import re
 from datetime import timedelta
 
@@ -179,3 +180,29 @@ def test_unknown_variables_and_log_levels_are_named():
     want = "unknown variable SCALECOMM_SEGMENT_BYTE ignored (no setting has this name; did you mean "
     want += "SCALECOMM_SEGMENT_BYTES?)"
     assert err.count(want) == 1, err  # once per process
+
+
+def _markdown_files():
+    root = pathlib.Path(ROOT)
+    return [root / "README.md", root / "bench" / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def test_the_docs_index_lists_every_page_and_every_link_resolves():
+    root = pathlib.Path(ROOT)
+    index = (root / "docs" / "README.md").read_text()
+    for page in sorted((root / "docs").glob("*.md")):
+        if page.name != "README.md":
+            assert f"]({page.name})" in index, f"docs/README.md does not list {page.name}"
+    dangling = []
+    for md in _markdown_files():
+        text = md.read_text()
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", text):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (md.parent / target).exists():
+                dangling.append(f"{md.relative_to(root)} -> {target}")
+        # the repository's docs cite nothing outside it
+        for outside in ("design.md", "../shared", "reviews/"):
+            if outside in text:
+                dangling.append(f"{md.relative_to(root)} mentions {outside}, which is not in the repository")
+    assert not dangling, "\n".join(dangling)

@@ -22,8 +22,23 @@ def _doctor(*args, prefix=()):
 
 def test_the_whole_report_runs_here_with_a_measured_check():
     out = _doctor("--nproc", "2")
-    assert "[  ok] 2-rank allreduce: exact; 8 B in" in out.stdout, out.stdout + out.stderr
+    # ok on a quiet machine; warn (with what to do) where the ranks wait for a core
+    assert "2-rank allreduce: exact; 8 B in" in out.stdout, out.stdout + out.stderr
+    assert "torch's dispatch" in out.stdout and "one memcpy" in out.stdout, out.stdout
     assert "checks: 0 failed" in out.stdout and out.returncode == 0, out.stdout
+    # the settings at their defaults are one line, not one each; progress before the measured part
+    assert "other settings:" in out.stdout and "(default)" not in out.stdout, out.stdout
+    assert out.stdout.index("... timing a 2-rank allreduce") < out.stdout.index("2-rank allreduce: exact")
+
+
+def test_a_slow_measurement_is_judged_against_this_machine():
+    quiet = {"8 B": 7.5, "floor": 4.0, "1 MiB": 80.0, "memcpy 1 MiB": 27.0}
+    assert doctor.judge(quiet) == ("ok", "")
+    busy = dict(quiet, **{"8 B": 97.6})  # 94 us above torch's dispatch: waiting for a core
+    status, todo = doctor.judge(busy)
+    assert status == "warn" and "above torch's own dispatch" in todo and "CPU binding" in todo, todo
+    status, todo = doctor.judge(dict(quiet, **{"1 MiB": 900.0}))
+    assert status == "warn" and "33x one memcpy" in todo, todo
 
 
 def test_a_small_dev_shm_fails_with_what_to_do():

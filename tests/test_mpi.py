@@ -166,6 +166,29 @@ def test_every_launcher_we_start_gives_its_ranks_torchruns_variables(tmp_path):
     assert launch.run_local(failing, 2, 60, "test") == 3
 
 
+# No `import pyscalecomm`: the installed entry point registers the backend
+# when torch is imported, and its env:// rendezvous reads mpirun's variables.
+_NO_IMPORT_SCRIPT = """
+import sys, torch, torch.distributed as dist
+dist.init_process_group("scalecomm")
+x = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(x)
+assert x.item() == 3.0, x
+assert "pyscalecomm" in sys.modules  # loaded by the first group, not by the script
+print("OK rank", dist.get_rank())
+dist.destroy_process_group()
+"""
+
+
+@needs_mpi
+def test_mpirun_needs_neither_variables_nor_an_import():
+    from importlib.metadata import entry_points
+
+    if not any(e.name == "scalecomm" for e in entry_points(group="torch.backends")):
+        pytest.fail("the torch.backends entry point is not installed: pip install --no-build-isolation -e .")
+    mpirun(2, ["-c", _NO_IMPORT_SCRIPT], env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+
+
 _SLURM_SCRIPT = """
 import torch, torch.distributed as dist
 import pyscalecomm  # fills RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from SLURM_*

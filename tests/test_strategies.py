@@ -121,7 +121,7 @@ def test_prediction_verdict_names_hits_and_misses():
 
 def _train(args, tmp_path, timeout=420):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "pyscalecomm.train", "--out", str(tmp_path / "out"), "--no-plots", *args]
+    cmd = [sys.executable, "-m", "pyscalecomm.train", "--out-dir", str(tmp_path / "out"), "--no-plots", *args]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -180,7 +180,7 @@ def test_strategies_run_one_after_another_under_torchrun(tmp_path):
         "--master-port",
         str(free_port()),
     ]
-    cmd += ["-m", "pyscalecomm.train", "--out", str(tmp_path / "out"), "--no-plots"]
+    cmd += ["-m", "pyscalecomm.train", "--out-dir", str(tmp_path / "out"), "--no-plots"]
     cmd += ["--sweep", "strategy=ddp,tp,pp", "backend=gloo,scalecomm"]
     cmd += ["--width", "32", "--epochs", "1", "--steps", "3", "--batch-size", "8"]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

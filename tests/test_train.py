@@ -30,7 +30,7 @@ def _env():
 
 
 def _train(args, tmp_path, prefix=(), timeout=300):
-    cmd = [*prefix, sys.executable, "-m", "pyscalecomm.train", "--out", str(tmp_path / "out"), *args]
+    cmd = [*prefix, sys.executable, "-m", "pyscalecomm.train", "--out-dir", str(tmp_path / "out"), *args]
     return subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -58,6 +58,11 @@ def test_sweep_grid_is_the_product_in_order_and_names_bad_keys():
         expand(RunConfig(backend="nccl"), [])
     with pytest.raises(ValueError, match="bucket_mb must be >= 0"):
         expand(RunConfig(), ["bucket_mb=0,-1"])
+    # an unknown or incomplete codec is refused here, in the parent, naming the choices
+    with pytest.raises(ValueError, match="compress=topkk:0.01: scalecomm: unknown compression"):
+        expand(RunConfig(backend="scalecomm"), ["compress=none,topkk:0.01"])
+    with pytest.raises(ValueError, match="give the fraction of values kept"):
+        expand(RunConfig(backend="scalecomm", compress="topk"), [])
     assert RunConfig().bucket_mb == 0  # DDP's own default buckets unless asked
 
 
@@ -326,7 +331,7 @@ def test_runs_under_torchrun_with_the_jobs_world(tmp_path):
     prefix = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", port]
     args = ["--sweep", "backend=gloo,scalecomm", "--epochs", "1", "--steps", "2", "--width", "16"]
     args += ["--no-plots", "--repeat", "2"]
-    cmd = [*prefix, "-m", "pyscalecomm.train", "--out", str(tmp_path / "out"), *args]
+    cmd = [*prefix, "-m", "pyscalecomm.train", "--out-dir", str(tmp_path / "out"), *args]
     p = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     assert p.stdout.count("| world | threads |") == 1  # rank 0 reports

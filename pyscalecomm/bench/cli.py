@@ -33,10 +33,17 @@ speedup over one server; over scalecomm and each CPU baseline backend.
 
 Baselines: gloo (torch's CPU backend) and mpi (MPI's own collectives through
 mpi4py on the same buffers; needs mpirun). The timing runs back-to-back calls
-between barriers on a separate gloo group; --rounds R times every
+between barriers on a separate gloo group, each loop at least --min-time
+seconds (iterations doubled from -n until it is); --rounds R times every
 implementation R times per size, interleaved in a balanced order (each one
-first once and right after every other once per cycle of rounds); the table
-keeps each one's fastest round, the JSON lines every round (time_us_rounds).
+first once and right after every other once per cycle of rounds). The table
+gives each one's median round and, beside its time, half the range of its
+rounds as a share of the median (±%); a row whose rounds spread over 25 %
+is marked noisy (run more rounds, or on a quieter machine). The JSON lines
+carry every round (time_us_rounds). Codec rows (--compress) are lossy:
+their algbw and busbw are effective (the uncompressed size over the time),
+#wrong shows their relative error (~0.012), and they are never the winner,
+which is the fastest exact implementation.
 """
 
 from __future__ import annotations
@@ -116,7 +123,9 @@ def parse_args(argv=None):
     p.add_argument("-e", "--maxbytes", default="64M", help="largest size")
     p.add_argument("-f", "--stepfactor", type=int, default=4, help="multiply size by this")
     p.add_argument("-i", "--stepbytes", default="0", help="add this instead of multiplying")
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size")
+    p.add_argument(
+        "-n", "--iters", type=int, default=20, help="timed iterations per size (at least; see --min-time)"
+    )
     p.add_argument("-w", "--warmup_iters", type=int, default=5)
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1) or not (0)")
     p.add_argument("-d", "--datatype", default="float", choices=sorted(_DTYPES))
@@ -165,8 +174,9 @@ def parse_args(argv=None):
     p.add_argument(
         "--rounds",
         type=int,
-        default=1,
-        help="time every implementation this many times, round-robin; keep the fastest (for noisy machines)",
+        default=5,
+        help="time every implementation this many times, round-robin; the table gives the median round "
+        "and its spread",
     )
     add_nproc(p)
     p.add_argument("--json", default="", help="append one JSON line per measurement to this file")
@@ -177,8 +187,8 @@ def parse_args(argv=None):
     p.add_argument(
         "--min-time",
         type=float,
-        default=0.0,
-        help="raise iterations per size until a size's timed loop lasts this many seconds",
+        default=0.02,
+        help="seconds: raise iterations per size until a size's timed loop lasts this long",
     )
     add_version(p)
     args = p.parse_args(argv)
@@ -205,7 +215,16 @@ def parse_args(argv=None):
             p.error(f"unknown baseline {b!r}; choose gloo, mpi, nccl or none")
     if "nccl" in args.baselines and args.device != "cuda":
         p.error("--baselines nccl needs --device cuda")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: this machine has no usable GPU (torch.cuda.is_available() is False)")
     return args
+
+
+# Rows whose rounds spread wider than this share of their median are marked noisy.
+NOISY_SPREAD = 0.25
 
 
 class Impl:
@@ -330,7 +349,7 @@ def _progress(args, rank):
 def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
     """Times every implementation at one size, ``args.rounds`` times round-robin.
 
-    Returns {(label, inplace): Row} (each keeps its fastest round; every
+    Returns {(label, inplace): Row} (each is its median round, with every
     round in ``time_us_rounds``) and {(label, inplace): [seconds per round]}."""
     import torch.distributed as dist
 
@@ -349,7 +368,7 @@ def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
             for ip in (False, True):
                 if runners[(impl.label, ip)] is not None:
                     settle_auto(runners[(impl.label, ip)], impl.handle._get_backend(device), nbytes)
-    best: dict = {}
+    measured: dict = {}  # (label, inplace) -> [Row of each round]
     per_round: dict = {}
     for round_ in range(max(1, args.rounds)):
         for impl in round_order(impls, round_):
@@ -372,16 +391,31 @@ def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
                 relerr = relative_error(fn, cases[ip], timing) if lossy else None
                 key = (impl.label, ip)
                 per_round.setdefault(key, []).append(stats[ctx["stat"]])
-                prev = best.get(key)
-                if prev is None or stats[ctx["stat"]] < prev.seconds:  # keep the fastest round
-                    best[key] = _row(impl, coll, cases[ip], stats, iters, args, ctx)
-                # the check's verdict covers every round
-                best[key].wrong = None if lossy else max(wrong, prev.wrong if prev else wrong)
-                best[key].relerr = max(relerr, prev.relerr if prev else relerr) if lossy else None
+                row = _row(impl, coll, cases[ip], stats, iters, args, ctx)
+                row.wrong, row.relerr = (None, relerr) if lossy else (wrong, None)
+                measured.setdefault(key, []).append(row)
     ctx["progress"]("", done=True)
-    for key, row in best.items():
-        row.time_us_rounds = [t * 1e6 for t in per_round[key]]
-    return best, per_round
+    return {key: median_round(rows) for key, rows in measured.items()}, per_round
+
+
+def median_round(rounds: list[Row]) -> Row:
+    """The row of the median round (the lower middle one for an even count),
+    carrying every round's time; its check's verdict (#wrong) and error are
+    the worst of every round's."""
+    row = sorted(rounds, key=lambda r: r.time_us)[(len(rounds) - 1) // 2]
+    row.time_us_rounds = [r.time_us for r in rounds]
+    if row.lossy:
+        row.relerr = max(r.relerr for r in rounds)
+    else:
+        row.wrong = max(r.wrong for r in rounds)
+    return row
+
+
+def pick_winner(bandwidth: dict[str, float], lossy: set[str]) -> str:
+    """The fastest exact implementation ("" with fewer than two): a codec's
+    effective bandwidth is bought with its error, so a lossy row never wins."""
+    exact = {label: bw for label, bw in bandwidth.items() if label not in lossy}
+    return max(exact, key=exact.get) if len(exact) > 1 else ""
 
 
 def _row(impl, coll, case, stats, iters, args, ctx) -> Row:
@@ -455,10 +489,15 @@ def run(args) -> int:
     out = print if rank == 0 else (lambda *a, **k: None)
     out(
         f"# scalecomm bench: world {n}, type {args.datatype}, op {args.op}, root {args.root}, "
-        f"iters {args.iters}, warmup {args.warmup_iters}, rounds {args.rounds}, time = {ctx['stat']} across "
-        f"ranks; scalecomm: algorithm {cfg.algorithm}, transport {cfg.transport}, segment {ctx['segment']} B"
+        f"iters >= {args.iters} and >= {args.min_time:g} s a loop, warmup {args.warmup_iters}, "
+        f"time = {ctx['stat']} across ranks, median of {args.rounds} round(s) (±: half their range); "
+        f"scalecomm: algorithm {cfg.algorithm}, transport {cfg.transport}, segment {ctx['segment']} B"
         + (f"; --algos {args.algos}" if args.algos else "")
     )
+    if args.rounds < 3:
+        out(f"# only {args.rounds} round(s): no spread to judge the times by; use --rounds 5 or more")
+    if args.compress:
+        out("# codec rows are lossy: effective algbw/busbw (uncompressed size / time); #wrong: ~rel. error")
     render = Table(out)
     rows: list[Row] = []
     ps_records: list[dict] = []
@@ -478,7 +517,7 @@ def run(args) -> int:
                 for ip in (True, False):
                     if (impl.label, ip) in best:
                         rank_bw.setdefault(impl.label, best[(impl.label, ip)].algbw_GBps)
-            winner = max(rank_bw, key=rank_bw.get) if rank_bw else ""
+            winner = pick_winner(rank_bw, {i.label for i in impls if i.kind == "compress"})
             fixed = [
                 i.label for i in impls if i.kind == "scalecomm" and i.label in rank_bw and i.algo != "auto"
             ]
@@ -490,7 +529,10 @@ def run(args) -> int:
                 ratio = ""
                 if base_label in rank_bw and impl.label in rank_bw and impl.label != base_label:
                     ratio = f"{rank_bw[impl.label] / rank_bw[base_label]:.2f}x"
-                note = "<- winner" if impl.label == winner and len(impls) > 1 else ""
+                note = "<- winner" if impl.label == winner else ""
+                noisy = max((r.spread for r in placed.values() if r is not None), default=0.0)
+                if noisy > NOISY_SPREAD:
+                    note = (note + " " if note else "") + f"noisy (±{50 * noisy:.0f}%)"
                 if impl.label == "scalecomm:auto" and fixed:
                     note = (note + " " if note else "") + _auto_note(
                         per_round, fixed, impl.handle, device, shape.bytes

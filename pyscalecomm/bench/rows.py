@@ -29,7 +29,7 @@ class Row:
     op: str  # the reduction; "none" where the collective has none
     root: int  # -1 where the collective has none
     inplace: bool
-    time_us: float  # the statistic named by time_stat, fastest round
+    time_us: float  # the statistic named by time_stat, median round
     time_us_min: float  # across ranks, same round
     time_us_avg: float
     time_us_max: float
@@ -56,6 +56,13 @@ class Row:
         return self.time_us * 1e-6
 
     @property
+    def spread(self) -> float:
+        """The range of the rounds' times as a share of this row's (0 for one round)."""
+        if len(self.time_us_rounds) < 2 or self.time_us <= 0:
+            return 0.0
+        return (max(self.time_us_rounds) - min(self.time_us_rounds)) / self.time_us
+
+    @property
     def algbw_GBps(self) -> float:
         return self.bytes / self.seconds / 1e9
 
@@ -69,7 +76,12 @@ class Row:
 
     def record(self) -> dict:
         """The JSON object: every field, and the bandwidths."""
-        return {**dataclasses.asdict(self), "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps}
+        return {
+            **dataclasses.asdict(self),
+            "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps,
+            "spread": self.spread,
+        }
 
 
 def write_jsonl(path: str, rows: list) -> None:
@@ -94,11 +106,11 @@ class Table:
         self.out(f"#\n# {collective}: busbw = algbw x {factor:.3f}")
         self.out(
             f"# {'size':>10} {'count':>11} {'type':>8} {'redop':>6} {'root':>4} {'implementation':>{w}}"
-            f" | {'out-of-place':^33} | {'in-place':^33} | {'busbw/' + (baseline or '-'):>12} {'':<16}"
+            f" | {'out-of-place':^38} | {'in-place':^38} | {'busbw/' + (baseline or '-'):>12} {'':<16}"
         )
         self.out(
             f"# {'(B)':>10} {'(elements)':>11} {'':>8} {'':>6} {'':>4} {'':>{w}}"
-            + f" | {'time(us)':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}" * 2
+            + f" | {'time(us)':>9} {'±%':>4} {'algbw':>7} {'busbw':>7} {'#wrong':>6}" * 2
             + f" | {'':>12} {'winner':<16}"
         )
 
@@ -109,11 +121,12 @@ class Table:
         for ip in (False, True):
             r = placed.get(ip)
             if r is None:
-                text += f" | {'n/a':>9} {'':>7} {'':>7} {'':>6}"
+                text += f" | {'n/a':>9} {'':>4} {'':>7} {'':>7} {'':>6}"
                 continue
             self._bw[label].append(r.busbw_GBps)
             shown = f"~{r.relerr:.3f}" if r.lossy else r.wrong
-            text += f" | {r.time_us:>9.1f} {r.algbw_GBps:>7.3f} {r.busbw_GBps:>7.3f} {shown:>6}"
+            text += f" | {r.time_us:>9.1f} {50 * r.spread:>4.0f}"
+            text += f" {r.algbw_GBps:>7.3f} {r.busbw_GBps:>7.3f} {shown:>6}"
         self.out(text + f" | {ratio:>12} {note:<16}", flush=True)
 
     def footer(self, collective: str) -> None:

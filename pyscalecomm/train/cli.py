@@ -35,7 +35,7 @@ import os
 import sys
 import time
 
-from pyscalecomm._cli import HelpFormatter, add_nproc, add_version
+from pyscalecomm._cli import HelpFormatter, add_nproc, add_version, warn_old_spellings
 from pyscalecomm.train import report
 from pyscalecomm.train.config import BACKENDS, RunConfig, expand
 from pyscalecomm.train.data import DATASETS
@@ -99,7 +99,9 @@ def parse_args(argv=None):
         default=None,
         help="run on an emulated cluster with links of this rate (root): 1gbit, 10Gbps, 1.25GB/s",
     )
-    p.add_argument("--out", default=None, help="output folder (default results/train-<time>)")
+    p.add_argument(
+        "--out-dir", "--out", dest="out", default=None, help="output folder (default results/train-<time>)"
+    )
     p.add_argument(
         "--repeat",
         type=int,
@@ -110,7 +112,9 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     p.add_argument("--no-plots", action="store_true")
     add_version(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    warn_old_spellings(p.prog, argv, {"--out": "--out-dir"})
+    return args
 
 
 def _base(args) -> RunConfig:

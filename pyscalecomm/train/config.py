@@ -117,6 +117,13 @@ class RunConfig:
                 raise ValueError(f"algo={self.algo!r}: choose auto or one of {', '.join(known)}")
         if self.bucket_mb < 0:
             raise ValueError("bucket_mb must be >= 0 (0: DDP's default buckets)")
+        if self.compress != "none":
+            from pyscalecomm import _C
+
+            try:
+                _C.codec_spec(self.compress)  # the codec table's parser: names the choices
+            except ValueError as e:
+                raise ValueError(f"compress={self.compress}: {e}") from None
         if self.compress != "none" and self.backend != "scalecomm" and self.strategy == "allreduce":
             name = self.compress.split(":")[0]
             if name not in ("fp16", "bf16", "powersgd"):

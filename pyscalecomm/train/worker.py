@@ -72,7 +72,7 @@ def _register_hook(cfg: RunConfig, ddp, group) -> None:
     if cfg.backend == "scalecomm":
         import pyscalecomm.hooks
 
-        ddp.register_comm_hook(group, pyscalecomm.hooks.compressed(codec=cfg.compress, ratio=None))
+        ddp.register_comm_hook(group, pyscalecomm.hooks.compressed(cfg.compress))
         return
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
