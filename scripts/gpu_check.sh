@@ -64,9 +64,9 @@ step gpu-kernels "$PY" -m pytest "${PYTEST_ARGS[@]}" tests/gpu/test_cuda_kernels
 step gpu-tests "${SHARE[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" tests --ignore=tests/gpu/test_cuda_kernels.py
 if [ "$GPUS" -ge 2 ]; then
   step bench-allreduce "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --algos ring,rhd,tree,nccl --baselines nccl \
-    -b 8K -e 256M -f 4 --json "$OUT/bench-allreduce.jsonl"
+    -b 8K -e 256M -f 4 --rounds 3 --json "$OUT/bench-allreduce.jsonl"
   step bench-every-collective "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --collectives all --baselines nccl \
-    -b 8K -e 64M -f 8 --json "$OUT/bench-every-collective.jsonl"
+    -b 8K -e 64M -f 8 --rounds 3 --json "$OUT/bench-every-collective.jsonl"
   step train-vs-nccl "$PY" -m pyscalecomm.train --device cuda --sweep world=2 backend=nccl,scalecomm --epochs 2 \
     --out-dir "$OUT/train"
 elif [ "$GPUS" = 1 ]; then
