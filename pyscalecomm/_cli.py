@@ -13,8 +13,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action):
         text = action.help or ""
         unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
-        if unset or not action.option_strings or "default" in text:
+        if unset or not action.option_strings or "default" in text.lower():
             return text
+        if action.default in ("", []):
+            return f"{text} (default: none)".strip()
         return f"{text} (default: %(default)s)".strip()
 
 
@@ -35,7 +37,8 @@ def add_nproc(parser: argparse.ArgumentParser, default: int = 0, help: str = "")
         dest="nproc",
         type=int,
         default=default,
-        help=help or "spawn this many local ranks (no launcher needed)",
+        help=help
+        or "spawn this many local ranks, no launcher needed (default: 0, one rank of a launcher's job)",
     )
 
 

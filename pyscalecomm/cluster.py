@@ -277,12 +277,13 @@ def parse_args(argv=None):
         formatter_class=HelpFormatter,
     )
     p.add_argument("--hosts", type=int, default=2, help="emulated hosts (network namespaces), 1-64")
-    p.add_argument("--ranks-per-host", type=int, default=1)
+    p.add_argument("--ranks-per-host", type=int, default=1, help="ranks each emulated host runs")
     p.add_argument(
         "--rate",
         type=rate_text,
         default=None,
-        help="link cap per host and direction: bits as 1gbit, 10Gbit, 10Gbps; bytes as 1.25GB/s",
+        help="link cap per host and direction: bits as 1gbit, 10Gbit, 10Gbps; bytes as 1.25GB/s "
+        "(default: none, links as fast as the veth pairs go)",
     )
     p.add_argument(
         "--queue-ms",

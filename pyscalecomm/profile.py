@@ -196,7 +196,10 @@ def main(argv=None) -> int:
         help="timeline files written with SCALECOMM_TIMELINE, or the value it was set to (every rank's file)",
     )
     p.add_argument(
-        "--merge", metavar="FILE", default=None, help="also write every rank's events into one trace"
+        "--merge",
+        metavar="FILE",
+        default=None,
+        help="also write every rank's events into one Chrome/Perfetto trace (default: none)",
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(

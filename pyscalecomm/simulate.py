@@ -109,31 +109,36 @@ def parse_args(argv=None):
         description=__doc__,
         formatter_class=HelpFormatter,
     )
-    p.add_argument("--world", type=int, default=1024)
-    p.add_argument("--bytes", type=parse_size, default=256 << 20)
-    p.add_argument("--alpha", type=parse_time, default=parse_time("5us"), help="latency per message")
+    p.add_argument("--world", type=int, default=1024, help="ranks")
+    p.add_argument("--bytes", type=parse_size, default="256M", help="allreduce size in bytes (8, 64K, 256M)")
+    p.add_argument("--alpha", type=parse_time, default="5us", help="latency per message (s, ms, us, ns)")
     p.add_argument(
         "--rate",
         "--bandwidth",
         dest="bandwidth",
         type=parse_rate,
-        default=parse_rate("100Gbit"),
-        help="link rate per rank, each direction (100Gbit, 10GB)",
+        default="100Gbit",
+        help="link rate per rank, each direction: bits as 100Gbit, bytes as 10GB/s",
     )
-    p.add_argument(
-        "--overhead", type=parse_time, default=parse_time("0.5us"), help="per extra message in a step"
-    )
+    p.add_argument("--overhead", type=parse_time, default="0.5us", help="time per extra message in a step")
     p.add_argument("--gamma", type=float, default=0.0, help="seconds per byte reduced")
-    p.add_argument("--segment", type=parse_size, default=256 << 10, help="pipelining unit (0: none)")
+    p.add_argument(
+        "--segment", type=parse_size, default="256K", help="pipelining unit in bytes (0: no pipelining)"
+    )
     p.add_argument("--ranks-per-host", type=int, default=0, help="hosts of this many ranks (0: one per rank)")
-    p.add_argument("--intra-alpha", type=parse_time, default=None, help="latency inside a host")
+    p.add_argument(
+        "--intra-alpha",
+        type=parse_time,
+        default=None,
+        help="latency inside a host, e.g. 1us (default: --alpha)",
+    )
     p.add_argument(
         "--intra-rate",
         "--intra-bandwidth",
         dest="intra_bandwidth",
         type=parse_rate,
         default=None,
-        help="link rate inside a host",
+        help="link rate inside a host, as --rate: 1Gbit, 10GB/s (default: --rate)",
     )
     p.add_argument("--ps-servers", type=int, default=1, help="server ranks of ps")
     p.add_argument(

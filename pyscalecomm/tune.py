@@ -52,11 +52,15 @@ def parse_args(argv=None):
         description=__doc__,
         formatter_class=HelpFormatter,
     )
-    p.add_argument("-b", "--minbytes", default="8")
-    p.add_argument("-e", "--maxbytes", default="64M")
-    p.add_argument("-f", "--stepfactor", type=int, default=4)
+    p.add_argument("-b", "--minbytes", default="8", help="smallest size in bytes (8, 1K, 1M)")
+    p.add_argument("-e", "--maxbytes", default="64M", help="largest size in bytes")
+    p.add_argument(
+        "-f", "--stepfactor", type=int, default=4, help="multiply the size by this from one size to the next"
+    )
     p.add_argument("-n", "--iters", type=int, default=10, help="timed allreduces per measurement")
-    p.add_argument("-w", "--warmup_iters", type=int, default=3)
+    p.add_argument(
+        "-w", "--warmup_iters", type=int, default=3, help="untimed allreduces before each measurement"
+    )
     p.add_argument(
         "--rounds",
         type=int,
@@ -255,6 +259,10 @@ def show(paths: list[str], out=sys.stdout) -> int:
         key, rows = "", []
         with open(path) as f:
             for line in f:
+                tie = line.split()
+                if tie[:2] == ["#", "allreduce"] and len(tie) > 3 and tie[3].startswith("tie:"):
+                    rows.append(tie[2:4])  # tune found no winner: auto measures this size online
+                    continue
                 words = line.split("#", 1)[0].split()
                 if words[:1] == ["key"]:
                     key = line.split(None, 1)[1].strip()
@@ -272,6 +280,9 @@ def show(paths: list[str], out=sys.stdout) -> int:
                 rest = ", ".join(f"{a} {_us(float(t))}" for a, t in others if a != algo)
                 band = _us(lo) + "-" + _us(hi)
                 print(f"{nbytes:>12} {algo:>9} {_us(med):>10} {band:>18}  {rest}", file=out)
+            elif algo.startswith("tie:"):
+                note = "(no winner beyond the rounds' spread: auto measures this size online)"
+                print(f"{nbytes:>12} {algo:>9} {'':>10} {'':>18}  {note}", file=out)
             else:
                 note = "(no times: written offline or by hand)"
                 print(f"{nbytes:>12} {algo:>9} {'':>10} {'':>18}  {note}", file=out)

@@ -211,3 +211,24 @@ def test_tune_keeps_a_winner_only_beyond_both_spreads():
     # overlapping rounds (the same schedule at 2 ranks, or noise): a tie, left to auto's online measurement
     assert decide({"ring": [1.0, 1.5, 2.0], "tree": [1.2, 1.3, 1.4]}) == (None, "tie:tree,ring")
     assert decide({"shared": [3.0]}) == ("shared", "shared")
+
+
+def test_tune_show_prints_the_sizes_left_to_auto(tmp_path):
+    """A tie tune wrote as a comment (no winner line, so auto measures the
+    size online) shows in --show's table, not only in the file."""
+    import io
+
+    from pyscalecomm.tune import show
+
+    path = tmp_path / "tuning.txt"
+    path.write_text(
+        "key world=2 hosts=1\nworld 2\nallreduce 1024 ring\n"
+        "# allreduce 8 tie:tree,ring within each other's rounds: measured online\n"
+    )
+    out = io.StringIO()
+    assert show([str(path)], out) == 0
+    lines = out.getvalue().splitlines()
+    assert any(line.split()[:2] == ["8", "tie:tree,ring"] and "auto measures" in line for line in lines), (
+        lines
+    )
+    assert any(line.split()[:2] == ["1024", "ring"] for line in lines), lines

@@ -119,17 +119,23 @@ def parse_args(argv=None):
         description=__doc__,
         formatter_class=HelpFormatter,
     )
-    p.add_argument("-b", "--minbytes", default="8", help="smallest size (e.g. 8, 1K, 1M)")
-    p.add_argument("-e", "--maxbytes", default="64M", help="largest size")
-    p.add_argument("-f", "--stepfactor", type=int, default=4, help="multiply size by this")
-    p.add_argument("-i", "--stepbytes", default="0", help="add this instead of multiplying")
+    p.add_argument("-b", "--minbytes", default="8", help="smallest size in bytes (8, 1K, 1M)")
+    p.add_argument("-e", "--maxbytes", default="64M", help="largest size in bytes")
+    p.add_argument(
+        "-f", "--stepfactor", type=int, default=4, help="multiply the size by this from one row to the next"
+    )
+    p.add_argument("-i", "--stepbytes", default="0", help="bytes to add instead of multiplying (0: multiply)")
     p.add_argument(
         "-n", "--iters", type=int, default=20, help="timed iterations per size (at least; see --min-time)"
     )
-    p.add_argument("-w", "--warmup_iters", type=int, default=5)
+    p.add_argument(
+        "-w", "--warmup_iters", type=int, default=5, help="untimed iterations per size before the timed ones"
+    )
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1) or not (0)")
-    p.add_argument("-d", "--datatype", default="float", choices=sorted(_DTYPES))
-    p.add_argument("-o", "--op", default="sum", choices=_OPS)
+    p.add_argument("-d", "--datatype", default="float", choices=sorted(_DTYPES), help="element type")
+    p.add_argument(
+        "-o", "--op", default="sum", choices=_OPS, help="reduction of allreduce, reduce and reduce_scatter"
+    )
     p.add_argument("-r", "--root", type=int, default=0, help="root of broadcast and reduce")
     p.add_argument(
         "-a",

@@ -50,13 +50,23 @@ def parse_args(argv=None):
         description=__doc__,
         formatter_class=HelpFormatter,
     )
-    p.add_argument("--model", choices=MODELS, default=d.model)
+    p.add_argument("--model", choices=MODELS, default=d.model, help="the model trained")
     p.add_argument(
         "--width", type=int, default=d.width, help="model size (hidden units / channels / d_model)"
     )
-    p.add_argument("--data", choices=DATASETS, default=d.data)
+    p.add_argument(
+        "--data",
+        choices=DATASETS,
+        default=d.data,
+        help="digits: scikit-learn's 8x8 digits; synthetic: generated",
+    )
     p.add_argument("--samples", type=int, default=d.samples, help="synthetic training samples")
-    p.add_argument("--backend", choices=BACKENDS, default=d.backend)
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=d.backend,
+        help="torch.distributed backend (--sweep backend=gloo,scalecomm compares them)",
+    )
     p.add_argument(
         "--algo",
         "--algos",
@@ -69,7 +79,7 @@ def parse_args(argv=None):
         "--bucket-mb",
         type=float,
         default=d.bucket_mb,
-        help="DDP bucket cap in MiB (0: DDP's default, a 1 MiB first bucket then 25)",
+        help="DDP bucket cap in MiB (default: 0, DDP's own: a 1 MiB first bucket then 25)",
     )
     p.add_argument(
         "--strategy",
@@ -84,23 +94,30 @@ def parse_args(argv=None):
         help="none, rank:R:F (rank R's compute always F x as long) or random:F (each step one rank, "
         "drawn from the seed, F x as long)",
     )
-    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--epochs", type=int, default=d.epochs, help="passes over the training set")
     p.add_argument("--steps", type=int, default=d.steps, help="steps per epoch (0: the whole training set)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="per rank")
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="samples per rank and step")
+    p.add_argument(
+        "--lr", type=float, default=d.lr, help="learning rate of the optimizer (SGD with momentum)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=d.seed, help="seed of the weights, the batch order and the stragglers"
+    )
     p.add_argument("--threads", type=int, default=d.threads, help="intra-op threads per rank")
-    p.add_argument("--device", choices=("cpu", "cuda"), default=d.device)
+    p.add_argument(
+        "--device", choices=("cpu", "cuda"), default=d.device, help="where the model and the gradients live"
+    )
     add_nproc(p, default=2, help="ranks (world) of a single run without a launcher")
     p.add_argument("--sweep", nargs="*", default=[], metavar="KEY=V1,V2", help="grid axes, e.g. world=1,2,4")
     p.add_argument(
         "--cluster-rate",
         type=rate_text,
         default=None,
-        help="run on an emulated cluster with links of this rate (root): 1gbit, 10Gbps, 1.25GB/s",
+        help="run on an emulated cluster with links of this rate (root): 1gbit, 10Gbps, 1.25GB/s "
+        "(default: none, the ranks share this host)",
     )
     p.add_argument(
-        "--out-dir", "--out", dest="out", default=None, help="output folder (default results/train-<time>)"
+        "--out-dir", "--out", dest="out", default=None, help="output folder (default: results/train-<time>)"
     )
     p.add_argument(
         "--repeat",
@@ -110,7 +127,7 @@ def parse_args(argv=None):
         help="run the grid N times, round-robin; the table shows medians and the spread",
     )
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="write no PNG plots (the tables and JSON only)")
     add_version(p)
     args = p.parse_args(argv)
     warn_old_spellings(p.prog, argv, {"--out": "--out-dir"})
