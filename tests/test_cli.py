@@ -1,13 +1,22 @@
-"""Every command-line tool's ``--help`` is a reference a user can act on:
-each option says what it does, its default, and, for a quantity, its unit;
-defaults print as a user would type them (``5us``, ``100Gbit``), not as a
-float's repr."""
+"""The command-line tools as a user meets them: each says its version; its
+``--help`` is a reference to act on (what each option does, its default
+and, for a quantity, its unit, printed as a user would type it: ``5us``,
+``100Gbit``, not a float's repr); shared options are spelt alike; and every
+command the docs show parses, with no hidden option or old spelling."""
 
 import argparse
 import importlib
+import os
 import re
+import subprocess
+import sys
 
 import pytest
+
+import pyscalecomm
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 # (module whose main() parses the command line, what a user types)
 TOOLS = [
@@ -33,6 +42,39 @@ UNIT = re.compile(
 # A default printed as Python's repr of a float (4.9999999999999996e-06,
 # 12500000000.0) is not what a user would type.
 FLOAT_REPR = re.compile(r"default: [0-9.]+e[-+]?\d+|default: \d{7,}\.\d")
+
+
+@pytest.mark.parametrize(
+    "tool", ["bench", "tune", "train", "simulate", "cluster", "profile", "trace", "doctor"]
+)
+def test_every_tool_says_its_version(tool):
+    module = "pyscalecomm" if tool == "doctor" else f"pyscalecomm.{tool}"
+    out = subprocess.run([sys.executable, "-m", module, "--version"], env=ENV, capture_output=True, text=True)
+    assert out.stdout.strip() == f"scalecomm {pyscalecomm.__version__}", out.stdout + out.stderr
+
+
+def test_the_tools_spell_shared_options_alike():
+    from pyscalecomm import bench, tune
+    from pyscalecomm.train import cli
+
+    # torchrun's spelling of the local rank count, everywhere a tool spawns ranks
+    assert bench.parse_args(["--nproc-per-node", "2"]).nproc == 2
+    assert tune.parse_args(["--nproc-per-node", "2"]).nproc == 2
+    assert cli.parse_args(["--nproc-per-node", "3"]).nproc == 3
+    # -o is the bench's reduce op only; tune writes with --out (as train does)
+    assert tune.parse_args(["--out", "t.txt"]).output == "t.txt"
+    with pytest.raises(SystemExit):
+        tune.parse_args(["-o", "t.txt"])
+
+
+@pytest.mark.parametrize(
+    "tool,default", [("bench", "(default: 64M)"), ("tune", "(default: scalecomm-tuning.txt)")]
+)
+def test_help_shows_the_defaults(tool, default):
+    out = subprocess.run(
+        [sys.executable, "-m", f"pyscalecomm.{tool}", "--help"], env=ENV, capture_output=True, text=True
+    )
+    assert default in " ".join(out.stdout.split()).replace("- ", "-"), out.stdout  # argparse wraps at hyphens
 
 
 class _Parsed(Exception):
@@ -96,3 +138,89 @@ def test_the_checks_catch_what_they_look_for():
     assert UNIT.search("latency per message (default: 5us)")
     assert UNIT.search("largest size in bytes (default: 64M)")
     assert not UNIT.search("how many (default: 4)")
+
+
+# ---------------------------------------------------------------------------
+# Every command the docs show a user parses, with no hidden or old spelling.
+
+DOCS = [
+    "README.md",
+    "bench/README.md",
+    "CONTRIBUTING.md",
+    *sorted(p.name for p in __import__("pathlib").Path(__file__).parent.parent.joinpath("docs").glob("*.md")),
+]
+COMMAND = re.compile(r"(?:python3? -m pyscalecomm(?:\.(\w+))?|scalecomm-(\w+)|scalecomm (doctor|info))\b")
+MODULES = {"bench": "pyscalecomm.bench", "tune": "pyscalecomm.tune", "doctor": "pyscalecomm.doctor"}
+MODULES |= {
+    "train": "pyscalecomm.train.cli",
+    "simulate": "pyscalecomm.simulate",
+    "cluster": "pyscalecomm.cluster",
+}
+MODULES |= {"profile": "pyscalecomm.profile", "trace": "pyscalecomm.trace", "info": "pyscalecomm.doctor"}
+# Where the docs stand for something the reader fills in, the command is not checked.
+PLACEHOLDER = re.compile(r"\.\.\.|<|\[|\$|\bN\b")
+# The architecture's example of adding an algorithm names one the build does not have.
+HYPOTHETICAL = {"halving"}
+
+
+def _doc_path(name):
+    import pathlib
+
+    root = pathlib.Path(__file__).parent.parent
+    return root / name if (root / name).exists() else root / "docs" / name
+
+
+def doc_commands():
+    """(doc, tool, argv) for every scalecomm tool command in the docs' code:
+    fenced blocks (with backslash continuations joined) and inline code."""
+    import shlex
+
+    found = []
+    for name in DOCS:
+        text = _doc_path(name).read_text()
+        pieces = re.findall(r"```[^\n]*\n(.*?)```", text, re.S)
+        pieces = [p.replace("\\\n", " ") for p in pieces]
+        pieces += re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+        for piece in pieces:
+            for line in piece.splitlines():
+                for m in COMMAND.finditer(line):
+                    tool = m.group(1) or m.group(2) or m.group(3) or "doctor"
+                    after = line[m.end() :] + " "
+                    rest = re.split(r"\s(?:--|\||&&|;|>|#)(?:\s|$)|\s+/\s+", after)[0]
+                    if tool not in MODULES or PLACEHOLDER.search(rest) or HYPOTHETICAL & set(rest.split()):
+                        continue
+                    argv = ([m.group(3)] if m.group(3) else []) + shlex.split(rest)
+                    if tool == "cluster" and after.startswith(rest + " -- "):
+                        argv += ["--", "true"]  # the command the hosts run: not the cluster's to parse
+                    if argv:  # (a bare name is a mention, not a command)
+                        found.append((name, tool, argv))
+    return found
+
+
+def test_the_docs_show_commands_of_every_tool():
+    tools = {tool for _, tool, _ in doc_commands()}
+    assert {"bench", "tune", "train", "simulate", "cluster", "profile", "doctor"} <= tools, tools
+
+
+@pytest.mark.parametrize("tool", sorted(set(MODULES) - {"info"}))
+def test_every_command_in_the_docs_parses_with_no_hidden_or_old_option(tool, capsys):
+    parser = parser_of(MODULES[tool])
+    hidden = {s for a in parser._actions if a.help == argparse.SUPPRESS for s in a.option_strings}
+    module = importlib.import_module(MODULES[tool])
+    problems = []
+    for doc, _, argv in (c for c in doc_commands() if c[1] == tool or (tool == "doctor" and c[1] == "info")):
+        shown = f"{doc}: {tool} {' '.join(argv)}"
+        # Without a GPU the tools refuse --device cuda: there only the options are checked.
+        no_gpu = "cuda" in argv and not __import__("torch").cuda.is_available()
+        try:
+            (module.parse_args if hasattr(module, "parse_args") and not no_gpu else parser.parse_args)(argv)
+        except SystemExit:
+            problems.append(f"{shown}: {capsys.readouterr().err.strip().splitlines()[-1]}")
+            continue
+        err = capsys.readouterr().err
+        if " is now " in err:
+            problems.append(f"{shown}: an old spelling ({err.strip()})")
+        used = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
+        if used & hidden:
+            problems.append(f"{shown}: {sorted(used & hidden)} not in --help")
+    assert not problems, "\n".join(problems)

@@ -1,4 +1,6 @@
-"""Docs stay true: every declared SCALECOMM_* variable is documented with its default."""
+"""Docs stay true: every declared SCALECOMM_* variable is documented with its
+default; the docs index and its links resolve; every README promise names
+the test that checks it."""
 
 import dataclasses
 import os
@@ -206,3 +208,187 @@ def test_the_docs_index_lists_every_page_and_every_link_resolves():
             if outside in text:
                 dangling.append(f"{md.relative_to(root)} mentions {outside}, which is not in the repository")
     assert not dangling, "\n".join(dangling)
+
+
+# What the README promises a user, each with what checks it: a test
+# (tests/FILE::FUNCTION), a C++ test file, or the script that runs it.
+README_PROMISES = {
+    # the opening
+    "bash scripts/run_main.sh": [
+        "tests/test_train.py::test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve"
+    ],
+    "bash scripts/run_tests.sh": ["tests/test_docs.py::test_readme_opens_with_the_two_commands"],
+    "model = DDP(model)  # trains exactly as with gloo": [
+        "tests/test_ddp.py::test_ddp_two_ranks_equals_gloo_bitwise"
+    ],
+    "the package registers the backend when torch is imported": [
+        "tests/test_registration.py::test_init_process_group_finds_the_backend_without_importing_pyscalecomm"
+    ],
+    "`TORCH_DEVICE_BACKEND_AUTOLOAD=0`, `import pyscalecomm` first": [
+        "tests/test_registration.py::test_torch_s_autoload_switch_turns_it_off"
+    ],
+    "so a script needs no variables there": [
+        "tests/test_mpi.py::test_mpirun_needs_neither_variables_nor_an_import",
+        "tests/test_mpi.py::test_slurm_variables_alone_rendezvous",
+    ],
+    "is reduced in place, without a copy": [
+        "tests/test_direct.py::test_numpy_arrays_are_reduced_in_place_and_come_back_as_themselves"
+    ],
+    "torchrun --nproc-per-node 2 examples/ddp_train.py": [
+        "tests/test_examples.py::test_the_ddp_example_runs_under_torchrun_without_the_import"
+    ],
+    "mpirun -n 2 python examples/allreduce_arrays.py": [
+        "tests/test_examples.py::test_the_array_example_runs_under_mpirun"
+    ],
+    # the table of what works
+    "| collectives |": [
+        "tests/test_conformance.py::test_every_collective_matches_gloo_on",
+        "tests/test_rooted_and_alltoall.py::test_reduce_gather_scatter_reduce_scatter_all_to_all",
+        "tests/test_rooted_and_alltoall.py::test_send_recv_isend_irecv_and_batch",
+        "tests/test_collectives.py::test_non_contiguous_tensors_are_copied_in_and_out_like_gloo",
+        "scripts/run_tests.sh",  # PyTorch's own suite, a subset
+    ],
+    "| algorithms |": [
+        "tests/test_collectives.py::test_every_allreduce_algorithm_matches_gloo",
+        "tests/test_autotune.py::test_online_auto_explores_then_every_rank_runs_the_same_winner",
+        "tests/test_autotune.py::test_tune_show_prints_the_sizes_left_to_auto",
+        "tests/test_rooted_and_alltoall.py::test_each_collective_lists_its_algorithms_and_refuses_others_by_name",
+        "tests/test_bench.py::test_simulate_prices_every_algorithm_and_names_a_winner",
+    ],
+    "| profiling |": [
+        "tests/test_rooted_and_alltoall.py::test_profiler_names_collective_and_algorithm",
+        "tests/test_timeline.py::test_timeline_has_collective_and_step_spans_per_rank",
+        "tests/test_stats.py::test_stats_count_every_call_in_its_size_bucket_with_its_busbw",
+    ],
+    "| emulated cluster |": [
+        "tests/test_cluster.py::test_two_hosts_of_two_ranks_share_memory_inside_and_tcp_between"
+    ],
+    "| dtypes |": ["tests/test_collectives.py::test_allreduce_matches_gloo_every_dtype_op_and_count"],
+    "| sizes |": [
+        "tests/test_properties.py::test_random_arguments_give_the_exact_result_or_a_clear_error",
+        "tests/test_faults.py::test_more_than_2_pow_31_elements",
+    ],
+    "| transports |": [
+        "tests/test_collectives.py::test_transport_is_chosen_per_peer_and_logged",
+        "tests/test_collectives.py::test_forced_transports",
+        "tests/test_mpi.py::test_mpirun_two_emulated_hosts_use_shm_inside_and_mpi_between",
+    ],
+    "| MPI |": [
+        "tests/test_mpi.py::test_mpirun_needs_neither_variables_nor_an_import",
+        "tests/test_mpi.py::test_mpirun_mpi_passthrough_algorithm",
+        "tests/test_bench.py::test_bench_under_mpirun_with_mpi_baseline",
+    ],
+    "| arrays |": [
+        "tests/test_direct.py::test_numpy_arrays_are_reduced_in_place_and_come_back_as_themselves",
+        "tests/test_direct.py::test_what_cannot_be_reduced_in_place_is_refused_by_name",
+    ],
+    "| compression |": [
+        "tests/test_compress.py::test_every_codec_matches_its_torch_oracle",
+        "tests/test_compress.py::test_state_dict_round_trip_restores_the_residuals",
+        "tests/test_compress.py::test_digits_reach_uncompressed_accuracy_with_topk_sign_and_powersgd_plus_error_feedback",
+        "tests/cpp/test_compressed_group.cc",
+    ],
+    "| training driver |": [
+        "tests/test_train.py::test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve",
+        "tests/test_strategies.py::test_every_strategy_trains_on_both_backends_with_ddps_loss_curve",
+        "tests/test_train.py::test_runs_under_mpirun",
+    ],
+    "| parameter server |": [
+        "tests/test_ps.py::test_sync_matches_ddp_on_the_same_data",
+        "tests/test_ps.py::test_ssp_never_lets_a_worker_lead_the_slowest_by_more_than_k",
+        "tests/test_ps.py::test_a_dead_worker_is_dropped_and_training_goes_on_without_it",
+    ],
+    "| diagnosis |": [
+        "tests/test_doctor.py::test_the_whole_report_runs_here_with_a_measured_check",
+        "tests/test_cli.py::test_every_tool_says_its_version",
+        "tests/test_cli.py::test_every_option_says_what_it_does_its_default_and_its_unit",
+        "tests/test_cli.py::test_the_tools_spell_shared_options_alike",
+    ],
+    "| benchmark |": [
+        "tests/test_bench.py::test_bench_every_collective_in_and_out_of_place_with_json_and_plot",
+        "tests/test_bench.py::test_bench_defaults_report_a_median_round_with_its_spread",
+    ],
+    "| semantics |": [
+        "tests/test_collectives.py::test_async_work_future_and_sequence_numbers",
+        "tests/test_collectives.py::test_torch_distributed_debug_detail_works_on_our_groups",
+        "tests/test_faults.py::test_wait_timeout_poisons_the_group",
+    ],
+    "| launch |": [
+        "tests/test_collectives.py::test_device_routing_cpu_scalecomm",
+        "tests/test_collectives.py::test_subgroups",
+        "tests/test_group_ops.py::test_split_makes_independent_scalecomm_groups",
+    ],
+    "| faults |": [
+        "tests/test_faults.py::test_mismatched_shapes_dtypes_and_ops_fail_every_rank_with_both_values",
+        "tests/test_faults.py::test_rank_killed_mid_allreduce_raises_on_every_survivor_quickly",
+        "tests/test_faults.py::test_survivors_shrink_the_group_and_go_on",
+        "tests/test_security.py::test_tcp_peers_must_share_the_secret",
+        "tests/soak.py",
+    ],
+    "Not yet: sparse allreduce (raises NotImplementedError)": [
+        "tests/test_faults.py::test_local_argument_errors_are_value_errors_and_leave_the_group_usable"
+    ],
+    "the queued channel they\nimplement runs the whole algorithm grid on a CPU emulation": [
+        "tests/cpp/test_queued_channel.cc",
+        "tests/cpp/test_device_group.cc",
+    ],
+    "The GPU tests\nrun with `bash scripts/gpu_check.sh`": [
+        "scripts/gpu_check.sh",
+        "tests/gpu/test_cuda_collectives.py",
+    ],
+    "tested with\ntorch 2.14.1 CUDA build and 2.13.0 CPU-only build": ["scripts/torch_compat.sh"],
+}
+# The headline numbers: each row's table and command are in the docs.
+README_NUMBERS = {
+    "8-byte `dist.all_reduce`, 2 ranks": ("docs/performance.md", "## Small collectives"),
+    "allreduce 64 KiB - 256 MiB, 2 ranks": (
+        "docs/performance.md",
+        "## Shared memory against Open MPI, DeepSpeed",
+    ),
+    "allreduce 16 - 256 MiB, 2 ranks": (
+        "docs/performance.md",
+        "## Shared memory against Open MPI, DeepSpeed",
+    ),
+    "allreduce bus bandwidth 1 - 256 MiB, 2 ranks": ("docs/performance.md", "## Allreduce bandwidth"),
+    "DDP on scikit-learn's digits, 2 ranks, the main job": ("docs/training.md", "## The main job"),
+    "DDP on 4 emulated hosts at 1 Gbit/s, top-k 1 % compression": ("docs/performance.md", "## DDP training"),
+}
+
+
+def _flat(text):
+    return " ".join(text.split())
+
+
+def test_every_readme_promise_names_what_checks_it():
+    readme = (pathlib.Path(ROOT) / "README.md").read_text()
+    problems = []
+    for promise, backing in README_PROMISES.items():
+        if _flat(promise) not in _flat(readme):
+            problems.append(f"README no longer says {promise!r}: update README_PROMISES")
+        for item in backing:
+            path, _, function = item.partition("::")
+            source = pathlib.Path(ROOT, path)
+            if not source.exists():
+                problems.append(f"{promise!r}: {path} does not exist")
+            elif function and not re.search(rf"^def {function}\(", source.read_text(), re.M):
+                problems.append(f"{promise!r}: {path} has no test {function}")
+    # every row of "What works today" is a promise with its tests
+    works = readme.split("## What works today", 1)[1].split("\n\n", 2)[1]
+    for row in works.splitlines()[2:]:
+        label = "| " + row.split("|")[1].strip() + " |"
+        if label not in README_PROMISES:
+            problems.append(f"README's row {label} names no test in README_PROMISES")
+    # every headline number has its table and command in the docs
+    headline = readme.split("| what (date) |", 1)[1].split("\n\n", 1)[0]
+    for row in headline.splitlines()[2:]:
+        what = row.split("|")[1].strip()
+        key = next((k for k in README_NUMBERS if what.startswith(k)), None)
+        if key is None:
+            problems.append(f"README's headline row {what!r} names no table in README_NUMBERS")
+            continue
+        doc, heading = README_NUMBERS[key]
+        text = (pathlib.Path(ROOT) / doc).read_text()
+        section = text.split(heading, 1)[1].split("\n## ", 1)[0] if heading in text else ""
+        if "python" not in section and "bash " not in section:
+            problems.append(f"{what!r}: {doc} has no section {heading!r} with its command")
+    assert not problems, "\n".join(problems)

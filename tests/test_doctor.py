@@ -1,5 +1,5 @@
 """`python -m pyscalecomm doctor`: each check provoked, and the whole report
-on this machine; `--version` on every tool; a torch mismatch named at import."""
+on this machine; a torch mismatch named at import."""
 
 import os
 import shutil
@@ -105,36 +105,3 @@ def test_another_torch_release_is_named_at_import():
         pyscalecomm._check_torch("2.13.0", "2.14.1+cu130")
     pyscalecomm._check_torch("2.14.1", "2.14.1+cu130")  # the same release, another build tag
     pyscalecomm._check_torch("unknown", "2.14.1")
-
-
-@pytest.mark.parametrize(
-    "tool", ["bench", "tune", "train", "simulate", "cluster", "profile", "trace", "doctor"]
-)
-def test_every_tool_says_its_version(tool):
-    module = "pyscalecomm" if tool == "doctor" else f"pyscalecomm.{tool}"
-    out = subprocess.run([sys.executable, "-m", module, "--version"], env=ENV, capture_output=True, text=True)
-    assert out.stdout.strip() == f"scalecomm {pyscalecomm.__version__}", out.stdout + out.stderr
-
-
-def test_the_tools_spell_shared_options_alike():
-    from pyscalecomm import bench, tune
-    from pyscalecomm.train import cli
-
-    # torchrun's spelling of the local rank count, everywhere a tool spawns ranks
-    assert bench.parse_args(["--nproc-per-node", "2"]).nproc == 2
-    assert tune.parse_args(["--nproc-per-node", "2"]).nproc == 2
-    assert cli.parse_args(["--nproc-per-node", "3"]).nproc == 3
-    # -o is the bench's reduce op only; tune writes with --out (as train does)
-    assert tune.parse_args(["--out", "t.txt"]).output == "t.txt"
-    with pytest.raises(SystemExit):
-        tune.parse_args(["-o", "t.txt"])
-
-
-@pytest.mark.parametrize(
-    "tool,default", [("bench", "(default: 64M)"), ("tune", "(default: scalecomm-tuning.txt)")]
-)
-def test_help_shows_the_defaults(tool, default):
-    out = subprocess.run(
-        [sys.executable, "-m", f"pyscalecomm.{tool}", "--help"], env=ENV, capture_output=True, text=True
-    )
-    assert default in " ".join(out.stdout.split()).replace("- ", "-"), out.stdout  # argparse wraps at hyphens
