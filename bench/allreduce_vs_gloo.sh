@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 NPROC=${1:-2}
 mkdir -p results
 stamp=$(date +%Y%m%d-%H%M%S)
-python3 -m pyscalecomm.bench --nproc "$NPROC" -b 8 -e 8 -n 5000 -w 100 --json "results/latency-$stamp.jsonl"
-python3 -m pyscalecomm.bench --nproc "$NPROC" -b 1M -e 256M -f 2 -n 10 -w 3 --json "results/bandwidth-$stamp.jsonl"
+python3 -m pyscalecomm.bench --nproc "$NPROC" -b 8 -e 8 -n 2000 -w 100 --json "results/latency-$stamp.jsonl"
+python3 -m pyscalecomm.bench --nproc "$NPROC" -b 1M -e 256M -f 2 --json "results/bandwidth-$stamp.jsonl"

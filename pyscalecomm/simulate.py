@@ -15,7 +15,7 @@ busiest rank streams the rest of its bytes (each link direction serialised).
 The first form prints every algorithm's predicted time, bus bandwidth and the
 winner; --sweep prints the winner for world sizes 8..65,536 and sizes 8 B..1
 GiB (where the crossovers fall); --measured reads JSON lines written by
-``python -m pyscalecomm.bench --json`` and prints predicted against measured
+``python -m pyscalecomm.bench --json FILE`` and prints predicted against measured
 time with the relative error, per algorithm and size; with --tuning-file
 (a cache auto wrote, re-fitted by ``python -m pyscalecomm.tune --fit``) it
 prices every point with that cache's model too and prints both errors.
