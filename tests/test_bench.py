@@ -305,6 +305,8 @@ def test_bench_measures_the_parameter_server_over_each_server_count(tmp_path):
     out = _run([*args, "--collectives", "ps", "--json", "ps.jsonl"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "# ps: async, 16 keys, servers ranks 0..S-1, 3 workers" in out.stdout
+    head = next(line for line in out.stdout.splitlines() if "step(us)" in line)
+    assert "±%" in head, head  # each row's spread over the rounds, as the collectives' rows
     records = [json.loads(ln) for ln in (tmp_path / "ps.jsonl").read_text().splitlines()]
     got = {(r["bytes"], r["backend"], r["servers"]) for r in records}
     assert got == {(b, k, s) for b in (1024, 8192) for k in ("scalecomm", "gloo") for s in (1, 2, 3)}

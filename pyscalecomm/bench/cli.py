@@ -55,7 +55,7 @@ import sys
 from pyscalecomm import _C
 from pyscalecomm._cli import HelpFormatter, add_nproc, add_version
 from pyscalecomm.bench.ps import run_ps
-from pyscalecomm.bench.rows import Row, Table, plot_busbw, write_jsonl
+from pyscalecomm.bench.rows import NOISY_SPREAD, Row, Table, plot_busbw, write_jsonl
 from pyscalecomm.bench.specs import (
     COLLECTIVES,
     algorithm_applies,
@@ -227,10 +227,6 @@ def parse_args(argv=None):
         if not torch.cuda.is_available():
             p.error("--device cuda: this machine has no usable GPU (torch.cuda.is_available() is False)")
     return args
-
-
-# Rows whose rounds spread wider than this share of their median are marked noisy.
-NOISY_SPREAD = 0.25
 
 
 class Impl:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from pyscalecomm.bench.rows import NOISY_SPREAD
+
 
 def run_ps(args, size_list: list[int], n: int, out, progress) -> list[dict]:
     """The parameter server's rows (see the module's doc); its JSON records."""
@@ -17,8 +19,8 @@ def run_ps(args, size_list: list[int], n: int, out, progress) -> list[dict]:
     keys = 16
     out(f"#\n# ps: async, {keys} keys, servers ranks 0..S-1, {n} workers; time = the slowest rank's")
     out(
-        f"# {'size':>10} {'backend':>10} {'servers':>7} | {'step(us)':>9} {'requests/s':>11} {'GB/s':>7}"
-        f" | {'vs 1 server':>11}"
+        f"# {'size':>10} {'backend':>10} {'servers':>7} | {'step(us)':>9} {'±%':>4} {'requests/s':>11}"
+        f" {'GB/s':>7} | {'vs 1 server':>11}"
     )
     records = []
     for size in size_list:
@@ -32,12 +34,14 @@ def run_ps(args, size_list: list[int], n: int, out, progress) -> list[dict]:
                 )
         for (b, s), ts in rounds.items():
             t = statistics.median(ts)  # the median round, as the collectives' rows
+            spread = (max(ts) - min(ts)) / t
+            note = f" noisy (±{50 * spread:.0f}%)" if spread > NOISY_SPREAD else ""
             one = statistics.median(rounds[(b, 1)])
             requests = 2 * n * s / t  # every worker pushes and pulls each shard every step
             moved = 2 * n * nbytes / t
             out(
-                f"  {nbytes:>10} {b:>10} {s:>7} | {1e6 * t:>9.1f} {requests:>11.0f} {moved / 1e9:>7.3f}"
-                f" | {one / t:>10.2f}x",
+                f"  {nbytes:>10} {b:>10} {s:>7} | {1e6 * t:>9.1f} {50 * spread:>4.0f} {requests:>11.0f}"
+                f" {moved / 1e9:>7.3f} | {one / t:>10.2f}x{note}",
                 flush=True,
             )
             records.append(

@@ -13,6 +13,9 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
+# Rows whose rounds spread wider than this share of their median are marked noisy.
+NOISY_SPREAD = 0.25
+
 
 @dataclass
 class Row:
