@@ -8,6 +8,7 @@ import argparse
 import functools
 import importlib
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -19,17 +20,17 @@ import pyscalecomm
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
-# (module whose main() parses the command line, what a user types)
-TOOLS = [
-    ("pyscalecomm.bench", "python -m pyscalecomm.bench"),
-    ("pyscalecomm.tune", "python -m pyscalecomm.tune"),
-    ("pyscalecomm.doctor", "python -m pyscalecomm doctor"),
-    ("pyscalecomm.train.cli", "python -m pyscalecomm.train"),
-    ("pyscalecomm.simulate", "python -m pyscalecomm.simulate"),
-    ("pyscalecomm.cluster", "python -m pyscalecomm.cluster"),
-    ("pyscalecomm.profile", "python -m pyscalecomm.profile"),
-    ("pyscalecomm.trace", "python -m pyscalecomm.trace"),
-]
+# Each tool as a user names it, and the module whose main() parses its command line.
+MODULES = {
+    "bench": "pyscalecomm.bench",
+    "tune": "pyscalecomm.tune",
+    "doctor": "pyscalecomm.doctor",
+    "train": "pyscalecomm.train.cli",
+    "simulate": "pyscalecomm.simulate",
+    "cluster": "pyscalecomm.cluster",
+    "profile": "pyscalecomm.profile",
+    "trace": "pyscalecomm.trace",
+}
 
 # Options that hold a quantity with a unit, by their destination's name.
 QUANTITY = {"time", "timeout", "ms", "mb", "bytes", "minbytes", "maxbytes", "stepbytes", "size", "alpha"}
@@ -45,9 +46,7 @@ UNIT = re.compile(
 FLOAT_REPR = re.compile(r"default: [0-9.]+e[-+]?\d+|default: \d{7,}\.\d")
 
 
-@pytest.mark.parametrize(
-    "tool", ["bench", "tune", "train", "simulate", "cluster", "profile", "trace", "doctor"]
-)
+@pytest.mark.parametrize("tool", sorted(MODULES))
 def test_every_tool_says_its_version(tool):
     module = "pyscalecomm" if tool == "doctor" else f"pyscalecomm.{tool}"
     out = subprocess.run([sys.executable, "-m", module, "--version"], env=ENV, capture_output=True, text=True)
@@ -107,9 +106,9 @@ def formatted_help(parser, action) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.parametrize("module,command", TOOLS, ids=[t[0] for t in TOOLS])
-def test_every_option_says_what_it_does_its_default_and_its_unit(module, command):
-    parser = parser_of(module)
+@pytest.mark.parametrize("tool", sorted(MODULES))
+def test_every_option_says_what_it_does_its_default_and_its_unit(tool):
+    parser = parser_of(MODULES[tool])
     problems = []
     for action in parser._actions:
         if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
@@ -126,7 +125,7 @@ def test_every_option_says_what_it_does_its_default_and_its_unit(module, command
             problems.append(f"{name}: the default prints as a float's repr ({text!r})")
         if takes_value and QUANTITY & set(action.dest.split("_")) and not UNIT.search(text):
             problems.append(f"{name}: a quantity whose help gives no unit ({text!r})")
-    assert not problems, f"{command} --help:\n  " + "\n  ".join(problems)
+    assert not problems, f"{tool} --help:\n  " + "\n  ".join(problems)
 
 
 def test_the_checks_catch_what_they_look_for():
@@ -144,31 +143,11 @@ def test_the_checks_catch_what_they_look_for():
 # ---------------------------------------------------------------------------
 # Every command the docs show a user parses, with no hidden or old spelling.
 
-DOCS = [
-    "README.md",
-    "bench/README.md",
-    "CONTRIBUTING.md",
-    *sorted(p.name for p in __import__("pathlib").Path(__file__).parent.parent.joinpath("docs").glob("*.md")),
-]
 COMMAND = re.compile(r"(?:python3? -m pyscalecomm(?:\.(\w+))?|scalecomm-(\w+)|scalecomm (doctor|info))\b")
-MODULES = {"bench": "pyscalecomm.bench", "tune": "pyscalecomm.tune", "doctor": "pyscalecomm.doctor"}
-MODULES |= {
-    "train": "pyscalecomm.train.cli",
-    "simulate": "pyscalecomm.simulate",
-    "cluster": "pyscalecomm.cluster",
-}
-MODULES |= {"profile": "pyscalecomm.profile", "trace": "pyscalecomm.trace", "info": "pyscalecomm.doctor"}
 # Where the docs stand for something the reader fills in, the command is not checked.
 PLACEHOLDER = re.compile(r"\.\.\.|<|\[|\$|\bN\b")
 # The architecture's example of adding an algorithm names one the build does not have.
 HYPOTHETICAL = {"halving"}
-
-
-def _doc_path(name):
-    import pathlib
-
-    root = pathlib.Path(__file__).parent.parent
-    return root / name if (root / name).exists() else root / "docs" / name
 
 
 @functools.cache
@@ -178,7 +157,10 @@ def doc_commands():
     continuations joined) and inline code."""
     import shlex
 
-    texts = [(name, _doc_path(name).read_text()) for name in DOCS]
+    from test_docs import _markdown_files
+
+    docs = [*_markdown_files(), pathlib.Path(ROOT, "CONTRIBUTING.md")]
+    texts = [(str(p.relative_to(ROOT)), p.read_text()) for p in docs]
     # the tools' own --help texts (their module docstrings) show commands as indented code
     texts += [
         (f"{m} --help", importlib.import_module(m).__doc__ or "") for m in sorted(set(MODULES.values()))
@@ -193,7 +175,7 @@ def doc_commands():
         for piece in pieces:
             for line in piece.splitlines():
                 for m in COMMAND.finditer(line):
-                    tool = m.group(1) or m.group(2) or m.group(3) or "doctor"
+                    tool = m.group(1) or m.group(2) or "doctor"  # (doctor and info are doctor's commands)
                     after = line[m.end() :] + " "
                     rest = re.split(r"\s(?:--|\||&&|;|>|#)(?:\s|$)|\s+/\s+", after)[0]
                     if tool not in MODULES or PLACEHOLDER.search(rest) or HYPOTHETICAL & set(rest.split()):
@@ -211,13 +193,13 @@ def test_the_docs_show_commands_of_every_tool():
     assert {"bench", "tune", "train", "simulate", "cluster", "profile", "doctor"} <= tools, tools
 
 
-@pytest.mark.parametrize("tool", sorted(set(MODULES) - {"info"}))
+@pytest.mark.parametrize("tool", sorted(MODULES))
 def test_every_command_in_the_docs_parses_with_no_hidden_or_old_option(tool, capsys):
     parser = parser_of(MODULES[tool])
     hidden = {s for a in parser._actions if a.help == argparse.SUPPRESS for s in a.option_strings}
     module = importlib.import_module(MODULES[tool])
     problems = []
-    for doc, _, argv in (c for c in doc_commands() if c[1] == tool or (tool == "doctor" and c[1] == "info")):
+    for doc, _, argv in (c for c in doc_commands() if c[1] == tool):
         shown = f"{doc}: {tool} {' '.join(argv)}"
         # Without a GPU the tools refuse --device cuda: there only the options are checked.
         no_gpu = "cuda" in argv and not __import__("torch").cuda.is_available()

@@ -55,7 +55,7 @@ import sys
 from pyscalecomm import _C
 from pyscalecomm._cli import HelpFormatter, add_nproc, add_version
 from pyscalecomm.bench.ps import run_ps
-from pyscalecomm.bench.rows import NOISY_SPREAD, Row, Table, plot_busbw, write_jsonl
+from pyscalecomm.bench.rows import Row, Table, noisy_note, plot_busbw, write_jsonl
 from pyscalecomm.bench.specs import (
     COLLECTIVES,
     algorithm_applies,
@@ -532,9 +532,9 @@ def run(args) -> int:
                 if base_label in rank_bw and impl.label in rank_bw and impl.label != base_label:
                     ratio = f"{rank_bw[impl.label] / rank_bw[base_label]:.2f}x"
                 note = "<- winner" if impl.label == winner else ""
-                noisy = max((r.spread for r in placed.values() if r is not None), default=0.0)
-                if noisy > NOISY_SPREAD:
-                    note = (note + " " if note else "") + f"noisy (±{50 * noisy:.0f}%)"
+                noisy = noisy_note(max((r.spread for r in placed.values() if r is not None), default=0.0))
+                if noisy:
+                    note = (note + " " if note else "") + noisy
                 if impl.label == "scalecomm:auto" and fixed:
                     note = (note + " " if note else "") + _auto_note(
                         per_round, fixed, impl.handle, device, shape.bytes

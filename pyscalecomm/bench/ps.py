@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from pyscalecomm.bench.rows import NOISY_SPREAD
+from pyscalecomm.bench.rows import noisy_note, spread_of
 
 
 def run_ps(args, size_list: list[int], n: int, out, progress) -> list[dict]:
@@ -34,14 +34,14 @@ def run_ps(args, size_list: list[int], n: int, out, progress) -> list[dict]:
                 )
         for (b, s), ts in rounds.items():
             t = statistics.median(ts)  # the median round, as the collectives' rows
-            spread = (max(ts) - min(ts)) / t
-            note = f" noisy (±{50 * spread:.0f}%)" if spread > NOISY_SPREAD else ""
+            spread = spread_of(ts, t)
+            note = noisy_note(spread)
             one = statistics.median(rounds[(b, 1)])
             requests = 2 * n * s / t  # every worker pushes and pulls each shard every step
             moved = 2 * n * nbytes / t
             out(
                 f"  {nbytes:>10} {b:>10} {s:>7} | {1e6 * t:>9.1f} {50 * spread:>4.0f} {requests:>11.0f}"
-                f" {moved / 1e9:>7.3f} | {one / t:>10.2f}x{note}",
+                f" {moved / 1e9:>7.3f} | {one / t:>10.2f}x {note}".rstrip(),
                 flush=True,
             )
             records.append(

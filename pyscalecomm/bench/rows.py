@@ -17,6 +17,18 @@ from dataclasses import dataclass, field
 NOISY_SPREAD = 0.25
 
 
+def spread_of(rounds: list[float], median: float) -> float:
+    """The range of the rounds' times as a share of their median (0 for one round)."""
+    if len(rounds) < 2 or median <= 0:
+        return 0.0
+    return (max(rounds) - min(rounds)) / median
+
+
+def noisy_note(spread: float) -> str:
+    """What a table row says of its spread: "noisy (±N%)" when wide, else ""."""
+    return f"noisy (±{50 * spread:.0f}%)" if spread > NOISY_SPREAD else ""
+
+
 @dataclass
 class Row:
     """One measurement, as the JSON lines carry it (units in the names)."""
@@ -61,9 +73,7 @@ class Row:
     @property
     def spread(self) -> float:
         """The range of the rounds' times as a share of this row's (0 for one round)."""
-        if len(self.time_us_rounds) < 2 or self.time_us <= 0:
-            return 0.0
-        return (max(self.time_us_rounds) - min(self.time_us_rounds)) / self.time_us
+        return spread_of(self.time_us_rounds, self.time_us)
 
     @property
     def algbw_GBps(self) -> float:
