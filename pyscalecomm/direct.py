@@ -43,6 +43,11 @@ def _op_name(op) -> str:
     )
 
 
+def reduce_op(op) -> dist.ReduceOp:
+    """torch's ReduceOp for ``op`` as _op_name takes it ("sum", "PROD", ReduceOp.MAX, ...)."""
+    return _OPS[_op_name(op)]
+
+
 def as_tensor(array, collective: str) -> torch.Tensor:
     """A torch tensor sharing ``array``'s memory (the array itself when it is
     a tensor). Refuses what a collective cannot write into in place: arrays

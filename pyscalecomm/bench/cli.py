@@ -284,7 +284,7 @@ def _implementations(args, dist, pyscalecomm):
     return table, timing
 
 
-def _runner(impl, case, args, dist):
+def _runner(impl, case, args):
     if impl.kind == "compress":
         if not case.inplace or args.op not in ("sum", "avg"):
             return None
@@ -301,14 +301,9 @@ def _runner(impl, case, args, dist):
             return None  # e.g. pairwise above 4032 bytes, shared above its window
     if impl.kind == "gloo" and args.op == "avg" and case.spec.reduces:
         return None  # gloo has no AVG
-    op = {
-        "sum": dist.ReduceOp.SUM,
-        "prod": dist.ReduceOp.PRODUCT,
-        "min": dist.ReduceOp.MIN,
-        "max": dist.ReduceOp.MAX,
-        "avg": dist.ReduceOp.AVG,
-    }[args.op]
-    return torch_runner(case, impl.handle, op)
+    from pyscalecomm.direct import reduce_op
+
+    return torch_runner(case, impl.handle, reduce_op(args.op))
 
 
 def _auto_ran(handle, device, nbytes: int) -> str:
@@ -353,7 +348,6 @@ def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
 
     Returns {(label, inplace): Row} (each is its median round, with every
     round in ``time_us_rounds``) and {(label, inplace): [seconds per round]}."""
-    import torch.distributed as dist
 
     n, rank, device = ctx["n"], ctx["rank"], ctx["device"]
     count = element_count(coll, size, ctx["esize"], n)
@@ -361,9 +355,7 @@ def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
         ip: make_case(coll, count, ctx["dtype"], rank, n, ip, args.root, args.op, device=device)
         for ip in (False, True)
     }
-    runners = {
-        (i.label, ip): _runner(i, c, args, dist) if c else None for i in impls for ip, c in cases.items()
-    }
+    runners = {(i.label, ip): _runner(i, c, args) if c else None for i in impls for ip, c in cases.items()}
     nbytes = count * ctx["esize"]
     for impl in impls:
         if impl.algo == "auto" and impl.kind == "scalecomm":
