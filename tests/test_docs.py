@@ -210,6 +210,29 @@ def test_the_docs_index_lists_every_page_and_every_link_resolves():
     assert not dangling, "\n".join(dangling)
 
 
+def _sections_of(text):
+    """What a reference can name in a page: its headings and the bold labels that open list items."""
+    heads = re.findall(r"^#+ (.*)$", text, re.M) + re.findall(r"^\s*- \*\*([^*]+)\*\*", text, re.M)
+    return [" ".join(h.replace("`", "").split()) for h in heads]
+
+
+def test_every_section_a_doc_cites_exists():
+    """`docs/x.md, "Section"` in a page points at a heading (or a list item's bold label) of x.md."""
+    root = pathlib.Path(ROOT)
+    journal = sorted((root / "docs" / "journal").glob("*.md"))
+    dangling = []
+    for md in _markdown_files() + [root / "CONTRIBUTING.md"]:
+        flat = " ".join(md.read_text().split())
+        for doc, section in re.findall(r"((?:docs/|bench/)?[\w.-]+\.md),? \"([^\"]+)\"", flat):
+            target = next((p for p in (root / doc, root / "docs" / doc, md.parent / doc) if p.exists()), None)
+            if target is None or target in journal:
+                continue
+            wanted = " ".join(section.replace("`", "").split())
+            if not any(h.startswith(wanted) or wanted in h for h in _sections_of(target.read_text())):
+                dangling.append(f'{md.relative_to(root)} cites {doc}, "{section}": no such section')
+    assert not dangling, "\n".join(dangling)
+
+
 # What the README promises a user, each with what checks it: a test
 # (tests/FILE::FUNCTION), a C++ test file, or the script that runs it.
 README_PROMISES = {
