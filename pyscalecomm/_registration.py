@@ -14,11 +14,14 @@ BACKEND_NAME = "scalecomm"
 _log = logging.getLogger("pyscalecomm")
 
 
-def _create_backend(dist_opts, pg_options):
-    """Creator called by torch.distributed for every group that uses scalecomm."""
+def backend_config(timeout, pg_options, group_name: str):
+    """A group's ``_C.BackendConfig``: the declared defaults, then `timeout`
+    (a timedelta or None), then the ``SCALECOMM_*`` variables, then the
+    fields set in `pg_options` (a ``pyscalecomm.Options``; anything else is
+    another backend's and ignored)."""
     config = _C.BackendConfig()  # declared defaults
-    if dist_opts.timeout is not None:
-        config.timeout_ms = _to_ms(dist_opts.timeout)
+    if timeout is not None:
+        config.timeout_ms = _to_ms(timeout)
     config.load_environment()  # SCALECOMM_* variables override init_process_group's values
     if isinstance(pg_options, Options):
         pg_options.apply_to(config)
@@ -26,7 +29,13 @@ def _create_backend(dist_opts, pg_options):
         # With device routing ("cpu:scalecomm,cuda:nccl") torch hands the same
         # pg_options to every backend; options meant for another backend are not ours.
         _log.info("scalecomm: ignoring pg_options of type %s (not pyscalecomm.Options)", type(pg_options))
-    config.group_name = str(dist_opts.group_id)
+    config.group_name = group_name
+    return config
+
+
+def _create_backend(dist_opts, pg_options):
+    """Creator called by torch.distributed for every group that uses scalecomm."""
+    config = backend_config(dist_opts.timeout, pg_options, str(dist_opts.group_id))
     return _C.ScalecommBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, config)
 
 

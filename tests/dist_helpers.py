@@ -18,6 +18,7 @@ import subprocess
 import sys
 import traceback
 from datetime import timedelta
+from multiprocessing import reduction
 
 
 def group_error(rank, n, options):
@@ -84,7 +85,44 @@ class RankError:
         return f"RankError({self.kind}: {self.text})"
 
 
-def _child(rank, n, port, fn, args, env, init, group_timeout_s, queue):
+# Ranks start from a fork server that has imported these once, not each from
+# a fresh interpreter: importing torch takes 3-4 s of CPU here, paid by every
+# rank of every test otherwise. pyscalecomm itself is imported by each rank,
+# after its environment is set (the extension reads settings when it loads).
+_PRELOAD = ["torch", "torch.distributed", "numpy"]
+
+
+def _context():
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+def _detach(dup):
+    return dup.detach()
+
+
+class _ParentFd:
+    """The parent's file descriptor `fd` as it is at the rank's start, handed
+    to the rank by the fork server (pytest's capture redirects fds 1 and 2)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def __reduce__(self):  # runs while the fork server's request is pickled
+        return (_detach, (reduction.DupFd(self.fd),))
+
+
+def _child(rank, n, port, fn, args, env, init, group_timeout_s, queue, parent=None):
+    if parent is not None:
+        # As a spawned child: the parent's environment and stdout/stderr as they
+        # are now, not the fork server's from when it started.
+        parent_env, fds = parent
+        os.environ.clear()
+        os.environ.update(parent_env)
+        for target, fd in zip((1, 2), fds, strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
     for k, v in (env or {}).items():  # a list gives each rank its value; None unsets
         v = v[rank] if isinstance(v, list) else v
         if v is None:
@@ -96,6 +134,9 @@ def _child(rank, n, port, fn, args, env, init, group_timeout_s, queue):
         import torch.distributed as dist
 
         import pyscalecomm  # noqa: F401  (registers the backend)
+
+        # torch read TORCH_DISTRIBUTED_DEBUG when the fork server imported it
+        dist.set_debug_level_from_env()
 
         # One intra-op thread per rank, as launchers set it (OMP_NUM_THREADS=1):
         # ranks x default threads oversubscribe this machine's cores.
@@ -132,11 +173,12 @@ def run_ranks(
     expect_errors=False,
     allow_missing=(),
 ):
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     queue = ctx.Queue()
     port = free_port()
+    parent = (dict(os.environ), (_ParentFd(1), _ParentFd(2)))
     procs = [
-        ctx.Process(target=_child, args=(r, n, port, fn, args, env, init, group_timeout_s, queue))
+        ctx.Process(target=_child, args=(r, n, port, fn, args, env, init, group_timeout_s, queue, parent))
         for r in range(n)
     ]
     for p in procs:

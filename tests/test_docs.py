@@ -348,6 +348,10 @@ README_PROMISES = {
         "tests/test_security.py::test_tcp_peers_must_share_the_secret",
         "tests/soak.py",
     ],
+    "| fault-tolerant training |": [
+        "tests/test_torchft.py::test_abort_from_another_thread_releases_the_waiters_and_a_new_quorum_works_at_once",
+        "tests/test_torchft.py::test_torchft_s_loop_runs_on_scalecomm_not_gloo",
+    ],
     "Not yet: sparse allreduce (raises NotImplementedError)": [
         "tests/test_faults.py::test_local_argument_errors_are_value_errors_and_leave_the_group_usable"
     ],

@@ -166,6 +166,8 @@ class ScalecommBackend : public c10d::Backend {
   // then their group is aborted, so exit never waits for their timeouts.
   static void shutdownAllAtExit();
   bool poisoned() const { return group_->poisoned(); }
+  // Why the group is poisoned (its first failure, or the abort's reason); empty while it is not.
+  std::string failure() const { return group_->poisoned() ? group_->state()->reason() : std::string(); }
   std::map<std::string, GroupState::OpStats> stats() const { return group_->stats(); }
   std::vector<OpBucketStats> bucketStats() const { return group_->bucketStats(); }
 

@@ -2,6 +2,8 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "algo/registry.h"
@@ -268,6 +270,13 @@ void bindBackend(py::module& m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("poisoned", &ScalecommBackend::poisoned)
+      .def_property_readonly(
+          "failure",
+          [](const ScalecommBackend& b) -> std::optional<std::string> {
+            std::string why = b.failure();
+            return why.empty() ? std::nullopt : std::optional<std::string>(why);
+          },
+          "Why the group failed (its first failure, or the abort's reason), or None while it works.")
       .def_property_readonly("config", &ScalecommBackend::config);
   defineCounters(backend);
   defineSelection(backend);
