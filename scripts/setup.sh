@@ -16,6 +16,8 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -m pip install --quiet "$TORCH_SPEC"
 fi
 "$PY" -m pip install --quiet numpy pytest scikit-learn ninja expecttest ruff clang-format setuptools wheel matplotlib hypothesis
+# torchft (optional for users): its own tests run with pyscalecomm.torchft (tests/test_torchft.py)
+"$PY" -m pip install --quiet torchft==0.2.0 parameterized
 # mpi4py: rendezvous under mpirun (needs an MPI, e.g. apt-get install libopenmpi-dev; skipped without one)
 if command -v mpicc >/dev/null 2>&1; then "$PY" -m pip install --quiet mpi4py; fi
 

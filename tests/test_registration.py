@@ -89,3 +89,46 @@ def test_the_build_runs_where_a_moved_install_breaks_import_torch(tmp_path):
         timeout=120,
     )
     assert build.returncode == 0, build.stderr
+
+
+_THREADS_SCRIPT = """
+import threading, time
+import torch.distributed as dist
+from pyscalecomm import _C
+from pyscalecomm._registration import backend_config
+
+stop = time.monotonic() + {seconds}
+def make():
+    n = 0
+    while time.monotonic() < stop:
+        name = f"g{{threading.get_ident()}}_{{n}}"
+        b = _C.ScalecommBackend(dist.HashStore(), 0, 1, backend_config(None, None, name))
+        b.shutdown()
+        del b
+        n += 1
+def churn():  # other threads' Python objects of the extension, made and freed
+    while time.monotonic() < stop:
+        xs = [_C.BackendConfig() for _ in range(200)]
+        del xs
+threads = [threading.Thread(target=f) for f in (make, make, make, churn, churn)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("survived")
+"""
+
+
+def test_groups_made_on_several_threads_beside_other_python_threads_do_not_corrupt_the_interpreter():
+    """Groups are built without the GIL (their rendezvous blocks), but the
+    Python object that wraps each one must be registered with it: torchft's
+    tests (ranks as threads) and any job that makes groups from a thread
+    otherwise abort in garbage collection ("Tried to deallocate unregistered
+    instance")."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run(
+        [sys.executable, "-c", _THREADS_SCRIPT.format(seconds=6)],
+        env={**os.environ, "PYTHONPATH": root},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0 and "survived" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]

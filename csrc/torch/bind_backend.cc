@@ -264,11 +264,14 @@ void bindBackend(py::module& m) {
   bindConfig(m);
   BackendClass backend(m, "ScalecommBackend");
   backend
+      // The rendezvous runs without the GIL; pybind registers the new instance
+      // after the factory returns, which must hold it (a py::call_guard would
+      // cover the registration too, racing other threads' Python objects).
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const GroupConfig& cfg) {
+             py::gil_scoped_release noGil;
              return c10::make_intrusive<ScalecommBackend>(store, rank, size, cfg);
            }),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"),
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"))
       .def_property_readonly("poisoned", &ScalecommBackend::poisoned)
       .def_property_readonly(
           "failure",
