@@ -44,7 +44,7 @@ __all__ = ["ProcessGroupScalecomm"]
 
 T = TypeVar("T")
 
-# The c10d options whose per-call timeout a live group takes from set_timeout().
+# c10d's per-call timeout when the caller sets none (kUnsetTimeout).
 _UNSET = timedelta(milliseconds=-1)
 
 
