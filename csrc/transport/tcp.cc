@@ -240,6 +240,39 @@ bool handshakeAsConnector(int fd, const std::string& key, int selfRank, int peer
   return true;
 }
 
+// Connects `fd` to `addr` by the deadline. A blocking connect() to an address
+// that drops SYNs (a listener whose queue is full, a black-holed route) waits
+// out the kernel's retransmissions, minutes past any timeout.
+bool connectBy(int fd, const sockaddr_in& addr, const Deadline& deadline, std::string& why) {
+  setNonBlocking(fd, true);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) return true;
+  if (errno != EINPROGRESS) {
+    why = std::strerror(errno);
+    return false;
+  }
+  for (;;) {
+    pollfd p{fd, POLLOUT, 0};
+    const int ready =
+        poll(&p, 1, static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(deadline.remainingMs(), 100))));
+    if (ready > 0) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (err == 0) return true;
+      why = std::strerror(err);
+      return false;
+    }
+    if (ready < 0 && errno != EINTR) {
+      why = std::strerror(errno);
+      return false;
+    }
+    if (deadline.expired()) {
+      why = "the connection was not accepted in time (the listener's queue may be full)";
+      return false;
+    }
+  }
+}
+
 }  // namespace
 
 int tcpConnectPeer(const std::string& host, int port, const std::string& key, int selfRank, int peerRank,
@@ -254,16 +287,14 @@ int tcpConnectPeer(const std::string& host, int port, const std::string& key, in
   int backoffMs = 1;
   while (!deadline.expired()) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      setNonBlocking(fd, true);
+    if (fd < 0) fail(ErrorKind::Io, "scalecomm tcp: socket(): ", std::strerror(errno));
+    if (connectBy(fd, addr, deadline, lastErr)) {
       const Deadline handshake = Deadline::after(
           std::chrono::milliseconds(std::max<int64_t>(1, std::min<int64_t>(deadline.remainingMs(), kHandshakeMs))));
       if (handshakeAsConnector(fd, key, selfRank, peerRank, stream, handshake, lastErr)) {
         setNoDelay(fd);
         return fd;
       }
-    } else {
-      lastErr = std::strerror(errno);
     }
     ::close(fd);
     std::this_thread::sleep_for(std::chrono::milliseconds(backoffMs));

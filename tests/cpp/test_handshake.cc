@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/hmac.h"
@@ -128,6 +129,39 @@ TEST(a_listener_without_the_key_is_not_trusted) {
   }
   accepting.join();
   CHECK(error.find("could not connect to rank 0") != std::string::npos);
+}
+
+// A listener whose queue is full drops new SYNs; a blocking connect() would
+// wait out the kernel's retransmissions (minutes). The connect ends at the
+// deadline, with a reason.
+TEST(a_connect_the_listener_never_takes_ends_at_the_deadline) {
+  const int full = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK(bind(full, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(full, 0) == 0);
+  socklen_t len = sizeof(addr);
+  CHECK(getsockname(full, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int port = ntohs(addr.sin_port);
+  std::vector<int> queued;  // fill the accept queue (never accepted)
+  for (int i = 0; i < 4; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    queued.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    ::close(tcpConnectPeer("127.0.0.1", port, "k", 1, 0, Deadline::after(std::chrono::milliseconds(500))));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  for (int fd : queued) ::close(fd);
+  ::close(full);
+  CHECK(error.find("could not connect to rank 0") != std::string::npos);
+  CHECK(took < std::chrono::milliseconds(1500));
 }
 
 namespace {
