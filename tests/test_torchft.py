@@ -8,6 +8,8 @@ alltoall_base and both reduce_scatters; ours runs them all. The classes here
 only substitute ProcessGroupScalecomm for gloo's group.
 """
 
+import importlib.util
+import pathlib
 import threading
 import time
 import unittest
@@ -16,9 +18,7 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
-import torch
 from torch.distributed import TCPStore
-from torch.distributed.distributed_c10d import AllreduceOptions, ReduceOp
 
 from pyscalecomm import Options
 
@@ -103,12 +103,23 @@ def _configure_all(pgs, store, name):
         )
 
 
-def _allreduce(pg, value):
-    x = torch.tensor([float(value)])
-    opts = AllreduceOptions()
-    opts.reduceOp = ReduceOp.SUM
-    pg.allreduce([x], opts).wait()
-    return x.item()
+def _load_bench():
+    """bench/torchft_recovery.py, whose allreduce the tests share."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "bench" / "torchft_recovery.py"
+    spec = importlib.util.spec_from_file_location("torchft_recovery", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+recovery_bench = _load_bench()
+_allreduce = recovery_bench._allreduce
+
+
+def test_the_recovery_bench_runs_and_prints_both_backends(capsys):
+    recovery_bench.main(["--ranks", "2", "--rounds", "1", "--abort-timeout", "1"])
+    out = capsys.readouterr().out
+    assert "| scalecomm |" in out and "| gloo |" in out, out
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
