@@ -30,6 +30,7 @@ from torch.distributed import TCPStore
 from torch.distributed.distributed_c10d import AllreduceOptions, ReduceOp
 from torchft.process_group import ProcessGroupGloo
 
+from pyscalecomm.bench.rows import noisy_note, spread_of
 from pyscalecomm.torchft import ProcessGroupScalecomm
 
 BACKENDS = {"scalecomm": ProcessGroupScalecomm, "gloo": ProcessGroupGloo}
@@ -80,9 +81,11 @@ def abort_release_s(pgs):
     return max(released) - aborted_at
 
 
-def spread(xs):
+def cell(xs):
+    """The median in ms, ± half the rounds' range, and the bench's noisy flag."""
     m = statistics.median(xs)
-    return m, 100 * (max(xs) - min(xs)) / 2 / m if m else 0.0
+    s = spread_of(xs, m)
+    return f"{m * 1000:.1f} ±{50 * s:.0f}% {noisy_note(s)}".rstrip()
 
 
 def main(argv=None):
@@ -113,9 +116,7 @@ def main(argv=None):
     print("| backend | reconfigure + first allreduce (ms) | abort -> last waiter released (ms) |")
     print("| --- | ---: | ---: |")
     for name in BACKENDS:
-        rc, rc_s = spread(results[name]["reconfigure"])
-        ab, ab_s = spread(results[name]["abort"])
-        print(f"| {name} | {rc * 1000:.1f} ±{rc_s:.0f}% | {ab * 1000:.1f} ±{ab_s:.0f}% |")
+        print(f"| {name} | {cell(results[name]['reconfigure'])} | {cell(results[name]['abort'])} |")
     for pg_list in pgs.values():
         for pg in pg_list:
             pg.shutdown()

@@ -95,9 +95,9 @@ class ProcessGroupScalecomm(ProcessGroupWrapper):
         return opts
 
     def abort(self, errored: bool = True) -> None:
-        backend, self._backend = self._backend, None
-        if backend is not None:
-            backend.abort()  # poisons, closes the links, wakes every waiter
+        # torchft's abort calls the c10d group's abort(), which aborts our
+        # backend: it poisons the group, closes its links, wakes every waiter.
+        self._backend = None
         super().abort(errored=errored)
 
     def shutdown(self) -> None:
