@@ -13,9 +13,10 @@ above its rate after an idle spell, the tbf bucket; ``--queue-ms``: how long
 a packet may wait in its queue). Then it runs the command once per rank,
 inside its host's namespace, with the env:// rendezvous variables (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR = host 0, MASTER_PORT) and
-SCALECOMM_HOSTNAME set per host (``emu<rate>-host<i>``, e.g.
-``emu1gbit-host0``), so ranks on one host share memory and ranks on
-different hosts talk TCP through the capped links. Host names carry the
+SCALECOMM_HOSTNAME and NCCL_HOSTID set per host (``emu<rate>-host<i>``,
+e.g. ``emu1gbit-host0``), so ranks on one host share memory and ranks on
+different hosts talk TCP through the capped links (NCCL through its socket
+transport on ``eth0``, also where the hosts' ranks share one GPU). Host names carry the
 rate, not the cluster id: auto's tuning cache is per machine, so a file
 measured on one cluster (say ``python -m pyscalecomm.tune`` under it) serves
 every later cluster of the same rate and shape, the training driver's
@@ -168,6 +169,7 @@ class Cluster:
             MASTER_PORT=str(29500 + (os.getpid() + 37 * self.runs) % 1000),
             SCALECOMM_SOCKET_IFNAME="eth0",
             GLOO_SOCKET_IFNAME="eth0",
+            NCCL_SOCKET_IFNAME="eth0",
             OMP_NUM_THREADS=base.get("OMP_NUM_THREADS", "1"),
         )
 
@@ -195,7 +197,11 @@ class Cluster:
                 env = rank_env(
                     rank, world, job["MASTER_ADDR"], job["MASTER_PORT"], local_world=ranks_per_host, base=job
                 )
-                env["SCALECOMM_HOSTNAME"] = self.host_name(host)
+                # NCCL tells hosts apart by NCCL_HOSTID (else by the machine's
+                # hostname and boot id, which the namespaces share): ranks of
+                # different emulated hosts then meet over the capped links, even
+                # where they share one GPU.
+                env["SCALECOMM_HOSTNAME"] = env["NCCL_HOSTID"] = self.host_name(host)
                 out = None
                 if rank > 0:
                     os.makedirs(logdir, exist_ok=True)
@@ -247,14 +253,19 @@ class Cluster:
                     "esac\n"
                     # Each host gets its own hostname (a UTS namespace), by
                     # which Open MPI tells nodes apart.
-                    'export SCALECOMM_HOSTNAME="$name"\n'
+                    'export SCALECOMM_HOSTNAME="$name" NCCL_HOSTID="$name"\n'
                     'exec ip netns exec "$ns" unshare --uts sh -c "hostname $name && $*"\n'
                 )
             os.chmod(agent, 0o755)
             job = self._job_vars(os.environ)
             # Every rank gets the job's variables and the caller's SCALECOMM_*;
             # its host's name comes from the agent (host 0: mpirun's own env).
-            env = {**os.environ, **job, "SCALECOMM_HOSTNAME": self.host_name(0)}
+            env = {
+                **os.environ,
+                **job,
+                "SCALECOMM_HOSTNAME": self.host_name(0),
+                "NCCL_HOSTID": self.host_name(0),
+            }
             mine = sorted(k for k in os.environ if k.startswith("SCALECOMM_") and k != "SCALECOMM_HOSTNAME")
             forwarded = [*job, *(k for k in mine if k not in job)]
             cmd = ["ip", "netns", "exec", self.host_ns(0), "unshare", "--uts", "sh", "-c"]

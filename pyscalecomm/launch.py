@@ -16,8 +16,10 @@
   emulated cluster. Under torchrun, mpirun and srun, :func:`env_from_launcher`
   fills the same variables in the rank itself.
 - :func:`local_gpu` makes this rank's GPU current: LOCAL_RANK modulo the GPUs
-  visible, so more ranks than GPUs share them (host staging only: NCCL refuses
-  two ranks on one GPU).
+  visible, so more ranks than GPUs share them. NCCL joins ranks that share a
+  GPU only as ranks of different hosts: :func:`share_gpu_env` gives each such
+  rank its own NCCL_HOSTID, so NCCL (ProcessGroupNCCL and scalecomm's NCCL
+  channel alike) connects them through its socket transport.
 - :func:`wait_ranks` waits for the processes of one job within a deadline:
   when one fails the others get 10 s to report, then every straggler is killed.
 """
@@ -206,14 +208,30 @@ def spawn_self(module: str, nproc: int, args: list[str], extra_env: dict | None 
     return run_local([sys.executable, "-m", module, *args], nproc, None, module, extra_env)
 
 
+def share_gpu_env(local_rank: int, environ=None) -> None:
+    """Lets NCCL join ranks of one host that share a GPU: each gets its own
+    NCCL_HOSTID (NCCL refuses two ranks of one host on one GPU, and treats
+    ranks of distinct host ids as separate hosts, joined through its socket
+    transport), and NCCL_SOCKET_IFNAME defaults to loopback. Variables the
+    caller set (an emulated cluster's per-host ids and interface) are kept.
+    NCCL reads both when its first communicator is made."""
+    env = os.environ if environ is None else environ
+    env.setdefault("NCCL_HOSTID", f"{socket.gethostname()}-rank{local_rank}")
+    env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+
+
 def local_gpu():
-    """This rank's CUDA device (LOCAL_RANK modulo the GPUs visible), made current."""
+    """This rank's CUDA device (LOCAL_RANK modulo the GPUs visible), made
+    current; where this host's ranks outnumber its GPUs, :func:`share_gpu_env`."""
     import torch
 
     gpus = torch.cuda.device_count()
     if gpus == 0:
         raise RuntimeError("--device cuda: torch sees no CUDA GPU here; use --device cpu")
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % gpus)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > gpus:
+        share_gpu_env(local_rank)
+    device = torch.device("cuda", local_rank % gpus)
     torch.cuda.set_device(device)
     return device
 

@@ -1,89 +1,139 @@
 #!/usr/bin/env bash
-# Everything a GPU machine can answer, in one go, into one report:
-#   bash scripts/gpu_check.sh [report-dir]      (default: gpu-report/)
-# 1. the machine (nvidia-smi, torch, NCCL, this build);
-# 2. the GPU test suite (pytest -m gpu): kernels against the CPU reference,
-#    every collective x algorithm x dtype over NCCL, stream semantics, timeouts,
-#    DDP, the bench table against ProcessGroupNCCL. On one GPU the NCCL tests run
-#    two ranks on it (SC_TEST_SHARE_GPU=1: NCCL's socket transport, see
-#    tests/gpu/test_cuda_collectives.py);
-# 3. the training driver against NCCL (2 GPUs) or gloo (one GPU, two ranks on it);
-# 4. the bench: with 2 GPUs, our schedules over NCCL, NCCL's own collective inside
-#    scalecomm and stock ProcessGroupNCCL side by side; on any GPU count, host
-#    staging chunked (copies overlapped with the collective) against whole-tensor
-#    copies, with gloo on the same CUDA buffers.
-# Each step's output goes to its own file; report.md says which passed.
-# GPU_CHECK_STEP_S caps each step's seconds (default 1800); a step cut off reads
-# "FAIL (exit 124)".
+# What a GPU machine can answer, most valuable first, into one report:
+#   bash scripts/gpu_check.sh [report-dir]                 (default: gpu-report/)
+#   GPU_CHECK_STEPS=train-1gbit,kernels bash scripts/gpu_check.sh    (only these steps)
+#   GPU_CHECK_DEADLINE_S=480 bash scripts/gpu_check.sh     (start no step past 480 s; limits shrink to fit)
+# Steps (each one's output in <report-dir>/<step>.txt, report.md written as they end):
+#   build            the extension for this Python and torch, with CUDA (skipped when it imports with CUDA)
+#   kernel-tests     the CUDA kernels against the CPU reducer (one process)
+#   links            can this machine make an emulated cluster (network namespaces, veth, tc tbf)?
+#   kernels          bench/cuda_kernels.py: our reductions against the device copy and torch's ops
+#   bench-allreduce  our ring, rhd, tree and NCCL's own allreduce inside scalecomm against
+#                    ProcessGroupNCCL, the same NCCL socket transport under all of them
+#   train-1gbit      the training driver: DDP on scalecomm (its NCCL channel) against ProcessGroupNCCL,
+#                    uncompressed, top-k and PowerSGD, both ranks' hosts on 1 Gbit/s links (without
+#                    namespaces: train-loopback, uncapped, labelled so)
+#   train-10gbit     as train-1gbit on 10 Gbit/s links
+#   bench-every-collective  every collective against ProcessGroupNCCL
+#   train-host-staged  scalecomm staging CUDA tensors through the host (TCP) on 1 Gbit/s links
+#   gpu-tests        the GPU test suite (every collective x dtype x algorithm over NCCL, streams, graphs, DDP)
+# With one GPU, two ranks share it: each rank (or emulated host) gets its own NCCL_HOSTID, so
+# NCCL, stock and ours alike, joins them through its socket transport, over the capped links
+# where there are some.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-report}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
-LIMIT=${GPU_CHECK_STEP_S:-1800}
+STEP_LIMIT=${GPU_CHECK_STEP_S:-1800}
+DEADLINE=${GPU_CHECK_DEADLINE_S:-86400}
+ONLY=",${GPU_CHECK_STEPS:-},"
 REPORT="$OUT/report.md"
-GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
-{
-  echo "# scalecomm GPU check ($(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null))"
-  echo
-  echo '```'
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -9
-  "$PY" -c "import torch, pyscalecomm; from pyscalecomm import _C; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None, '| scalecomm built with cuda', _C.built_with_cuda, 'nccl', _C.built_with_nccl)" 2>&1
-  echo '```'
-  echo
-  echo "| step | result | seconds | output |"
-  echo "| --- | --- | --- | --- |"
-} > "$REPORT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 
-step() {  # step NAME COMMAND...: runs it (at most LIMIT s), records pass/fail and where its output went
-  local name=$1
-  shift
-  local log="$OUT/$name.txt" start=$SECONDS rc=0
-  echo "== $name: $*"
-  timeout "$LIMIT" "$@" > "$log" 2>&1 || rc=$?
+wanted() {  # the links probe runs whenever a training step on links does
+  [ "$ONLY" = ",," ] || [[ "$ONLY" == *",$1,"* ]] || { [ "$1" = links ] && [[ "$ONLY" == *",train-"* ]]; }
+}
+
+step() {  # step NAME MIN_S COMMAND...: runs it within the step limit and the deadline; records the outcome
+  local name=$1 min=$2
+  shift 2
+  wanted "$name" || return 0
+  local left=$((DEADLINE - SECONDS)) log="$OUT/$name.txt" start=$SECONDS rc=0
+  if [ "$left" -lt "$min" ]; then
+    echo "| $name | skipped: ${left} s left of the deadline, needs ${min} | | |" >> "$REPORT"
+    return 0
+  fi
+  local limit=$((left < STEP_LIMIT ? left : STEP_LIMIT))
+  echo "== $name (limit ${limit} s): $*"
+  timeout -k 10 "$limit" "$@" > "$log" 2>&1 || rc=$?
   if [ "$rc" = 0 ]; then
     echo "| $name | pass | $((SECONDS - start)) | $name.txt |" >> "$REPORT"
   else
     echo "| $name | **FAIL** (exit $rc) | $((SECONDS - start)) | $name.txt |" >> "$REPORT"
   fi
-  tail -3 "$log"
+  tail -25 "$log"
 }
 
-# Failures are written as they happen (a step cut off at its limit keeps them);
-# a rank killed by a signal prints its Python stack (how a host memcpy of device
-# memory was found).
-export SC_TEST_FAILURE_LOG="$OUT/gpu-test-failures.txt" PYTHONFAULTHANDLER=1
+HAVE_C=$("$PY" -c "from pyscalecomm import _C; print(int(_C.built_with_cuda))" 2> /dev/null || echo 0)
+{
+  echo "# scalecomm GPU check ($(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2> /dev/null))"
+  echo
+  echo "| step | result | seconds | output |"
+  echo "| --- | --- | --- | --- |"
+} > "$REPORT"
+if [ "$HAVE_C" != 1 ]; then  # the system's compiler: a wrapper linking libstdc++ statically crashes in torch
+  step build 60 env CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" CC="${CC:-/usr/bin/gcc}" CXX="${CXX:-/usr/bin/g++}" \
+    MAX_JOBS="$(nproc)" "$PY" setup.py --quiet build_ext --inplace
+fi
+{
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 | head -9
+  "$PY" -c "import torch, pyscalecomm; from pyscalecomm import _C; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None, '| scalecomm cuda', _C.built_with_cuda, 'nccl', _C.built_with_nccl)" 2>&1 | tail -2
+  echo "cpus $(nproc), $(uname -r), $(. /etc/os-release 2> /dev/null && echo "$PRETTY_NAME")"
+  echo '```'
+  echo
+} > "$OUT/machine.md"
+cat "$OUT/machine.md"
+GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2> /dev/null || echo 0)
+if [ "$GPUS" = 0 ]; then
+  echo "| everything else | skipped: torch sees no GPU | | |" >> "$REPORT"
+  cat "$OUT/machine.md" "$REPORT" > "$OUT/report.tmp" && mv "$OUT/report.tmp" "$REPORT"
+  cat "$REPORT"
+  exit 1
+fi
+
+# Failures are written as they happen (a step cut off at its limit keeps them).
+export SC_TEST_FAILURE_LOG="$OUT/gpu-test-failures.txt"
 PYTEST_ARGS=(-m gpu -v -p no:cacheprovider)
 if "$PY" -c "import pytest_timeout" 2> /dev/null; then
   PYTEST_ARGS+=(--timeout=60)  # one hung test does not take the whole step
 fi
+step kernel-tests 30 "$PY" -m pytest "${PYTEST_ARGS[@]}" tests/gpu/test_cuda_kernels.py
+
+# An emulated cluster needs root, network namespaces, veth pairs, a bridge and tc's tbf.
+LINKS=0
+if wanted links; then
+  step links 10 "$PY" -m pyscalecomm.cluster --hosts 2 --rate 1gbit --timeout 20 --id 9 -- true
+  grep -q "| links | pass" "$REPORT" && LINKS=1
+fi
+
+step kernels 20 "$PY" bench/cuda_kernels.py --json "$OUT/kernels.json"
+
+# Two ranks (sharing the GPU where there is one): the same NCCL socket transport under our
+# schedules, NCCL's allreduce inside scalecomm, and stock ProcessGroupNCCL.
+step bench-allreduce 40 "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --algos ring,rhd,tree,nccl \
+  --baselines nccl -b 64K -e 256M -f 4 -n 5 -w 2 --rounds 3 --json "$OUT/bench-allreduce.jsonl"
+
+# The driver: DDP of a 1.1M-parameter MLP (4.3 MiB of fp32 gradients per step), NCCL's final
+# accuracy and time per epoch as the baseline; two repeats, round-robin.
+TRAIN=(--device cuda --width 1024 --epochs 5 --repeat 2 --timeout 60 --no-plots
+  --sweep backend=nccl,scalecomm compress=none,topk:0.01,powersgd:2)
+if [ "$LINKS" = 1 ]; then
+  step train-1gbit 60 "$PY" -m pyscalecomm.train "${TRAIN[@]}" --cluster-rate 1gbit --out-dir "$OUT/train-1gbit"
+else
+  step train-loopback 60 "$PY" -m pyscalecomm.train "${TRAIN[@]}" --out-dir "$OUT/train-loopback"
+fi
+
+if [ "$LINKS" = 1 ]; then
+  step train-10gbit 60 "$PY" -m pyscalecomm.train "${TRAIN[@]}" --cluster-rate 10gbit --out-dir "$OUT/train-10gbit"
+fi
+
+step bench-every-collective 40 "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --collectives all \
+  --baselines nccl -b 64K -e 64M -f 16 -n 5 -w 2 --rounds 3 --json "$OUT/bench-every-collective.jsonl"
+
+if [ "$LINKS" = 1 ]; then
+  step train-host-staged 40 env SCALECOMM_CUDA_TRANSPORT=host "$PY" -m pyscalecomm.train --device cuda \
+    --width 1024 --epochs 5 --timeout 60 --no-plots --sweep backend=nccl,scalecomm --cluster-rate 1gbit \
+    --out-dir "$OUT/train-host-staged"
+fi
+
 SHARE=()
 [ "$GPUS" = 1 ] && SHARE=(env SC_TEST_SHARE_GPU=1)
-# The quick single-process ones first, then the multi-rank ones.
-step gpu-kernels "$PY" -m pytest "${PYTEST_ARGS[@]}" tests/gpu/test_cuda_kernels.py
-step gpu-tests "${SHARE[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" tests --ignore=tests/gpu/test_cuda_kernels.py
-if [ "$GPUS" -ge 2 ]; then
-  step bench-allreduce "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --algos ring,rhd,tree,nccl --baselines nccl \
-    -b 8K -e 256M -f 4 --rounds 3 --json "$OUT/bench-allreduce.jsonl"
-  step bench-every-collective "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --collectives all --baselines nccl \
-    -b 8K -e 64M -f 8 --rounds 3 --json "$OUT/bench-every-collective.jsonl"
-  step train-vs-nccl "$PY" -m pyscalecomm.train --device cuda --sweep world=2 backend=nccl,scalecomm --epochs 2 \
-    --out-dir "$OUT/train"
-elif [ "$GPUS" = 1 ]; then
-  step train-vs-gloo-one-gpu env SCALECOMM_CUDA_TRANSPORT=host "$PY" -m pyscalecomm.train --device cuda \
-    --sweep world=2 backend=gloo,scalecomm --epochs 2 --out-dir "$OUT/train"
-else
-  echo "| bench, training | skipped: no GPU | | |" >> "$REPORT"
-fi
-if [ "$GPUS" -ge 1 ]; then
-  # Host staging (the fallback without NCCL, and ranks that share a GPU): chunked and
-  # overlapped (default) against whole-tensor copies, gloo on the same CUDA buffers.
-  step bench-host-staged-chunked env SCALECOMM_CUDA_TRANSPORT=host "$PY" -m pyscalecomm.bench --nproc 2 \
-    --device cuda --algos ring --baselines gloo -b 1M -e 256M -f 4 -n 10 -w 3 --rounds 3 \
-    --json "$OUT/bench-host-staged-chunked.jsonl"
-  step bench-host-staged-whole env SCALECOMM_CUDA_TRANSPORT=host SCALECOMM_STAGE_CHUNK_BYTES=1099511627776 "$PY" \
-    -m pyscalecomm.bench --nproc 2 --device cuda --algos ring --baselines gloo -b 1M -e 256M -f 4 -n 10 -w 3 \
-    --rounds 3 --json "$OUT/bench-host-staged-whole.jsonl"
-fi
+step gpu-tests 120 "${SHARE[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" tests --ignore=tests/gpu/test_cuda_kernels.py
+
+cat "$OUT/machine.md" "$REPORT" > "$OUT/report.tmp" && mv "$OUT/report.tmp" "$REPORT"
 echo
 cat "$REPORT"

@@ -37,15 +37,15 @@ def group_error(rank, n, options):
 
 def rank_gpu(rank: int, nccl: bool = True) -> int:
     """This rank's GPU index (made current) for a two-rank job: its own where there are two
-    GPUs, else GPU 0. NCCL refuses two ranks on one GPU unless they name distinct hosts, so
-    with `nccl` a shared GPU gets a per-rank NCCL_HOSTID (read when the communicator is made):
+    GPUs, else GPU 0, with `nccl` a per-rank NCCL_HOSTID (pyscalecomm.launch.share_gpu_env):
     NCCL then joins the ranks through its socket transport over loopback."""
     import torch
 
+    from pyscalecomm.launch import share_gpu_env
+
     shared = torch.cuda.device_count() < 2
     if shared and nccl:
-        os.environ["NCCL_HOSTID"] = f"scalecomm-test-rank-{rank}"
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        share_gpu_env(rank)
     gpu = 0 if shared else rank
     torch.cuda.set_device(gpu)
     return gpu

@@ -361,3 +361,19 @@ def test_a_cli_mistake_fails_in_the_parent_with_one_line(tmp_path):
     assert out.returncode == 2, out.stdout + out.stderr
     assert "--device cuda: this machine has no usable GPU" in out.stderr
     assert "Traceback" not in out.stderr, out.stderr
+
+
+def test_the_kernel_bench_checks_and_times_every_row_on_the_cpu(tmp_path):
+    # On a GPU it times the CUDA kernels (scripts/gpu_check.sh); here, the same rows on host tensors.
+    out = tmp_path / "k.json"
+    p = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "cuda_kernels.py"), "--device", "cpu", "--size-mib", "1",
+         "--rounds", "2", "--iters", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {(r["row"], r["dtype"]) for r in json.loads(out.read_text())["rows"]}
+    for dt in ("fp32", "bf16", "fp16"):
+        for row in ("scalecomm sum", "torch sum", "scalecomm avg", "torch avg"):
+            assert (row, dt) in rows
+    assert "| scalecomm sum | bf16 |" in p.stdout and "of copy" in p.stdout

@@ -37,6 +37,7 @@ dist.all_reduce(t)
 n = dist.get_world_size()
 assert torch.equal(t, torch.full_like(t, n * (n + 1) / 2)), t[:4]
 print("rank", dist.get_rank(), "host", os.environ["SCALECOMM_HOSTNAME"], "ok", flush=True)
+print("rank", dist.get_rank(), "nccl", os.environ.get("NCCL_HOSTID"), os.environ.get("NCCL_SOCKET_IFNAME"))
 dist.destroy_process_group()
 """
 
@@ -68,6 +69,9 @@ def test_two_hosts_of_two_ranks_share_memory_inside_and_tcp_between(tmp_path):
         "peer rank 0 via shm" in log1 and "peer rank 2 via tcp" in log1 and "peer rank 3 via tcp" in log1
     ), log1
     assert "rank 3 host emu500mbit-host1 ok" in (tmp_path / "cluster-rank3.log").read_text()
+    # NCCL tells the hosts apart and talks over the capped links (ranks sharing a GPU too)
+    assert "rank 0 nccl emu500mbit-host0 eth0" in res.stdout
+    assert "rank 3 nccl emu500mbit-host1 eth0" in (tmp_path / "cluster-rank3.log").read_text()
     assert not [ns for ns in _namespaces() if ns.startswith("sc42")], "namespaces left behind"
 
 
@@ -84,7 +88,9 @@ MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, a)
 assert t[0] == n * (n + 1) / 2 and a[0] == n * t[0], (t[0], a[0])
 window = dist.group.WORLD._get_backend(torch.device("cpu")).config.shm_window_bytes
 assert window == 131072, window  # SCALECOMM_* variables reach every host's ranks
-line = f"rank {r} node {socket.gethostname()} host {os.environ['SCALECOMM_HOSTNAME']} ok"
+host = os.environ["SCALECOMM_HOSTNAME"]
+assert os.environ["NCCL_HOSTID"] == host and os.environ["NCCL_SOCKET_IFNAME"] == "eth0"
+line = f"rank {r} node {socket.gethostname()} host {host} ok"
 with open(os.path.join(sys.argv[1], f"rank{r}.txt"), "w") as f:  # mpirun interleaves the ranks' stdout
     f.write(line)
 dist.destroy_process_group()

@@ -141,6 +141,18 @@ def test_env_from_launcher_keeps_torchrun_and_user_values(monkeypatch):
     assert launch.env_from_launcher() == "torchrun" and os.environ["RANK"] == "3"
 
 
+def test_ranks_sharing_a_gpu_get_their_own_nccl_host_and_keep_a_clusters_settings():
+    # NCCL refuses two ranks of one host on one GPU; distinct host ids make it join them over sockets.
+    envs = [{}, {}]
+    for r, env in enumerate(envs):
+        launch.share_gpu_env(r, env)
+    assert envs[0]["NCCL_HOSTID"] != envs[1]["NCCL_HOSTID"]
+    assert envs[0]["NCCL_SOCKET_IFNAME"] == envs[1]["NCCL_SOCKET_IFNAME"] == "lo"
+    cluster = {"NCCL_HOSTID": "emu1gbit-host1", "NCCL_SOCKET_IFNAME": "eth0"}
+    launch.share_gpu_env(0, cluster)
+    assert cluster == {"NCCL_HOSTID": "emu1gbit-host1", "NCCL_SOCKET_IFNAME": "eth0"}
+
+
 def test_every_launcher_we_start_gives_its_ranks_torchruns_variables(tmp_path):
     env = launch.rank_env(3, 4, "10.0.0.1", 29999, local_world=2, base={"OMP_NUM_THREADS": "4", "X": "y"})
     assert env == {

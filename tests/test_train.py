@@ -326,6 +326,16 @@ def test_a_bad_sweep_is_refused_before_anything_runs(tmp_path):
     assert p.returncode == 2 and "algo='rng': choose auto or one of" in p.stderr and "ring" in p.stderr
 
 
+def test_cluster_rate_takes_a_list_of_rates_each_checked():
+    from pyscalecomm.train import cli
+
+    assert cli.parse_args(["--cluster-rate", "1gbit,10gbit"]).cluster_rate == ["1gbit", "10gbit"]
+    assert cli.parse_args(["--cluster-rate", "1gbit"]).cluster_rate == ["1gbit"]
+    for bad in ("1gbit,1gbit", "1gbit,fast", ","):
+        with pytest.raises(SystemExit):
+            cli.parse_args(["--cluster-rate", bad])
+
+
 def test_runs_under_torchrun_with_the_jobs_world(tmp_path):
     port = str(free_port())
     prefix = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", port]

@@ -13,6 +13,9 @@ More ranks vs more threads per rank (horizontal vs vertical scaling):
     python -m pyscalecomm.train --sweep world=1,2 threads=1,2 backend=gloo,scalecomm
 On an emulated cluster (root: one network namespace per rank, links capped):
     sudo python -m pyscalecomm.train --cluster-rate 1gbit --sweep world=1,4 ...
+Against stock NCCL on GPUs (ranks sharing a GPU meet as hosts, over NCCL's sockets):
+    sudo python -m pyscalecomm.train --device cuda --cluster-rate 1gbit,10gbit \\
+        --sweep backend=nccl,scalecomm compress=none,topk:0.01,powersgd:2
 Under a launcher (the job's ranks run every configuration of the sweep):
     torchrun --nproc-per-node 4 -m pyscalecomm.train --sweep backend=gloo,scalecomm
     mpirun -n 4 python -m pyscalecomm.train ...        srun -n 4 python -m pyscalecomm.train ...
@@ -41,6 +44,14 @@ from pyscalecomm.train.config import BACKENDS, RunConfig, expand
 from pyscalecomm.train.data import DATASETS
 from pyscalecomm.train.models import MODELS
 from pyscalecomm.units import rate_text
+
+
+def _rates(text: str) -> list[str]:
+    """An argparse type: a comma list of link rates, each checked."""
+    rates = [rate_text(r) for r in text.split(",") if r]
+    if not rates or len(set(rates)) != len(rates):
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more distinct rates, e.g. 1gbit,10gbit")
+    return rates
 
 
 def parse_args(argv=None):
@@ -111,9 +122,10 @@ def parse_args(argv=None):
     p.add_argument("--sweep", nargs="*", default=[], metavar="KEY=V1,V2", help="grid axes, e.g. world=1,2,4")
     p.add_argument(
         "--cluster-rate",
-        type=rate_text,
+        type=_rates,
         default=None,
-        help="run on an emulated cluster with links of this rate (root): 1gbit, 10Gbps, 1.25GB/s "
+        help="run on an emulated cluster with links of this rate (root): 1gbit, 10Gbps, 1.25GB/s; a "
+        "comma list runs the sweep once per rate, each with its own report in <out-dir>/<rate> "
         "(default: none, the ranks share this host)",
     )
     p.add_argument(
@@ -281,12 +293,24 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    worst = 0
+    for rate in args.cluster_rate or [None]:
+        where = out_dir if rate is None or len(args.cluster_rate) == 1 else os.path.join(out_dir, rate)
+        if where != out_dir:
+            print(f"\n## {rate} links", flush=True)
+        worst = max(worst, _sweep(args, configs, rate, where, compare), key=abs)
+    return worst
+
+
+def _sweep(args, configs: list[RunConfig], rate: str | None, out_dir: str, compare: bool) -> int:
+    """Runs and reports the sweep on this host, or on an emulated cluster with `rate` links."""
     from pyscalecomm.train import runner
 
+    os.makedirs(out_dir, exist_ok=True)
     times = f" x {args.repeat} repeats" if args.repeat > 1 else ""
-    predicted = _predictions(configs, args.cluster_rate) if compare else {}
+    predicted = _predictions(configs, rate) if compare else {}
     print(f"# {len(configs)} configuration(s){times}, results in {out_dir}", flush=True)
-    code = runner.run(configs, out_dir, args.timeout, args.cluster_rate, args.repeat)
+    code = runner.run(configs, out_dir, args.timeout, rate, args.repeat)
     results = runner.collect(configs, out_dir, args.repeat)
     if results:
         _report(results, out_dir, not args.no_plots, predicted)
