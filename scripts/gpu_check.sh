@@ -63,9 +63,13 @@ HAVE_C=$("$PY" -c "from pyscalecomm import _C; print(int(_C.built_with_cuda))" 2
   echo "| step | result | seconds | output |"
   echo "| --- | --- | --- | --- |"
 } > "$REPORT"
-if [ "$HAVE_C" != 1 ]; then  # the system's compiler: a wrapper linking libstdc++ statically crashes in torch
-  step build 60 env CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" CC="${CC:-/usr/bin/gcc}" CXX="${CXX:-/usr/bin/g++}" \
-    MAX_JOBS="$(nproc)" "$PY" setup.py --quiet build_ext --inplace
+# The system's compiler, whatever CXX the machine sets (one GPU image sets a compiler that links
+# libstdc++ statically: such an extension crashes inside torch); GPU_CHECK_CXX/CC choose another.
+BUILD_CXX=${GPU_CHECK_CXX:-/usr/bin/g++}
+BUILD_CC=${GPU_CHECK_CC:-/usr/bin/gcc}
+if [ "$HAVE_C" != 1 ]; then
+  step build 60 env CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" CC="$BUILD_CC" CXX="$BUILD_CXX" MAX_JOBS="$(nproc)" \
+    "$PY" setup.py --quiet build_ext --inplace
 fi
 {
   echo
