@@ -109,19 +109,22 @@ def _nccl_flags():
     return None
 
 
-def _write_build_info() -> None:
+def _write_build_info(cuda: bool) -> None:
     """pyscalecomm/_build_info.py: the torch the extension is built against,
-    so `import pyscalecomm` can name a mismatch instead of failing on a symbol."""
+    so `import pyscalecomm` can name a mismatch instead of failing on a symbol,
+    and whether it was built with CUDA (what `_C.built_with_cuda` must say)."""
     import torch
 
     with open(os.path.join(ROOT, "pyscalecomm", "_build_info.py"), "w") as f:
         f.write(f'"""Written by setup.py at build time."""\n\nTORCH_VERSION = "{torch.__version__}"\n')
+        f.write(f"CUDA = {cuda}\n")
 
 
 def _extensions():
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
-    _write_build_info()
+    cuda = _cuda_wanted()
+    _write_build_info(cuda)
     sources = _sources("*.cc")
     define_macros = []
     # -fno-trapping-math: nothing here enables floating-point traps, and without
@@ -149,7 +152,7 @@ def _extensions():
         "libraries": mpi.get("libraries", []),
         "extra_link_args": mpi.get("extra_link_args", []),
     }
-    if _cuda_wanted():
+    if cuda:
         # sm_80 (A100) and sm_90 (H100) machine code plus sm_90 PTX for newer GPUs,
         # unless the builder names its own list.
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")

@@ -36,6 +36,16 @@ def _installed() -> bool:
 
 
 @pytest.mark.skipif(not _installed(), reason="scalecomm is not installed (pip install -e .): no entry point")
+def test_the_extension_says_whether_it_was_built_with_cuda_as_setup_py_built_it():
+    # A wrong flag skips every GPU kernel test and refuses the kernel bench on a GPU.
+    import pyscalecomm
+    from pyscalecomm import _C, _build_info
+
+    assert isinstance(_C.built_with_cuda, bool)
+    assert _C.built_with_cuda == _build_info.CUDA
+    assert pyscalecomm.built_with_cuda() == _build_info.CUDA
+
+
 def test_init_process_group_finds_the_backend_without_importing_pyscalecomm():
     out = _run()
     assert out.returncode == 0, out.stderr

@@ -38,7 +38,7 @@ struct NativeRound {
 
 struct QueueFabric::State {
   State(int n, std::chrono::milliseconds s)
-      : n(n), stall(s), sends(n * n), recvs(n * n), aborted(n, 0), groups(n, 0), nativeSeq(n, 0) {}
+      : n(n), stall(s), sends(n * n), recvs(n * n), aborted(n, 0), groups(n, 0), ops(n, 0), nativeSeq(n, 0) {}
   int n;
   std::chrono::milliseconds stall;
   std::mutex mu;
@@ -47,6 +47,7 @@ struct QueueFabric::State {
   std::vector<char> aborted;                      // per rank (guarded by mu)
   bool closing = false;
   std::vector<int64_t> groups;
+  std::vector<int64_t> ops;  // messages (sends and receives) in those groups
   std::vector<uint64_t> nativeSeq;
   std::map<uint64_t, NativeRound> rounds;
   std::vector<std::unique_ptr<EmulatedQueuedChannel>> channels;
@@ -202,6 +203,11 @@ int64_t QueueFabric::groupsRun(int rank) const {
   return state_->groups[rank];
 }
 
+int64_t QueueFabric::messagesRun(int rank) const {
+  std::lock_guard<std::mutex> g(state_->mu);
+  return state_->ops[rank];
+}
+
 EmulatedQueuedChannel::EmulatedQueuedChannel(QueueFabric::State& fabric, int rank, int size)
     : QueuedChannel(rank, size),
       fabric_(fabric),
@@ -249,6 +255,7 @@ void EmulatedQueuedChannel::issueGroup(const std::vector<QueuedOp>& ops) {
     for (const QueuedOp& op : ops) posted.push_back({r, op.peer, op.send, op.data, op.bytes, false, {}});
     std::unique_lock<std::mutex> g(f.mu);
     const int64_t group = ++f.groups[r];
+    f.ops[r] += static_cast<int64_t>(posted.size());
     for (Posted& p : posted) {
       (p.send ? f.sends[r * f.n + p.peer] : f.recvs[p.peer * f.n + r]).push_back(&p);
       if (p.send) {

@@ -43,6 +43,8 @@ class QueueFabric {
   class EmulatedQueuedChannel& channel(int rank);
   // Groups run so far, per rank (what a test asserts pacing by).
   int64_t groupsRun(int rank) const;
+  // Messages (sends and receives) in those groups, per rank.
+  int64_t messagesRun(int rank) const;
 
   struct State;
 

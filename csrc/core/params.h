@@ -80,7 +80,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "metric, a small bucket) go exact, where compressing saves little time and costs their accuracy.")             \
   X(Int, segmentBytes, "segment_bytes", "SCALECOMM_SEGMENT_BYTES", 0, 0, kNoLimit, "",                                \
     "Pipelining unit: each chunk moves in segments of at most this many bytes. 0: 1 MiB when the group spans "      \
-    "hosts over tcp, else 256 KiB (one host; collectives on the zero-copy mpi channel).")                            \
+    "hosts over tcp, else 256 KiB (one host; collectives on the zero-copy mpi channel); 16 MiB on device memory "  \
+    "(the NCCL channel).")                            \
   X(Int, sendAheadBytes, "send_ahead_bytes", "SCALECOMM_SEND_AHEAD_BYTES", -1, -1, kNoLimit, "",                      \
     "Pacing: within one step of an exchange with one peer (ring, rhd) a rank's sends run at most this many bytes "   \
     "(rounded up to whole segments) ahead of what it has received in that step, so ranks that enter a collective "   \

@@ -16,6 +16,12 @@ void Group::runOnDevice(Call& call, CollectiveOptions& o) {
   }
   QueuedChannel& ch = deviceChannels_(call.deviceIndex, o.deadline);
   o.algorithm = deviceAlgorithm(o.algorithm);
+  // A queued channel issues a step as one group and queues its reductions
+  // behind the whole group, so segments inside a step overlap nothing; each
+  // only adds a message (for NCCL a point-to-point operation with its own
+  // handshake). Host pacing does not apply: the transport paces itself.
+  o.segmentBytes = deviceSegmentBytes_;
+  o.sendAheadBytes = 0;
   call.deviceSync->begin(ch.stream());
   try {
     if (call.before) call.before();

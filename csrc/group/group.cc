@@ -175,6 +175,7 @@ std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupCo
 
 void Group::start(Choices choices, std::shared_ptr<Store> store, const std::string& storePrefix) {
   resolveWaits(config_, *comm_);
+  deviceSegmentBytes_ = config_.segmentBytes > 0 ? config_.segmentBytes : kDeviceSegmentBytes;
   if (config_.segmentBytes == 0)
     config_.segmentBytes = automaticSegmentBytes(comm_->hostOf(), comm_->collectivesOnMpi());
   if (config_.sendAheadBytes < 0) config_.sendAheadBytes = automaticSendAheadBytes(comm_->hostOf());

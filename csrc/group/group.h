@@ -74,6 +74,12 @@
 
 namespace scalecomm {
 
+// Segment of collectives on device memory when segment_bytes is automatic:
+// large, because a queued channel gains no overlap from segments inside a
+// step and pays a transport operation for each (NCCL point-to-point); still
+// bounded, so that pipelined schedules (tree, chain) keep some pipelining.
+constexpr int64_t kDeviceSegmentBytes = int64_t{16} << 20;
+
 enum class CallKind : uint8_t {
   Allreduce,
   Broadcast,
@@ -380,6 +386,8 @@ class Group : public std::enable_shared_from_this<Group> {
   int nextAnySource_ = 0;                         // executing thread
   std::shared_ptr<const TimelineRow> timelineRow_;
   DeviceChannels deviceChannels_;
+  // Segment of device calls: the configured segment_bytes, else kDeviceSegmentBytes (device_path.cc).
+  int64_t deviceSegmentBytes_ = 0;
   std::atomic<uint64_t> inlineCalls_{0}, workerCalls_{0};
   std::mutex sitesMu_;
   std::unordered_map<std::string, std::shared_ptr<const CompressedSite>> compressedSites_;  // by spec as given

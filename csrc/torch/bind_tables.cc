@@ -146,6 +146,8 @@ void bindBuild(py::module& m) {
       "mpi_library_version", [] { return mpiActive() ? mpiLibraryVersion() : std::string(); },
       "The MPI library's version string while MPI is initialised, else ''.");
 #ifdef SCALECOMM_WITH_CUDA
+  m.attr("built_with_cuda") = true;
+#else
   m.attr("built_with_cuda") = false;
 #endif
   m.attr("built_with_nccl") = NcclGroups::available();

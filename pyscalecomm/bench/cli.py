@@ -173,8 +173,8 @@ def parse_args(argv=None):
         default="cpu",
         choices=("cpu", "cuda"),
         help="where the buffers live; cuda puts each rank on GPU LOCAL_RANK modulo the GPUs visible "
-        "(scalecomm over NCCL; --algos ring,nccl compares ours with NCCL's; ranks sharing a GPU "
-        "need SCALECOMM_CUDA_TRANSPORT=host, since NCCL refuses two ranks on one GPU)",
+        "(scalecomm over NCCL; --algos ring,nccl compares ours with NCCL's; ranks sharing a GPU get "
+        "their own NCCL_HOSTID, so NCCL joins them through its socket transport)",
     )
     p.add_argument("--backends", default="", help=argparse.SUPPRESS)  # old spelling: scalecomm,gloo
     p.add_argument(

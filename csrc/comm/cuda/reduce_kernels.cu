@@ -123,20 +123,18 @@ void mapInPlace(void* data, int64_t count, DataType dtype, void* stream, const c
     using E = typename Storage<Tag>::Elem;
     const int64_t items = aligned ? count / Vec16<E>::kN + 1 : count;
     mapKernel<<<blocksFor(items), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<E*>(data), count,
-                                                                                   aligned, makeF(tag));
+                                                                                    aligned, makeF(tag));
     checkLaunch(what);
   });
 }
 
 void scaleInPlace(void* data, int64_t count, DataType dtype, double factor, void* stream) {
   SC_CHECK(isFloating(dtype));
-  mapInPlace(data, count, dtype, stream, "scaleKernel",
-             [&](auto tag) { return ScaleBy<decltype(tag)>{factor}; });
+  mapInPlace(data, count, dtype, stream, "scaleKernel", [&](auto tag) { return ScaleBy<decltype(tag)>{factor}; });
 }
 
 void divideInPlace(void* data, int64_t count, DataType dtype, int64_t divisor, void* stream) {
-  mapInPlace(data, count, dtype, stream, "divideKernel",
-             [&](auto tag) { return DivideBy<decltype(tag)>{divisor}; });
+  mapInPlace(data, count, dtype, stream, "divideKernel", [&](auto tag) { return DivideBy<decltype(tag)>{divisor}; });
 }
 
 }  // namespace scalecomm::cuda
