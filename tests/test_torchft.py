@@ -201,3 +201,61 @@ def test_torchft_s_loop_runs_on_scalecomm_not_gloo():
     ScalecommManagerIntegTest("test_ddp_healthy").run(result)
     assert result.wasSuccessful(), result.errors + result.failures
     assert _CountedScalecomm.made >= 2, "torchft's loop made no scalecomm group"
+
+
+def _commit(t, replica, step, incarnation=0, participants=2):
+    return dict(
+        event="commit", t=t, replica=replica, step=step, incarnation=incarnation, participants=participants
+    )
+
+
+def test_the_fault_tolerant_report_measures_stalls_rejoins_and_equal_replicas():
+    from pyscalecomm.train import fault_tolerant
+
+    events = [_commit(10 + 0.1 * s, r, s) for s in range(1, 11) for r in (0, 1)]
+    # Replica 1 killed at t=11.05. Replica 0's step in flight still commits (11.08), then it
+    # waits 1.5 s and commits alone; the restart (t=11.06) commits again at t=15.0, healed.
+    events += [_commit(11.08, 0, 11)]
+    events += [_commit(12.58 + 0.1 * i, 0, 12 + i, participants=1) for i in range(19)]
+    events += [dict(event="heal", t=14.9, replica=1, incarnation=1, step=30, seconds=0.04)]
+    events += [_commit(15.0, 1, 31, incarnation=1), _commit(15.0, 0, 31)]
+    events += [
+        dict(event="done", t=16, replica=r, incarnation=r, step=31, loss=0.1, acc=0.9, checksum=1.5)
+        for r in (0, 1)
+    ]
+    run = {
+        "events": events,
+        "kills": [{"t": 11.05, "replica": 1}],
+        "restarts": [{"t": 11.06, "replica": 1, "incarnation": 1}],
+    }
+    s = fault_tolerant.summarise(run, steps=31)
+    assert s["steps"] == 31 and s["failures"] == 1
+    assert s["lost_s"] == pytest.approx([1.5])  # 11.08 -> 12.58: the stall, not the step in flight
+    assert s["back_s"] == pytest.approx([15.0 - 11.06])
+    assert s["heal_s"] == [0.04] and s["step_ms"] == pytest.approx(100)
+    assert s["replicas_equal"] and s["replicas_finished"] == 2 and s["acc"] == 0.9
+    run["events"][-1] = dict(run["events"][-1], checksum=2.5)  # one replica ends elsewhere: said so
+    assert not fault_tolerant.summarise(run, steps=31)["replicas_equal"]
+
+
+def test_the_driver_trains_through_failures_on_scalecomm_and_every_replica_ends_equal(tmp_path):
+    # Two replicas, one killed every 3 s and restarted: the survivor trains on, the
+    # restarted one heals from it, both end with the same weights.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "pyscalecomm.train", "--fault-tolerant", "--kill-every", "3",
+           "--epochs", "60", "--sweep", "backend=scalecomm", "--out-dir", str(tmp_path)]  # fmt: skip
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(root))
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    assert "| scalecomm | 1320 |" in p.stdout, p.stdout
+    (run,) = json.loads((tmp_path / "results.json").read_text())["runs"]
+    failing = run["with failures"]
+    assert failing["failures"] >= 1 and failing["back_s"], failing  # killed, restarted, committed again
+    assert failing["replicas_equal"] and failing["replicas_finished"] == 2, failing
+    assert failing["acc"] > 0.9 and run["without failures"]["acc"] > 0.9

@@ -46,6 +46,19 @@ from pyscalecomm.train.models import MODELS
 from pyscalecomm.units import rate_text
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: seconds as 15, 15s or 500ms, more than 0."""
+    t = text.strip().lower()
+    scale = 1e-3 if t.endswith("ms") else 1.0
+    try:
+        value = float(t[:-2] if t.endswith("ms") else t.rstrip("s")) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, e.g. 15, 15s or 500ms") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
+    return value
+
+
 def _rates(text: str) -> list[str]:
     """An argparse type: a comma list of link rates, each checked."""
     rates = [rate_text(r) for r in text.split(",") if r]
@@ -137,6 +150,21 @@ def parse_args(argv=None):
         default=1,
         metavar="N",
         help="run the grid N times, round-robin; the table shows medians and the spread",
+    )
+    p.add_argument(
+        "--fault-tolerant",
+        action="store_true",
+        help="torchft's Manager + DDP, one process per replica, the replica group on each --sweep backend "
+        "(default: gloo and scalecomm side by side); a run without failures, then one with a replica "
+        "killed and restarted every --kill-every seconds (pyscalecomm.train.fault_tolerant)",
+    )
+    p.add_argument("--replicas", type=int, default=2, help="--fault-tolerant: replicas (processes)")
+    p.add_argument(
+        "--kill-every",
+        type=_seconds,
+        default=15.0,
+        metavar="SECONDS",
+        help="--fault-tolerant: seconds between failures (15, 15s, 500ms)",
     )
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     p.add_argument("--no-plots", action="store_true", help="write no PNG plots (the tables and JSON only)")
@@ -266,6 +294,8 @@ def main(argv=None) -> int:
         print(f"pyscalecomm.train: {e}", file=sys.stderr)
         return 2
     os.makedirs(out_dir, exist_ok=True)
+    if args.fault_tolerant:
+        return _fault_tolerant(args, out_dir)
     compare = len({c.strategy for c in configs}) > 1  # a sweep over strategies: predict them first
     reasons: dict[str, list[str]] = {}
     for label, why in skipped:
@@ -300,6 +330,32 @@ def main(argv=None) -> int:
             print(f"\n## {rate} links", flush=True)
         worst = max(worst, _sweep(args, configs, rate, where, compare), key=abs)
     return worst
+
+
+def _fault_tolerant(args, out_dir: str) -> int:
+    """--fault-tolerant: each backend's run without and with failures (pyscalecomm.train.fault_tolerant)."""
+    from pyscalecomm.train import fault_tolerant
+
+    sweep = (
+        args.sweep
+        if any(a.startswith("backend=") for a in args.sweep)
+        else [*args.sweep, "backend=gloo,scalecomm"]
+    )
+    os.environ.setdefault("RUST_LOG", "warn")  # torchft's lighthouse logs every quorum request at info
+    try:
+        import torchft  # noqa: F401
+    except ImportError:
+        print("pyscalecomm.train --fault-tolerant needs torchft (pip install torchft)", file=sys.stderr)
+        return 2
+    try:
+        if args.replicas < 2:
+            raise ValueError(f"--replicas {args.replicas}: give 2 or more")
+        configs, _ = expand(dataclasses.replace(_base(args), world=1), sweep)
+        fault_tolerant.check(configs)
+    except ValueError as e:
+        print(f"pyscalecomm.train: {e}", file=sys.stderr)
+        return 2
+    return fault_tolerant.run(configs, args.replicas, args.kill_every, out_dir, args.timeout)
 
 
 def _sweep(args, configs: list[RunConfig], rate: str | None, out_dir: str, compare: bool) -> int:
