@@ -118,9 +118,9 @@ def main(argv=None) -> int:
     timeout = timedelta(seconds=spec["timeout_s"])
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     manager = torchft.Manager(
-        # torchft's DDP hook needs a group whose wait() does not raise when a peer dies
-        # mid-allreduce (its own gloo group's and ours do): the wrapper records the
-        # error for the Manager, which then skips the step.
+        # torchft's DDP hook fails when the group's wait() raises, as gloo's and ours
+        # do when a peer dies mid-allreduce: the wrapper hands the error to the
+        # Manager instead, which skips the step.
         pg=ErrorSwallowingProcessGroupWrapper(process_group(cfg.backend, timeout)),
         min_replica_size=1,
         load_state_dict=lambda sd: (model.load_state_dict(sd["model"]), opt.load_state_dict(sd["optim"])),
