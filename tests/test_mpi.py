@@ -92,6 +92,16 @@ def test_an_abandoned_mpi_request_never_writes_into_freed_memory():
 
 
 @needs_mpi
+def test_torchfts_group_over_mpi_links_releases_its_waiters_on_abort_and_reconfigures():
+    # What torchft relies on, over the mpi transport: abort() from another thread
+    # releases the ranks waiting on an absent one (not at the 30 s timeout), and the
+    # same objects configured under a new store prefix reduce at once.
+    pytest.importorskip("torchft", reason="torchft is optional: pip install .[torchft]")
+    out = _mpirun(3, "torchft_abort", timeout=120)
+    assert out.count("after abort()") == 2, out[-3000:]
+
+
+@needs_mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_an_abort_reaches_peers_over_the_mpi_transport_at_once(n):
     _mpirun(n, "abort", {"SCALECOMM_TRANSPORT": "mpi", "SCALECOMM_ALGO": "ring"}, timeout=120)
