@@ -32,8 +32,9 @@ ONLY=",${GPU_CHECK_STEPS:-},"
 REPORT="$OUT/report.md"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 
-wanted() {  # the links probe runs whenever a training step on links does
-  [ "$ONLY" = ",," ] || [[ "$ONLY" == *",$1,"* ]] || { [ "$1" = links ] && [[ "$ONLY" == *",train-"* ]]; }
+wanted() {  # the build runs whenever needed; the links probe whenever a training step on links does
+  [ "$ONLY" = ",," ] || [ "$1" = build ] || [[ "$ONLY" == *",$1,"* ]] ||
+    { [ "$1" = links ] && [[ "$ONLY" == *",train-"* ]]; }
 }
 
 step() {  # step NAME MIN_S COMMAND...: runs it within the step limit and the deadline; records the outcome
