@@ -5,7 +5,7 @@
 #   GPU_CHECK_DEADLINE_S=480 bash scripts/gpu_check.sh     (start no step past 480 s; limits shrink to fit)
 # Steps (each one's output in <report-dir>/<step>.txt, report.md written as they end):
 #   build            the extension for this Python and torch, with CUDA (skipped when it imports with CUDA)
-#   kernel-tests     the CUDA kernels against the CPU reducer (one process)
+#   kernel-tests     the CUDA kernels against the CPU reducer, the codecs on the GPU against the host's
 #   links            can this machine make an emulated cluster (network namespaces, veth, tc tbf)?
 #   train-1gbit      the training driver: DDP on scalecomm (its NCCL channel) against ProcessGroupNCCL,
 #                    uncompressed, top-k and PowerSGD, both ranks' hosts on 1 Gbit/s links (without
@@ -13,6 +13,8 @@
 #   kernels          bench/cuda_kernels.py: our reductions against the device copy and torch's ops
 #   bench-allreduce  our ring, rhd, tree and NCCL's own allreduce inside scalecomm against
 #                    ProcessGroupNCCL, the same NCCL socket transport under all of them
+#   bench-compress   compressed allreduce encoded on the GPU over NCCL against staged through the
+#                    host, beside NCCL's uncompressed allreduce
 #   train-10gbit     as train-1gbit on 10 Gbit/s links
 #   bench-every-collective  every collective against ProcessGroupNCCL
 #   train-host-staged  scalecomm staging CUDA tensors through the host (TCP) on 1 Gbit/s links
@@ -98,7 +100,7 @@ PYTEST_ARGS=(-m gpu -v -p no:cacheprovider)
 if "$PY" -c "import pytest_timeout" 2> /dev/null; then
   PYTEST_ARGS+=(--timeout=60)  # one hung test does not take the whole step
 fi
-step kernel-tests 30 "$PY" -m pytest "${PYTEST_ARGS[@]}" tests/gpu/test_cuda_kernels.py
+step kernel-tests 30 "$PY" -m pytest "${PYTEST_ARGS[@]}" tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_codecs.py
 
 # An emulated cluster needs root, network namespaces, veth pairs, a bridge and tc's tbf.
 LINKS=0
@@ -124,6 +126,12 @@ step kernels 20 "$PY" bench/cuda_kernels.py --json "$OUT/kernels.json"
 step bench-allreduce 40 "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --algos ring,rhd,tree,nccl \
   --baselines nccl -b 64K -e 64M -f 4 -n 5 -w 2 --rounds 3 --json "$OUT/bench-allreduce.jsonl"
 
+# Compressed allreduce of CUDA tensors: encoded on the GPU and sent over NCCL (@torch) against
+# staged through the host and encoded there (@host), beside NCCL's uncompressed allreduce.
+step bench-compress 40 "$PY" -m pyscalecomm.bench --nproc 2 --device cuda --algos nccl --baselines nccl \
+  --compress topk:0.01@host,topk:0.01@torch,powersgd:2@host,powersgd:2@torch,qsgd:8@host,qsgd:8@torch,sign@torch \
+  -b 1M -e 64M -f 4 -n 5 -w 2 --rounds 3 --json "$OUT/bench-compress.jsonl"
+
 if [ "$LINKS" = 1 ]; then
   step train-10gbit 60 "$PY" -m pyscalecomm.train "${TRAIN[@]}" --cluster-rate 10gbit --out-dir "$OUT/train-10gbit"
 fi
@@ -139,7 +147,8 @@ fi
 
 SHARE=()
 [ "$GPUS" = 1 ] && SHARE=(env SC_TEST_SHARE_GPU=1)
-step gpu-tests 120 "${SHARE[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" tests --ignore=tests/gpu/test_cuda_kernels.py
+step gpu-tests 120 "${SHARE[@]}" "$PY" -m pytest "${PYTEST_ARGS[@]}" tests --ignore=tests/gpu/test_cuda_kernels.py \
+  --deselect tests/gpu/test_cuda_codecs.py::test_the_codecs_on_a_gpu_send_what_the_host_codecs_send
 
 cat "$OUT/machine.md" "$REPORT" > "$OUT/report.tmp" && mv "$OUT/report.tmp" "$REPORT"
 echo

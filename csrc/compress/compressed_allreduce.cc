@@ -26,6 +26,7 @@ int64_t compressedWireBytes(const CodecSpec& spec, int64_t n) {
 
 void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool errorFeedback, CompressState& state,
                          const CompressComms& comms, uint64_t step, int64_t matrixRows) {
+  state.toHost();
   // A key whose tensor changed size (DDP rebuilds its buckets after the first
   // step) starts over: an old residual belongs to other elements.
   if (state.residual.size() != static_cast<size_t>(n)) state.residual.assign(errorFeedback ? n : 0, 0.f);

@@ -46,6 +46,21 @@ struct CompressState {
   std::vector<float> residual;  // n values; empty: zero
   PowerSgdWarmStart warm;       // PowerSGD's Q
   uint64_t steps = 0;
+  // Set while the residual and warm start live in a device's memory (the
+  // torch adapter's codecs on a CUDA tensor): then it, not the two fields
+  // above, holds them, and copyTo() writes them there in host form (a
+  // checkpoint, or a call that runs the host codecs next).
+  struct OnDevice {
+    virtual ~OnDevice() = default;
+    virtual void copyTo(CompressState& host) const = 0;
+  };
+  std::shared_ptr<OnDevice> device;
+  // The state in host form: the device's copy moved into the fields, if any.
+  void toHost() {
+    if (!device) return;
+    device->copyTo(*this);
+    device.reset();
+  }
 };
 
 // One compressed allreduce site, prepared once for every call that uses its

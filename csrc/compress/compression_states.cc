@@ -19,8 +19,9 @@ std::map<std::string, CompressState> CompressionStates::snapshot() const {
   std::map<std::string, CompressState> out;
   for (const auto& [key, s] : slots_) {
     std::lock_guard<std::mutex> gs(s->mu);
-    const CompressState& st = s->state;
-    if (st.steps != 0 || !st.residual.empty() || !st.warm.q.empty()) out.emplace(key, st);
+    CompressState st = s->state;
+    st.toHost();
+    if (st.steps != 0 || !st.residual.empty() || !st.warm.q.empty()) out.emplace(key, std::move(st));
   }
   return out;
 }

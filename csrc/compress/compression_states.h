@@ -9,10 +9,12 @@
 // copies every slot that holds something (a checkpoint); restore() empties
 // every slot in place, then fills the restored keys' (a call prepared
 // before keeps its slot and sees the restored state); reset() empties every
-// slot in place.
+// slot in place. snapshot() copies a state held on a device
+// (CompressState::device) in host form.
 // Thread safety: every method from any thread.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,12 +33,17 @@ struct CompressSlot {
 // What a compressed allreduce call carries (group/group.h,
 // CallKind::CompressedAllreduce): its prepared site, its state's slot,
 // whether error feedback is on, and PowerSGD's matrix rows (0: the
-// tensor's own square-ish shape).
+// tensor's own square-ish shape). `body`, when set, runs the call in place
+// of compressedAllreduce on the call's host floats: the same contract, on
+// memory the caller owns (the torch adapter's codecs as torch operations on
+// the tensor's device), over the comms the Group hands it (payloads in
+// that memory), under the slot's lock; it advances state.steps.
 struct CompressedCall {
   std::shared_ptr<const CompressedSite> site;
   std::shared_ptr<CompressSlot> slot;
   bool errorFeedback = false;
   int64_t matrixRows = 0;
+  std::function<void(CompressState& state, const CompressComms& comms)> body;
 };
 
 class CompressionStates {

@@ -75,6 +75,11 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "Group default codec for allreduce (SUM/AVG) of floating tensors: fp16, bf16, topk:<ratio>, "                   \
     "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; empty or none: off. Error "        \
     "feedback is on for the biased ones (topk, randomk, sign, powersgd).")                                           \
+  X(Text, codecKernels, "codec_kernels", "SCALECOMM_CODEC_KERNELS", "auto", 0, 0, "auto|torch|host",                  \
+    "Where a compressed allreduce encodes and decodes: auto (CUDA tensors on their GPU as torch operations, over "   \
+    "NCCL, when cuda_transport allows it; CPU tensors in scalecomm's own loops), torch (torch operations on the "   \
+    "tensor's device, CPU tensors too), host (scalecomm's loops on the CPU; CUDA tensors staged through host "     \
+    "memory). Same codecs and wire formats either way.")                                                             \
   X(Int, compressionMinBytes, "compression_min_bytes", "SCALECOMM_COMPRESSION_MIN_BYTES", 65536, 0, kNoLimit, "",     \
     "The group default codec compresses only allreduces of at least this many bytes; smaller ones (a loss, a "     \
     "metric, a small bucket) go exact, where compressing saves little time and costs their accuracy.")             \

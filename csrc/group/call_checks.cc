@@ -54,6 +54,8 @@ class ArgumentChecks {
     if (!call_.compressed || !call_.compressed->site || !call_.compressed->slot) {
       bad("a compressed allreduce needs its prepared site and state slot (Group::compressedSite, compressionStates)");
     }
+    if (call_.deviceIndex >= 0 && !call_.compressed->body)
+      bad("a compressed allreduce of device memory needs its own body (the host codecs cannot read that memory)");
   }
   void alltoall() const {
     blocks(2 * static_cast<size_t>(size_));

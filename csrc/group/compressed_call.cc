@@ -1,6 +1,7 @@
 // The Group's compressed allreduce (CallKind::CompressedAllreduce): the
-// prepared sites, and the call run over the group's own allreduce and
-// allgather (compress/compressed_allreduce.h) on the stream channel, whose
+// prepared sites, and the call (compressedAllreduce, or the call's own body)
+// run over the group's own allreduce and allgather on the channel it runs on
+// (the stream channel, or a device's queued channel), whose
 // messages carry the site's codec tag, so a rank with another codec (or
 // ratio, levels, rank) fails naming it.
 #include "algo/registry.h"
@@ -55,8 +56,12 @@ void Group::runCompressed(const Call& call, Channel& ch, const CollectiveOptions
   };
   std::lock_guard<std::mutex> g(c.slot->mu);
   try {
-    compressedAllreduce(static_cast<float*>(call.data), call.count, *c.site, c.errorFeedback, c.slot->state, cc,
-                        c.slot->state.steps, c.matrixRows);
+    if (c.body) {
+      c.body(c.slot->state, cc);
+    } else {
+      compressedAllreduce(static_cast<float*>(call.data), call.count, *c.site, c.errorFeedback, c.slot->state, cc,
+                          c.slot->state.steps, c.matrixRows);
+    }
   } catch (const Error& e) {
     throw asCompressedCall(e, c.site->name());
   }

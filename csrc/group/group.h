@@ -140,9 +140,11 @@ struct Call {
   // Run on the executing thread before and after the collective (host
   // staging, copies into and out of the buffers). A throw fails the call.
   std::function<void()> before, after;
-  // CompressedAllreduce: `data` holds `count` float32 values in host memory,
-  // replaced by their sum over ranks through the site's codec, with the
-  // slot's error-feedback state (group/compressed_call.cc).
+  // CompressedAllreduce: `data` holds `count` float32 values (in host memory,
+  // or, with the compressed call's own body, the memory it works on: a
+  // device's on its queued channel), replaced by their sum over ranks
+  // through the site's codec, with the slot's error-feedback state
+  // (group/compressed_call.cc).
   std::shared_ptr<const CompressedCall> compressed;
   // Called exactly once on the executing thread: nullptr on success, else the error.
   std::function<void(const Error*)> done;

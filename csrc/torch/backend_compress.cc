@@ -2,10 +2,15 @@
 // (CallKind::CompressedAllreduce, group/compressed_call.cc): validated on
 // the caller, the spec's site and the state's slot found here, run by the
 // Group; titled "scalecomm:allreduce:<algorithm>:<codec>" in profiles.
+// Where it encodes (codec_kernels): a CUDA tensor on the NCCL channel runs
+// the codecs as torch operations on its GPU (torch/tensor_codecs.h, the
+// call's own body); otherwise the tensor is staged to host memory and runs
+// scalecomm's loops, or (codec_kernels=torch) the torch form there.
 #include <c10/util/Exception.h>
 
 #include "torch/backend.h"
 
+#include "torch/tensor_codecs.h"
 #include "torch/validate.h"
 
 namespace scalecomm {
@@ -31,7 +36,12 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
       key.empty() ? compression_->slotOwnedBy(strCat("ptr:", reinterpret_cast<uintptr_t>(t.data_ptr()), ":", t.numel()),
                                               t.storage().getWeakStorageImpl())
                   : compression_->slot(key);
-  auto stage = stageFor(what, {t}, /*onDevice=*/false);  // the codecs run on the CPU
+  const std::string& kernels = config().codecKernels;
+  auto stage = stageFor(what, {t}, /*onDevice=*/kernels != "host");
+  TORCH_CHECK(!stage->deviceCall() || !stage->deviceCall()->capturing(), "scalecomm ", what, " (rank ", getRank(),
+              "): called during CUDA graph capture; a compressed allreduce checks its payloads on the host between "
+              "its rounds, which a graph cannot record; capture the uncompressed allreduce instead");
+  const bool torchOps = stage->direct() || kernels == "torch";
   at::Tensor tensor = stage->inout(t);
   const AlgorithmRef algo = group_->algorithmFor(CallKind::CompressedAllreduce, static_cast<int64_t>(t.nbytes()));
   Call call;
@@ -41,11 +51,17 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   call.timeoutMs = timeout.count();
   call.dtype = DataType::Float32;
   call.count = t.numel();
-  call.compressed = std::move(prepared);
-  // The codecs take float32 host memory: another dtype runs on a float32 copy.
+  // The codecs take float32: another dtype runs on a float32 copy.
   const at::Tensor flat = tensor.view({-1});
   const at::Tensor x =
       flat.scalar_type() == at::kFloat ? flat : at::empty({t.numel()}, flat.options().dtype(at::kFloat));
+  if (torchOps) {
+    prepared->body = [x, site = prepared->site, feedback = prepared->errorFeedback, rows = prepared->matrixRows](
+                         CompressState& state, const CompressComms& comms) {
+      compressedAllreduceTensor(x, *site, feedback, state, comms, rows);
+    };
+  }
+  call.compressed = std::move(prepared);
   call.data = x.data_ptr();
   const int size = getSize();
   if (size > 1 && t.numel() > 0) {  // else nothing is sent: the tensor stays exact

@@ -5,6 +5,7 @@
 #include "compress/compressed_allreduce.h"
 #include "compress/random.h"
 #include "torch/bindings.h"
+#include "torch/tensor_codecs.h"
 
 namespace scalecomm {
 
@@ -95,6 +96,26 @@ void bindCodecs(py::module& m, py::module& testing) {
       },
       py::arg("kind"), py::arg("seed"), py::arg("count"), py::arg("n") = 1,
       "The codecs' random draws (compress/random.h), for the test oracles: count draws of the stream `seed`.");
+  testing.def(
+      "tensor_codec_encode",
+      [](const at::Tensor& x, std::optional<at::Tensor> residual, const std::string& spec, uint64_t seed, int rank) {
+        const CodecSpec parsed = valueErrors([&] { return CodecSpec::parse(spec); });
+        if (!parsed.entry->make) throw py::value_error("tensor_codec_encode: " + spec + " has no one-round codec");
+        at::Tensor flat = x.reshape({-1}).to(at::kFloat).contiguous().clone();
+        std::optional<at::Tensor> r;
+        if (residual) r = residual->reshape({-1}).to(flat.options()).contiguous().clone();
+        if (r && r->numel() != flat.numel())
+          throw py::value_error("tensor_codec_encode: the residual must have x's numel");
+        auto [payload, decoded] =
+            valueErrors([&] { return encodeTensor(flat, r ? &*r : nullptr, parsed, seed, rank); });
+        return py::make_tuple(decoded, payload, r ? py::cast(*r) : py::none());
+      },
+      py::arg("x"), py::arg("residual"), py::arg("compression"), py::arg("seed") = 0, py::arg("rank") = 0,
+      "codec_encode through the codecs' torch form, on x's device: (decoded, payload, the new residual or None).");
+  testing.def(
+      "codec_draws", [](uint64_t seed, const at::Tensor& i) { return randomDraws(seed, i.to(at::kLong)); },
+      py::arg("seed"), py::arg("i"),
+      "The codecs' random draws computed as torch operations on i's device (int64 bits of codec_random::draw).");
 }
 
 }  // namespace scalecomm

@@ -166,7 +166,9 @@ def parse_args(argv=None):
         "--compress",
         default="",
         help="comma list of codecs for extra allreduce rows, e.g. topk:0.01,qsgd:8,sign,powersgd:4 "
-        "(in place; #wrong shows the relative error of the lossy sum; wire bytes in the JSON)",
+        "(in place; #wrong shows the relative error of the lossy sum; wire bytes in the JSON); "
+        "<codec>@torch or <codec>@host: on a group with that codec_kernels setting, e.g. "
+        "topk:0.01@host,topk:0.01@torch on cuda compares staging through the host with the GPU",
     )
     p.add_argument(
         "--device",
@@ -221,6 +223,9 @@ def parse_args(argv=None):
             p.error(f"unknown baseline {b!r}; choose gloo, mpi, nccl or none")
     if "nccl" in args.baselines and args.device != "cuda":
         p.error("--baselines nccl needs --device cuda")
+    for spec in [x for x in args.compress.split(",") if x]:
+        if spec.partition("@")[2] not in ("", "auto", "torch", "host"):
+            p.error(f"--compress {spec}: after @ comes the codec_kernels setting, torch, host or auto")
     if args.device == "cuda":
         import torch
 
@@ -275,7 +280,13 @@ def _implementations(args, dist, pyscalecomm):
             impls.append(Impl("gloo", "gloo", gloo))
         if c == "allreduce":
             for spec in [x for x in args.compress.split(",") if x]:
-                impls.append(Impl(f"scalecomm:{spec}", "compress", dist.group.WORLD, spec))
+                codec, _, kernels = spec.partition("@")
+                if kernels and spec not in groups:
+                    groups[spec] = dist.new_group(
+                        backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels=kernels)
+                    )
+                handle = groups[spec] if kernels else dist.group.WORLD
+                impls.append(Impl(f"scalecomm:{spec}", "compress", handle, codec))
         if nccl is not None:
             impls.append(Impl("nccl", "nccl", nccl))
         if mpi_comm is not None:
@@ -284,14 +295,18 @@ def _implementations(args, dist, pyscalecomm):
     return table, timing
 
 
-def _runner(impl, case, args):
+def _runner(impl, case, args, state=""):
     if impl.kind == "compress":
         if not case.inplace or args.op not in ("sum", "avg"):
             return None
         import pyscalecomm
 
-        key = f"bench:{impl.algo}:{case.count}"
-        return lambda: pyscalecomm.allreduce(case.inp, impl.algo, op=args.op, key=key, error_feedback=False)
+        # `state` names the codec state (PowerSGD's warm start): the error
+        # check's own, since the timed calls sum in place until they overflow.
+        key = f"bench:{impl.algo}:{case.count}{state}"
+        return lambda: pyscalecomm.allreduce(
+            case.inp, impl.algo, op=args.op, group=impl.handle, key=key, error_feedback=False
+        )
     if impl.kind == "mpi":
         return mpi_runner(case, impl.handle, args.op)
     fixed = impl.algo not in ("", "auto", "mpi", "nccl")
@@ -382,7 +397,11 @@ def _measure_size(coll, size, impls, args, ctx) -> tuple[dict, dict]:
                     args.min_time,
                     args.check and not lossy,
                 )
-                relerr = relative_error(fn, cases[ip], timing) if lossy else None
+                relerr = (
+                    relative_error(_runner(impl, cases[ip], args, ":error"), cases[ip], timing)
+                    if lossy
+                    else None
+                )
                 key = (impl.label, ip)
                 per_round.setdefault(key, []).append(stats[ctx["stat"]])
                 row = _row(impl, coll, cases[ip], stats, iters, args, ctx)

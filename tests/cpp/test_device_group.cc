@@ -7,10 +7,12 @@
 // fails the call with a clear error instead of hanging it. Device memory on
 // a host channel (no device channel) is staged in chunks through two host
 // slots, with the copies of one chunk issued around the collective of the
-// next, exact for every chunking.
+// next, exact for every chunking. A compressed call's own body runs on the
+// device's queue, and its device-held state snapshots in host form.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -21,6 +23,8 @@
 
 #include "comm/emulated_queues.h"
 #include "comm/loopback_mesh.h"
+#include "compress/codec.h"
+#include "compress/compression_states.h"
 #include "core/error.h"
 #include "group/group.h"
 #include "harness.h"
@@ -327,6 +331,95 @@ TEST(a_device_ring_sends_each_step_as_one_message_not_host_segments) {
     CHECK_EQ(m.queues.groupsRun(rank) - groups, int64_t{2});
     CHECK_EQ(m.queues.messagesRun(rank) - messages, int64_t{4});
   });
+}
+
+namespace {
+
+// A state held "on the device": the residual in the emulated device memory.
+struct EmulatedDeviceState final : CompressState::OnDevice {
+  std::vector<float> residual;
+  void copyTo(CompressState& host) const override { host.residual = residual; }
+};
+
+}  // namespace
+
+TEST(a_compressed_call_with_its_own_body_runs_it_on_the_device_queue_and_its_state_snapshots_in_host_form) {
+  // The body stands in for the torch adapter's codecs on a CUDA stream: its
+  // work is queued on the device's queue, in order with the payload's
+  // allreduce, and its error-feedback residual lives "on the device".
+  for (int n : {2, 3}) {
+    DeviceMesh m(n);
+    onRanks(m, [&](int rank, Group& g) {
+      const int64_t count = 1001;
+      const std::unique_ptr<Codec> fp16 = makeCodec(CodecSpec::parse("fp16"));
+      std::shared_ptr<CompressSlot> slot = g.compressionStates().slot("bucket0");
+      std::vector<float> v(count, -1.0f);
+      for (int step = 0; step < 2; ++step) {
+        auto c = std::make_shared<CompressedCall>();
+        c->site = g.compressedSite("fp16");
+        c->slot = slot;
+        c->errorFeedback = true;
+        EmulatedQueuedChannel& queue = m.queues.channel(rank);
+        c->body = [&, count](CompressState& state, const CompressComms& comms) {
+          CHECK_EQ(comms.size, n);
+          if (!state.device) state.device = std::make_shared<EmulatedDeviceState>();
+          auto* dev = static_cast<EmulatedDeviceState*>(state.device.get());
+          auto payload = std::make_shared<std::vector<uint8_t>>(2 * count);
+          queue.enqueue([&, dev, payload, count] {
+            dev->residual.resize(count, 0.f);
+            fp16->encode(v.data(), dev->residual.data(), count, payload->data(), 0, rank);
+          });
+          comms.allreduceSum(payload->data(), count, DataType::Float16);
+          queue.enqueue([&, payload, count] {
+            std::fill(v.begin(), v.end(), 0.f);
+            fp16->decodeAdd(v.data(), count, payload->data(), 0);
+          });
+          state.steps += 1;
+        };
+        Call call = callOf(CallKind::CompressedAllreduce, "allreduce:ring:fp16", DataType::Float32, count);
+        call.algorithm = "ring";
+        call.data = v.data();
+        call.compressed = std::move(c);
+        // 1 + 2^-11 is half a float16 step above 1: step 0 sends 1 and keeps 2^-11.
+        const float value = 1.0f + std::ldexp(1.0f, -11);
+        CHECK_EQ(runOnDevice(m, rank, g, std::move(call), [&] { v.assign(count, value); }), "");
+        // Step 1 sends the residual too: 1 + 2^-10 is a float16.
+        const float sent = step == 0 ? 1.0f : 1.0f + std::ldexp(1.0f, -10);
+        float sum = 0.f;  // summed in float16, as the payloads are
+        for (int q = 0; q < n; ++q) sum = fp16ToFloat(floatToFp16(sum + sent));
+        for (float x : {v.front(), v.back()}) CHECK_EQ(x, sum);
+      }
+      CHECK_EQ(slot->state.steps, uint64_t{2});
+      CHECK(slot->state.residual.empty());  // held on the device
+      const auto snap = g.compressionStates().snapshot();
+      CHECK_EQ(snap.count("bucket0"), size_t{1});
+      const CompressState& host = snap.at("bucket0");
+      CHECK(!host.device);
+      CHECK_EQ(host.residual.size(), static_cast<size_t>(count));
+      CHECK_EQ(host.residual[0], 0.0f);  // step 1 sent all of it
+    });
+  }
+}
+
+TEST(a_compressed_call_of_device_memory_without_its_own_body_is_refused_before_it_runs) {
+  DeviceMesh m(1);
+  Group& g = *m.groups[0];
+  std::vector<float> v(8, 1.0f);
+  auto c = std::make_shared<CompressedCall>();
+  c->site = g.compressedSite("fp16");
+  c->slot = g.compressionStates().slot("k");
+  Call call = callOf(CallKind::CompressedAllreduce, "allreduce:ring:fp16", DataType::Float32, 8);
+  call.data = v.data();
+  call.compressed = std::move(c);
+  call.deviceIndex = 3;
+  call.device = true;
+  std::string err;
+  try {
+    g.submit(std::move(call));
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  CHECK(err.find("needs its own body") != std::string::npos);
 }
 
 TEST(a_device_batch_of_sends_and_receives_runs_as_one_group) {

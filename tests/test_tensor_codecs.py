@@ -1,0 +1,131 @@
+"""The codecs as torch operations (what runs on a CUDA tensor's own GPU),
+checked on the CPU: the same random draws and wire formats as scalecomm's
+host codecs, bit for bit where the codec is exact; compressed allreduces
+through a group with codec_kernels=torch equal those of a group with the
+host codecs in the same processes, within each codec's bound of gloo's exact
+sum; and their error-feedback state survives a state_dict round trip."""
+
+import pytest
+import torch
+from dist_helpers import run_ranks
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_compress import BOUNDS, CODECS
+
+from pyscalecomm import _C
+
+ONE_ROUND = [s for s in CODECS if not s.startswith("powersgd")]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), count=st.integers(1, 5000))
+def test_the_draws_are_the_codecs_own(seed, count):
+    draws = _C._testing.codec_draws(seed, torch.arange(count))
+    uniform = ((draws >> 40) & ((1 << 24) - 1)).float() / 16777216.0
+    assert torch.equal(uniform, _C._testing.codec_random("uniform", seed, count))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    n=st.sampled_from([1, 7, 255, 256, 257, 1000, 65537]),
+    spec=st.sampled_from(ONE_ROUND + ["topk:0.01", "qsgd:127", "randomk:0.5"]),
+    zeros=st.sampled_from([0.0, 0.9]),
+    feedback=st.booleans(),
+    rank=st.integers(0, 3),
+)
+def test_the_torch_form_of_every_codec_sends_what_the_host_codec_sends(seed, n, spec, zeros, feedback, rank):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=gen) * 3
+    x[torch.rand(n, generator=gen) < zeros] = 0
+    r = torch.randn(n, generator=gen) * 0.1 if feedback else None
+    host_out, host_payload, host_r = _C._testing.codec_encode(x, r, spec, seed=seed, rank=rank)
+    out, payload, new_r = _C._testing.tensor_codec_encode(x, r, spec, seed=seed, rank=rank)
+    assert payload.dtype == torch.uint8 and payload.numel() == _C.compressed_wire_bytes(spec, n)
+    name = spec.partition(":")[0]
+    if name in ("fp16", "bf16", "randomk", "qsgd"):
+        assert torch.equal(payload, host_payload)  # the same bytes on the wire
+    if name == "sign":  # block means summed in another order
+        assert torch.allclose(out, host_out, rtol=1e-5, atol=1e-7)
+    else:  # top-k: the same elements (ties aside: none here but zeros, which decode alike)
+        assert torch.equal(out, host_out)
+    if feedback:
+        assert torch.allclose(new_r, host_r, rtol=1e-5, atol=1e-5)
+    else:
+        assert new_r is None
+
+
+def _both_forms(rank, n, device="cpu"):
+    """Each codec through a group with codec_kernels=torch and one with host,
+    three steps with error feedback, on tensors of `device` ("cuda": this
+    rank's GPU, where the torch form runs on the GPU over NCCL and the host
+    form stages through host memory); gloo's exact sum on the CPU."""
+    import torch.distributed as dist
+
+    import pyscalecomm
+
+    dev = torch.device("cpu")
+    if device == "cuda":
+        from dist_helpers import rank_gpu
+
+        dev = torch.device("cuda", rank_gpu(rank))
+    torch_ops = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels="torch"))
+    host = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels="host"))
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+    for spec in CODECS:
+        worst, same, err = 0.0, True, 0.0
+        for step in range(3):  # error feedback carried from step to step
+            gen = torch.Generator().manual_seed(1000 * rank + 10 * step + len(spec))
+            x = torch.randn(157, 128, generator=gen)
+            if not spec.startswith("powersgd"):  # PowerSGD factors a weight's own rows
+                x = x.view(-1)
+            exact = x.clone()
+            dist.all_reduce(exact, group=gloo)
+            x = x.to(dev)
+            a, b = x.clone(), x.clone()
+            pyscalecomm.allreduce(a, spec, group=torch_ops, key=spec)
+            pyscalecomm.allreduce(b, spec, group=host, key=spec)
+            same = same and torch.equal(a, b)
+            worst = max(worst, float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)))
+            if step == 0:  # the first step carries no residual: the codec's own error
+                err = float((a.cpu() - exact).norm() / exact.norm())
+        out[spec] = (same, worst, err)
+    # The state on the torch form's side: a checkpoint taken, restored, and reset.
+    x = torch.randn(3000, generator=torch.Generator().manual_seed(rank)).to(dev)
+    for _ in range(3):
+        pyscalecomm.allreduce(x.clone(), "topk:0.05", group=torch_ops, key="k")
+    saved = pyscalecomm.compress.state_dict(group=torch_ops, device=dev.type)
+    after = x.clone()
+    pyscalecomm.allreduce(after, "topk:0.05", group=torch_ops, key="k")
+    pyscalecomm.compress.reset(group=torch_ops, device=dev.type)
+    pyscalecomm.compress.load_state_dict(saved, group=torch_ops, device=dev.type)
+    again = x.clone()
+    pyscalecomm.allreduce(again, "topk:0.05", group=torch_ops, key="k")
+    pyscalecomm.compress.reset(group=torch_ops, device=dev.type)
+    fresh = x.clone()
+    pyscalecomm.allreduce(fresh, "topk:0.05", group=torch_ops, key="k")
+    kept = saved["k"]
+    restored, reset = torch.equal(after, again), torch.equal(after, fresh)
+    out["state"] = (restored, reset, kept["residual"].numel(), kept["steps"])
+    return out
+
+
+def check_both_forms(results):
+    for res in results:
+        restored, same_after_reset, residual_numel, steps = res.pop("state")
+        assert restored and not same_after_reset and residual_numel == 3000 and steps == 3
+        for spec, (same, worst, err) in res.items():
+            name = spec.partition(":")[0]
+            if name in ("fp16", "bf16", "randomk", "qsgd", "topk", "topk_sampled"):
+                assert same, (spec, worst)
+            else:  # sign's block means, PowerSGD's products: another summation order
+                assert worst <= 1e-4, (spec, worst)
+            if name == "sign":  # which shows that the torch form ran
+                assert worst > 0, spec
+            assert err <= BOUNDS[spec], (spec, err)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_group_running_the_torch_form_sums_as_the_host_codecs_do(n):
+    check_both_forms(run_ranks(n, _both_forms, timeout_s=240))
