@@ -14,7 +14,12 @@ over `--rounds` rounds with [min-max]:
   dtype (fp32, bf16, fp16);
 - torch sum / avg: ``dst.add_(src)`` (avg: ``.div_(2)``), what the kernel replaces;
 - pinned host-to-device and device-to-host copies (``non_blocking`` from and
-  to page-locked memory), the limit of host staging.
+  to page-locked memory), the limit of host staging;
+- codecs (``--codecs``, on ``--codec-mib`` of fp32): one rank's encode with
+  error feedback and the decode of its payload, as a compressed allreduce
+  runs them on a CUDA tensor (the codecs' torch form, on the device) against
+  what staging costs instead (the gradient copied down to pinned memory,
+  scalecomm's host codec, the decoded values copied back up).
 
 Bandwidth of a reduction counts the fewest bytes it must move: two reads and
 one write (3 x size), for avg too (a fused kernel would move no more), so an
@@ -49,6 +54,12 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=10, help="launches timed together in one round")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--json", default=None, help="write every round's times here")
+    p.add_argument(
+        "--codecs",
+        default="topk:0.01,randomk:0.01,qsgd:8,sign,fp16",
+        help="comma list of codecs for the codec rows ('' for none)",
+    )
+    p.add_argument("--codec-mib", type=int, default=16, help="bytes of the codec rows' gradient, MiB")
     args = p.parse_args(argv)
     for d in args.dtypes.split(","):
         if d not in DTYPES:
@@ -103,6 +114,26 @@ def _pinned(host, devb, mib: int):
     ]
 
 
+def _codecs(spec: str, x, residual, mib: int):
+    """(row, fn): the codec's torch form on x's device, and staged through the host."""
+    enc_dev, enc_host = _C._testing.tensor_codec_encode, _C._testing.codec_encode
+    rows = [(f"codec {spec} on device", lambda: enc_dev(x, residual, spec, 1, 0))]
+    if x.is_cuda:
+        down = torch.empty(x.numel(), pin_memory=True)
+        r_host = residual.cpu()
+
+        def staged():
+            down.copy_(x, non_blocking=True)
+            torch.cuda.current_stream().synchronize()
+            decoded, _, _ = enc_host(down, r_host, spec, 1, 0)
+            x.copy_(decoded.pin_memory(), non_blocking=True)
+
+        rows.append((f"codec {spec} staged", staged))
+    else:  # the script check: the host codec alone
+        rows.append((f"codec {spec} staged", lambda: enc_host(x, residual, spec, 1, 0)))
+    return rows
+
+
 def rows(args) -> list[tuple[str, str, int, object]]:
     """(name, dtype, bytes it must move, fn) for every row, on fresh random buffers."""
     dev = torch.device(args.device)
@@ -122,6 +153,14 @@ def rows(args) -> list[tuple[str, str, int, object]]:
             host = torch.empty(mib << 18, pin_memory=True)
             devb = torch.empty(mib << 18, device=dev)
             out += [(row, "fp32", mib << 20, fn) for row, fn in _pinned(host, devb, mib)]
+    if args.codecs:
+        x = torch.randn(args.codec_mib << 18, device=dev)
+        residual = torch.randn(args.codec_mib << 18, device=dev) * 0.1
+        for spec in args.codecs.split(","):
+            out += [
+                (row, "fp32", args.codec_mib << 20, fn)
+                for row, fn in _codecs(spec, x, residual, args.codec_mib)
+            ]
     return out
 
 
@@ -173,12 +212,15 @@ def main(argv=None) -> int:
         # Per round: this row's bandwidth over the copy's in the same round.
         of_copy = (
             statistics.median(nbytes / t / c for t, c in zip(ts, copy_bw, strict=True))
-            if "pinned" not in name
+            if "pinned" not in name and not name.startswith("codec")
             else None
         )
         vs = ""
         if name.startswith("scalecomm"):
             other = times[("torch" + name[len("scalecomm") :], dt)]
+            vs = f"{statistics.median(o / t for o, t in zip(other, ts, strict=True)):.2f}x"
+        elif name.endswith(" on device"):
+            other = times[(name[: -len(" on device")] + " staged", dt)]
             vs = f"{statistics.median(o / t for o, t in zip(other, ts, strict=True)):.2f}x"
         spread = f"{med * 1e6:.0f} [{min(ts) * 1e6:.0f}-{max(ts) * 1e6:.0f}]"
         print(
@@ -188,7 +230,8 @@ def main(argv=None) -> int:
     print(
         "\nGB/s: the fewest bytes the row must move over its median time (copy and reductions: "
         "reads plus writes); of copy: over the copy's bandwidth in the same round; vs torch: "
-        "torch's time over ours, paired per round (> 1: ours faster)."
+        "torch's time over ours, paired per round (> 1: ours faster); codec rows: GB/s of the "
+        "gradient encoded, and on device against staged through the host, paired per round."
     )
     if args.json:
         with open(args.json, "w") as f:
