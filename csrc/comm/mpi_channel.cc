@@ -119,8 +119,12 @@ class MpiChannel final : public HostChannel {
           for (MPI_Request& r : f->reqs)
             if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
         }
-        const auto until = Clock::now() + std::chrono::milliseconds(200);
+        // A send still in flight gets a moment to finish (its peer may be
+        // draining) unless this rank aborted: then the peers are leaving or
+        // gone, and its waiters must be released at once.
+        const auto until = Clock::now() + std::chrono::milliseconds(comm_.aborted() ? 0 : 200);
         int done = 0;
+        MPI_Testall(static_cast<int>(f->reqs.size()), f->reqs.data(), &done, MPI_STATUSES_IGNORE);
         while (!done && Clock::now() < until)
           MPI_Testall(static_cast<int>(f->reqs.size()), f->reqs.data(), &done, MPI_STATUSES_IGNORE);
         if (!done) {

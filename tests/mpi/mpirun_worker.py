@@ -316,13 +316,20 @@ elif case == "torchft_abort":
         assert not released, released
         at = time.monotonic()
         pg.abort()
+        took = time.monotonic() - at
         t.join(timeout=10)
         assert released, "abort() did not release the waiter"
         late = released["t"] - at
-        print(f"rank {r} released {late * 1e3:.1f} ms after abort(): {released['why'][:120]}", flush=True)
-        # Bound: far under the 30 s timeout. Measured on 3 ranks of one host: 1-8 ms for a rank
-        # waiting on a receive, ~200 ms for one whose send to the absent rank is in flight.
-        assert late < 1.0 and "abort" in released["why"], (late, released["why"])
+        print(
+            f"rank {r} released {late * 1e3:.1f} ms after abort(), which took {took * 1e3:.1f} ms: "
+            f"{released['why'][:120]}",
+            flush=True,
+        )
+        # Measured on 3 ranks of one host (2 cores): 1-2 ms, both for a rank waiting on a receive
+        # and for one whose send to the absent rank is in flight (that one took 200 ms while an
+        # aborted rank still gave its sends a moment to finish). The bound leaves room for a
+        # loaded machine's scheduling.
+        assert late < 0.15 and took < 0.15 and "abort" in released["why"], (late, took, released["why"])
     comm.Barrier()
     if r == n - 1:
         pg.abort()
