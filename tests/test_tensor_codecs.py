@@ -129,3 +129,39 @@ def check_both_forms(results):
 @pytest.mark.parametrize("n", [2, 3])
 def test_a_group_running_the_torch_form_sums_as_the_host_codecs_do(n):
     check_both_forms(run_ranks(n, _both_forms, timeout_s=240))
+
+
+def _overflowed_step(rank, n, bad):
+    """Each codec, with error feedback, on a group of each form: step 1's
+    gradient on the last rank holds `bad` (inf or nan) in one element."""
+    import torch.distributed as dist
+
+    import pyscalecomm
+
+    out = {}
+    for kernels in ("host", "torch"):
+        group = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels=kernels))
+        for spec in CODECS:
+            seen = []
+            for step in range(3):
+                gen = torch.Generator().manual_seed(100 * rank + step)
+                x = torch.randn(64, 80, generator=gen)
+                if not spec.startswith("powersgd"):
+                    x = x.view(-1)
+                if step == 1 and rank == n - 1:
+                    x.view(-1)[17] = float(bad)
+                pyscalecomm.allreduce(x, spec, group=group, key=spec, error_feedback=True)
+                state = pyscalecomm.compress.state_dict(group=group)[spec]
+                kept = [t for t in (state["residual"], state["q"]) if t is not None]
+                seen.append((bool(torch.isfinite(x).all()), all(bool(torch.isfinite(t).all()) for t in kept)))
+            out[f"{kernels} {spec}"] = seen
+    return out
+
+
+@pytest.mark.parametrize("bad", ["inf", "nan"])
+def test_an_overflowed_gradient_shows_in_every_ranks_sum_and_never_enters_the_state(bad):
+    # A mixed-precision step whose gradient overflowed: the loss scaler skips
+    # it when the sum is not finite, and the next step must start clean.
+    for res in run_ranks(2, _overflowed_step, bad, timeout_s=240):
+        for case, seen in res.items():
+            assert seen == [(True, True), (False, True), (True, True)], (case, seen)

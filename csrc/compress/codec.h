@@ -98,6 +98,17 @@ std::unique_ptr<Codec> makeCodec(const CodecSpec& spec);
 // Elements top-k / random-k keep out of n (at least 1).
 int64_t keptElements(int64_t n, double ratio);
 
+// No element of x[0..n) is an infinity or NaN (one pass; vectorises).
+inline bool allFinite(const float* x, int64_t n) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
 // Unaligned payload fields.
 template <typename T>
 inline T loadField(const uint8_t* p) {

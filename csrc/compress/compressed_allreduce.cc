@@ -1,6 +1,7 @@
 #include "compress/compressed_allreduce.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace scalecomm {
 
@@ -31,6 +32,15 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
   // step) starts over: an old residual belongs to other elements.
   if (state.residual.size() != static_cast<size_t>(n)) state.residual.assign(errorFeedback ? n : 0, 0.f);
   float* residual = errorFeedback ? state.residual.data() : nullptr;
+  if (!allFinite(x, n)) {
+    // An overflowed gradient (a mixed-precision step the loss scaler will
+    // skip): every rank's result must show it, and no state may keep it.
+    // Infinity in every element survives every codec; the residual starts
+    // afresh.
+    std::fill(x, x + n, std::numeric_limits<float>::infinity());
+    if (residual) std::fill(residual, residual + n, 0.f);
+    residual = nullptr;
+  }
   const Codec* codec = site.codec();
   if (codec == nullptr) {  // powersgd: its own two rounds
     std::vector<float> c(x, x + n), local(residual ? n : 0);
@@ -38,8 +48,9 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
       for (int64_t i = 0; i < n; ++i) c[i] += residual[i];
     }
     const auto allreduce = [&](float* data, int64_t count) { comms.allreduceSum(data, count, DataType::Float32); };
-    powerSgd(c.data(), n, site.spec().rank, matrixRows, state.warm, allreduce, x, residual ? local.data() : nullptr);
-    if (residual) {
+    const bool finite = powerSgd(c.data(), n, site.spec().rank, matrixRows, state.warm, allreduce, x,
+                                 residual ? local.data() : nullptr);
+    if (residual && finite) {
       for (int64_t i = 0; i < n; ++i) residual[i] = c[i] - local[i];
     }
   } else if (const auto type = codec->sumType()) {

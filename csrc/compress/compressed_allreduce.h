@@ -12,8 +12,13 @@
 // PowerSGD's warm start for one tensor (a DDP bucket); an empty residual,
 // or one of another size (the key's tensor changed), starts at zero.
 // `step` must be equal on every rank (the codecs' shared seed) and advance
-// per call. Errors from comms propagate; `x` and `state` are then
-// unspecified.
+// per call. Non-finite input (an overflowed mixed-precision gradient): a
+// rank whose x holds an infinity or NaN sends infinity in every element
+// (every codec carries it), so every rank's result is non-finite, as an
+// uncompressed sum's would be; that rank's residual starts afresh, the
+// others' keep only their finite part, and PowerSGD keeps its warm start
+// and residuals as they were, so no infinity or NaN enters the state.
+// Errors from comms propagate; `x` and `state` are then unspecified.
 // (The Group skips all of this on a group of one rank or for an empty
 // buffer: nothing is sent, so the values stay exact; group/compressed_call.cc.)
 // Thread safety: one call per state at a time; a site serves many threads.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "compress/codec.h"
 #include "compress/random.h"
 
 namespace scalecomm {
@@ -85,14 +87,15 @@ PowerSgdShape powerSgdShape(int64_t n, int r, int64_t matrixRows) {
   return {rows, cols, (rows + cols) * r < n && r < std::min(rows, cols)};
 }
 
-void powerSgd(const float* c, int64_t n, int r, int64_t matrixRows, PowerSgdWarmStart& warm,
+bool powerSgd(const float* c, int64_t n, int r, int64_t matrixRows, PowerSgdWarmStart& warm,
               const std::function<void(float*, int64_t)>& allreduceSum, float* sum, float* local) {
   const PowerSgdShape s = powerSgdShape(n, r, matrixRows);
   if (!s.gains) {  // dense
     std::memcpy(sum, c, static_cast<size_t>(n) * sizeof(float));
     allreduceSum(sum, n);
+    if (!allFinite(sum, n)) return false;
     if (local) std::memcpy(local, c, static_cast<size_t>(n) * sizeof(float));
-    return;
+    return true;
   }
   if (warm.cols != s.cols || warm.q.size() != static_cast<size_t>(s.cols * r)) {
     warm.q.resize(static_cast<size_t>(s.cols * r));
@@ -102,6 +105,10 @@ void powerSgd(const float* c, int64_t n, int r, int64_t matrixRows, PowerSgdWarm
   std::vector<float> p(static_cast<size_t>(s.rows * r));
   timesQ(c, n, s, warm.q.data(), r, p.data());
   allreduceSum(p.data(), s.rows * r);
+  if (!allFinite(p.data(), s.rows * r)) {  // some rank's c was not finite: so is the sum
+    std::fill(sum, sum + n, std::numeric_limits<float>::quiet_NaN());
+    return false;
+  }
   orthonormalise(p.data(), s.rows, r);
   std::vector<float> q(static_cast<size_t>(s.cols * r));
   transposeTimesP(c, n, s, p.data(), r, q.data());
@@ -109,6 +116,7 @@ void powerSgd(const float* c, int64_t n, int r, int64_t matrixRows, PowerSgdWarm
   allreduceSum(q.data(), s.cols * r);
   product(p.data(), q.data(), n, s, r, sum);
   warm.q = std::move(q);
+  return true;
 }
 
 }  // namespace scalecomm

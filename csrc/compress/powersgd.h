@@ -13,6 +13,9 @@
 // Columns of P that vanish (a rank-deficient M) stay zero.
 // `local` (nullable) is this rank's own approximation, for the error-
 // feedback residual. `sum` and `local` hold n values; neither may alias c.
+// Returns false when the summed P is not finite (some rank's c was not):
+// then `sum` is not finite either, and neither the warm start nor `local`
+// is written, so no infinity or NaN enters the state.
 // Cost: two passes over M (P and Q) plus rows x rank^2 for the
 // orthonormalisation; allreduces of (rows + cols) x rank floats.
 // Thread safety: none needed (no shared state).
@@ -36,7 +39,7 @@ struct PowerSgdWarmStart {
   int64_t cols = 0;
 };
 
-void powerSgd(const float* c, int64_t n, int rank, int64_t matrixRows, PowerSgdWarmStart& warm,
+bool powerSgd(const float* c, int64_t n, int rank, int64_t matrixRows, PowerSgdWarmStart& warm,
               const std::function<void(float*, int64_t)>& allreduceSum, float* sum, float* local);
 
 }  // namespace scalecomm

@@ -130,7 +130,8 @@ at::Tensor qsgdEncode(at::Tensor& acc, bool feedback, const CodecSpec& spec, uin
   const uint64_t noise = seed * 1000003ULL + static_cast<uint64_t>(rank) + 1;
   const at::Tensor u = uniforms(noise, a.numel(), acc.device()).view(a.sizes());
   const at::Tensor scaled = a.abs().div_(norm.clamp_min(1e-30f).unsqueeze(1)).mul_(s);
-  const at::Tensor level = a.sign().mul_(scaled.add_(u).floor_().clamp_max_(s));
+  // NaN (a bucket of infinities) sends the top level, as the host codec does.
+  const at::Tensor level = a.sign().mul_(scaled.add_(u).floor_().clamp_max_(s).nan_to_num_(s));
   at::Tensor payload = bytesOn(4 * buckets + n, acc);
   payload.narrow(0, 0, 4 * buckets).view(at::kFloat).copy_(norm);
   payload.narrow(0, 4 * buckets, n).view(at::kChar).copy_(firstN(level, n));
@@ -277,7 +278,7 @@ void powerSgdTensor(at::Tensor& acc, bool feedback, const at::Tensor& x, int r, 
   if (!s.gains) {  // dense
     if (!x.is_same(acc)) x.copy_(acc);
     allreduceSum(comms, x);
-    if (feedback) acc.zero_();
+    if (feedback) acc.zero_();  // sent whole (also when the sum is not finite: then it starts afresh)
     return;
   }
   if (!st.q.defined() || st.q.size(0) != s.cols || st.q.size(1) != r) {
@@ -288,12 +289,16 @@ void powerSgdTensor(at::Tensor& acc, bool feedback, const at::Tensor& x, int r, 
   const at::Tensor m = at::constant_pad_nd(acc, {0, s.rows * s.cols - n}).view({s.rows, s.cols});
   at::Tensor p = m.mm(st.q);
   allreduceSum(comms, p);
+  // Some rank's acc was not finite (then P is not, on every rank): the sum
+  // is not either, and the residual and warm start stay as they were, with
+  // no sync (a finite rank's residual is acc - x again).
+  const at::Tensor finite = at::isfinite(p).all();
   orthonormalise(p);
   at::Tensor q = m.t().mm(p).contiguous();
-  if (feedback) acc.sub_(firstN(p.mm(q.t()), n));
+  if (feedback) acc.sub_(at::where(finite, firstN(p.mm(q.t()), n), x));
   allreduceSum(comms, q);
   x.copy_(firstN(p.mm(q.t()), n));
-  st.q = q;
+  st.q = at::where(finite, q, st.q);
 }
 
 at::Tensor sliceForViews(const at::Tensor& all, int64_t offset, int64_t bytes) {
@@ -312,6 +317,11 @@ void compressedAllreduceTensor(const at::Tensor& x, const CompressedSite& site, 
                                CompressState& state, const CompressComms& comms, int64_t matrixRows) {
   TensorState& st = stateOn(state, x, errorFeedback);
   const uint64_t step = state.steps;
+  // An overflowed gradient (compress/compressed_allreduce.h): infinity in
+  // every element, and a residual that starts afresh; no sync with the host.
+  const at::Tensor notFinite = at::isfinite(x).all().logical_not();
+  x.masked_fill_(notFinite, std::numeric_limits<float>::infinity());
+  if (errorFeedback) st.residual.masked_fill_(notFinite, 0.f);
   at::Tensor acc = errorFeedback ? st.residual.add_(x) : x;
   const Codec* codec = site.codec();
   const CodecSpec& spec = site.spec();
@@ -339,6 +349,7 @@ void compressedAllreduceTensor(const at::Tensor& x, const CompressedSite& site, 
       for (int q = 0; q < comms.size; ++q) tc.decodeAdd(out, sliceForViews(all, q * b, b), spec, step);
     }
   }
+  if (errorFeedback) st.residual.masked_fill_(notFinite, 0.f);
   state.steps += 1;
 }
 

@@ -13,22 +13,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from dist_helpers import run_ranks  # noqa: E402
 from test_compress import CODECS  # noqa: E402
+from test_cuda_collectives import needs_two, pytestmark  # noqa: E402, F401  (the GPU marks)
 from test_tensor_codecs import _both_forms, check_both_forms  # noqa: E402
 
 from pyscalecomm import _C  # noqa: E402
-
-GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU"),
-    pytest.mark.skipif(not _C.built_with_cuda, reason="built without CUDA"),
-]
-SHARE_ONE_GPU = GPUS == 1 and os.environ.get("SC_TEST_SHARE_GPU") == "1"
-needs_two = pytest.mark.skipif(
-    not ((GPUS >= 2 or SHARE_ONE_GPU) and _C.built_with_nccl),
-    reason="needs 2 GPUs (or 1 with SC_TEST_SHARE_GPU=1) and NCCL",
-)
-
 
 ONE_ROUND = [s for s in CODECS if not s.startswith("powersgd")]
 

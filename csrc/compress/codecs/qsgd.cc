@@ -38,7 +38,10 @@ class QsgdCodec final : public Codec {
       const float unit = norm / s;  // a level's value
       for (int64_t j = 0; j < len; ++j) {
         const float scaled = std::fabs(acc[j]) / std::max(norm, 1e-30f) * s;
-        const float magnitude = std::min(std::floor(scaled + codec_random::uniform(noise, lo + j)), s);
+        // A bucket of infinities (norm inf, scaled NaN) sends the top level,
+        // which decodes to infinity.
+        const float magnitude =
+            scaled <= s ? std::min(std::floor(scaled + codec_random::uniform(noise, lo + j)), s) : s;
         const float level = acc[j] > 0 ? magnitude : acc[j] < 0 ? -magnitude : 0.f;
         levels[lo + j] = static_cast<uint8_t>(static_cast<int8_t>(level));
         if (r) r[lo + j] = acc[j] - unit * level;
