@@ -401,6 +401,52 @@ TEST(a_compressed_call_with_its_own_body_runs_it_on_the_device_queue_and_its_sta
   }
 }
 
+TEST(a_compressed_body_allgathers_its_payloads_on_the_device_queue_with_the_groups_algorithm) {
+  // The codecs that do not sum (top-k here) allgather their payloads: on a
+  // device, over its queued channel, with the call's algorithm (nccl: the
+  // transport's own allgather).
+  for (const char* algo : {"ring", "nccl"}) {
+    for (int n : {2, 3}) {
+      DeviceMesh m(n);
+      onRanks(m, [&](int rank, Group& g) {
+        const int64_t count = 1000;
+        const std::unique_ptr<Codec> topk = makeCodec(CodecSpec::parse("topk:0.01"));
+        const int64_t b = topk->payloadBytes(count);
+        std::vector<float> v(count, 0.0f);
+        auto c = std::make_shared<CompressedCall>();
+        c->site = g.compressedSite("topk:0.01");
+        c->slot = g.compressionStates().slot("k");
+        EmulatedQueuedChannel& queue = m.queues.channel(rank);
+        c->body = [&, count, b](CompressState& state, const CompressComms& comms) {
+          auto all = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(comms.size * b));
+          queue.enqueue(
+              [&, all, count, b] { topk->encode(v.data(), nullptr, count, all->data() + rank * b, 0, rank); });
+          comms.allgatherBytes(all->data(), b);
+          queue.enqueue([&, all, count, b] {
+            std::fill(v.begin(), v.end(), 0.f);
+            for (int q = 0; q < n; ++q) topk->decodeAdd(v.data(), count, all->data() + q * b, 0);
+          });
+          state.steps += 1;
+        };
+        Call call = callOf(CallKind::CompressedAllreduce, "allreduce:ring:topk:0.01", DataType::Float32, count);
+        call.algorithm = algo;
+        call.data = v.data();
+        call.compressed = std::move(c);
+        // Rank r's ten largest values sit at 10r..10r+9: the sum keeps every rank's.
+        CHECK_EQ(runOnDevice(m, rank, g, std::move(call),
+                             [&] {
+                               for (int64_t i = 0; i < count; ++i) v[i] = 0.001f * static_cast<float>(i % 7);
+                               for (int j = 0; j < 10; ++j) v[10 * rank + j] = 100.0f + static_cast<float>(rank);
+                             }),
+                 "");
+        for (int q = 0; q < n; ++q)
+          for (int j = 0; j < 10; ++j) CHECK_EQ(v[10 * q + j], 100.0f + static_cast<float>(q));
+        CHECK_EQ(v[999], 0.0f);  // not among any rank's top ten
+      });
+    }
+  }
+}
+
 TEST(a_compressed_call_of_device_memory_without_its_own_body_is_refused_before_it_runs) {
   DeviceMesh m(1);
   Group& g = *m.groups[0];
