@@ -1,6 +1,6 @@
 """Rates, read the same by every tool (simulate's bandwidths, the emulated
-cluster's and the training driver's link caps), and byte counts written
-for people.
+cluster's and the training driver's link caps), durations, and byte counts
+written for people.
 
 Bits are ``b``/``bit`` (``100Gbit``, ``100Gbps``, ``100Gb/s``; tc's own
 ``1gbit``, ``500mbit``, ``10kbit``), bytes ``B`` (``12.5GB``, ``12.5GB/s``,
@@ -40,6 +40,20 @@ def parse_rate(text: str) -> float:
         f"not a rate: {text!r}{hint}; give a unit: "
         "bits as b/bit (100Gbit, 100Gbps, 1gbit), bytes as B (12.5GB/s)"
     )
+
+
+def parse_seconds(text: str) -> float:
+    """Seconds as 15, 15s or 500ms, more than 0; argparse.ArgumentTypeError
+    (a ValueError) otherwise."""
+    t = text.strip().lower()
+    scale = 1e-3 if t.endswith("ms") else 1.0
+    try:
+        value = float(t[:-2] if t.endswith("ms") else t.rstrip("s")) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, e.g. 15, 15s or 500ms") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
+    return value
 
 
 def rate_text(text: str) -> str:

@@ -43,20 +43,7 @@ from pyscalecomm.train import report
 from pyscalecomm.train.config import BACKENDS, RunConfig, expand
 from pyscalecomm.train.data import DATASETS
 from pyscalecomm.train.models import MODELS
-from pyscalecomm.units import rate_text
-
-
-def _seconds(text: str) -> float:
-    """An argparse type: seconds as 15, 15s or 500ms, more than 0."""
-    t = text.strip().lower()
-    scale = 1e-3 if t.endswith("ms") else 1.0
-    try:
-        value = float(t[:-2] if t.endswith("ms") else t.rstrip("s")) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, e.g. 15, 15s or 500ms") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
-    return value
+from pyscalecomm.units import parse_seconds, rate_text
 
 
 def _rates(text: str) -> list[str]:
@@ -161,7 +148,7 @@ def parse_args(argv=None):
     p.add_argument("--replicas", type=int, default=2, help="--fault-tolerant: replicas (processes)")
     p.add_argument(
         "--kill-every",
-        type=_seconds,
+        type=parse_seconds,
         default=15.0,
         metavar="SECONDS",
         help="--fault-tolerant: seconds between failures (15, 15s, 500ms)",
