@@ -75,6 +75,8 @@ class Replica:
         self.proc: subprocess.Popen | None = None
         self.events: list[dict] = []
         self.stopped = False  # killed at the end: restarted too late to heal from a live replica
+        self.finished = False  # it logged "done"
+        self._committed = set()  # incarnations that committed a step
         self._offset = 0
 
     def start(self) -> float:
@@ -100,13 +102,17 @@ class Replica:
         self._offset += len(complete.encode())
         new = [json.loads(line) for line in complete.splitlines() if line.strip()]
         self.events += new
+        for e in new:
+            if e["event"] == "commit":
+                self._committed.add(e["incarnation"])
+            self.finished = self.finished or e["event"] == "done"
         return new
 
     def committed_since_start(self) -> bool:
-        return any(e["event"] == "commit" and e["incarnation"] == self.incarnation for e in self.events)
+        return self.incarnation in self._committed
 
     def done(self) -> bool:
-        return any(e["event"] == "done" for e in self.events)
+        return self.finished
 
 
 def _time_left(reps: list[Replica], steps: int) -> float:
