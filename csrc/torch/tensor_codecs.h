@@ -14,7 +14,10 @@
 // device from the shared seed) and the levels of qsgd (the same rounding
 // noise); to the rounding of a sum's order: sign's scales, qsgd's norms and
 // PowerSGD; top-k keeps the same set up to ties, and topk_sampled selects
-// exactly (as topk) on every device.
+// exactly (as topk) on every device. Non-finite input is handled as there
+// (every rank's result non-finite, no infinity or NaN kept in the state),
+// with no sync with the host; PowerSGD's dense fallback then restarts the
+// residual at zero where the host form keeps the old one.
 // The state's residual and warm start live on x's device while calls run
 // there (CompressState::device: host vectors restored from a checkpoint are
 // moved there at the next call; snapshot() copies them back).
