@@ -520,7 +520,8 @@ def test_each_collective_lists_its_algorithms_and_refuses_others_by_name():
     import pyscalecomm
 
     assert pyscalecomm.algorithms("broadcast") == ["chain", "tree"]
-    assert pyscalecomm.algorithms("reduce") == ["chain", "tree"]
+    assert pyscalecomm.algorithms("reduce") == ["chain", "tree", "ordered"]
+    assert pyscalecomm.algorithms("reduce_scatter") == ["ring", "ordered"]
     assert pyscalecomm.algorithms("allgather") == ["ring"]
     assert pyscalecomm.algorithms("barrier") == ["dissemination", "shared"]
     assert pyscalecomm.algorithms("allreduce") == pyscalecomm.allreduce_algorithms()
@@ -531,4 +532,4 @@ def test_each_collective_lists_its_algorithms_and_refuses_others_by_name():
     for msg in run_ranks(2, group_error, {"algorithm": "broadcast:ring"}):
         assert "unknown broadcast algorithm 'ring'; choose one of auto, chain, tree, nccl, mpi" in msg, msg
     for msg in run_ranks(2, group_error, {"algorithm": "reduce_scatter:tree"}):
-        assert "unknown reduce_scatter algorithm 'tree'; choose one of auto, ring, nccl, mpi" in msg, msg
+        assert "unknown reduce_scatter algorithm 'tree'; choose one of auto, ring, ordered, nccl, mpi" in msg, msg

@@ -27,11 +27,10 @@ int64_t segmentElems(const CollectiveOptions& opts, DataType dtype) {
   return std::max<int64_t>(1, opts.segmentBytes / static_cast<int64_t>(elementSize(dtype)));
 }
 
-// The schedule of `key` cut into segments (paced by opts.sendAheadBytes
-// rounded up to whole segments): from opts.plans when the caller keeps a
-// cache, else compiled into `local` for this call.
-const PreparedPlan& prepare(PlanKey key, int n, const CollectiveOptions& opts, const std::function<Schedule()>& build,
-                            PreparedPlan& local) {
+}  // namespace
+
+const PreparedPlan& preparePlan(PlanKey key, int n, const CollectiveOptions& opts,
+                                const std::function<Schedule()>& build, PreparedPlan& local) {
   const int64_t segElems =
       key.dtype == DataType::Opaque && key.segmentElems > 0 ? key.segmentElems : segmentElems(opts, key.dtype);
   const int64_t segBytes = segElems * static_cast<int64_t>(elementSize(key.dtype));
@@ -43,6 +42,8 @@ const PreparedPlan& prepare(PlanKey key, int n, const CollectiveOptions& opts, c
   local.plan = compilePlan(local.schedule, n, key.segmentElems, key.paceSegments);
   return local;
 }
+
+namespace {
 
 // PREMUL_SUM's pre-multiplication, on the channel's memory.
 void scaleLocal(Channel& ch, void* data, int64_t count, DataType dtype, double factor) {
@@ -57,11 +58,11 @@ const Algorithm& chosen(const CollectiveOptions& opts, CollectiveKind kind) {
   return a == nullptr || a->kind == AlgorithmKind::Auto ? defaultAlgorithm(kind) : *a;
 }
 
-// Runs `call` with a native entry's own collective where the call moves
-// bytes between ranks; true when it ran (a runner may decline).
-bool ranNative(const Algorithm& a, Channel& ch, const NativeCall& call, double premulFactor,
+// Runs `call` with the entry's own runner (native and phased entries) where
+// the call moves bytes between ranks; true when it ran (a runner may decline).
+bool ranRunner(const Algorithm& a, Channel& ch, const NativeCall& call, double premulFactor,
                const CollectiveOptions& opts) {
-  return a.kind == AlgorithmKind::Native && ch.size() > 1 && call.count > 0 && a.native(ch, call, premulFactor, opts);
+  return a.run != nullptr && ch.size() > 1 && call.count > 0 && a.run(ch, call, premulFactor, opts);
 }
 
 [[noreturn]] void failNoSchedule(const Algorithm& a, CollectiveKind kind) {
@@ -90,7 +91,7 @@ void allreduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp 
                const CollectiveOptions& opts) {
   const int n = ch.size();
   const Algorithm& a = chosen(opts, CollectiveKind::Allreduce);
-  if (ranNative(a, ch, {CollectiveKind::Allreduce, data, data, count, dtype, op, -1}, premulFactor, opts)) return;
+  if (ranRunner(a, ch, {CollectiveKind::Allreduce, data, data, count, dtype, op, -1}, premulFactor, opts)) return;
   if (op == ReduceOp::PremulSum) scaleLocal(ch, data, count, dtype, premulFactor);
   if (count == 0 || n == 1) return;  // AVG over one rank divides by 1
   ExecContext ctx(opts, CollectiveKind::Allreduce, dtype, count);
@@ -99,7 +100,7 @@ void allreduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp 
   if (a.onWindows()) return sharedAllreduce(hostLinks(ch, "allreduce", a.name), data, count, ctx);
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
-  const PreparedPlan& p = prepare(
+  const PreparedPlan& p = preparePlan(
       {CollectiveKind::Allreduce, &a, count, dtype, -1, avg, 0, 0, opts.psServers}, n, opts,
       [&] {
         if (a.allreduce == nullptr) failNoSchedule(a, CollectiveKind::Allreduce);
@@ -113,11 +114,11 @@ void broadcast(Channel& ch, void* data, int64_t count, DataType dtype, int root,
   const int n = ch.size();
   if (n == 1 || count == 0) return;
   const Algorithm& a = chosen(opts, CollectiveKind::Broadcast);
-  if (ranNative(a, ch, {CollectiveKind::Broadcast, data, data, count, dtype, ReduceOp::None, root}, 1, opts)) return;
+  if (ranRunner(a, ch, {CollectiveKind::Broadcast, data, data, count, dtype, ReduceOp::None, root}, 1, opts)) return;
   ExecContext ctx(opts, CollectiveKind::Broadcast, dtype, count);
   ctx.root = root;
   PreparedPlan local;
-  const PreparedPlan& p = prepare(
+  const PreparedPlan& p = preparePlan(
       {CollectiveKind::Broadcast, &a, count, dtype, root}, n, opts,
       [&] {
         if (a.broadcast == nullptr) failNoSchedule(a, CollectiveKind::Broadcast);
@@ -135,10 +136,10 @@ void allgather(Channel& ch, const std::vector<void*>& outputs, int64_t count, Da
   const Algorithm& a = chosen(opts, CollectiveKind::Allgather);
   NativeCall native{CollectiveKind::Allgather, outputs[ch.rank()], outputs[0], count, dtype, ReduceOp::None, -1};
   native.outputs = &outputs;
-  if (ranNative(a, ch, native, 1, opts)) return;
+  if (ranRunner(a, ch, native, 1, opts)) return;
   ExecContext ctx(opts, CollectiveKind::Allgather, dtype, count);
   PreparedPlan local;
-  const PreparedPlan& p = prepare(
+  const PreparedPlan& p = preparePlan(
       {CollectiveKind::Allgather, &ringAlgorithm(), count, dtype}, n, opts,
       [&] { return ringAllgather(ch.rank(), n, count); }, local);
   std::vector<uint8_t*> ptrs;
@@ -150,14 +151,14 @@ void barrier(Channel& ch, const CollectiveOptions& opts) {
   const int n = ch.size();
   if (n == 1) return;
   const Algorithm& a = chosen(opts, CollectiveKind::Barrier);
-  if (ranNative(a, ch, {CollectiveKind::Barrier, nullptr, nullptr, 1, DataType::Opaque, ReduceOp::None, -1}, 1, opts))
+  if (ranRunner(a, ch, {CollectiveKind::Barrier, nullptr, nullptr, 1, DataType::Opaque, ReduceOp::None, -1}, 1, opts))
     return;
   uint8_t token = 0;
   ExecContext ctx(opts, CollectiveKind::Barrier, DataType::Opaque, 1);
   if (a.onWindows()) return sharedBarrier(hostLinks(ch, "barrier", a.name), ctx);
   SC_CHECK(!ch.queued(), "a barrier runs on the host links (it has no device memory to move)");
   PreparedPlan local;
-  const PreparedPlan& p = prepare(
+  const PreparedPlan& p = preparePlan(
       {CollectiveKind::Barrier, &defaultAlgorithm(CollectiveKind::Barrier), 1, DataType::Opaque, -1, false, 1}, n, opts,
       [&] { return disseminationBarrier(ch.rank(), n); }, local);
   execute(p.plan, {&token}, ch, ctx);
@@ -177,7 +178,7 @@ void reduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op,
             const CollectiveOptions& opts) {
   const int n = ch.size();
   const Algorithm& a = chosen(opts, CollectiveKind::Reduce);
-  if (ranNative(a, ch, {CollectiveKind::Reduce, data, data, count, dtype, op, root}, premulFactor, opts)) return;
+  if (ranRunner(a, ch, {CollectiveKind::Reduce, data, data, count, dtype, op, root}, premulFactor, opts)) return;
   if (op == ReduceOp::PremulSum) scaleLocal(ch, data, count, dtype, premulFactor);
   if (count == 0 || n == 1) return;
   ExecContext ctx(opts, CollectiveKind::Reduce, dtype, count);
@@ -186,7 +187,7 @@ void reduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op,
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
-  const PreparedPlan& p = prepare(
+  const PreparedPlan& p = preparePlan(
       {CollectiveKind::Reduce, &a, count, dtype, root, avg}, n, opts,
       [&] {
         if (a.reduce == nullptr) failNoSchedule(a, CollectiveKind::Reduce);
@@ -201,7 +202,7 @@ void reduceScatter(Channel& ch, void* work, int64_t perRank, DataType dtype, Red
   const int n = ch.size();
   const Algorithm& a = chosen(opts, CollectiveKind::ReduceScatter);
   auto* mine = static_cast<uint8_t*>(work) + ch.rank() * perRank * static_cast<int64_t>(elementSize(dtype));
-  if (ranNative(a, ch, {CollectiveKind::ReduceScatter, work, mine, perRank, dtype, op, -1}, premulFactor, opts)) return;
+  if (ranRunner(a, ch, {CollectiveKind::ReduceScatter, work, mine, perRank, dtype, op, -1}, premulFactor, opts)) return;
   if (op == ReduceOp::PremulSum) scaleLocal(ch, work, perRank * n, dtype, premulFactor);
   if (perRank == 0 || n == 1) return;
   ExecContext ctx(opts, CollectiveKind::ReduceScatter, dtype, perRank);
@@ -209,7 +210,7 @@ void reduceScatter(Channel& ch, void* work, int64_t perRank, DataType dtype, Red
   ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
   const bool avg = op == ReduceOp::Avg;
   PreparedPlan local;
-  const PreparedPlan& p = prepare(
+  const PreparedPlan& p = preparePlan(
       {CollectiveKind::ReduceScatter, &ringAlgorithm(), perRank, dtype, -1, avg}, n, opts,
       [&] { return ringReduceScatter(ch.rank(), n, perRank, avg); }, local);
   execute(p.plan, chunkPointers(work, p.schedule.blockCounts, dtype), ch, ctx);
@@ -224,7 +225,7 @@ void rooted(Channel& ch, CollectiveKind kind, const std::vector<void*>& blocks, 
   ExecContext ctx(opts, kind, dtype, perRank);
   ctx.root = root;
   PreparedPlan local;
-  const PreparedPlan& p = prepare(
+  const PreparedPlan& p = preparePlan(
       {kind, &defaultAlgorithm(kind), perRank, dtype, root}, n, opts,
       [&] {
         return kind == CollectiveKind::Gather ? directGather(ch.rank(), n, root, perRank)
@@ -257,7 +258,7 @@ void alltoall(Channel& ch, const std::vector<void*>& sendBlocks, const std::vect
   CollectiveOptions uncached = opts;
   uncached.plans = nullptr;
   PreparedPlan local;
-  const PreparedPlan& p = prepare(
+  const PreparedPlan& p = preparePlan(
       {CollectiveKind::Alltoall, &defaultAlgorithm(CollectiveKind::Alltoall), 0, dtype}, n, uncached,
       [&] { return directAlltoall(ch.rank(), n, sendCounts, recvCounts); }, local);
   std::vector<void*> ptrs = sendBlocks;

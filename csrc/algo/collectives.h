@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,14 @@
 #include "core/reduce_op.h"
 
 namespace scalecomm {
+
+// The schedule `build` makes for `key`, cut into segments of
+// opts.segmentBytes and paced by opts.sendAheadBytes (rounded up to whole
+// segments): from opts.plans when the caller keeps a cache (the reference is
+// valid until its next use), else compiled into `local` for this call. For
+// algorithms that run several plans per call (algo/ordered.h).
+const PreparedPlan& preparePlan(PlanKey key, int n, const CollectiveOptions& opts,
+                                const std::function<Schedule()>& build, PreparedPlan& local);
 
 // In place. For PremulSum, premulFactor multiplies each rank's input first.
 void allreduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op, double premulFactor,

@@ -9,6 +9,7 @@
 #include "algo/direct.h"
 #include "algo/hier.h"
 #include "algo/native.h"
+#include "algo/ordered.h"
 #include "algo/pairwise.h"
 #include "algo/ps.h"
 #include "algo/rhd.h"
@@ -68,6 +69,23 @@ std::vector<Algorithm> makeTable() {
   direct.serves |= collectiveBit(CollectiveKind::Gather) | collectiveBit(CollectiveKind::Scatter) |
                    collectiveBit(CollectiveKind::Alltoall) | collectiveBit(CollectiveKind::SendRecv);
   t.push_back(direct);
+  Algorithm ordered{
+      "ordered", AlgorithmKind::Phased,
+      kAllreduce | collectiveBit(CollectiveKind::Reduce) | collectiveBit(CollectiveKind::ReduceScatter),
+      "deterministic: rank q folds chunk q of every rank's buffer in rank order, then sends it to all (the "
+      "shared allreduce where the ranks share windows): the same bits on any transport, segment and host "
+      "layout"};
+  // What the cost model and the simulator price: direct's traffic, which is
+  // ordered's (its fold is one pass at the owner, as direct's reductions).
+  ordered.allreduce = [](int r, int n, int64_t c, bool f, const AlgoParams&) {
+    Schedule s = directAllreduce(r, n, c, f);
+    s.algorithm = "ordered";
+    return s;
+  };
+  ordered.run = &orderedRun;
+  ordered.memory = AlgorithmMemory::Host;
+  ordered.rankOrder = true;
+  t.push_back(ordered);
   t.push_back(allreduceEntry(
       "pairwise", "two ranks exchange whole buffers and each reduces the other's: 1 step (groups of 2)",
       [](int r, int n, int64_t c, bool f, const AlgoParams&) { return pairwiseAllreduce(r, n, c, f); }, 2,
@@ -91,16 +109,17 @@ std::vector<Algorithm> makeTable() {
                    "peers' results out"};
   shared.autoCandidate = true;
   shared.memory = AlgorithmMemory::Host;
+  shared.rankOrder = true;
   t.push_back(shared);
 
   Algorithm nccl{"nccl", AlgorithmKind::Native, kSelectable & ~collectiveBit(CollectiveKind::Barrier),
                  "NCCL's own collective on CUDA tensors (allgather into separate tensors runs ring over NCCL)"};
-  nccl.native = &ncclNative;
+  nccl.run = &ncclNative;
   nccl.memory = AlgorithmMemory::Device;
   t.push_back(nccl);
   Algorithm mpi{"mpi", AlgorithmKind::Native, kSelectable,
                 "the MPI library's own collective on the group's MPI communicator (ranks started by mpirun)"};
-  mpi.native = &mpiNative;
+  mpi.run = &mpiNative;
   mpi.memory = AlgorithmMemory::Host;
   t.push_back(mpi);
   t.push_back(Algorithm{"auto", AlgorithmKind::Auto, kSelectable,
@@ -249,8 +268,8 @@ std::vector<std::string> acceptedAlgorithms(const std::string& collective) {
   std::vector<std::string> out;
   CollectiveKind kind;
   if (!selectableCollective(collective, kind)) return out;
-  for (AlgorithmKind k :
-       {AlgorithmKind::Auto, AlgorithmKind::Schedule, AlgorithmKind::Windows, AlgorithmKind::Native}) {
+  for (AlgorithmKind k : {AlgorithmKind::Auto, AlgorithmKind::Schedule, AlgorithmKind::Phased, AlgorithmKind::Windows,
+                          AlgorithmKind::Native}) {
     for (const auto& a : algorithmRegistry())
       if (a.kind == k && a.servesCollective(kind)) out.push_back(a.name);
   }

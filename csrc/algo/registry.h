@@ -9,8 +9,12 @@
 //   run by the one executor on any channel;
 // - Windows: runs on the host's shared windows (algo/shared.h): CPU memory of
 //   ranks on one host;
+// - Phased: runs several plans of its own per call with the one executor
+//   and local arithmetic between them (ordered: algo/ordered.h), by the
+//   entry's `run` function; its `allreduce` schedule moves the same bytes
+//   and is what the cost model and the simulator price;
 // - Native: a library's own collective (nccl: NCCL's, on the queued channel;
-//   mpi: MPI's, on the group's MPI communicator), run by the entry's `native`
+//   mpi: MPI's, on the group's MPI communicator), run by the entry's `run`
 //   function, which may decline a call (nccl's allgather into separate
 //   tensors): the collective's default schedule then runs;
 // - Auto: chosen by the group per call or per size (never run as such).
@@ -39,7 +43,7 @@ class Channel;
 struct CollectiveOptions;
 struct NativeCall;
 
-enum class AlgorithmKind : uint8_t { Schedule, Windows, Native, Auto };
+enum class AlgorithmKind : uint8_t { Schedule, Windows, Phased, Native, Auto };
 // The memory an algorithm's collectives take: any channel's, the host's only
 // (over the group's links or MPI), or a device's only (its queued channel).
 enum class AlgorithmMemory : uint8_t { Any, Host, Device };
@@ -51,10 +55,9 @@ struct Algorithm {
   using AllreduceBuilder = Schedule (*)(int rank, int n, int64_t count, bool finalize, const AlgoParams& params);
   using BroadcastBuilder = Schedule (*)(int rank, int n, int root, int64_t count);
   using ReduceBuilder = Schedule (*)(int rank, int n, int root, int64_t count, bool finalize);
-  // Runs `call` with the library's own collective (PREMUL_SUM pre-multiplied
-  // by premulFactor); false where it declines the call.
-  using NativeRunner = bool (*)(Channel& ch, const NativeCall& call, double premulFactor,
-                                const CollectiveOptions& opts);
+  // Runs the whole of `call` (PREMUL_SUM pre-multiplied by premulFactor);
+  // false where it declines the call.
+  using Runner = bool (*)(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts);
 
   const char* name;
   AlgorithmKind kind;
@@ -63,7 +66,7 @@ struct Algorithm {
   AllreduceBuilder allreduce = nullptr;  // Schedule entries, per collective they serve
   BroadcastBuilder broadcast = nullptr;
   ReduceBuilder reduce = nullptr;
-  NativeRunner native = nullptr;  // Native entries
+  Runner run = nullptr;  // Native and Phased entries
   AlgorithmMemory memory = AlgorithmMemory::Any;
   int maxWorld = 0;  // allreduce: the largest group it serves (0: any size)
   // Allreduce: the largest message (bytes of the whole buffer) it takes; 0:
@@ -76,13 +79,19 @@ struct Algorithm {
   // several ranks (hostsHoldSeveral): with one host, or one rank per host,
   // it runs its flat form and would only lengthen the exploration.
   bool hierarchical = false;
+  // Every element of its reductions is the left fold of the ranks' values in
+  // rank order, whatever the segment size, transport and hosts (the
+  // algorithms a deterministic group may run: algo/ordered.h).
+  bool rankOrder = false;
   Label label = Label();  // the name, interned
   uint32_t wireId = 0;    // the name's id in message headers (comm/wire.h)
 
   bool servesCollective(CollectiveKind c) const { return (serves & collectiveBit(c)) != 0; }
   bool onWindows() const { return kind == AlgorithmKind::Windows; }
-  // One of scalecomm's own algorithms (a schedule or the shared windows).
-  bool ours() const { return kind == AlgorithmKind::Schedule || kind == AlgorithmKind::Windows; }
+  // One of scalecomm's own algorithms (a schedule, phases or the shared windows).
+  bool ours() const {
+    return kind == AlgorithmKind::Schedule || kind == AlgorithmKind::Phased || kind == AlgorithmKind::Windows;
+  }
 };
 
 const std::vector<Algorithm>& algorithmRegistry();

@@ -36,6 +36,12 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "pyscalecomm.accepted_algorithms(collective)); an unknown one fails at group creation, listing them. auto "     \
     "picks per call (allreduce) or per size (broadcast, reduce); barrier's auto is shared on one host, else "       \
     "dissemination.")                                                                                              \
+  X(Int, deterministic, "deterministic", "SCALECOMM_DETERMINISTIC", 0, 0, 1, "",                                  \
+    "1: every reduction (allreduce, reduce, reduce_scatter, and the sums inside compressed allreduces) gives each "  \
+    "element as the left fold of the ranks' values in rank order, so the same inputs give the same bits whatever "   \
+    "the segment and bucket sizes, transport and host layout: auto runs ordered (shared on one host's windows), "   \
+    "CUDA tensors' reductions are staged through host memory, codecs run in scalecomm's loops, and naming an "        \
+    "algorithm that does not fold in rank order (or codec_kernels=torch) fails at group creation.")                 \
   X(Int, psServers, "ps_servers", "SCALECOMM_PS_SERVERS", 1, 1, kWorld, "",                                           \
     "Parameter-server allreduce (ps): number of server ranks (ranks 0..S-1); 1 is a central server.")                \
   X(Text, autotune, "autotune", "SCALECOMM_AUTOTUNE", "online", 0, 0, "online|model",                                \

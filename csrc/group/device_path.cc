@@ -14,6 +14,10 @@ void Group::runOnDevice(Call& call, CollectiveOptions& o) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
          "): this group has no device channel (a build without NCCL)");
   }
+  if (o.algorithm && o.algorithm->rankOrder && o.algorithm->memory == AlgorithmMemory::Host) {
+    fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_, "): algorithm ", o.algorithm,
+         " folds in rank order on host memory; stage the call's device memory through the host");
+  }
   QueuedChannel& ch = deviceChannels_(call.deviceIndex, o.deadline);
   o.algorithm = deviceAlgorithm(o.algorithm);
   // A queued channel issues a step as one group and queues its reductions

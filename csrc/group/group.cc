@@ -107,6 +107,7 @@ Group::Group(std::unique_ptr<Communicator> comm, GroupConfig config)
 std::shared_ptr<Group> Group::create(std::shared_ptr<Store> store, int rank, int size, GroupConfig config) {
   checkConfig(config, size);
   AlgorithmSelection selection = AlgorithmSelection::parse(config.algorithm);
+  if (config.deterministic != 0) selection.requireRankOrder(rank);
   checkServes(selection, rank, size);
   static std::once_flag versionLine;
   std::call_once(versionLine, [] {
@@ -163,6 +164,7 @@ std::shared_ptr<Group> Group::create(std::unique_ptr<Communicator> comm, GroupCo
                                      std::shared_ptr<Store> store) {
   checkConfig(config, comm->size());
   AlgorithmSelection selection = AlgorithmSelection::parse(config.algorithm);
+  if (config.deterministic != 0) selection.requireRankOrder(comm->rank());
   checkServes(selection, comm->rank(), comm->size());
   const std::string prefix = "scalecomm/" + config.groupName + "/local/";
   std::shared_ptr<Group> g(new Group(std::move(comm), std::move(config)));

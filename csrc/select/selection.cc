@@ -80,6 +80,24 @@ std::string AlgorithmSelection::str() const {
          ",reduce_scatter:" + reduceScatter + ",barrier:" + barrier;
 }
 
+void AlgorithmSelection::requireRankOrder(int rank) {
+  for (const char* collective : {"allreduce", "reduce", "reduce_scatter"}) {
+    std::string& chosen = *slot(collective);
+    if (chosen == "auto") {
+      chosen = "ordered";
+      continue;
+    }
+    const Algorithm* a = findAlgorithm(chosen);
+    if (a == nullptr || !a->rankOrder) {
+      fail(ErrorKind::InvalidArgument, "scalecomm (rank ", rank, "): deterministic=1 (SCALECOMM_DETERMINISTIC), but ",
+           collective, " is set to ", chosen,
+           ", which does not fold the ranks' values in rank order; set it to auto "
+           "or ordered",
+           std::string(collective) == "allreduce" ? " (or shared, on one host)" : "", ", or turn deterministic off");
+    }
+  }
+}
+
 bool AlgorithmSelection::usesMpi() const {
   for (const std::string* a : {&allreduce, &broadcast, &reduce, &allgather, &reduceScatter, &barrier}) {
     if (*a == "mpi") return true;

@@ -50,6 +50,10 @@ struct AlgorithmSelection {
   static AlgorithmSelection parse(const std::string& spec);
   std::string str() const;  // canonical "allreduce:x,broadcast:y,reduce:z,..."
   bool usesMpi() const;     // some collective is set to "mpi"
+  // A deterministic group's selection: allreduce, reduce and reduce_scatter
+  // at auto become ordered; one named that does not fold in rank order
+  // (Algorithm::rankOrder) throws Error(InvalidArgument) naming it and `rank`.
+  void requireRankOrder(int rank);
 };
 
 // A tuning cache holds a few hundred lines; a larger file is not one.

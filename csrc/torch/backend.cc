@@ -214,7 +214,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
     // its buffer), which ends with the memory's storage.
     return allreduceCompressed(t, codec, "", -1, r.op.op == ReduceOp::Avg, opts.timeout);
   }
-  auto stage = stageFor("allreduce", {t});
+  auto stage = stageFor("allreduce", {t}, reducesOnDevice());
   Call call = preparedCall(CallKind::Allreduce, "allreduce", static_cast<int64_t>(t.nbytes()), opts);
   call.stager = stage->chunked(t, true, true, config().stageChunkBytes);
   at::Tensor tensor = call.stager ? t : stage->inout(t);
@@ -236,7 +236,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector
                       "): all tensors must have the same dtype; got ", t.scalar_type(), " and ",
                       tensors[0].scalar_type());
   }
-  auto stage = stageFor("allreduce_coalesced", tensors);
+  auto stage = stageFor("allreduce_coalesced", tensors, reducesOnDevice());
   std::vector<at::Tensor> ts = stage->inouts(tensors);
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();

@@ -188,12 +188,17 @@ class ScalecommBackend : public c10d::Backend {
   std::shared_ptr<HostStage> stageFor(const char* collective, c10::ArrayRef<at::Tensor> tensors, bool onDevice = true) {
     auto device = DeviceCall::begin(tensors, collective, getRank());
     const bool direct = onDevice && device && config().cudaTransport != "host" && NcclGroups::available();
-    TORCH_CHECK(!device || direct || !device->capturing(), "scalecomm ", collective, " (rank ", getRank(),
-                "): called during CUDA graph capture, but this call would stage its tensors through host memory "
-                "(no NCCL in this build, SCALECOMM_CUDA_TRANSPORT=host, compression, or a receive from any source), "
-                "which a graph cannot record; capture only calls that run on the NCCL channel");
+    TORCH_CHECK(
+        !device || direct || !device->capturing(), "scalecomm ", collective, " (rank ", getRank(),
+        "): called during CUDA graph capture, but this call would stage its tensors through host memory "
+        "(no NCCL in this build, SCALECOMM_CUDA_TRANSPORT=host, compression, a deterministic group's reduction, or a "
+        "receive from any source), "
+        "which a graph cannot record; capture only calls that run on the NCCL channel");
     return HostStage::forCall(std::move(device), tensors, direct, collective, getRank());
   }
+  // Whether reductions of CUDA tensors may run on the device: not in a
+  // deterministic group, whose ordered fold runs on host memory.
+  bool reducesOnDevice() const { return config().deterministic == 0; }
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool sending, std::vector<at::Tensor>& tensors, int peer, int tag);
   // A Call of `kind` with the group's algorithm for `bytes` and its title
   // (the group's prepared call site).

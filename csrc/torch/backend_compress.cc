@@ -37,11 +37,11 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
                                               t.storage().getWeakStorageImpl())
                   : compression_->slot(key);
   const std::string& kernels = config().codecKernels;
-  auto stage = stageFor(what, {t}, /*onDevice=*/kernels != "host");
+  auto stage = stageFor(what, {t}, /*onDevice=*/kernels != "host" && reducesOnDevice());
   TORCH_CHECK(!stage->deviceCall() || !stage->deviceCall()->capturing(), "scalecomm ", what, " (rank ", getRank(),
               "): called during CUDA graph capture; a compressed allreduce checks its payloads on the host between "
               "its rounds, which a graph cannot record; capture the uncompressed allreduce instead");
-  const bool torchOps = stage->direct() || kernels == "torch";
+  const bool torchOps = stage->direct() || kernels == "torch";  // deterministic: neither (config checks)
   at::Tensor tensor = stage->inout(t);
   const AlgorithmRef algo = group_->algorithmFor(CallKind::CompressedAllreduce, static_cast<int64_t>(t.nbytes()));
   Call call;

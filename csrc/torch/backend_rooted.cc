@@ -74,7 +74,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce(std::vector<at::Tensor>&
   checkRoot("reduce", getRank(), getSize(), opts.rootRank);
   checkRootTensor("reduce", getRank(), opts.rootTensor);
   const int root = static_cast<int>(opts.rootRank), rank = getRank();
-  auto stage = stageFor("reduce", {t});
+  auto stage = stageFor("reduce", {t}, reducesOnDevice());
   Call call = preparedCall(CallKind::Reduce, "reduce", static_cast<int64_t>(t.nbytes()), opts);
   call.count = t.numel();
   call.dtype = r.dtype;
@@ -124,7 +124,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::_reduce_scatter_base(at::Tensor
                     "scalecomm reduce_scatter_tensor (rank ", getRank(), "): input has ", input.numel(),
                     " elements of ", input.scalar_type(), " but must have world size (", getSize(), ") x output (",
                     output.numel(), " elements of ", output.scalar_type(), ")");
-  auto stage = stageFor("reduce_scatter_tensor", {input, output});
+  auto stage = stageFor("reduce_scatter_tensor", {input, output}, reducesOnDevice());
   at::Tensor in = stage->input(input), out = stage->output(output);
   Call call = reduceScatterCall(preparedCall(CallKind::ReduceScatter, "reduce_scatter_tensor", 0, opts), r, out,
                                 getRank(), getSize(), [in](at::Tensor& work) { work.copy_(in.reshape({-1})); });
@@ -142,7 +142,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::reduce_scatter(std::vector<at::
   for (const auto& t : inputs[0]) checkSameAs("reduce_scatter", getRank(), t, out, "an input tensor");
   std::vector<at::Tensor> all = inputs[0];
   all.push_back(out);
-  auto stage = stageFor("reduce_scatter", all);
+  auto stage = stageFor("reduce_scatter", all, reducesOnDevice());
   std::vector<at::Tensor> ins = stage->inputs(inputs[0]);
   at::Tensor output = stage->output(out);
   Call call = reduceScatterCall(preparedCall(CallKind::ReduceScatter, "reduce_scatter", 0, opts), r, output, getRank(),

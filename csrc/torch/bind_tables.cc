@@ -66,7 +66,7 @@ void bindAlgorithmTable(py::module& m) {
   m.def(
       "algorithm_registry",
       [] {
-        static const char* kinds[] = {"schedule", "windows", "native", "auto"};
+        static const char* kinds[] = {"schedule", "windows", "phased", "native", "auto"};
         static const char* memories[] = {"any", "host", "device"};
         py::list out;
         for (const auto& a : algorithmRegistry()) {
@@ -85,11 +85,13 @@ void bindAlgorithmTable(py::module& m) {
           d["max_bytes"] = a.maxBytes;
           d["auto"] = a.autoCandidate;
           d["hierarchical"] = a.hierarchical;
+          d["rank_order"] = a.rankOrder;
           out.append(d);
         }
         return out;
       },
-      "Every algorithm's registry entry (algo/registry.cc): name, kind, memory, collectives, summary, limits.");
+      "Every algorithm's registry entry (algo/registry.cc): name, kind, memory, collectives, summary, limits, "
+      "rank_order (a deterministic group may run it).");
   m.def(
       "allreduce_algorithms",
       [](int world, int64_t bytes, int64_t windowBytes) {

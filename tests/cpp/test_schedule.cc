@@ -10,6 +10,7 @@
 #include "algo/chain.h"
 #include "algo/collectives.h"
 #include "algo/direct.h"
+#include "algo/ordered.h"
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/ring.h"
@@ -401,6 +402,42 @@ TEST(rooted_collectives_and_alltoall_deliver_exactly) {
 // what its kind runs with for each collective it serves, names and wire ids
 // are unique, and a selection takes exactly the names the table gives a
 // collective.
+// ordered's phases: chunk q of every rank lands in owner q's slot for that
+// rank (its own stays in its chunk), so the owner can fold all n in rank
+// order; the folded chunks then reach every rank (allreduce) or the root.
+TEST(ordered_phases_bring_every_ranks_chunk_to_its_owner_and_the_folds_back) {
+  for (int n : kWorlds) {
+    for (int64_t count : countsFor(n)) {
+      const std::vector<int64_t> chunks = splitEven(count, n);
+      std::vector<Plan> toOwners, fromOwners;
+      for (int r = 0; r < n; ++r) {
+        toOwners.push_back(compilePlan(orderedToOwners(r, n, chunks), n, 3, count % 2));
+        fromOwners.push_back(compilePlan(orderedFromOwners(r, n, chunks), n, 3));
+      }
+      auto cells = initCells(toOwners, 3, [&](int r, int b) { return unit(n, b < n ? r : -1); });
+      CHECK(simulate(toOwners, cells));
+      for (int q = 0; q < n; ++q) {
+        for (int p = 0; p < n; ++p) {
+          for (auto& v : cells[q][p == q ? q : n + p]) CHECK(v == unit(n, p));
+        }
+      }
+      auto back = initCells(fromOwners, 3, [&](int r, int b) { return r == b ? Value(n, 1) : unit(n, -1); });
+      CHECK(simulate(fromOwners, back));
+      for (int r = 0; r < n; ++r)
+        for (auto& block : back[r])
+          for (auto& v : block) CHECK(v == Value(n, 1));
+      for (int root = 0; root < n; root += 3) {
+        std::vector<Plan> toRoot;
+        for (int r = 0; r < n; ++r) toRoot.push_back(compilePlan(orderedToRoot(r, n, root, chunks), n, 3));
+        auto at = initCells(toRoot, 3, [&](int r, int b) { return r == b ? Value(n, 1) : unit(n, -1); });
+        CHECK(simulate(toRoot, at));
+        for (auto& block : at[root])
+          for (auto& v : block) CHECK(v == Value(n, 1));
+      }
+    }
+  }
+}
+
 TEST(the_algorithm_table_is_complete_and_drives_selection) {
   std::set<std::string> names;
   std::set<uint32_t> ids;
@@ -415,7 +452,8 @@ TEST(the_algorithm_table_is_complete_and_drives_selection) {
       CHECK(a.servesCollective(CollectiveKind::Broadcast) == (a.broadcast != nullptr));
       CHECK(a.servesCollective(CollectiveKind::Reduce) == (a.reduce != nullptr));
     }
-    CHECK((a.kind == AlgorithmKind::Native) == (a.native != nullptr));
+    CHECK((a.kind == AlgorithmKind::Native || a.kind == AlgorithmKind::Phased) == (a.run != nullptr));
+    CHECK(!a.rankOrder || a.ours());
   }
   for (const char* c : {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier"}) {
     CollectiveKind kind;

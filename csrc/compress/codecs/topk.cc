@@ -7,7 +7,7 @@
 // selection up to kExactUpTo values): the kept elements are the k largest
 // |acc| among those at or above it. topk: if fewer than k pass, the exact
 // k-th largest |acc| is the threshold instead, so the result is the exact
-// top-k (ties broken arbitrarily). topk_sampled: the payload is padded with
+// top-k (of equal magnitudes the lower index). topk_sampled: the payload is padded with
 // (index 0, value 0). A zero threshold admits only nonzero elements (the
 // rest decode to the same zero).
 // Cost: one read of x and the residual and one write of the residual, plus
@@ -126,13 +126,17 @@ class TopkCodec final : public Codec {
       thr = exactThreshold(acc, n, k);
       c = scan(acc, nullptr, n, thr, static_cast<size_t>(2 * k + 16));
     }
-    // The k largest |acc| among the candidates, by position in c.
+    // The k largest |acc| among the candidates, by position in c; of equal
+    // magnitudes the lower index (candidates are in index order), so the
+    // kept set is a function of acc alone.
     std::vector<int32_t> order(c.index.size());
     for (size_t j = 0; j < order.size(); ++j) order[j] = static_cast<int32_t>(j);
     const int64_t kept = std::min<int64_t>(k, static_cast<int64_t>(order.size()));
     if (kept < static_cast<int64_t>(order.size())) {
-      std::nth_element(order.begin(), order.begin() + kept, order.end(),
-                       [&](int32_t a, int32_t b) { return std::fabs(c.value[a]) > std::fabs(c.value[b]); });
+      std::nth_element(order.begin(), order.begin() + kept, order.end(), [&](int32_t a, int32_t b) {
+        const float fa = std::fabs(c.value[a]), fb = std::fabs(c.value[b]);
+        return fa > fb || (fa == fb && a < b);
+      });
     }
     std::memset(payload, 0, static_cast<size_t>(8 * k));  // padding: (0, 0.0)
     for (int64_t j = 0; j < kept; ++j) {

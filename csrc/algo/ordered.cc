@@ -1,0 +1,194 @@
+#include "algo/ordered.h"
+
+#include <vector>
+
+#include "algo/collectives.h"
+#include "algo/executor.h"
+#include "algo/native.h"
+#include "algo/registry.h"
+#include "algo/shared.h"
+#include "comm/communicator.h"
+#include "comm/reducer.h"
+#include "core/error.h"
+
+namespace scalecomm {
+
+Schedule orderedToOwners(int rank, int n, const std::vector<int64_t>& chunkCounts) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && static_cast<int>(chunkCounts.size()) == n);
+  Schedule s;
+  s.algorithm = "ordered";
+  s.blockCounts = chunkCounts;
+  for (int p = 0; p < n; ++p) s.blockCounts.push_back(p == rank ? 0 : chunkCounts[rank]);
+  ScheduleStep step;
+  for (int k = 1; k < n; ++k) {
+    const int to = modRank(rank + k, n), from = modRank(rank - k, n);
+    step.ops.push_back({OpKind::Send, to, to, /*wire=*/to});
+    step.ops.push_back({OpKind::Recv, from, n + from, /*wire=*/rank});
+  }
+  if (n > 1) s.steps.push_back(step);
+  return s;
+}
+
+Schedule orderedFromOwners(int rank, int n, const std::vector<int64_t>& chunkCounts) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && static_cast<int>(chunkCounts.size()) == n);
+  Schedule s;
+  s.algorithm = "ordered";
+  s.blockCounts = chunkCounts;
+  ScheduleStep step;
+  for (int k = 1; k < n; ++k) {
+    const int to = modRank(rank + k, n), from = modRank(rank - k, n);
+    step.ops.push_back({OpKind::Send, to, rank, /*wire=*/n + rank});
+    step.ops.push_back({OpKind::Recv, from, from, /*wire=*/n + from});
+  }
+  if (n > 1) s.steps.push_back(step);
+  return s;
+}
+
+Schedule orderedToRoot(int rank, int n, int root, const std::vector<int64_t>& chunkCounts) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && static_cast<int>(chunkCounts.size()) == n);
+  Schedule s;
+  s.algorithm = "ordered";
+  s.blockCounts = chunkCounts;
+  ScheduleStep step;
+  if (rank == root) {
+    for (int k = 1; k < n; ++k) {
+      const int p = modRank(root + k, n);
+      step.ops.push_back({OpKind::Recv, p, p, /*wire=*/n + p});
+    }
+  } else {
+    step.ops.push_back({OpKind::Send, root, rank, /*wire=*/n + rank});
+  }
+  if (n > 1) s.steps.push_back(step);
+  return s;
+}
+
+namespace {
+
+// Which phase a cached plan is (PlanKey::variant).
+enum Phase : int64_t { kToOwners = 1, kFromOwners = 2, kToRoot = 3 };
+
+Communicator& orderedLinks(Channel& ch, CollectiveKind kind) {
+  if (Communicator* c = ch.communicator()) return *c;
+  fail(ErrorKind::InvalidArgument, "scalecomm ", collectiveName(kind), " (rank ", ch.rank(),
+       "): algorithm ordered folds on host memory, not on device memory; a deterministic group stages CUDA tensors "
+       "through host memory");
+}
+
+// Where the chunks of one collective live.
+struct Chunks {
+  std::vector<int64_t> counts;   // elements per chunk
+  std::vector<uint8_t*> blocks;  // the buffer's chunks, then the scratch slots
+};
+
+// The calling thread's scratch: grown to the largest call it served.
+uint8_t* scratch(size_t bytes) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < bytes) {
+    buf.clear();
+    buf.shrink_to_fit();
+    buf.resize(bytes);
+  }
+  return buf.data();
+}
+
+Chunks chunksOf(void* data, std::vector<int64_t> counts, DataType dtype, int rank) {
+  Chunks c;
+  c.counts = std::move(counts);
+  const int n = static_cast<int>(c.counts.size());
+  const int64_t esize = static_cast<int64_t>(elementSize(dtype));
+  auto* p = static_cast<uint8_t*>(data);
+  for (int64_t count : c.counts) {
+    c.blocks.push_back(p);
+    p += count * esize;
+  }
+  const int64_t slotBytes = c.counts[rank] * esize;
+  uint8_t* slots = scratch(static_cast<size_t>(slotBytes * n));
+  for (int q = 0; q < n; ++q) c.blocks.push_back(slots + q * slotBytes);
+  return c;
+}
+
+void runPhase(Channel& ch, const ExecContext& ctx, Phase phase, const CollectiveOptions& opts,
+              const std::function<Schedule()>& build, const std::vector<uint8_t*>& blocks) {
+  static const Algorithm& ordered = algorithmNamed("ordered");
+  PreparedPlan local;
+  const PreparedPlan& p =
+      preparePlan({ctx.collective, &ordered, ctx.totalCount, ctx.dtype, ctx.root, false, 0, 0, phase}, ch.size(), opts,
+                  build, local);
+  // Phase 1 addresses the chunks and the slots, the others the chunks only.
+  execute(p.plan, std::vector<uint8_t*>(blocks.begin(), blocks.begin() + p.plan.blockCounts.size()), ch, ctx);
+}
+
+// Phases 1 and 2: every rank's chunk q to rank q, folded there in rank order
+// into this rank's own chunk.
+void foldAtOwners(Channel& ch, const ExecContext& ctx, const CollectiveOptions& opts, Chunks& c) {
+  const int n = ch.size(), q = ch.rank();
+  runPhase(ch, ctx, kToOwners, opts, [&] { return orderedToOwners(q, n, c.counts); }, c.blocks);
+  if (c.counts[q] == 0) return;
+  std::vector<const void*> in(n);
+  for (int p = 0; p < n; ++p) in[p] = p == q ? c.blocks[q] : c.blocks[n + p];
+  // Slot q received nothing: the fold's own output, beside this rank's chunk.
+  foldInto(c.blocks[n + q], c.blocks[q], in.data(), n, c.counts[q], ctx.dtype, ctx.op, ctx.finalizeDivisor);
+}
+
+ExecContext contextFor(const CollectiveOptions& opts, CollectiveKind kind, DataType dtype, int64_t count, ReduceOp op,
+                       int n) {
+  ExecContext ctx(opts, kind, dtype, count);
+  ctx.op = op;
+  ctx.finalizeDivisor = op == ReduceOp::Avg ? n : 1;
+  return ctx;
+}
+
+void orderedAllreduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op,
+                      const CollectiveOptions& opts) {
+  const int n = ch.size();
+  const ExecContext ctx = contextFor(opts, CollectiveKind::Allreduce, dtype, count, op, n);
+  Communicator& comm = orderedLinks(ch, CollectiveKind::Allreduce);
+  if (sharedWindowBytes(comm) > 0) return sharedAllreduce(comm, data, count, ctx);
+  Chunks c = chunksOf(data, splitEven(count, n), dtype, ch.rank());
+  foldAtOwners(ch, ctx, opts, c);
+  runPhase(ch, ctx, kFromOwners, opts, [&] { return orderedFromOwners(ch.rank(), n, c.counts); }, c.blocks);
+}
+
+void orderedReduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op, int root,
+                   const CollectiveOptions& opts) {
+  const int n = ch.size();
+  ExecContext ctx = contextFor(opts, CollectiveKind::Reduce, dtype, count, op, n);
+  ctx.root = root;
+  orderedLinks(ch, CollectiveKind::Reduce);
+  Chunks c = chunksOf(data, splitEven(count, n), dtype, ch.rank());
+  foldAtOwners(ch, ctx, opts, c);
+  runPhase(ch, ctx, kToRoot, opts, [&] { return orderedToRoot(ch.rank(), n, root, c.counts); }, c.blocks);
+}
+
+void orderedReduceScatter(Channel& ch, void* work, int64_t perRank, DataType dtype, ReduceOp op,
+                          const CollectiveOptions& opts) {
+  const int n = ch.size();
+  const ExecContext ctx = contextFor(opts, CollectiveKind::ReduceScatter, dtype, perRank, op, n);
+  orderedLinks(ch, CollectiveKind::ReduceScatter);
+  Chunks c = chunksOf(work, std::vector<int64_t>(n, perRank), dtype, ch.rank());
+  foldAtOwners(ch, ctx, opts, c);
+}
+
+}  // namespace
+
+bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts) {
+  const int n = ch.size();
+  if (call.op == ReduceOp::PremulSum) {
+    const int64_t count = call.kind == CollectiveKind::ReduceScatter ? call.count * n : call.count;
+    void* data = call.kind == CollectiveKind::ReduceScatter ? const_cast<void*>(call.send) : call.recv;
+    ch.reducer().scale(data, count, call.dtype, premulFactor);
+    ch.reducer().fence();
+  }
+  switch (call.kind) {
+    case CollectiveKind::Allreduce: orderedAllreduce(ch, call.recv, call.count, call.dtype, call.op, opts); return true;
+    case CollectiveKind::Reduce:
+      orderedReduce(ch, call.recv, call.count, call.dtype, call.op, call.root, opts);
+      return true;
+    case CollectiveKind::ReduceScatter:
+      orderedReduceScatter(ch, const_cast<void*>(call.send), call.count, call.dtype, call.op, opts);
+      return true;
+    default: return false;
+  }
+}
+
+}  // namespace scalecomm

@@ -1,0 +1,54 @@
+// scalecomm algo: ordered, the reductions whose bits depend on nothing but the inputs.
+//
+// Contract: every element of the result is the left fold of the ranks'
+// values in rank order, op(...op(op(v0, v1), v2)..., v(n-1)), each step with
+// the bits of reduceInto (comm/reducer.h: fp16 and bf16 widened to fp32 and
+// rounded back), then divided by n for AVG (PREMUL_SUM scales each input
+// first). So the result is the same bit for bit whatever the segment size,
+// the transport, the ranks' hosts, the bucket the element travels in and the
+// algorithm chosen for other calls; `shared` (algo/shared.h) folds the same
+// way and gives the same bits.
+//   allreduce: where every rank shares this host's windows, the `shared`
+//     allreduce; otherwise three phases over the links: every rank sends
+//     chunk q of its buffer to rank q (all pairs at once, each chunk into its
+//     own scratch slot), rank q folds the n copies of chunk q in rank order
+//     (foldInto: one pass), then sends its folded chunk to every rank.
+//     Bytes sent per rank 2 (n-1)/n N, as ring; 2 alpha; scratch N/n... N
+//     (n-1)/n at the owner, held by the calling thread between calls.
+//   reduce_scatter: the first two phases, with block q of the input as chunk q.
+//   reduce: the first two phases, then every rank sends its folded chunk to
+//     the root (the root's buffer ends whole; the others' are scratch).
+// Host memory only (the stream channel's links or windows): a device
+// (queued) channel is refused with Error(InvalidArgument); deterministic
+// groups stage CUDA tensors through host memory instead. Errors as the other
+// collectives (algo/collectives.h). Thread safety: one call at a time per
+// channel.
+// The schedules of the phases are pure data (algo/schedule.h); blocks 0..n-1
+// are the buffer's chunks, blocks n..2n-1 the scratch slots.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "algo/options.h"
+#include "algo/schedule.h"
+#include "comm/channel.h"
+#include "comm/queued_channel.h"
+
+namespace scalecomm {
+
+// Phase 1: chunk q of every rank to rank q's slot n + (sender).
+Schedule orderedToOwners(int rank, int n, const std::vector<int64_t>& chunkCounts);
+// Phase 3 of allreduce: rank q's folded chunk to every rank's chunk q.
+Schedule orderedFromOwners(int rank, int n, const std::vector<int64_t>& chunkCounts);
+// Phase 3 of reduce: every rank's folded chunk to the root's chunk.
+Schedule orderedToRoot(int rank, int n, int root, const std::vector<int64_t>& chunkCounts);
+
+// The entry's runner (algo/registry.h): allreduce (in place in call.recv),
+// reduce (call.recv, root call.root) and reduce_scatter (call.send holds the
+// n blocks of call.count elements, block `rank` ends reduced); PREMUL_SUM
+// inputs are pre-multiplied by premulFactor first. Declines nothing else: it
+// serves only these three.
+bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts);
+
+}  // namespace scalecomm
