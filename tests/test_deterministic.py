@@ -91,8 +91,8 @@ def _fold_everywhere(rank, n):
                     if not torch.equal(_bits(out), _bits(want["sum"])):
                         wrong.append((name, "reduce_scatter", "sum", str(dtype), count, seed))
                     t = mine.clone()
-                    dist.reduce(t, dst=n - 1, group=group)
-                    if rank == n - 1 and not torch.equal(_bits(t), _bits(want["sum"])):
+                    dist.reduce(t, dst=0, group=group)
+                    if rank == 0 and not torch.equal(_bits(t), _bits(want["sum"])):
                         wrong.append((name, "reduce", "sum", str(dtype), count, seed))
                     checked += 1
                 t = mine.clone()

@@ -44,28 +44,27 @@ Schedule orderedFromOwners(int rank, int n, const std::vector<int64_t>& chunkCou
   return s;
 }
 
-Schedule orderedToRoot(int rank, int n, int root, const std::vector<int64_t>& chunkCounts) {
-  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && static_cast<int>(chunkCounts.size()) == n);
+Schedule orderedChainReduce(int rank, int n, int root, int64_t count, bool finalize) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && count >= 0);
   Schedule s;
   s.algorithm = "ordered";
-  s.blockCounts = chunkCounts;
-  ScheduleStep step;
-  if (rank == root) {
-    for (int k = 1; k < n; ++k) {
-      const int p = modRank(root + k, n);
-      step.ops.push_back({OpKind::Recv, p, p, /*wire=*/n + p});
-    }
-  } else {
-    step.ops.push_back({OpKind::Send, root, rank, /*wire=*/n + rank});
-  }
-  if (n > 1) s.steps.push_back(step);
+  s.blockCounts = {count};
+  // Every rank has the same steps (the step travels in headers).
+  ScheduleStep chain, toRoot, fin;
+  if (rank > 0) chain.ops.push_back({OpKind::RecvReduce, rank - 1, 0});  // own + fold so far
+  if (rank < n - 1) chain.ops.push_back({OpKind::Send, rank + 1, 0});
+  if (root != n - 1 && rank == n - 1) toRoot.ops.push_back({OpKind::Send, root, 0});
+  if (root != n - 1 && rank == root) toRoot.ops.push_back({OpKind::Recv, n - 1, 0});
+  if (finalize && rank == root) fin.ops.push_back({OpKind::Finalize, -1, 0});
+  s.steps = {chain, toRoot};
+  if (finalize) s.steps.push_back(fin);
   return s;
 }
 
 namespace {
 
 // Which phase a cached plan is (PlanKey::variant).
-enum Phase : int64_t { kToOwners = 1, kFromOwners = 2, kToRoot = 3 };
+enum Phase : int64_t { kToOwners = 1, kFromOwners = 2, kChain = 3 };
 
 Communicator& orderedLinks(Channel& ch, CollectiveKind kind) {
   if (Communicator* c = ch.communicator()) return *c;
@@ -155,16 +154,21 @@ void orderedReduce(Channel& ch, void* data, int64_t count, DataType dtype, Reduc
   ExecContext ctx = contextFor(opts, CollectiveKind::Reduce, dtype, count, op, n);
   ctx.root = root;
   orderedLinks(ch, CollectiveKind::Reduce);
-  Chunks c = chunksOf(data, splitEven(count, n), dtype, ch.rank());
-  foldAtOwners(ch, ctx, opts, c);
-  runPhase(ch, ctx, kToRoot, opts, [&] { return orderedToRoot(ch.rank(), n, root, c.counts); }, c.blocks);
+  const bool avg = op == ReduceOp::Avg;
+  static const Algorithm& ordered = algorithmNamed("ordered");
+  PreparedPlan local;
+  const PreparedPlan& p = preparePlan(
+      {CollectiveKind::Reduce, &ordered, count, dtype, root, avg, 0, 0, kChain}, n, opts,
+      [&] { return orderedChainReduce(ch.rank(), n, root, count, avg); }, local);
+  execute(p.plan, {static_cast<uint8_t*>(data)}, ch, ctx);
 }
 
 void orderedReduceScatter(Channel& ch, void* work, int64_t perRank, DataType dtype, ReduceOp op,
                           const CollectiveOptions& opts) {
   const int n = ch.size();
+  Communicator& comm = orderedLinks(ch, CollectiveKind::ReduceScatter);
   const ExecContext ctx = contextFor(opts, CollectiveKind::ReduceScatter, dtype, perRank, op, n);
-  orderedLinks(ch, CollectiveKind::ReduceScatter);
+  if (sharedWindowBytes(comm) > 0) return sharedReduceScatter(comm, work, perRank, ctx);
   Chunks c = chunksOf(work, std::vector<int64_t>(n, perRank), dtype, ch.rank());
   foldAtOwners(ch, ctx, opts, c);
 }

@@ -13,11 +13,16 @@
 //     chunk q of its buffer to rank q (all pairs at once, each chunk into its
 //     own scratch slot), rank q folds the n copies of chunk q in rank order
 //     (foldInto: one pass), then sends its folded chunk to every rank.
-//     Bytes sent per rank 2 (n-1)/n N, as ring; 2 alpha; scratch N/n... N
-//     (n-1)/n at the owner, held by the calling thread between calls.
-//   reduce_scatter: the first two phases, with block q of the input as chunk q.
-//   reduce: the first two phases, then every rank sends its folded chunk to
-//     the root (the root's buffer ends whole; the others' are scratch).
+//     Bytes sent per rank 2 (n-1)/n N, as ring; 2 alpha; scratch of N (n
+//     chunks) at the owner, held by the calling thread between calls.
+//   reduce_scatter: where every rank shares this host's windows, block q of
+//     every rank's input folded by rank q straight from the windows
+//     (sharedReduceScatter); otherwise the first two phases, with block q of
+//     the input as chunk q.
+//   reduce: a chain in rank order, pipelined in segments (each rank adds its
+//     values to the fold so far and passes it on: a + b == b + a), then the
+//     last rank sends the result to the root: n-1 hops plus one, N per hop.
+//     Non-root ranks' buffers end as scratch.
 // Host memory only (the stream channel's links or windows): a device
 // (queued) channel is refused with Error(InvalidArgument); deterministic
 // groups stage CUDA tensors through host memory instead. Errors as the other
@@ -41,14 +46,15 @@ namespace scalecomm {
 Schedule orderedToOwners(int rank, int n, const std::vector<int64_t>& chunkCounts);
 // Phase 3 of allreduce: rank q's folded chunk to every rank's chunk q.
 Schedule orderedFromOwners(int rank, int n, const std::vector<int64_t>& chunkCounts);
-// Phase 3 of reduce: every rank's folded chunk to the root's chunk.
-Schedule orderedToRoot(int rank, int n, int root, const std::vector<int64_t>& chunkCounts);
+// Reduce: a chain 0 -> 1 -> ... -> n-1 (each rank adds its own values to
+// the fold so far), then n-1 to the root; [AVG's finalize at the root].
+Schedule orderedChainReduce(int rank, int n, int root, int64_t count, bool finalize);
 
 // The entry's runner (algo/registry.h): allreduce (in place in call.recv),
 // reduce (call.recv, root call.root) and reduce_scatter (call.send holds the
 // n blocks of call.count elements, block `rank` ends reduced); PREMUL_SUM
-// inputs are pre-multiplied by premulFactor first. Declines nothing else: it
-// serves only these three.
+// inputs are pre-multiplied by premulFactor first. Declines nothing it
+// serves.
 bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts);
 
 }  // namespace scalecomm

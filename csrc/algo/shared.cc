@@ -236,7 +236,52 @@ void allreduceOnWindows(Communicator& comm, void* data, int64_t count, const Exe
   foldInto(data, nullptr, inputs.data(), n, count, ctx.dtype, ctx.op, ctx.finalizeDivisor);
 }
 
+// Reduce-scatter: block q of every rank's `work` (perRank elements each)
+// folded in rank order into block q of rank q's. In chunks as
+// allreduceInChunks, but slice q of chunk k is elements [k*slice, +slice)
+// of block q, and no results come back: one window call per chunk. Each
+// byte of the input is read once (copied in, or folded from in place), and
+// each rank writes its own block.
+void reduceScatterOnWindows(Communicator& comm, uint8_t* work, int64_t perRank, const ExecContext& ctx) {
+  ShmWindows& w = windowsOf(comm, ctx);
+  const int n = w.size();
+  const int rank = w.rank();
+  if (n == 1 || perRank == 0) return;
+  const auto es = static_cast<int64_t>(elementSize(ctx.dtype));
+  const int64_t unit = std::max<int64_t>(1, kCacheLine / es);
+  const int64_t perSlot = w.windowBytes() / es / n;
+  const int64_t even = (perRank + unit - 1) / unit * unit;
+  const int64_t slice = perSlot >= unit ? std::min(perSlot / unit * unit, even) : perSlot;
+  if (slice == 0) {
+    fail(ErrorKind::InvalidArgument, describe(ctx, comm.rank()), ": algorithm shared needs a window of at least ",
+         n * es, " bytes for ", n, " ranks of ", dataTypeName(ctx.dtype), " (SCALECOMM_SHM_WINDOW_BYTES is ",
+         w.windowBytes(), "); raise it or turn deterministic off");
+  }
+  const int64_t chunkBytes = slice * n * es;
+  const int64_t chunks = (perRank + slice - 1) / slice;
+  const auto at = [&](int q, int64_t k) { return work + (q * perRank + k * slice) * es; };
+  thread_local std::vector<const void*> inputs;
+  inputs.resize(n);
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t len = std::min(slice, perRank - k * slice);
+    const uint64_t call = w.nextCall(chunkBytes);
+    for (int q = 0; q < n; ++q) {
+      if (q != rank) std::memcpy(w.data(rank) + q * slice * es, at(q, k), len * es);
+    }
+    exchange(comm, w, call, headerOf(ctx, len * n * es), ctx);
+    uint8_t* own = at(rank, k);
+    for (int q = 0; q < n; ++q) inputs[q] = q == rank ? own : w.data(q) + rank * slice * es;
+    // The next call's data is free (as in allreduceInChunks): the fold's scratch output.
+    foldInto(w.nextData(rank, chunkBytes) + rank * slice * es, own, inputs.data(), n, len, ctx.dtype, ctx.op,
+             ctx.finalizeDivisor);
+  }
+}
+
 }  // namespace
+
+void sharedReduceScatter(Communicator& comm, void* work, int64_t perRank, const ExecContext& ctx) {
+  describedErrors(ctx, comm.rank(), [&] { reduceScatterOnWindows(comm, static_cast<uint8_t*>(work), perRank, ctx); });
+}
 
 void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecContext& ctx) {
   describedErrors(ctx, comm.rank(), [&] { allreduceOnWindows(comm, data, count, ctx); });

@@ -55,6 +55,12 @@ inline bool sharedInSlices(int n, int64_t bytes, int64_t windowBytes) {
 // at the end; PremulSum's scaling is the caller's).
 void sharedAllreduce(Communicator& comm, void* data, int64_t count, const ExecContext& ctx);
 
+// `work` holds n blocks of perRank elements; block `rank` ends as the fold,
+// in rank order, of every rank's block `rank` (the others are left as they
+// were). In window-sized chunks, one flag round each (a deterministic
+// group's reduce_scatter, algo/ordered.h).
+void sharedReduceScatter(Communicator& comm, void* work, int64_t perRank, const ExecContext& ctx);
+
 void sharedBarrier(Communicator& comm, const ExecContext& ctx);
 
 }  // namespace scalecomm

@@ -404,8 +404,9 @@ TEST(rooted_collectives_and_alltoall_deliver_exactly) {
 // collective.
 // ordered's phases: chunk q of every rank lands in owner q's slot for that
 // rank (its own stays in its chunk), so the owner can fold all n in rank
-// order; the folded chunks then reach every rank (allreduce) or the root.
-TEST(ordered_phases_bring_every_ranks_chunk_to_its_owner_and_the_folds_back) {
+// order; the folded chunks then reach every rank. Its reduce's chain brings
+// every rank's values to the root once.
+TEST(ordered_phases_and_chain_bring_every_ranks_values_where_they_are_folded) {
   for (int n : kWorlds) {
     for (int64_t count : countsFor(n)) {
       const std::vector<int64_t> chunks = splitEven(count, n);
@@ -427,12 +428,13 @@ TEST(ordered_phases_bring_every_ranks_chunk_to_its_owner_and_the_folds_back) {
         for (auto& block : back[r])
           for (auto& v : block) CHECK(v == Value(n, 1));
       for (int root = 0; root < n; root += 3) {
-        std::vector<Plan> toRoot;
-        for (int r = 0; r < n; ++r) toRoot.push_back(compilePlan(orderedToRoot(r, n, root, chunks), n, 3));
-        auto at = initCells(toRoot, 3, [&](int r, int b) { return r == b ? Value(n, 1) : unit(n, -1); });
-        CHECK(simulate(toRoot, at));
-        for (auto& block : at[root])
-          for (auto& v : block) CHECK(v == Value(n, 1));
+        for (bool fin : {false, true}) {
+          std::vector<Plan> chain;
+          for (int r = 0; r < n; ++r) chain.push_back(compilePlan(orderedChainReduce(r, n, root, count, fin), n, 3));
+          auto at = initCells(chain, 3, [&](int r, int) { return unit(n, r); });
+          CHECK(simulate(chain, at));
+          for (auto& v : at[root][0]) CHECK(v == Value(n, 1));
+        }
       }
     }
   }
