@@ -90,10 +90,11 @@ def _fold_everywhere(rank, n):
                     dist.reduce_scatter_tensor(out, rs_in[rank], group=group)
                     if not torch.equal(_bits(out), _bits(want["sum"])):
                         wrong.append((name, "reduce_scatter", "sum", str(dtype), count, seed))
-                    t = mine.clone()
-                    dist.reduce(t, dst=0, group=group)
-                    if rank == 0 and not torch.equal(_bits(t), _bits(want["sum"])):
-                        wrong.append((name, "reduce", "sum", str(dtype), count, seed))
+                    for root in sorted({0, max(n - 2, 0), n - 1}):  # before, at and after the chain's end
+                        t = mine.clone()
+                        dist.reduce(t, dst=root, group=group)
+                        if rank == root and not torch.equal(_bits(t), _bits(want["sum"])):
+                            wrong.append((name, f"reduce to {root}", "sum", str(dtype), count, seed))
                     checked += 1
                 t = mine.clone()
                 dist.all_reduce(t, group=plain)

@@ -49,14 +49,28 @@ Schedule orderedChainReduce(int rank, int n, int root, int64_t count, bool final
   Schedule s;
   s.algorithm = "ordered";
   s.blockCounts = {count};
-  // Every rank has the same steps (the step travels in headers).
-  ScheduleStep chain, toRoot, fin;
-  if (rank > 0) chain.ops.push_back({OpKind::RecvReduce, rank - 1, 0});  // own + fold so far
-  if (rank < n - 1) chain.ops.push_back({OpKind::Send, rank + 1, 0});
-  if (root != n - 1 && rank == n - 1) toRoot.ops.push_back({OpKind::Send, root, 0});
-  if (root != n - 1 && rank == root) toRoot.ops.push_back({OpKind::Recv, n - 1, 0});
+  if (n == 1) return s;
+  // The chain 0 -> 1 -> ... -> n-2 (rank k adds its values to the fold so
+  // far: v_k + acc == acc + v_k), then the root adds the chain's fold and
+  // rank n-1's values: as many hops as the chain schedule's n-1. Every rank
+  // has the same steps (the step travels in headers).
+  const int end = n - 2;
+  ScheduleStep chain, last, fin;
+  if (rank >= 1 && rank <= end) chain.ops.push_back({OpKind::RecvReduce, rank - 1, 0});
+  if (rank < end) chain.ops.push_back({OpKind::Send, rank + 1, 0});
+  if (root == n - 1 || root == end) {  // the root holds one of the two: it adds the other
+    const int other = root == n - 1 ? end : n - 1;
+    if (rank == other) last.ops.push_back({OpKind::Send, root, 0});
+    if (rank == root) last.ops.push_back({OpKind::RecvReduce, other, 0});
+  } else {  // the root's own values went down the chain: it takes v(n-1), then adds the fold
+    if (rank == n - 1 || rank == end) last.ops.push_back({OpKind::Send, root, 0});
+    if (rank == root) {
+      last.ops.push_back({OpKind::Recv, n - 1, 0});
+      last.ops.push_back({OpKind::RecvReduce, end, 0});
+    }
+  }
   if (finalize && rank == root) fin.ops.push_back({OpKind::Finalize, -1, 0});
-  s.steps = {chain, toRoot};
+  s.steps = {chain, last};
   if (finalize) s.steps.push_back(fin);
   return s;
 }
@@ -64,7 +78,7 @@ Schedule orderedChainReduce(int rank, int n, int root, int64_t count, bool final
 namespace {
 
 // Which phase a cached plan is (PlanKey::variant).
-enum Phase : int64_t { kToOwners = 1, kFromOwners = 2, kChain = 3 };
+enum Phase : int64_t { kToOwners = 1, kFromOwners = 2 };
 
 Communicator& orderedLinks(Channel& ch, CollectiveKind kind) {
   if (Communicator* c = ch.communicator()) return *c;
@@ -148,21 +162,6 @@ void orderedAllreduce(Channel& ch, void* data, int64_t count, DataType dtype, Re
   runPhase(ch, ctx, kFromOwners, opts, [&] { return orderedFromOwners(ch.rank(), n, c.counts); }, c.blocks);
 }
 
-void orderedReduce(Channel& ch, void* data, int64_t count, DataType dtype, ReduceOp op, int root,
-                   const CollectiveOptions& opts) {
-  const int n = ch.size();
-  ExecContext ctx = contextFor(opts, CollectiveKind::Reduce, dtype, count, op, n);
-  ctx.root = root;
-  orderedLinks(ch, CollectiveKind::Reduce);
-  const bool avg = op == ReduceOp::Avg;
-  static const Algorithm& ordered = algorithmNamed("ordered");
-  PreparedPlan local;
-  const PreparedPlan& p = preparePlan(
-      {CollectiveKind::Reduce, &ordered, count, dtype, root, avg, 0, 0, kChain}, n, opts,
-      [&] { return orderedChainReduce(ch.rank(), n, root, count, avg); }, local);
-  execute(p.plan, {static_cast<uint8_t*>(data)}, ch, ctx);
-}
-
 void orderedReduceScatter(Channel& ch, void* work, int64_t perRank, DataType dtype, ReduceOp op,
                           const CollectiveOptions& opts) {
   const int n = ch.size();
@@ -176,23 +175,20 @@ void orderedReduceScatter(Channel& ch, void* work, int64_t perRank, DataType dty
 }  // namespace
 
 bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts) {
+  const bool scatter = call.kind == CollectiveKind::ReduceScatter;
+  if (call.kind != CollectiveKind::Allreduce && !scatter) return false;  // reduce: the entry's schedule
   const int n = ch.size();
   if (call.op == ReduceOp::PremulSum) {
-    const int64_t count = call.kind == CollectiveKind::ReduceScatter ? call.count * n : call.count;
-    void* data = call.kind == CollectiveKind::ReduceScatter ? const_cast<void*>(call.send) : call.recv;
-    ch.reducer().scale(data, count, call.dtype, premulFactor);
+    void* data = scatter ? const_cast<void*>(call.send) : call.recv;
+    ch.reducer().scale(data, scatter ? call.count * n : call.count, call.dtype, premulFactor);
     ch.reducer().fence();
   }
-  switch (call.kind) {
-    case CollectiveKind::Allreduce: orderedAllreduce(ch, call.recv, call.count, call.dtype, call.op, opts); return true;
-    case CollectiveKind::Reduce:
-      orderedReduce(ch, call.recv, call.count, call.dtype, call.op, call.root, opts);
-      return true;
-    case CollectiveKind::ReduceScatter:
-      orderedReduceScatter(ch, const_cast<void*>(call.send), call.count, call.dtype, call.op, opts);
-      return true;
-    default: return false;
+  if (scatter) {
+    orderedReduceScatter(ch, const_cast<void*>(call.send), call.count, call.dtype, call.op, opts);
+  } else {
+    orderedAllreduce(ch, call.recv, call.count, call.dtype, call.op, opts);
   }
+  return true;
 }
 
 }  // namespace scalecomm

@@ -5,9 +5,8 @@
 // the bits of reduceInto (comm/reducer.h: fp16 and bf16 widened to fp32 and
 // rounded back), then divided by n for AVG (PREMUL_SUM scales each input
 // first). So the result is the same bit for bit whatever the segment size,
-// the transport, the ranks' hosts, the bucket the element travels in and the
-// algorithm chosen for other calls; `shared` (algo/shared.h) folds the same
-// way and gives the same bits.
+// the transport, the ranks' hosts and the bucket the element travels in;
+// `shared` (algo/shared.h) folds the same way and gives the same bits.
 //   allreduce: where every rank shares this host's windows, the `shared`
 //     allreduce; otherwise three phases over the links: every rank sends
 //     chunk q of its buffer to rank q (all pairs at once, each chunk into its
@@ -20,12 +19,14 @@
 //     (sharedReduceScatter); otherwise the first two phases, with block q of
 //     the input as chunk q.
 //   reduce: a chain in rank order, pipelined in segments (each rank adds its
-//     values to the fold so far and passes it on: a + b == b + a), then the
-//     last rank sends the result to the root: n-1 hops plus one, N per hop.
-//     Non-root ranks' buffers end as scratch.
-// Host memory only (the stream channel's links or windows): a device
-// (queued) channel is refused with Error(InvalidArgument); deterministic
-// groups stage CUDA tensors through host memory instead. Errors as the other
+//     values to the fold so far and passes it on: a + b == b + a) to rank
+//     n-2, whose fold and rank n-1's values meet at the root: n-1 hops, as
+//     chain's, N per hop (the root receives 2N where it is neither n-2 nor
+//     n-1). Non-root ranks' buffers end as scratch.
+// Allreduce and reduce_scatter take host memory only (the stream channel's
+// links or windows): a device (queued) channel is refused with
+// Error(InvalidArgument); deterministic groups stage CUDA tensors through
+// host memory instead. Errors as the other
 // collectives (algo/collectives.h). Thread safety: one call at a time per
 // channel.
 // The schedules of the phases are pure data (algo/schedule.h); blocks 0..n-1
@@ -46,15 +47,16 @@ namespace scalecomm {
 Schedule orderedToOwners(int rank, int n, const std::vector<int64_t>& chunkCounts);
 // Phase 3 of allreduce: rank q's folded chunk to every rank's chunk q.
 Schedule orderedFromOwners(int rank, int n, const std::vector<int64_t>& chunkCounts);
-// Reduce: a chain 0 -> 1 -> ... -> n-1 (each rank adds its own values to
-// the fold so far), then n-1 to the root; [AVG's finalize at the root].
+// Reduce: a chain 0 -> 1 -> ... -> n-2 (each rank adds its own values to
+// the fold so far), then the root adds that fold and rank n-1's values;
+// [AVG's finalize at the root].
 Schedule orderedChainReduce(int rank, int n, int root, int64_t count, bool finalize);
 
-// The entry's runner (algo/registry.h): allreduce (in place in call.recv),
-// reduce (call.recv, root call.root) and reduce_scatter (call.send holds the
-// n blocks of call.count elements, block `rank` ends reduced); PREMUL_SUM
-// inputs are pre-multiplied by premulFactor first. Declines nothing it
-// serves.
+// The entry's runner (algo/registry.h): allreduce (in place in call.recv)
+// and reduce_scatter (call.send holds the n blocks of call.count elements,
+// block `rank` ends reduced); PREMUL_SUM inputs are pre-multiplied by
+// premulFactor first. Declines reduce, whose schedule is the entry's
+// (orderedChainReduce).
 bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts);
 
 }  // namespace scalecomm

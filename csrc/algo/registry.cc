@@ -82,6 +82,7 @@ std::vector<Algorithm> makeTable() {
     s.algorithm = "ordered";
     return s;
   };
+  ordered.reduce = &orderedChainReduce;
   ordered.run = &orderedRun;
   ordered.memory = AlgorithmMemory::Host;
   ordered.rankOrder = true;

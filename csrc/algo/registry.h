@@ -56,7 +56,8 @@ struct Algorithm {
   using BroadcastBuilder = Schedule (*)(int rank, int n, int root, int64_t count);
   using ReduceBuilder = Schedule (*)(int rank, int n, int root, int64_t count, bool finalize);
   // Runs the whole of `call` (PREMUL_SUM pre-multiplied by premulFactor);
-  // false where it declines the call.
+  // false where it declines the call: the entry's schedule for the
+  // collective runs, or the collective's default.
   using Runner = bool (*)(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts);
 
   const char* name;

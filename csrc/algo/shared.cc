@@ -270,6 +270,10 @@ void reduceScatterOnWindows(Communicator& comm, uint8_t* work, int64_t perRank, 
     }
     exchange(comm, w, call, headerOf(ctx, len * n * es), ctx);
     uint8_t* own = at(rank, k);
+    if (n == 2 && ctx.finalizeDivisor <= 1) {  // in place from the peer's window alone: a op b == b op a
+      reduceInto(own, w.data(1 - rank) + rank * slice * es, len, ctx.dtype, ctx.op);
+      continue;
+    }
     for (int q = 0; q < n; ++q) inputs[q] = q == rank ? own : w.data(q) + rank * slice * es;
     // The next call's data is free (as in allreduceInChunks): the fold's scratch output.
     foldInto(w.nextData(rank, chunkBytes) + rank * slice * es, own, inputs.data(), n, len, ctx.dtype, ctx.op,
