@@ -32,8 +32,15 @@ variable of the caller is forwarded to every rank:
     SCALECOMM_TRANSPORT=mpi python -m pyscalecomm.cluster --hosts 2 --rate 10gbit --mpirun -- \\
         python bench/small_latency.py --sizes 1M,16M --algos ring
 
+``--cpus-per-host 0.4`` gives every host a CPU share of its own: its ranks
+run in a cgroup of the cpu controller whose quota is 0.4 of a core per
+100 ms period (``--host-cpus 3:0.2`` gives host 3 another share, a
+straggler), so N hosts compute at a known, equal speed on a machine with
+fewer cores than ranks, and communication cannot borrow a neighbour's
+core. cgroup v1 (``/sys/fs/cgroup/cpu``) and v2 (``cpu.max``) both work.
+
 Everything is torn down on exit, on failure and on Ctrl-C (namespaces and the
-veth pairs in them); stale namespaces of an earlier killed run with the same
+veth pairs in them, the hosts' cgroups); stale namespaces of an earlier killed run with the same
 ``--id`` are removed first. Needs root (CAP_NET_ADMIN): without it, it says so
 and exits with status 2, touching nothing. All traffic stays inside the
 namespaces it created. The command is bounded by ``--timeout``.
@@ -71,6 +78,7 @@ class Cluster:
         net: int = 77,
         queue_ms: float = 100,
         burst: int | None = None,
+        cpus: dict[int, float] | None = None,
     ) -> None:
         self.hosts = hosts
         self.rate = rate  # as given (1gbit, 10Gbps, 1.25GB/s: pyscalecomm.units)
@@ -81,6 +89,8 @@ class Cluster:
         self.bridge_ns = f"{self.prefix}br"
         self.net = net
         self.created: list[str] = []
+        self.cpus = dict(cpus or {})  # host -> cores of CPU time per period
+        self.cgroups: dict[int, str] = {}  # host -> its cgroup directory
         self.runs = 0
 
     def host_ns(self, i: int) -> str:
@@ -111,6 +121,56 @@ class Cluster:
         rate = tc_rate(self.bytes_per_s)
         self._ip("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst),
                  "latency", f"{self.queue_ms:g}ms", ns=ns)  # fmt: skip
+
+    def _cgroup_root(self) -> tuple[str, bool]:
+        """The cpu controller's directory and whether it is cgroup v2."""
+        v1 = "/sys/fs/cgroup/cpu"
+        if os.path.exists(os.path.join(v1, "cpu.cfs_quota_us")):
+            return v1, False
+        v2 = "/sys/fs/cgroup"
+        controllers = os.path.join(v2, "cgroup.controllers")
+        if os.path.exists(controllers) and "cpu" in open(controllers).read().split():
+            with open(os.path.join(v2, "cgroup.subtree_control"), "w") as f:
+                f.write("+cpu")
+            return v2, True
+        raise RuntimeError(
+            "--cpus-per-host needs the cgroup cpu controller (/sys/fs/cgroup/cpu, or cgroup v2 with cpu.max)"
+        )
+
+    def _limit_cpus(self) -> None:
+        """A cgroup per host with a CPU share (the hosts in self.cpus)."""
+        if not self.cpus:
+            return
+        root, v2 = self._cgroup_root()
+        period = 100_000  # us
+        for host, cores in sorted(self.cpus.items()):
+            path = os.path.join(root, f"scalecomm-{self.host_ns(host)}")
+            if os.path.isdir(path):
+                os.rmdir(path)  # a stale one of an earlier killed run (empty: its processes are gone)
+            os.mkdir(path)
+            self.cgroups[host] = path
+            quota = max(1000, int(cores * period))
+            if v2:
+                with open(os.path.join(path, "cpu.max"), "w") as f:
+                    f.write(f"{quota} {period}")
+            else:
+                with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
+                    f.write(str(period))
+                with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
+                    f.write(str(quota))
+
+    def _join(self, host: int):
+        """A preexec_fn that moves the starting rank into its host's cgroup, or None."""
+        path = self.cgroups.get(host)
+        if path is None:
+            return None
+        procs = os.path.join(path, "cgroup.procs")
+
+        def join() -> None:
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+
+        return join
 
     def remove_stale(self) -> None:
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
@@ -147,6 +207,7 @@ class Cluster:
                 self._ip("ip", "link", "set", f"p{i}", "up", ns=self.bridge_ns)
                 self._tbf("eth0", ns)  # host -> network
                 self._tbf(f"p{i}", self.bridge_ns)  # network -> host
+            self._limit_cpus()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -156,6 +217,12 @@ class Cluster:
         for ns in reversed(self.created):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
         self.created.clear()
+        for path in self.cgroups.values():
+            try:
+                os.rmdir(path)  # empty once the run's processes are gone
+            except OSError as e:
+                print(f"cluster: cannot remove the cgroup {path}: {e}", file=sys.stderr)
+        self.cgroups.clear()
         if self._old_term is not None:
             signal.signal(signal.SIGTERM, self._old_term)
 
@@ -209,7 +276,13 @@ class Cluster:
                     logs.append(out)
                 cmd = ["ip", "netns", "exec", self.host_ns(host), *command]
                 procs.append(
-                    subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
+                    subprocess.Popen(
+                        cmd,
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT if out else None,
+                        preexec_fn=self._join(host),
+                    )
                 )
             return wait_ranks(procs, timeout, "cluster")
         finally:
@@ -235,6 +308,8 @@ class Cluster:
             raise RuntimeError("--mpirun needs Open MPI's mpirun on PATH (apt-get install openmpi-bin)")
         world = self.hosts * ranks_per_host
         os.makedirs(workdir, exist_ok=True)
+        if self.cgroups:
+            raise RuntimeError("--cpus-per-host and --host-cpus run each rank itself; leave out --mpirun")
         with tempfile.TemporaryDirectory(dir=workdir, prefix="cluster-mpirun-") as tmp:
             # mpirun calls the agent as "<agent> <host address> <command...>".
             cases = "".join(
@@ -281,6 +356,23 @@ class Cluster:
             return wait_ranks([subprocess.Popen([*cmd, *command], env=env)], timeout, "cluster mpirun")
 
 
+def host_cpus(hosts: int, per_host: float | None, overrides: str) -> dict[int, float]:
+    """Host -> CPU share in cores from --cpus-per-host and --host-cpus."""
+    cpus = {h: per_host for h in range(hosts)} if per_host is not None else {}
+    for item in filter(None, (s.strip() for s in overrides.split(","))):
+        host, sep, cores = item.partition(":")
+        if not sep or not host.isdigit() or int(host) >= hosts:
+            raise ValueError(f"--host-cpus {item!r}: give host:cores, a host in 0..{hosts - 1}, e.g. 3:0.2")
+        try:
+            cpus[int(host)] = float(cores)
+        except ValueError:
+            raise ValueError(f"--host-cpus {item!r}: the share is a number of cores, e.g. 3:0.2") from None
+    bad = [c for c in cpus.values() if not 0.01 <= c <= 1024]
+    if bad:
+        raise ValueError(f"a host's CPU share must lie in 0.01..1024 cores, got {bad[0]:g}")
+    return cpus
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m pyscalecomm.cluster",
@@ -310,6 +402,18 @@ def parse_args(argv=None):
         help="bytes a capped link may pass above its rate after an idle spell (the tbf bucket; default "
         "4 ms of traffic at the rate, at least 64 KiB)",
     )
+    p.add_argument(
+        "--cpus-per-host",
+        type=float,
+        default=None,
+        help="CPU share of every host in cores (0.4: 40 ms of CPU time per 100 ms), through a cgroup per "
+        "host (default: none, the hosts share the machine's cores)",
+    )
+    p.add_argument(
+        "--host-cpus",
+        default="",
+        help="per-host shares that differ, host:cores[,host:cores] (e.g. 3:0.2, a straggler host)",
+    )
     p.add_argument("--id", type=int, default=0, help="cluster id (names sc<id>...), 0-99")
     p.add_argument("--timeout", type=float, default=600, help="seconds the command may run")
     p.add_argument("--logdir", default=".", help="where ranks > 0 write their output")
@@ -330,6 +434,12 @@ def parse_args(argv=None):
         p.error("--hosts and --ranks-per-host must lie in 1..64, --id in 0..99")
     if not 0.1 <= args.queue_ms <= 10000:
         p.error("--queue-ms must lie in 0.1..10000")
+    try:
+        args.cpus = host_cpus(args.hosts, args.cpus_per_host, args.host_cpus)
+    except ValueError as e:
+        p.error(str(e))
+    if args.cpus and args.mpirun:
+        p.error("--cpus-per-host and --host-cpus run each rank itself; leave out --mpirun")
     if args.burst is not None and not 65536 <= args.burst <= 1 << 30:
         p.error("--burst must lie in 65536..1073741824 bytes (a 64 KiB GSO packet must fit the bucket)")
     return args
@@ -345,10 +455,14 @@ def main(argv=None) -> int:
         return 2
 
     try:
-        with Cluster(args.hosts, args.rate, args.id, queue_ms=args.queue_ms, burst=args.burst) as cluster:
+        with Cluster(
+            args.hosts, args.rate, args.id, queue_ms=args.queue_ms, burst=args.burst, cpus=args.cpus
+        ) as cluster:
+            shares = ", ".join(f"host {h} {c:g} cores" for h, c in sorted(args.cpus.items()))
             print(
                 f"# cluster: {args.hosts} hosts x {args.ranks_per_host} ranks, "
-                f"links {args.rate or 'uncapped'} each way per host, namespaces {cluster.prefix}h0..",
+                f"links {args.rate or 'uncapped'} each way per host, namespaces {cluster.prefix}h0.."
+                + (f"; CPU shares: {shares}" if shares else ""),
                 flush=True,
             )
             if args.mpirun:

@@ -228,3 +228,57 @@ def test_a_terminated_training_run_leaves_no_namespaces(tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     assert not [ns for ns in _namespaces() if ns.startswith("sc7")]
+
+
+CPU_SCRIPT = """
+import os, time
+start, cpu = time.monotonic(), time.process_time()
+while time.monotonic() - start < 1.5:  # bounded: 1.5 s of wall time, busy
+    pass
+share = (time.process_time() - cpu) / (time.monotonic() - start)
+print("share", os.environ["SCALECOMM_HOSTNAME"], round(share, 3), flush=True)
+"""
+
+
+def _has_cpu_controller() -> bool:
+    if os.path.exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"):
+        return True
+    controllers = "/sys/fs/cgroup/cgroup.controllers"
+    return os.path.exists(controllers) and "cpu" in open(controllers).read().split()
+
+
+@needs_root
+@pytest.mark.skipif(not _has_cpu_controller(), reason="needs the cgroup cpu controller")
+def test_each_host_computes_at_its_cpu_share_and_a_straggler_at_its_own(tmp_path):
+    script = tmp_path / "cpu.py"
+    script.write_text(CPU_SCRIPT)
+    args = ["--hosts", "2", "--cpus-per-host", "0.3", "--host-cpus", "1:0.15"]
+    r = _cluster(tmp_path, *args, command=[sys.executable, str(script)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "CPU shares: host 0 0.3 cores, host 1 0.15 cores" in r.stdout
+    share = re.compile(r"share emu-host(\d) ([\d.]+)")
+    outputs = [r.stdout, (tmp_path / "cluster-rank1.log").read_text()]
+    seen = dict(share.search(out).groups() for out in outputs)
+    # Each busy rank alone would take a whole core (the machine has two).
+    assert 0.2 <= float(seen["0"]) <= 0.36, seen
+    assert 0.08 <= float(seen["1"]) <= 0.2, seen
+    for root in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup"):
+        if os.path.isdir(root):
+            left = [d for d in os.listdir(root) if d.startswith("scalecomm-sc42")]
+            assert not left, f"cgroups left behind: {left}"
+
+
+def test_cpu_shares_are_parsed_and_refused_by_name():
+    from pyscalecomm.cluster import host_cpus
+
+    assert host_cpus(4, 0.4, "3:0.2") == {0: 0.4, 1: 0.4, 2: 0.4, 3: 0.2}
+    assert host_cpus(2, None, "1:0.5") == {1: 0.5}
+    assert host_cpus(2, None, "") == {}
+    for per_host, overrides, message in [
+        (None, "2:0.1", "a host in 0..1"),
+        (None, "x", "give host:cores"),
+        (None, "1:fast", "a number of cores"),
+        (0.001, "", "0.01..1024"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            host_cpus(2, per_host, overrides)

@@ -412,8 +412,8 @@ def test_transport_is_chosen_per_peer_and_logged(capfd):
     assert "rank 2: peer rank 0 via tcp" in err, err
     assert "rank 0: peer rank 2 via tcp" in err, err
     settings = (
-        "algorithm=auto deterministic=0 ps_servers=1 autotune=online auto_block_bytes=1048576 auto_explore_percent=2 "
-        "tuning_file=none"
+        "algorithm=auto deterministic=0 ps_servers=1 autotune=online auto_block_bytes=1048576 "
+        "auto_explore_percent=2 tuning_file=none"
     )
     assert settings + " transport=auto mpi=auto" in err, err
     want = (

@@ -52,7 +52,8 @@ CONFIGS = {
         None,
     ),
     "tcp, 64 KiB segments": ({"transport": "tcp", "segment_bytes": 65536}, None),
-    "two hosts": ({}, lambda r: f"h{r % 2}"),
+    "two hosts, ranks interleaved": ({}, lambda r: f"h{r % 2}"),
+    "two hosts, ranks consecutive": ({}, lambda r: f"h{int(r >= 2)}"),
 }
 
 

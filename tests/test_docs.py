@@ -284,7 +284,8 @@ README_PROMISES = {
         "tests/test_stats.py::test_stats_count_every_call_in_its_size_bucket_with_its_busbw",
     ],
     "| emulated cluster |": [
-        "tests/test_cluster.py::test_two_hosts_of_two_ranks_share_memory_inside_and_tcp_between"
+        "tests/test_cluster.py::test_two_hosts_of_two_ranks_share_memory_inside_and_tcp_between",
+        "tests/test_cluster.py::test_each_host_computes_at_its_cpu_share_and_a_straggler_at_its_own",
     ],
     "| dtypes |": ["tests/test_collectives.py::test_allreduce_matches_gloo_every_dtype_op_and_count"],
     "| sizes |": [
@@ -304,6 +305,11 @@ README_PROMISES = {
     "| arrays |": [
         "tests/test_direct.py::test_numpy_arrays_are_reduced_in_place_and_come_back_as_themselves",
         "tests/test_direct.py::test_what_cannot_be_reduced_in_place_is_refused_by_name",
+    ],
+    "| deterministic |": [
+        "tests/test_deterministic.py::test_every_configuration_gives_the_left_fold_in_rank_order_bit_for_bit",
+        "tests/test_deterministic.py::test_ddp_trains_to_the_same_bits_with_other_algorithms_and_buckets",
+        "tests/test_deterministic.py::test_a_deterministic_group_refuses_what_does_not_fold_in_rank_order",
     ],
     "| compression |": [
         "tests/test_compress.py::test_every_codec_matches_its_torch_oracle",

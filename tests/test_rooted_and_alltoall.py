@@ -532,4 +532,5 @@ def test_each_collective_lists_its_algorithms_and_refuses_others_by_name():
     for msg in run_ranks(2, group_error, {"algorithm": "broadcast:ring"}):
         assert "unknown broadcast algorithm 'ring'; choose one of auto, chain, tree, nccl, mpi" in msg, msg
     for msg in run_ranks(2, group_error, {"algorithm": "reduce_scatter:tree"}):
-        assert "unknown reduce_scatter algorithm 'tree'; choose one of auto, ring, ordered, nccl, mpi" in msg, msg
+        choices = "choose one of auto, ring, ordered, nccl, mpi"
+        assert f"unknown reduce_scatter algorithm 'tree'; {choices}" in msg, msg

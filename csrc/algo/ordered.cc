@@ -1,5 +1,6 @@
 #include "algo/ordered.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "algo/collectives.h"
@@ -75,10 +76,39 @@ Schedule orderedChainReduce(int rank, int n, int root, int64_t count, bool final
   return s;
 }
 
+Schedule orderedChainAllreduce(int rank, int n, int64_t count, bool finalize) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && count >= 0);
+  Schedule s;
+  s.algorithm = "ordered";
+  s.blockCounts = {count};
+  if (n == 1) return s;
+  ScheduleStep up, fin, down;  // every rank has the same steps (the step travels in headers)
+  if (rank > 0) up.ops.push_back({OpKind::RecvReduce, rank - 1, 0});
+  if (rank < n - 1) up.ops.push_back({OpKind::Send, rank + 1, 0});
+  if (finalize && rank == n - 1) fin.ops.push_back({OpKind::Finalize, -1, 0});
+  if (rank < n - 1) down.ops.push_back({OpKind::Recv, rank + 1, 0});
+  if (rank > 0) down.ops.push_back({OpKind::Send, rank - 1, 0});
+  s.steps.push_back(up);
+  if (finalize) s.steps.push_back(fin);
+  s.steps.push_back(down);
+  return s;
+}
+
+bool orderedChainPays(const std::vector<int>& hostOf) {
+  if (!hostsHoldSeveral(hostOf)) return false;
+  std::vector<int> seen;
+  for (size_t r = 0; r < hostOf.size(); ++r) {
+    if (r > 0 && hostOf[r] == hostOf[r - 1]) continue;
+    if (std::find(seen.begin(), seen.end(), hostOf[r]) != seen.end()) return false;  // a host comes back
+    seen.push_back(hostOf[r]);
+  }
+  return true;
+}
+
 namespace {
 
-// Which phase a cached plan is (PlanKey::variant).
-enum Phase : int64_t { kToOwners = 1, kFromOwners = 2 };
+// Which plan of a call a cached plan is (PlanKey::variant).
+enum Phase : int64_t { kToOwners = 1, kFromOwners = 2, kChain = 3 };
 
 Communicator& orderedLinks(Channel& ch, CollectiveKind kind) {
   if (Communicator* c = ch.communicator()) return *c;
@@ -157,6 +187,14 @@ void orderedAllreduce(Channel& ch, void* data, int64_t count, DataType dtype, Re
   const ExecContext ctx = contextFor(opts, CollectiveKind::Allreduce, dtype, count, op, n);
   Communicator& comm = orderedLinks(ch, CollectiveKind::Allreduce);
   if (sharedWindowBytes(comm) > 0) return sharedAllreduce(comm, data, count, ctx);
+  if (orderedChainPays(ch.hostOf())) {
+    const bool avg = op == ReduceOp::Avg;
+    PreparedPlan local;
+    const PreparedPlan& p = preparePlan(
+        {CollectiveKind::Allreduce, &algorithmNamed("ordered"), count, dtype, -1, avg, 0, 0, kChain}, n, opts,
+        [&] { return orderedChainAllreduce(ch.rank(), n, count, avg); }, local);
+    return execute(p.plan, {static_cast<uint8_t*>(data)}, ch, ctx);
+  }
   Chunks c = chunksOf(data, splitEven(count, n), dtype, ch.rank());
   foldAtOwners(ch, ctx, opts, c);
   runPhase(ch, ctx, kFromOwners, opts, [&] { return orderedFromOwners(ch.rank(), n, c.counts); }, c.blocks);

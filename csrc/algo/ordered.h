@@ -8,7 +8,12 @@
 // the transport, the ranks' hosts and the bucket the element travels in;
 // `shared` (algo/shared.h) folds the same way and gives the same bits.
 //   allreduce: where every rank shares this host's windows, the `shared`
-//     allreduce; otherwise three phases over the links: every rank sends
+//     allreduce. Across hosts that each hold several consecutive ranks, a
+//     chain in rank order and back, pipelined in segments, n-1 hops each
+//     way: a host's link carries N out (2N for hosts between others), as
+//     `hier`'s leaders at two hosts, where the phases below would carry
+//     2 R (n-R)/n N out of a host of R ranks. Otherwise
+//     three phases over the links: every rank sends
 //     chunk q of its buffer to rank q (all pairs at once, each chunk into its
 //     own scratch slot), rank q folds the n copies of chunk q in rank order
 //     (foldInto: one pass), then sends its folded chunk to every rank.
@@ -47,6 +52,13 @@ namespace scalecomm {
 Schedule orderedToOwners(int rank, int n, const std::vector<int64_t>& chunkCounts);
 // Phase 3 of allreduce: rank q's folded chunk to every rank's chunk q.
 Schedule orderedFromOwners(int rank, int n, const std::vector<int64_t>& chunkCounts);
+// Allreduce across hosts that each hold a run of consecutive ranks: the
+// chain 0 -> 1 -> ... -> n-1 (each rank adds its values to the fold so far),
+// [AVG's finalize at n-1], then the result back n-1 -> ... -> 0.
+Schedule orderedChainAllreduce(int rank, int n, int64_t count, bool finalize);
+// Whether that chain runs: some host holds several ranks, and each host's
+// ranks are consecutive (the chain crosses each host boundary once each way).
+bool orderedChainPays(const std::vector<int>& hostOf);
 // Reduce: a chain 0 -> 1 -> ... -> n-2 (each rank adds its own values to
 // the fold so far), then the root adds that fold and rank n-1's values;
 // [AVG's finalize at the root].

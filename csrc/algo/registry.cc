@@ -72,9 +72,9 @@ std::vector<Algorithm> makeTable() {
   Algorithm ordered{
       "ordered", AlgorithmKind::Phased,
       kAllreduce | collectiveBit(CollectiveKind::Reduce) | collectiveBit(CollectiveKind::ReduceScatter),
-      "deterministic: rank q folds chunk q of every rank's buffer in rank order, then sends it to all (the "
-      "shared allreduce where the ranks share windows): the same bits on any transport, segment and host "
-      "layout"};
+      "deterministic: rank q folds chunk q of every rank's buffer in rank order, then sends it to all (on one "
+      "host's windows the shared allreduce; across hosts holding runs of ranks a chain in rank order and back): "
+      "the same bits on any transport, segment and host layout"};
   // What the cost model and the simulator price: direct's traffic, which is
   // ordered's (its fold is one pass at the owner, as direct's reductions).
   ordered.allreduce = [](int r, int n, int64_t c, bool f, const AlgoParams&) {

@@ -129,6 +129,18 @@ def parse_args(argv=None):
         "(default: none, the ranks share this host)",
     )
     p.add_argument(
+        "--cpus-per-host",
+        type=float,
+        default=None,
+        help="with --cluster-rate: each emulated host's CPU share in cores (0.4: 40 ms per 100 ms, a cgroup "
+        "per host), so every backend's ranks compute at the same known speed (default: none, shared cores)",
+    )
+    p.add_argument(
+        "--host-cpus",
+        default="",
+        help="with --cluster-rate: per-host shares that differ, host:cores[,...] (3:0.2: a straggler host)",
+    )
+    p.add_argument(
         "--out-dir", "--out", dest="out", default=None, help="output folder (default: results/train-<time>)"
     )
     p.add_argument(
@@ -158,6 +170,12 @@ def parse_args(argv=None):
     add_version(p)
     args = p.parse_args(argv)
     warn_old_spellings(p.prog, argv, {"--out": "--out-dir"})
+    from pyscalecomm.cluster import host_cpus
+
+    try:  # every host the cluster may have; the runner keeps those it makes
+        args.cpus = host_cpus(64, args.cpus_per_host, args.host_cpus)
+    except ValueError as e:
+        p.error(str(e))
     return args
 
 
@@ -304,6 +322,9 @@ def main(argv=None) -> int:
         if int(os.environ["RANK"]) == 0:
             _report(collect(configs, out_dir, args.repeat), out_dir, not args.no_plots, predicted)
         return 0
+    if (args.cpus_per_host is not None or args.host_cpus) and not args.cluster_rate:
+        print("pyscalecomm.train: --cpus-per-host and --host-cpus need --cluster-rate", file=sys.stderr)
+        return 2
     if args.cluster_rate and os.geteuid() != 0:
         print(
             "pyscalecomm.train --cluster-rate needs root (network namespaces); nothing was run",
@@ -353,7 +374,7 @@ def _sweep(args, configs: list[RunConfig], rate: str | None, out_dir: str, compa
     times = f" x {args.repeat} repeats" if args.repeat > 1 else ""
     predicted = _predictions(configs, rate) if compare else {}
     print(f"# {len(configs)} configuration(s){times}, results in {out_dir}", flush=True)
-    code = runner.run(configs, out_dir, args.timeout, rate, args.repeat)
+    code = runner.run(configs, out_dir, args.timeout, rate, args.repeat, cpus=args.cpus)
     results = runner.collect(configs, out_dir, args.repeat)
     if results:
         _report(results, out_dir, not args.no_plots, predicted)

@@ -50,8 +50,11 @@ def run(
     timeout: float,
     cluster_rate: str | None = None,
     repeats: int = 1,
+    cpus: dict[int, float] | None = None,
 ) -> int:
-    """Runs every configuration `repeats` times; returns the worst exit status of the jobs."""
+    """Runs every configuration `repeats` times (on the emulated cluster at
+    `cluster_rate`, its hosts' CPU shares `cpus`); returns the worst exit
+    status of the jobs."""
     worst = 0
     jobs = schedule(configs, repeats)
     if cluster_rate is None:
@@ -63,8 +66,14 @@ def run(
     from pyscalecomm.cluster import Cluster
 
     hosts = max(c.world for c in configs)
-    with Cluster(hosts, cluster_rate, cluster_id=7) as cluster:
-        print(f"# emulated cluster: {hosts} hosts, one rank each, {cluster_rate} links each way", flush=True)
+    cpus = {h: c for h, c in (cpus or {}).items() if h < hosts}
+    with Cluster(hosts, cluster_rate, cluster_id=7, cpus=cpus) as cluster:
+        shares = ", ".join(f"host {h} {c:g}" for h, c in sorted(cpus.items()))
+        print(
+            f"# emulated cluster: {hosts} hosts, one rank each, {cluster_rate} links each way"
+            + (f"; CPU cores per host: {shares}" if shares else ""),
+            flush=True,
+        )
         for k, c in jobs:
             command = _command([(k, c)], out_dir, len(jobs))
             code = cluster.run(command, 1, timeout, out_dir, {}, hosts=c.world)

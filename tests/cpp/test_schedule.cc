@@ -427,6 +427,14 @@ TEST(ordered_phases_and_chain_bring_every_ranks_values_where_they_are_folded) {
       for (int r = 0; r < n; ++r)
         for (auto& block : back[r])
           for (auto& v : block) CHECK(v == Value(n, 1));
+      for (bool fin : {false, true}) {
+        std::vector<Plan> chain;
+        for (int r = 0; r < n; ++r) chain.push_back(compilePlan(orderedChainAllreduce(r, n, count, fin), n, 3));
+        auto all = initCells(chain, 3, [&](int r, int) { return unit(n, r); });
+        CHECK(simulate(chain, all));
+        for (int r = 0; r < n; ++r)
+          for (auto& v : all[r][0]) CHECK(v == Value(n, 1));
+      }
       for (int root = 0; root < n; root += 3) {
         for (bool fin : {false, true}) {
           std::vector<Plan> chain;
@@ -438,6 +446,17 @@ TEST(ordered_phases_and_chain_bring_every_ranks_values_where_they_are_folded) {
       }
     }
   }
+}
+
+TEST(ordered_chains_across_hosts_only_where_each_holds_a_run_of_several_ranks) {
+  CHECK(orderedChainPays({0, 0, 1, 1}));
+  CHECK(orderedChainPays({0, 0, 0, 1, 1}));
+  CHECK(orderedChainPays({1, 1, 0}));
+  CHECK(!orderedChainPays({0, 1, 0, 1}));  // interleaved: the chain would cross hosts at every hop
+  CHECK(!orderedChainPays({0, 0, 1, 0}));
+  CHECK(!orderedChainPays({0, 1, 2}));  // one rank per host
+  CHECK(!orderedChainPays({0, 0, 0}));  // one host
+  CHECK(!orderedChainPays({}));
 }
 
 TEST(the_algorithm_table_is_complete_and_drives_selection) {
