@@ -14,9 +14,12 @@ void Group::runOnDevice(Call& call, CollectiveOptions& o) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
          "): this group has no device channel (a build without NCCL)");
   }
-  if (o.algorithm && o.algorithm->rankOrder && o.algorithm->memory == AlgorithmMemory::Host) {
+  // Elsewhere a host-only algorithm gives way to the device's default; a
+  // deterministic group's would not fold in rank order there.
+  if (config_.deterministic != 0 && o.algorithm && o.algorithm->rankOrder &&
+      o.algorithm->memory == AlgorithmMemory::Host) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_, "): algorithm ", o.algorithm,
-         " folds in rank order on host memory; stage the call's device memory through the host");
+         " folds in rank order on host memory; a deterministic group stages device memory through the host");
   }
   QueuedChannel& ch = deviceChannels_(call.deviceIndex, o.deadline);
   o.algorithm = deviceAlgorithm(o.algorithm);
