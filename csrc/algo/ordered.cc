@@ -94,6 +94,40 @@ Schedule orderedChainAllreduce(int rank, int n, int64_t count, bool finalize) {
   return s;
 }
 
+Schedule orderedGather(int rank, int n, int root, int64_t count) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && count >= 0);
+  Schedule s;
+  s.algorithm = "ordered";
+  s.blockCounts = {count};
+  for (int q = 0; q < n; ++q) s.blockCounts.push_back(rank == root ? count : 0);
+  ScheduleStep step;
+  if (rank == root) {
+    for (int k = 1; k < n; ++k) {
+      const int q = modRank(root + k, n);
+      step.ops.push_back({OpKind::Recv, q, 1 + q, /*wire=*/1 + q});
+    }
+  } else {
+    step.ops.push_back({OpKind::Send, root, 0, /*wire=*/1 + rank});
+  }
+  if (n > 1) s.steps.push_back(step);
+  return s;
+}
+
+Schedule orderedStarBroadcast(int rank, int n, int root, int64_t count) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && count >= 0);
+  Schedule s;
+  s.algorithm = "ordered";
+  s.blockCounts = {count};
+  ScheduleStep step;
+  if (rank == root) {
+    for (int k = 1; k < n; ++k) step.ops.push_back({OpKind::Send, modRank(root + k, n), 0, /*wire=*/n + 1});
+  } else {
+    step.ops.push_back({OpKind::Recv, root, 0, /*wire=*/n + 1});
+  }
+  if (n > 1) s.steps.push_back(step);
+  return s;
+}
+
 bool orderedChainPays(const std::vector<int>& hostOf) {
   if (!hostsHoldSeveral(hostOf)) return false;
   std::vector<int> seen;
@@ -108,7 +142,7 @@ bool orderedChainPays(const std::vector<int>& hostOf) {
 namespace {
 
 // Which plan of a call a cached plan is (PlanKey::variant).
-enum Phase : int64_t { kToOwners = 1, kFromOwners = 2, kChain = 3 };
+enum Phase : int64_t { kToOwners = 1, kFromOwners = 2, kChain = 3, kGather = 4, kStarBroadcast = 5 };
 
 Communicator& orderedLinks(Channel& ch, CollectiveKind kind) {
   if (Communicator* c = ch.communicator()) return *c;
@@ -173,6 +207,23 @@ void foldAtOwners(Channel& ch, const ExecContext& ctx, const CollectiveOptions& 
   foldInto(c.blocks[n + q], c.blocks[q], in.data(), n, c.counts[q], ctx.dtype, ctx.op, ctx.finalizeDivisor);
 }
 
+// Every rank's whole buffer to `root`, which folds them in rank order into
+// its own `data`.
+void foldAtRoot(Channel& ch, const ExecContext& ctx, const CollectiveOptions& opts, void* data, int64_t count,
+                int root) {
+  const int n = ch.size(), rank = ch.rank();
+  const int64_t bytes = count * static_cast<int64_t>(elementSize(ctx.dtype));
+  std::vector<uint8_t*> blocks{static_cast<uint8_t*>(data)};
+  uint8_t* slots = rank == root ? scratch(static_cast<size_t>(bytes * n)) : nullptr;
+  for (int q = 0; q < n; ++q) blocks.push_back(slots ? slots + q * bytes : nullptr);
+  runPhase(ch, ctx, kGather, opts, [&] { return orderedGather(rank, n, root, count); }, blocks);
+  if (rank != root) return;
+  std::vector<const void*> in(n);
+  for (int q = 0; q < n; ++q) in[q] = q == root ? data : blocks[1 + q];
+  // The root's slot received nothing: the fold's own output, beside its data.
+  foldInto(blocks[1 + root], data, in.data(), n, count, ctx.dtype, ctx.op, ctx.finalizeDivisor);
+}
+
 ExecContext contextFor(const CollectiveOptions& opts, CollectiveKind kind, DataType dtype, int64_t count, ReduceOp op,
                        int n) {
   ExecContext ctx(opts, kind, dtype, count);
@@ -187,6 +238,11 @@ void orderedAllreduce(Channel& ch, void* data, int64_t count, DataType dtype, Re
   const ExecContext ctx = contextFor(opts, CollectiveKind::Allreduce, dtype, count, op, n);
   Communicator& comm = orderedLinks(ch, CollectiveKind::Allreduce);
   if (sharedWindowBytes(comm) > 0) return sharedAllreduce(comm, data, count, ctx);
+  if (orderedStarServes(n, count * static_cast<int64_t>(elementSize(dtype)))) {
+    foldAtRoot(ch, ctx, opts, data, count, 0);
+    return runPhase(ch, ctx, kStarBroadcast, opts, [&] { return orderedStarBroadcast(ch.rank(), n, 0, count); },
+                    {static_cast<uint8_t*>(data)});
+  }
   if (orderedChainPays(ch.hostOf())) {
     const bool avg = op == ReduceOp::Avg;
     PreparedPlan local;
@@ -213,9 +269,11 @@ void orderedReduceScatter(Channel& ch, void* work, int64_t perRank, DataType dty
 }  // namespace
 
 bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts) {
-  const bool scatter = call.kind == CollectiveKind::ReduceScatter;
-  if (call.kind != CollectiveKind::Allreduce && !scatter) return false;  // reduce: the entry's schedule
   const int n = ch.size();
+  const bool scatter = call.kind == CollectiveKind::ReduceScatter;
+  const bool star = call.kind == CollectiveKind::Reduce &&
+                    orderedStarServes(n, call.count * static_cast<int64_t>(elementSize(call.dtype)));
+  if (call.kind != CollectiveKind::Allreduce && !scatter && !star) return false;  // reduce: the entry's chain
   if (call.op == ReduceOp::PremulSum) {
     void* data = scatter ? const_cast<void*>(call.send) : call.recv;
     ch.reducer().scale(data, scatter ? call.count * n : call.count, call.dtype, premulFactor);
@@ -223,6 +281,11 @@ bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const 
   }
   if (scatter) {
     orderedReduceScatter(ch, const_cast<void*>(call.send), call.count, call.dtype, call.op, opts);
+  } else if (star) {
+    ExecContext ctx = contextFor(opts, CollectiveKind::Reduce, call.dtype, call.count, call.op, n);
+    ctx.root = call.root;
+    orderedLinks(ch, CollectiveKind::Reduce);
+    foldAtRoot(ch, ctx, opts, call.recv, call.count, call.root);
   } else {
     orderedAllreduce(ch, call.recv, call.count, call.dtype, call.op, opts);
   }

@@ -436,6 +436,19 @@ TEST(ordered_phases_and_chain_bring_every_ranks_values_where_they_are_folded) {
           for (auto& v : all[r][0]) CHECK(v == Value(n, 1));
       }
       for (int root = 0; root < n; root += 3) {
+        std::vector<Plan> gather, bcast;
+        for (int r = 0; r < n; ++r) {
+          gather.push_back(compilePlan(orderedGather(r, n, root, count), n, 3));
+          bcast.push_back(compilePlan(orderedStarBroadcast(r, n, root, count), n, 3));
+        }
+        auto g = initCells(gather, 3, [&](int r, int b) { return unit(n, b == 0 ? r : -1); });
+        CHECK(simulate(gather, g));
+        for (int q = 0; q < n; ++q)
+          for (auto& v : g[root][q == root ? 0 : 1 + q]) CHECK(v == unit(n, q));
+        auto b = initCells(bcast, 3, [&](int r, int) { return r == root ? Value(n, 1) : unit(n, -1); });
+        CHECK(simulate(bcast, b));
+        for (int r = 0; r < n; ++r)
+          for (auto& v : b[r][0]) CHECK(v == Value(n, 1));
         for (bool fin : {false, true}) {
           std::vector<Plan> chain;
           for (int r = 0; r < n; ++r) chain.push_back(compilePlan(orderedChainReduce(r, n, root, count, fin), n, 3));
