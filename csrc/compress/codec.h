@@ -95,6 +95,16 @@ class Codec {
 // A codec for spec; InvalidArgument for one of its own protocol (powersgd).
 std::unique_ptr<Codec> makeCodec(const CodecSpec& spec);
 
+// The wire formats' constants, shared by the host codecs and their torch
+// form (torch/tensor_codecs.h), so that both send the same bytes.
+constexpr int64_t kQsgdBucket = 512;  // QSGD: values per norm
+constexpr int64_t kSignBlock = 256;   // sign: values per scale; a multiple of 8
+// QSGD's rounding noise for `rank` at the step's `seed`: a stream of its own
+// per rank and step (codec_random).
+constexpr uint64_t qsgdNoiseStream(uint64_t seed, int rank) {
+  return seed * 1000003ULL + static_cast<uint64_t>(rank) + 1;
+}
+
 // Elements top-k / random-k keep out of n (at least 1).
 int64_t keptElements(int64_t n, double ratio);
 

@@ -12,8 +12,6 @@ namespace scalecomm {
 
 namespace {
 
-constexpr uint64_t kWarmStartSeed = 0x5ca1ec033ULL;  // equal on every rank
-
 // out (rows x r) = M Q: one pass over M's rows, Q's row j scaled by M[i][j].
 void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const float* q, int r, float* out) {
   std::fill(out, out + s.rows * r, 0.f);
@@ -99,7 +97,7 @@ bool powerSgd(const float* c, int64_t n, int r, int64_t matrixRows, PowerSgdWarm
   }
   if (warm.cols != s.cols || warm.q.size() != static_cast<size_t>(s.cols * r)) {
     warm.q.resize(static_cast<size_t>(s.cols * r));
-    for (size_t i = 0; i < warm.q.size(); ++i) warm.q[i] = codec_random::normal(kWarmStartSeed, i);
+    for (size_t i = 0; i < warm.q.size(); ++i) warm.q[i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
     warm.cols = s.cols;
   }
   std::vector<float> p(static_cast<size_t>(s.rows * r));

@@ -34,6 +34,10 @@ struct PowerSgdShape {
 
 PowerSgdShape powerSgdShape(int64_t n, int rank, int64_t matrixRows = 0);
 
+// The stream of the first warm start's Q (codec_random::normal), the same on
+// every rank and in both forms (torch/tensor_codecs.h).
+constexpr uint64_t kPowerSgdWarmStartSeed = 0x5ca1ec033ULL;
+
 struct PowerSgdWarmStart {
   std::vector<float> q;  // cols x rank, row-major; empty: none yet
   int64_t cols = 0;

@@ -4,6 +4,8 @@
 #include <limits>
 #include <vector>
 
+#include "compress/codec.h"
+#include "compress/powersgd.h"
 #include "compress/random.h"
 #include "core/error.h"
 
@@ -119,15 +121,13 @@ void topkDecodeAdd(at::Tensor& out, const at::Tensor& payload, const CodecSpec&,
   out.index_add_(0, index, payload.narrow(0, 4 * k, 4 * k).view(at::kFloat));
 }
 
-constexpr int64_t kQsgdBucket = 512;  // compress/codecs/qsgd.cc
-
 at::Tensor qsgdEncode(at::Tensor& acc, bool feedback, const CodecSpec& spec, uint64_t seed, int rank) {
   const int64_t n = acc.numel();
   const auto s = static_cast<float>(spec.levels);
   const at::Tensor a = blocked(acc, kQsgdBucket);
   const int64_t buckets = a.size(0);
   const at::Tensor norm = a.to(at::kDouble).square().sum(1).sqrt().to(at::kFloat);
-  const uint64_t noise = seed * 1000003ULL + static_cast<uint64_t>(rank) + 1;
+  const uint64_t noise = qsgdNoiseStream(seed, rank);
   const at::Tensor u = uniforms(noise, a.numel(), acc.device()).view(a.sizes());
   const at::Tensor scaled = a.abs().div_(norm.clamp_min(1e-30f).unsqueeze(1)).mul_(s);
   // NaN (a bucket of infinities) sends the top level, as the host codec does.
@@ -145,8 +145,6 @@ void qsgdDecodeAdd(at::Tensor& out, const at::Tensor& payload, const CodecSpec& 
   const at::Tensor level = blocked(payload.narrow(0, 4 * buckets, n).view(at::kChar).to(at::kFloat), kQsgdBucket);
   out.add_(firstN(level.mul_(unit.unsqueeze(1)), n));
 }
-
-constexpr int64_t kSignBlock = 256;  // compress/codecs/sign.cc
 
 at::Tensor bitShifts(const at::Tensor& like) { return iota(8, like.device()).to(at::kByte); }
 
@@ -248,8 +246,6 @@ void allreduceSum(const CompressComms& comms, const at::Tensor& t) {
   comms.allreduceSum(t.data_ptr(), t.numel(), DataType::Float32);
 }
 
-constexpr uint64_t kWarmStartSeed = 0x5ca1ec033ULL;  // compress/powersgd.cc: equal on every rank
-
 // P's columns made orthonormal as compress/powersgd.cc does (modified
 // Gram-Schmidt, each column projected twice, dot products in double; a
 // column left with no norm becomes zero), with no sync with the host.
@@ -283,7 +279,7 @@ void powerSgdTensor(at::Tensor& acc, bool feedback, const at::Tensor& x, int r, 
   }
   if (!st.q.defined() || st.q.size(0) != s.cols || st.q.size(1) != r) {
     std::vector<float> q(static_cast<size_t>(s.cols * r));
-    for (size_t i = 0; i < q.size(); ++i) q[i] = codec_random::normal(kWarmStartSeed, i);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
     st.q = onDevice(q, x).view({s.cols, r});
   }
   const at::Tensor m = at::constant_pad_nd(acc, {0, s.rows * s.cols - n}).view({s.rows, s.cols});

@@ -12,8 +12,6 @@ namespace scalecomm {
 
 namespace {
 
-constexpr int64_t kBucket = 512;
-
 class QsgdCodec final : public Codec {
  public:
   explicit QsgdCodec(int levels) : levels_(levels) {}
@@ -22,12 +20,12 @@ class QsgdCodec final : public Codec {
 
   void encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload,
               uint64_t seed, int rank) const override {
-    const uint64_t noise = seed * 1000003ULL + static_cast<uint64_t>(rank) + 1;
+    const uint64_t noise = qsgdNoiseStream(seed, rank);
     const auto s = static_cast<float>(levels_);
     uint8_t* levels = payload + 4 * buckets(n);
-    float acc[kBucket];
+    float acc[kQsgdBucket];
     for (int64_t b = 0; b < buckets(n); ++b) {
-      const int64_t lo = b * kBucket, len = std::min<int64_t>(kBucket, n - lo);
+      const int64_t lo = b * kQsgdBucket, len = std::min<int64_t>(kQsgdBucket, n - lo);
       double squares = 0;
       for (int64_t j = 0; j < len; ++j) {
         acc[j] = r ? x[lo + j] + r[lo + j] : x[lo + j];
@@ -53,13 +51,13 @@ class QsgdCodec final : public Codec {
     const uint8_t* levels = payload + 4 * buckets(n);
     for (int64_t b = 0; b < buckets(n); ++b) {
       const float unit = loadField<float>(payload + 4 * b) / static_cast<float>(levels_);
-      const int64_t lo = b * kBucket, hi = std::min<int64_t>(n, lo + kBucket);
+      const int64_t lo = b * kQsgdBucket, hi = std::min<int64_t>(n, lo + kQsgdBucket);
       for (int64_t i = lo; i < hi; ++i) out[i] += static_cast<float>(static_cast<int8_t>(levels[i])) * unit;
     }
   }
 
  private:
-  static int64_t buckets(int64_t n) { return (n + kBucket - 1) / kBucket; }
+  static int64_t buckets(int64_t n) { return (n + kQsgdBucket - 1) / kQsgdBucket; }
   int levels_;
 };
 

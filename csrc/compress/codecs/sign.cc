@@ -10,8 +10,6 @@ namespace scalecomm {
 
 namespace {
 
-constexpr int64_t kBlock = 256;  // values per scale; a multiple of 8
-
 // signs[byte][t]: +1 where bit t of byte is set, else -1.
 struct SignTable {
   float signs[256][8];
@@ -29,9 +27,9 @@ class SignCodec final : public Codec {
   void encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload, uint64_t,
               int) const override {
     uint8_t* bits = payload + 4 * blocks(n);
-    float acc[kBlock];
+    float acc[kSignBlock];
     for (int64_t b = 0; b < blocks(n); ++b) {
-      const int64_t lo = b * kBlock, len = std::min<int64_t>(kBlock, n - lo);
+      const int64_t lo = b * kSignBlock, len = std::min<int64_t>(kSignBlock, n - lo);
       float sum = 0.f;
       for (int64_t j = 0; j < len; ++j) {
         acc[j] = r ? x[lo + j] + r[lo + j] : x[lo + j];
@@ -58,7 +56,8 @@ class SignCodec final : public Codec {
     const uint8_t* bits = payload + 4 * blocks(n);
     for (int64_t b = 0; b < blocks(n); ++b) {
       const float scale = loadField<float>(payload + 4 * b);
-      const int64_t lo = b * kBlock, hi = std::min<int64_t>(n, lo + kBlock), whole = lo + ((hi - lo) & ~int64_t{7});
+      const int64_t lo = b * kSignBlock, hi = std::min<int64_t>(n, lo + kSignBlock),
+                    whole = lo + ((hi - lo) & ~int64_t{7});
       int64_t i = lo;
       for (; i < whole; i += 8) {
         const float* sign = table.signs[bits[i >> 3]];
@@ -69,7 +68,7 @@ class SignCodec final : public Codec {
   }
 
  private:
-  static int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
+  static int64_t blocks(int64_t n) { return (n + kSignBlock - 1) / kSignBlock; }
 };
 
 }  // namespace
