@@ -223,8 +223,10 @@ def parse_args(argv=None):
             p.error(f"unknown baseline {b!r}; choose gloo, mpi, nccl or none")
     if "nccl" in args.baselines and args.device != "cuda":
         p.error("--baselines nccl needs --device cuda")
-    for spec in [x for x in args.compress.split(",") if x]:
-        if spec.partition("@")[2] not in ("", "auto", "torch", "host"):
+    # (spec as given, codec, the codec_kernels setting or "") per --compress entry.
+    args.compress = [(spec, *spec.partition("@")[::2]) for spec in args.compress.split(",") if spec]
+    for spec, _, kernels in args.compress:
+        if kernels not in ("", "auto", "torch", "host"):
             p.error(f"--compress {spec}: after @ comes the codec_kernels setting, torch, host or auto")
     if args.device == "cuda":
         import torch
@@ -279,8 +281,7 @@ def _implementations(args, dist, pyscalecomm):
         if gloo is not None:
             impls.append(Impl("gloo", "gloo", gloo))
         if c == "allreduce":
-            for spec in [x for x in args.compress.split(",") if x]:
-                codec, _, kernels = spec.partition("@")
+            for spec, codec, kernels in args.compress:
                 if kernels and spec not in groups:
                     groups[spec] = dist.new_group(
                         backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels=kernels)
