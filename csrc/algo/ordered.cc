@@ -184,14 +184,16 @@ Chunks chunksOf(void* data, std::vector<int64_t> counts, DataType dtype, int ran
   return c;
 }
 
+// Runs one plan of a call (cached by its phase, and by whether it finalizes);
+// its schedule addresses the first of `blocks` (the phases 1 and gather
+// also the scratch slots).
 void runPhase(Channel& ch, const ExecContext& ctx, Phase phase, const CollectiveOptions& opts,
-              const std::function<Schedule()>& build, const std::vector<uint8_t*>& blocks) {
+              const std::function<Schedule()>& build, const std::vector<uint8_t*>& blocks, bool finalize = false) {
   static const Algorithm& ordered = algorithmNamed("ordered");
   PreparedPlan local;
   const PreparedPlan& p =
-      preparePlan({ctx.collective, &ordered, ctx.totalCount, ctx.dtype, ctx.root, false, 0, 0, phase}, ch.size(), opts,
-                  build, local);
-  // Phase 1 addresses the chunks and the slots, the others the chunks only.
+      preparePlan({ctx.collective, &ordered, ctx.totalCount, ctx.dtype, ctx.root, finalize, 0, 0, phase}, ch.size(),
+                  opts, build, local);
   execute(p.plan, std::vector<uint8_t*>(blocks.begin(), blocks.begin() + p.plan.blockCounts.size()), ch, ctx);
 }
 
@@ -245,11 +247,9 @@ void orderedAllreduce(Channel& ch, void* data, int64_t count, DataType dtype, Re
   }
   if (orderedChainPays(ch.hostOf())) {
     const bool avg = op == ReduceOp::Avg;
-    PreparedPlan local;
-    const PreparedPlan& p = preparePlan(
-        {CollectiveKind::Allreduce, &algorithmNamed("ordered"), count, dtype, -1, avg, 0, 0, kChain}, n, opts,
-        [&] { return orderedChainAllreduce(ch.rank(), n, count, avg); }, local);
-    return execute(p.plan, {static_cast<uint8_t*>(data)}, ch, ctx);
+    return runPhase(
+        ch, ctx, kChain, opts, [&] { return orderedChainAllreduce(ch.rank(), n, count, avg); },
+        {static_cast<uint8_t*>(data)}, avg);
   }
   Chunks c = chunksOf(data, splitEven(count, n), dtype, ch.rank());
   foldAtOwners(ch, ctx, opts, c);
