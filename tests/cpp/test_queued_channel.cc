@@ -76,11 +76,12 @@ void setHosts(EmulatedQueuedChannel& ch, int n) {
   ch.setHostOf(hosts);
 }
 
-// Allreduce algorithms with a schedule (the shared-window ones are host-only).
+// Allreduce algorithms with a schedule that runs on device memory (`shared`
+// and `ordered` fold on host memory only).
 std::vector<std::string> scheduleAlgorithms() {
   std::vector<std::string> out;
   for (const auto& a : algorithmRegistry())
-    if (a.allreduce != nullptr) out.push_back(a.name);
+    if (a.allreduce != nullptr && a.memory != AlgorithmMemory::Host) out.push_back(a.name);
   return out;
 }
 
