@@ -9,7 +9,9 @@ restore the residuals with a checkpoint; ``reset()`` forgets them.
 
 Codecs (wire formats in csrc/compress/codec.h): ``fp16``, ``bf16``,
 ``topk:<ratio>``, ``topk_sampled:<ratio>``, ``randomk:<ratio>``,
-``qsgd:<levels>``, ``sign``, ``powersgd:<rank>``. Summable payloads (fp16,
+``qsgd:<levels>``, ``sign``, ``powersgd:<rank>``; and ``auto``, a codec
+chosen per key from measured costs (``choices()`` says which and why).
+Summable payloads (fp16,
 bf16, randomk, PowerSGD's factors) travel by allreduce, the others by
 allgather with a decode-and-accumulate; the profiler title names both
 (``scalecomm:allreduce:ring:topk:0.01``).
@@ -117,6 +119,17 @@ def state_dict(group=None, device: str = "cpu") -> dict:
 
 def load_state_dict(state: dict, group=None, device: str = "cpu") -> None:
     _backend(group, torch.device(device)).load_compression_state(state)
+
+
+def choices(group=None, device: str = "cpu") -> list[dict]:
+    """``compression="auto"``'s latest decision per key, the same on every
+    rank: ``choice`` (the codec it runs), ``predicted_s`` (every candidate's
+    predicted seconds per call: measured codec cost plus the group's link fit
+    at its bytes), ``residual_ratio`` (each codec's error-feedback residual
+    over the gradient's norm, where it ran; a codec above the bound is left
+    out), ``link_alpha_s``, ``link_bus_gbps``, ``step``, ``changes`` and
+    ``reason`` (one line)."""
+    return _backend(group, torch.device(device)).compression_choices()
 
 
 def reset(group=None, device: str = "cpu") -> None:

@@ -4,6 +4,7 @@ Needs root and iproute2; skipped otherwise. Bandwidth is measured by the
 benchmark (docs/performance.md), not asserted here.
 """
 
+import json
 import os
 import re
 import shutil
@@ -282,3 +283,32 @@ def test_cpu_shares_are_parsed_and_refused_by_name():
     ]:
         with pytest.raises(ValueError, match=message):
             host_cpus(2, per_host, overrides)
+
+
+AUTO_SCRIPT = """
+import json, os, sys, torch, torch.distributed as dist, pyscalecomm
+dist.init_process_group("scalecomm")
+torch.manual_seed(dist.get_rank())
+for _ in range(20):
+    pyscalecomm.allreduce(torch.randn(1 << 20), "auto", key="grad")
+(c,) = pyscalecomm.compress.choices()
+with open(os.path.join(sys.argv[1], f"auto{dist.get_rank()}.json"), "w") as f:
+    json.dump(c, f)
+dist.destroy_process_group()
+"""
+
+
+@needs_root
+def test_auto_compresses_on_a_slow_link_with_the_same_choice_on_every_host(tmp_path):
+    # 4 MiB over 100 Mbit/s: the dense sum takes ~0.3 s, top-k 1 % ~10 ms;
+    # on one host's shared memory the same tensor stays uncompressed
+    # (tests/test_compress_auto.py).
+    script = tmp_path / "auto.py"
+    script.write_text(AUTO_SCRIPT)
+    command = [sys.executable, str(script), str(tmp_path)]
+    res = _cluster(tmp_path, "--hosts", "2", "--rate", "100mbit", command=command)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    chosen = [json.loads((tmp_path / f"auto{r}.json").read_text()) for r in range(2)]
+    assert chosen[0] == chosen[1]
+    assert chosen[0]["choice"].startswith("topk"), chosen[0]
+    assert chosen[0]["predicted_s"][chosen[0]["choice"]] < 0.2 * chosen[0]["predicted_s"]["none"], chosen[0]

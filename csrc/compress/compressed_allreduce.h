@@ -33,6 +33,7 @@
 
 #include "algo/options.h"
 #include "algo/registry.h"
+#include "compress/auto_choice.h"
 #include "compress/codec.h"
 #include "compress/powersgd.h"
 #include "core/label.h"
@@ -43,6 +44,9 @@ struct CompressComms {
   std::function<void(void* data, int64_t count, DataType type)> allreduceSum;  // in place
   // all: size x bytes, this rank's payload already at rank x bytes; fills the others'.
   std::function<void(uint8_t* all, int64_t bytes)> allgatherBytes;
+  // Element-wise maximum across ranks, in place (compress="auto" agrees its
+  // decisions through it; compress/auto_select.h).
+  std::function<void(double* data, int64_t count)> allreduceMax;
   int rank = 0;
   int size = 1;
 };
@@ -51,6 +55,7 @@ struct CompressState {
   std::vector<float> residual;  // n values; empty: zero
   PowerSgdWarmStart warm;       // PowerSGD's Q
   uint64_t steps = 0;
+  AutoChoice choice;  // compress="auto": the key's codec and why
   // Set while the residual and warm start live in a device's memory (the
   // torch adapter's codecs on a CUDA tensor): then it, not the two fields
   // above, holds them, and copyTo() writes them there in host form (a

@@ -26,6 +26,16 @@ std::map<std::string, CompressState> CompressionStates::snapshot() const {
   return out;
 }
 
+std::map<std::string, AutoChoice> CompressionStates::choices() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::map<std::string, AutoChoice> out;
+  for (const auto& [key, s] : slots_) {
+    std::lock_guard<std::mutex> gs(s->mu);
+    if (s->state.choice.decided) out.emplace(key, s->state.choice);
+  }
+  return out;
+}
+
 void CompressionStates::restore(std::map<std::string, CompressState> states) {
   std::lock_guard<std::mutex> g(mu_);
   for (auto& [key, s] : slots_) {

@@ -21,6 +21,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "compress/auto_select.h"
 #include "compress/compressed_allreduce.h"
 
 namespace scalecomm {
@@ -31,7 +32,9 @@ struct CompressSlot {
 };
 
 // What a compressed allreduce call carries (group/group.h,
-// CallKind::CompressedAllreduce): its prepared site, its state's slot,
+// CallKind::CompressedAllreduce): its prepared site (or, for
+// compress="auto", the group's chooser, which runs its candidates' sites),
+// its state's slot,
 // whether error feedback is on, and PowerSGD's matrix rows (0: the
 // tensor's own square-ish shape). `body`, when set, runs the call in place
 // of compressedAllreduce on the call's host floats: the same contract, on
@@ -39,7 +42,8 @@ struct CompressSlot {
 // the tensor's device), over the comms the Group hands it (payloads in
 // that memory), under the slot's lock; it advances state.steps.
 struct CompressedCall {
-  std::shared_ptr<const CompressedSite> site;
+  std::shared_ptr<const CompressedSite> site;  // null when `chooser` is set
+  std::shared_ptr<AutoSelection> chooser;
   std::shared_ptr<CompressSlot> slot;
   bool errorFeedback = false;
   int64_t matrixRows = 0;
@@ -51,6 +55,8 @@ class CompressionStates {
   std::shared_ptr<CompressSlot> slot(const std::string& key);
   void forget(const std::string& key);
   std::map<std::string, CompressState> snapshot() const;
+  // compress="auto"'s choice per key that has one (no residuals copied).
+  std::map<std::string, AutoChoice> choices() const;
   void restore(std::map<std::string, CompressState> states);
   void reset();
 

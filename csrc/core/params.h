@@ -79,13 +79,17 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "collective on the next; other collectives stage whole tensors.")                                                \
   X(Text, compression, "compression", "SCALECOMM_COMPRESSION", "", 0, 0, "",                                          \
     "Group default codec for allreduce (SUM/AVG) of floating tensors: fp16, bf16, topk:<ratio>, "                   \
-    "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; empty or none: off. Error "        \
-    "feedback is on for the biased ones (topk, randomk, sign, powersgd).")                                           \
+    "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; auto (per tensor, the fastest " \
+    "of none, bf16 and top-k 10/3/1 % by measured cost); empty or none: off. Error feedback is on for the biased "  \
+    "ones (topk, randomk, sign, powersgd) and for auto.")                                           \
   X(Text, codecKernels, "codec_kernels", "SCALECOMM_CODEC_KERNELS", "auto", 0, 0, "auto|torch|host",                  \
     "Where a compressed allreduce encodes and decodes: auto (CUDA tensors on their GPU as torch operations, over "   \
     "NCCL, when cuda_transport allows it; CPU tensors in scalecomm's own loops), torch (torch operations on the "   \
     "tensor's device, CPU tensors too), host (scalecomm's loops on the CPU; CUDA tensors staged through host "     \
     "memory). Same codecs and wire formats either way.")                                                             \
+  X(Int, compressionAutoBound, "compression_auto_bound", "SCALECOMM_COMPRESSION_AUTO_BOUND", 8, 0, 1000000, "",     \
+    "compression=auto leaves out a codec whose error-feedback residual grew past this many times the gradient's "  \
+    "norm (about how many steps of gradient it holds back); 0: no bound.")                                         \
   X(Int, compressionMinBytes, "compression_min_bytes", "SCALECOMM_COMPRESSION_MIN_BYTES", 65536, 0, kNoLimit, "",     \
     "The group default codec compresses only allreduces of at least this many bytes; smaller ones (a loss, a "     \
     "metric, a small bucket) go exact, where compressing saves little time and costs their accuracy.")             \

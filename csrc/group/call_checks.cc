@@ -51,9 +51,12 @@ class ArgumentChecks {
     single();
     if (call_.dtype != DataType::Float32)
       bad("compressed allreduce takes float32 values, not ", dataTypeName(call_.dtype));
-    if (!call_.compressed || !call_.compressed->site || !call_.compressed->slot) {
-      bad("a compressed allreduce needs its prepared site and state slot (Group::compressedSite, compressionStates)");
+    if (!call_.compressed || (!call_.compressed->site == !call_.compressed->chooser) || !call_.compressed->slot) {
+      bad("a compressed allreduce needs its prepared site or chooser (one of them) and its state slot "
+          "(Group::compressedSite, autoCompression, compressionStates)");
     }
+    if (call_.compressed && call_.compressed->chooser && call_.compressed->body)
+      bad("compress=auto runs scalecomm's host codecs; it takes no body of its own");
     if (call_.deviceIndex >= 0 && !call_.compressed->body)
       bad("a compressed allreduce of device memory needs its own body (the host codecs cannot read that memory)");
   }

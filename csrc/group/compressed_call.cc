@@ -5,6 +5,7 @@
 // messages carry the site's codec tag, so a rank with another codec (or
 // ratio, levels, rank) fails naming it.
 #include "algo/registry.h"
+#include "core/logging.h"
 #include "group/group.h"
 
 namespace scalecomm {
@@ -15,6 +16,13 @@ std::shared_ptr<const CompressedSite> Group::compressedSite(const std::string& s
   if (it == compressedSites_.end())
     it = compressedSites_.emplace(spec, std::make_shared<const CompressedSite>(CodecSpec::parse(spec))).first;
   return it->second;
+}
+
+std::shared_ptr<AutoSelection> Group::autoCompression() {
+  std::lock_guard<std::mutex> g(sitesMu_);
+  if (!autoCompression_)
+    autoCompression_ = std::make_shared<AutoSelection>(static_cast<double>(config_.compressionAutoBound));
+  return autoCompression_;
 }
 
 namespace {
@@ -34,13 +42,13 @@ Error asCompressedCall(const Error& e, const std::string& codec) {
 
 }  // namespace
 
-void Group::runCompressed(const Call& call, Channel& ch, const CollectiveOptions& o) {
+void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
   // One rank, or nothing to send: the sum is the values themselves (exact;
   // no codec, no residual).
   if (size_ == 1 || call.count == 0) return;
   const CompressedCall& c = *call.compressed;
   CollectiveOptions coded = o;
-  coded.codec = c.site->tag();
+  coded.codec = c.site ? c.site->tag() : CodecTag::of("auto");
   CompressComms cc;
   cc.rank = rank_;
   cc.size = size_;
@@ -54,16 +62,29 @@ void Group::runCompressed(const Call& call, Channel& ch, const CollectiveOptions
     g.algorithm = o.algorithm.is(AlgorithmKind::Native) ? o.algorithm : AlgorithmRef(ringAlgorithm());
     allgather(ch, blocks, bytes, DataType::Opaque, g);
   };
+  cc.allreduceMax = [&](double* data, int64_t count) {
+    allreduce(ch, data, count, DataType::Float64, ReduceOp::Max, 1.0, coded);
+  };
   std::lock_guard<std::mutex> g(c.slot->mu);
   try {
-    if (c.body) {
+    if (c.chooser) {
+      CompressState& state = c.slot->state;
+      const bool decided = state.choice.decided;
+      const uint64_t changes = state.choice.changes;
+      const int ran = c.chooser->run(static_cast<float*>(call.data), call.count, c.errorFeedback, state, cc);
+      call.name = c.chooser->title(o.algorithm, ran);  // stats and profiles show what ran
+      if (rank_ == 0 && state.choice.decided && (!decided || state.choice.changes != changes))
+        SC_LOG(Info, "rank 0: compress=auto ", decided ? "switches to " : "chooses ",
+               autoCandidates()[state.choice.current], " at step ", state.steps,
+               " of a key: ", state.choice.last.reason);
+    } else if (c.body) {
       c.body(c.slot->state, cc);
     } else {
       compressedAllreduce(static_cast<float*>(call.data), call.count, *c.site, c.errorFeedback, c.slot->state, cc,
                           c.slot->state.steps, c.matrixRows);
     }
   } catch (const Error& e) {
-    throw asCompressedCall(e, c.site->name());
+    throw asCompressedCall(e, c.site ? c.site->name() : std::string("auto"));
   }
 }
 

@@ -83,6 +83,11 @@ void checkConfig(const GroupConfig& c, int size) {
          "scalecomm: deterministic=1 (SCALECOMM_DETERMINISTIC) runs codecs in scalecomm's loops, whose top-k breaks "
          "ties by position; codec_kernels=torch (SCALECOMM_CODEC_KERNELS) cannot promise that: leave it auto or host");
   }
+  if (c.deterministic != 0 && c.compression == "auto") {
+    fail(ErrorKind::InvalidArgument,
+         "scalecomm: deterministic=1 (SCALECOMM_DETERMINISTIC) promises the same bits every run; compression=auto "
+         "(SCALECOMM_COMPRESSION) chooses its codec by measured time, which can differ between runs: name a codec");
+  }
   if (c.shmRingBytes % 64 != 0) {
     fail(ErrorKind::InvalidArgument,
          "scalecomm: shm_ring_bytes (SCALECOMM_SHM_RING_BYTES) must be a multiple of 64, got ", c.shmRingBytes, ".");

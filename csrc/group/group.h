@@ -242,8 +242,10 @@ class Group : public std::enable_shared_from_this<Group> {
   // Compressed allreduce: the prepared site of a codec spec (parsed, its
   // codec made and its titles interned once per spec; Error(InvalidArgument)
   // naming the choices for a bad one), and the group's compression state per
-  // tensor key, which a CompressedCall holds as its slot. Any thread.
+  // tensor key, which a CompressedCall holds as its slot; compress="auto"'s
+  // chooser, one per group (its link fit is the group's). Any thread.
   std::shared_ptr<const CompressedSite> compressedSite(const std::string& spec);
+  std::shared_ptr<AutoSelection> autoCompression();
   CompressionStates& compressionStates() { return compression_; }
 
   // Coalescing (batch_isend_irecv): sends and receives submitted between
@@ -338,7 +340,7 @@ class Group : public std::enable_shared_from_this<Group> {
   Error explained(const Error& e, uint64_t id);
   void watchFailed(const std::string& why);
   void runBody(Call& call, Channel& ch, CollectiveOptions& o);
-  void runCompressed(const Call& call, Channel& ch, const CollectiveOptions& o);
+  void runCompressed(Call& call, Channel& ch, const CollectiveOptions& o);
   // Sends and receives posted without waiting (group/point_to_point.cc): a
   // host send or receive run by the worker is moved a piece at a time with
   // every other one in flight, so posted operations progress together; any
@@ -393,6 +395,7 @@ class Group : public std::enable_shared_from_this<Group> {
   std::atomic<uint64_t> inlineCalls_{0}, workerCalls_{0};
   std::mutex sitesMu_;
   std::unordered_map<std::string, std::shared_ptr<const CompressedSite>> compressedSites_;  // by spec as given
+  std::shared_ptr<AutoSelection> autoCompression_;
   CompressionStates compression_;
   std::vector<std::unique_ptr<InFlight>> inFlight_;  // worker thread: empty whenever the worker is idle
   bool coalescing_ = false;                          // submit thread

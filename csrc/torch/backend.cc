@@ -106,7 +106,8 @@ ScalecommBackend::ScalecommBackend(const c10::intrusive_ptr<c10d::Store>& store,
   warnIfBoundToOneCore(rank);
   if (config.compression == "none") config.compression.clear();
   try {
-    if (!config.compression.empty()) CodecSpec::parse(config.compression);  // a bad spec fails here
+    if (!config.compression.empty() && config.compression != "auto")
+      CodecSpec::parse(config.compression);  // a bad spec fails here
     group_ = Group::create(std::make_shared<C10dStoreAdapter>(store), rank, size, config);
   } catch (const Error& e) {
     rethrow(e);

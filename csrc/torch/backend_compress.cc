@@ -24,12 +24,24 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
                     t.scalar_type(),
                     " is not floating point; compression applies to gradients (float32/64, fp16, bf16)");
   auto prepared = std::make_shared<CompressedCall>();
-  try {
-    prepared->site = group_->compressedSite(spec);
-  } catch (const Error& e) {
-    TORCH_CHECK_VALUE(false, e.what());
+  const bool chosen = spec == "auto";  // compress/auto_select.h: a codec per key, chosen by measurement
+  if (chosen) {
+    TORCH_CHECK_VALUE(t.is_cpu(), "scalecomm ", what, " (rank ", getRank(),
+                      "): compression auto chooses among scalecomm's host codecs and takes CPU tensors; for a ",
+                      t.device(), " tensor name a codec (docs/compression.md)");
+    TORCH_CHECK_VALUE(config().deterministic == 0, "scalecomm ", what, " (rank ", getRank(),
+                      "): compression auto chooses its codec by measured time, so two runs may differ; a "
+                      "deterministic group needs a named codec");
+    prepared->chooser = group_->autoCompression();
+  } else {
+    try {
+      prepared->site = group_->compressedSite(spec);
+    } catch (const Error& e) {
+      TORCH_CHECK_VALUE(false, e.what());
+    }
   }
-  prepared->errorFeedback = errorFeedback < 0 ? prepared->site->spec().biased() : errorFeedback != 0;
+  // auto keeps error feedback on (its residual carries over between codecs).
+  prepared->errorFeedback = errorFeedback < 0 ? (chosen || prepared->site->spec().biased()) : errorFeedback != 0;
   prepared->matrixRows = t.dim() >= 2 ? t.size(0) : 0;  // PowerSGD: a weight's own matrix shape
   // No key: the state is the tensor's memory's, and ends with its storage.
   prepared->slot =
@@ -41,12 +53,13 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   TORCH_CHECK(!stage->deviceCall() || !stage->deviceCall()->capturing(), "scalecomm ", what, " (rank ", getRank(),
               "): called during CUDA graph capture; a compressed allreduce checks its payloads on the host between "
               "its rounds, which a graph cannot record; capture the uncompressed allreduce instead");
-  const bool torchOps = stage->direct() || kernels == "torch";  // deterministic: neither (config checks)
+  // deterministic: neither (config checks); auto: neither (CPU tensors, host codecs)
+  const bool torchOps = !chosen && (stage->direct() || kernels == "torch");
   at::Tensor tensor = stage->inout(t);
   const AlgorithmRef algo = group_->algorithmFor(CallKind::CompressedAllreduce, static_cast<int64_t>(t.nbytes()));
   Call call;
   call.kind = CallKind::CompressedAllreduce;
-  call.name = prepared->site->title(algo);
+  call.name = chosen ? prepared->chooser->title(algo, -1) : prepared->site->title(algo);
   call.algorithm = algo;
   call.timeoutMs = timeout.count();
   call.dtype = DataType::Float32;

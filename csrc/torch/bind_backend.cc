@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algo/registry.h"
+#include "compress/auto_select.h"
 #include "compress/compressed_allreduce.h"
 #include "core/params.h"
 #include "group/stats.h"
@@ -225,6 +226,34 @@ void defineCompression(BackendClass& cls) {
             return out;
           },
           "Copies of the error-feedback residuals and PowerSGD state per tensor key.")
+      .def(
+          "compression_choices",
+          [](ScalecommBackend& b) {
+            const auto& names = autoCandidates();
+            py::list out;
+            for (const auto& [key, c] : b.compressionState().choices()) {
+              py::dict d;
+              d["key"] = key;
+              d["elements"] = c.elements;
+              d["choice"] = names[c.current];
+              d["step"] = c.last.step;
+              d["changes"] = c.changes;
+              py::dict predicted, residual;
+              for (size_t i = 0; i < names.size() && i < c.last.predicted.size(); ++i) {
+                predicted[py::str(names[i])] = c.last.predicted[i];
+                residual[py::str(names[i])] = c.last.residual[i];
+              }
+              d["predicted_s"] = predicted;
+              d["residual_ratio"] = residual;
+              d["link_alpha_s"] = c.last.linkAlpha;
+              d["link_bus_gbps"] = c.last.linkBeta > 0 ? 1e-9 / c.last.linkBeta : 0.0;
+              d["reason"] = c.last.reason;
+              out.append(d);
+            }
+            return out;
+          },
+          "compress=auto's latest decision per tensor key (agreed by every rank): the codec, the predicted time of "
+          "every candidate, their error-feedback residual ratios, the link fit, and why.")
       .def(
           "load_compression_state",
           [](ScalecommBackend& b, const py::dict& states) {

@@ -128,8 +128,13 @@ void bindCodecTable(py::module& m) {
       },
       "Every codec's registry entry (compress/codec.cc): name, argument, biased, rounds, summable, summary.");
   m.def(
-      "codec_spec", [](const std::string& spec) { return valueErrors([&] { return CodecSpec::parse(spec).str(); }); },
-      py::arg("spec"), "The canonical form of a compression spec; ValueError naming the choices for a bad one.");
+      "codec_spec",
+      [](const std::string& spec) {
+        return spec == "auto" ? spec : valueErrors([&] { return CodecSpec::parse(spec).str(); });
+      },
+      py::arg("spec"),
+      "The canonical form of a compression spec (or auto: a codec chosen per tensor by measurement); ValueError "
+      "naming the choices for a bad one.");
 }
 
 // This build and this host: what it was built with, the bench's factors, shm housekeeping.

@@ -48,6 +48,7 @@ class CompressionStore {
     owners_.erase(key);
   }
   std::map<std::string, CompressState> snapshot() const { return states_.snapshot(); }
+  std::map<std::string, AutoChoice> choices() const { return states_.choices(); }
   void restore(std::map<std::string, CompressState> states) {
     std::lock_guard<std::mutex> g(mu_);
     states_.restore(std::move(states));

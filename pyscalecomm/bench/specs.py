@@ -388,8 +388,9 @@ def mpi_runner(case: Case, comm, op: str):
     return case.spec.mpi_call(case, comm, getattr(MPI, _MPI_OPS[op]))
 
 
-def wire_bytes(spec: str, count: int) -> int:
-    """Bytes one rank sends into the compressed allreduce of ``count`` float32 elements."""
+def wire_bytes(spec: str, count: int) -> int | None:
+    """Bytes one rank sends into the compressed allreduce of ``count`` float32
+    elements; None for ``auto`` (they follow its choice)."""
     from pyscalecomm import _C
 
-    return int(_C.compressed_wire_bytes(spec, count))
+    return None if spec == "auto" else int(_C.compressed_wire_bytes(spec, count))

@@ -85,7 +85,11 @@ def parse_args(argv=None):
         help="scalecomm allreduce algorithm (auto, ring, rhd, ...); a comma list (as bench's --algos) "
         "is a sweep axis",
     )
-    p.add_argument("--compress", default=d.compress, help="none, fp16, topk:0.01, sign, powersgd:4, ...")
+    p.add_argument(
+        "--compress",
+        default=d.compress,
+        help="none, auto (a codec per bucket, chosen by measurement), fp16, topk:0.01, sign, powersgd:4, ...",
+    )
     p.add_argument(
         "--bucket-mb",
         type=float,
@@ -250,6 +254,9 @@ def _report(runs: list[dict], out_dir: str, plots: bool, predicted: dict | None 
     measuring = report.still_measuring(results)
     if measuring:
         print("\n" + measuring)
+    chosen = report.compression_choices(results)
+    if chosen:
+        print("\n" + chosen)
     story = report.verdict(results)
     if story:
         print("\n" + story)

@@ -124,6 +124,8 @@ class RunConfig:
                 _C.codec_spec(self.compress)  # the codec table's parser: names the choices
             except ValueError as e:
                 raise ValueError(f"compress={self.compress}: {e}") from None
+        if self.compress == "auto" and self.device != "cpu":
+            raise Incompatible("compress=auto chooses among scalecomm's host codecs: CPU only (name a codec)")
         if self.compress != "none" and self.backend != "scalecomm" and self.strategy == "allreduce":
             name = self.compress.split(":")[0]
             if name not in ("fp16", "bf16", "powersgd"):
@@ -139,10 +141,10 @@ class RunConfig:
             parse_mode(self.strategy[3:])
             if not 1 <= self.ps_servers <= self.world:
                 raise ValueError(f"ps_servers={self.ps_servers}: give 1..world ({self.world})")
-            if self.device != "cpu" or self.compress.startswith("powersgd"):
+            if self.device != "cpu" or self.compress.startswith("powersgd") or self.compress == "auto":
                 raise ValueError(
-                    f"strategy={self.strategy} runs on the CPU, with any codec but powersgd (pushes are one "
-                    f"message)"
+                    f"strategy={self.strategy} runs on the CPU, with a named codec but powersgd "
+                    f"(pushes are one message)"
                 )
         elif strategies.canonical(self.strategy) not in strategies.BUILDERS:
             raise ValueError(f"strategy {self.strategy!r}: choose one of {', '.join(strategies.NAMES)}")

@@ -367,6 +367,22 @@ def still_measuring(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def compression_choices(results: list[dict]) -> str:
+    """compress=auto's choice per bucket and why, per run that used it."""
+    blocks = []
+    for r in results:
+        chosen = r.get("compression_choices")
+        if not chosen:
+            continue
+        lines = [f"{r['label']}: compress=auto chose, per DDP bucket (the same on every rank):"]
+        for c in chosen:
+            name = c["key"].replace("ddp-bucket-", "bucket ")
+            mib = c["elements"] * 4 / (1 << 20)
+            lines.append(f"  {name} ({mib:.2f} MiB): {c['choice']} because {c['reason']}")
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
 def prediction_table(predicted: list[tuple]) -> str:
     """(config, prediction) pairs before running: step, compute, communication, state."""
     lines = [

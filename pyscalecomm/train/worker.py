@@ -261,6 +261,7 @@ class Training:
         every = [None] * self.world
         dist.all_gather_object(every, self._mine())
         auto = _auto_state(share.groups)
+        chosen = _compression_choices(share.groups) if cfg.compress == "auto" else None
         for g in share.groups:
             dist.destroy_process_group(g)
         if self.rank != 0:
@@ -302,6 +303,7 @@ class Training:
             "world": self.world,
             "staleness": servers_stats,
             "auto": auto,
+            "compression_choices": chosen,
         }
 
 
@@ -334,6 +336,22 @@ def _auto_state(groups: list) -> dict | None:
         "trial_calls": sum(b["trials"] for b in buckets),
         "calls": sum(b["calls"] for b in buckets),
     }
+
+
+def _compression_choices(groups: list) -> list[dict]:
+    """compress=auto's decision per DDP bucket (alike on every rank), bucket by bucket."""
+    import pyscalecomm.compress
+
+    out = []
+    for g in groups:
+        if dist.get_backend(g) == "scalecomm":
+            out += pyscalecomm.compress.choices(g)
+
+    def bucket(c):
+        tail = c["key"].rsplit("-", 1)[-1]
+        return (int(tail) if tail.isdigit() else 1 << 30, c["key"])
+
+    return sorted(out, key=bucket)
 
 
 def _mean_over_ranks(losses: list[float]) -> float:

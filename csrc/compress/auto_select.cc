@@ -1,0 +1,304 @@
+#include "compress/auto_select.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "core/deadline.h"
+
+namespace scalecomm {
+
+const std::vector<std::string>& autoCandidates() {
+  static const std::vector<std::string> table = {"none", "bf16", "topk:0.1", "topk:0.03", "topk:0.01"};
+  return table;
+}
+
+// ---- LinkFit ----
+
+void LinkFit::add(double busBytes, double seconds, bool fresh) {
+  if (!(seconds > 0) || !std::isfinite(seconds)) return;
+  const double b = std::max(busBytes, 1.0);
+  const int cls = static_cast<int>(std::floor(std::log2(b)));
+  std::lock_guard<std::mutex> g(mu_);
+  auto t = classes_.find(cls);
+  if (t == classes_.end() || fresh) {
+    classes_[cls] = seconds;
+    bytes_[cls] = b;
+  } else {  // recent calls weigh most: the fit follows a link that changes
+    t->second = 0.7 * t->second + 0.3 * seconds;
+    bytes_[cls] = 0.7 * bytes_[cls] + 0.3 * b;
+  }
+  refit();
+}
+
+void LinkFit::refit() {
+  const double k = static_cast<double>(classes_.size());
+  if (classes_.size() == 1) {
+    alpha_ = 0;
+    beta_ = classes_.begin()->second / bytes_.begin()->second;
+    return;
+  }
+  double mx = 0, mt = 0;
+  for (const auto& [cls, t] : classes_) {
+    mx += bytes_[cls] / k;
+    mt += t / k;
+  }
+  double cov = 0, var = 0, xt = 0, xx = 0;
+  for (const auto& [cls, t] : classes_) {
+    const double x = bytes_[cls];
+    cov += (x - mx) * (t - mt);
+    var += (x - mx) * (x - mx);
+    xt += x * t;
+    xx += x * x;
+  }
+  beta_ = var > 0 ? cov / var : 0;
+  alpha_ = mt - beta_ * mx;
+  if (beta_ < 0) {  // times that fall with size: noise; a flat link
+    beta_ = 0;
+    alpha_ = mt;
+  } else if (alpha_ < 0) {  // through the origin
+    alpha_ = 0;
+    beta_ = xx > 0 ? xt / xx : 0;
+  }
+}
+
+double LinkFit::predict(double busBytes) const {
+  std::lock_guard<std::mutex> g(mu_);
+  return alpha_ + beta_ * std::max(busBytes, 0.0);
+}
+
+double LinkFit::alpha() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return alpha_;
+}
+
+double LinkFit::beta() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return beta_;
+}
+
+// ---- AutoSelection ----
+
+namespace {
+
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double norm2(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return std::sqrt(s);
+}
+
+std::string ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g ms", seconds * 1e3);
+  return buf;
+}
+
+}  // namespace
+
+AutoSelection::AutoSelection(double residualBound) : bound_(residualBound) {
+  for (const std::string& spec : autoCandidates())
+    sites_.push_back(spec == "none" ? nullptr : std::make_unique<CompressedSite>(CodecSpec::parse(spec)));
+}
+
+Label AutoSelection::title(AlgorithmRef algorithm, int candidate) const {
+  std::lock_guard<std::mutex> g(titlesMu_);
+  for (const auto& [key, i, label] : titles_)
+    if (key == algorithm.key() && i == candidate) return label;
+  const std::string tail = candidate < 0 ? "auto" : "auto:" + autoCandidates()[candidate];
+  titles_.emplace_back(algorithm.key(), candidate, Label("allreduce:" + algorithm + ":" + tail));
+  return std::get<2>(titles_.back());
+}
+
+double AutoSelection::busBytes(int i, int64_t n, int size) const {
+  const double p = size;
+  const Codec* codec = sites_[i] ? sites_[i]->codec() : nullptr;
+  const double payload = codec ? static_cast<double>(codec->payloadBytes(n)) : 4.0 * static_cast<double>(n);
+  return (codec == nullptr || codec->summable()) ? payload * 2 * (p - 1) / p : payload * (p - 1);
+}
+
+void AutoSelection::measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms) const {
+  std::vector<float> out(static_cast<size_t>(n));
+  std::vector<uint8_t> payload;
+  for (size_t i = 1; i < sites_.size(); ++i) {
+    const Codec& codec = *sites_[i]->codec();
+    payload.resize(static_cast<size_t>(codec.payloadBytes(n)));
+    const Clock::time_point t0 = Clock::now();
+    codec.encode(x, nullptr, n, payload.data(), 0, comms.rank);
+    const double encode = secondsSince(t0);
+    const Clock::time_point t1 = Clock::now();
+    std::fill(out.begin(), out.end(), 0.f);
+    const double fill = secondsSince(t1);
+    const Clock::time_point t2 = Clock::now();
+    codec.decodeAdd(out.data(), n, payload.data(), 0);
+    const double decode = secondsSince(t2);
+    const int decodes = codec.summable() ? 1 : comms.size;
+    choice.codecSeconds[i] = encode + fill + decodes * decode;
+  }
+}
+
+int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& state, const CompressComms& comms) {
+  const int k = static_cast<int>(sites_.size());
+  AutoChoice& choice = state.choice;
+  if (choice.elements != n || static_cast<int>(choice.codecSeconds.size()) != k) {
+    choice = AutoChoice{};  // a new tensor on this key (or the first): measure afresh
+    choice.elements = n;
+    choice.codecSeconds.assign(k, 0.0);
+    choice.measuredSeconds.assign(k, 0.0);
+    choice.residual.assign(k, 0.0);
+  }
+  // The key's first call measures the codecs on its values, then runs none
+  // as a warm-up (its time holds one-off costs, plans and first touches, and
+  // the ranks' skew from measuring); the second measures none, then decides.
+  const bool warmup = !choice.decided && choice.calls == 0;
+  const bool first = !choice.decided && !warmup;
+  if (warmup) measureCodecs(x, n, choice, comms);
+  choice.calls += 1;
+  const uint64_t step = state.steps;
+  const bool drifted = choice.decided && choice.probeNext;
+  const bool probe =
+      choice.decided && choice.current != 0 && (drifted || step % kAutoProbeEvery == kAutoProbeEvery - 1);
+  choice.probeNext = false;
+  const int i = choice.decided && !probe ? choice.current : 0;
+  // A candidate just switched to is judged after its first kAutoTrialCalls.
+  const bool trialDone = choice.decided && i == choice.current && ++choice.sinceSwitch == kAutoTrialCalls;
+  const bool decides = first || drifted || trialDone || (choice.decided && (step + 1) % kAutoDecideEvery == 0);
+  const double xNorm = decides && errorFeedback && i != 0 ? norm2(x, n) : 0;
+
+  double commSeconds = 0;
+  CompressComms timed = comms;
+  timed.allreduceSum = [&](void* data, int64_t count, DataType type) {
+    const Clock::time_point t0 = Clock::now();
+    comms.allreduceSum(data, count, type);
+    commSeconds += secondsSince(t0);
+  };
+  timed.allgatherBytes = [&](uint8_t* all, int64_t bytes) {
+    const Clock::time_point t0 = Clock::now();
+    comms.allgatherBytes(all, bytes);
+    commSeconds += secondsSince(t0);
+  };
+  const Clock::time_point t0 = Clock::now();
+  if (i == 0) {
+    // Exact: x + residual, summed as is; nothing is left over (an empty
+    // residual is zero, and the next codec starts from it).
+    if (state.residual.size() == static_cast<size_t>(n) && allFinite(x, n)) {
+      for (int64_t j = 0; j < n; ++j) x[j] += state.residual[j];
+    }
+    state.residual.clear();
+    timed.allreduceSum(x, n, DataType::Float32);
+    state.steps += 1;
+  } else {
+    compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, step);
+  }
+  const double total = secondsSince(t0);
+  // A probe after drift replaces its size class's time (the link changed).
+  if (!warmup) link_.add(busBytes(i, n, comms.size), commSeconds, /*fresh=*/drifted);
+  if (i == choice.current && !warmup)
+    choice.commSeconds = choice.commSeconds > 0 ? 0.7 * choice.commSeconds + 0.3 * commSeconds : commSeconds;
+  if (!warmup) {
+    double& m = choice.measuredSeconds[i];
+    m = m > 0 && !drifted ? 0.5 * m + 0.5 * total : total;
+  }
+  if (i != 0) {
+    const double codec = std::max(total - commSeconds, 0.0);
+    choice.codecSeconds[i] = 0.5 * choice.codecSeconds[i] + 0.5 * codec;
+    if (xNorm > 0) {
+      const double r = norm2(state.residual.data(), n) / xNorm;
+      if (std::isfinite(r)) choice.residual[i] = r;
+    }
+  }
+  if (decides) decide(n, choice, state.steps, comms);
+  return i;
+}
+
+void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms) {
+  const int k = static_cast<int>(sites_.size());
+  const double p = comms.size;
+  if (!choice.decided) {  // the link's latency before the first prediction (one small allreduce)
+    double one = 0;
+    const Clock::time_point t0 = Clock::now();
+    comms.allreduceMax(&one, 1);
+    link_.add(8.0 * 2 * (p - 1) / p, secondsSince(t0));
+  }
+  // A candidate that ran is judged by its measured time per call, the others
+  // by the model (codec cost + the link fit at their bytes).
+  // v: k estimates, k residual ratios, the drift flag, the link fit's alpha and beta.
+  std::vector<double> v(2 * static_cast<size_t>(k) + 3);
+  for (int i = 0; i < k; ++i) {
+    v[i] = choice.measuredSeconds[i] > 0 ? choice.measuredSeconds[i]
+                                         : choice.codecSeconds[i] + link_.predict(busBytes(i, n, comms.size));
+    v[k + i] = choice.residual[i];
+  }
+  // Drift: the running codec's communication time moved by 2x or more since
+  // it was chosen; none's bytes, not measured meanwhile, need a new sample.
+  const double was = choice.commAtDecision, now = choice.commSeconds;
+  v[2 * k] = choice.decided && choice.current != 0 && was > 0 && now > 0 && (now > 2 * was || 2 * now < was);
+  v[2 * k + 1] = link_.alpha();
+  v[2 * k + 2] = link_.beta();
+  const Clock::time_point t0 = Clock::now();
+  comms.allreduceMax(v.data(), static_cast<int64_t>(v.size()));  // identical numbers on every rank from here
+  const double alpha = v[2 * k + 1], beta = v[2 * k + 2];        // the slowest rank's link
+  link_.add(8.0 * static_cast<double>(v.size()) * 2 * (p - 1) / p, secondsSince(t0));
+  if (v[2 * k] > 0) {  // decide after none's new sample
+    choice.probeNext = true;
+    choice.commAtDecision = 0;
+    return;
+  }
+
+  const auto within = [&](int i) { return i == 0 || bound_ <= 0 || v[k + i] <= bound_; };
+  int fastest = 0;
+  for (int i = 1; i < k; ++i)
+    if (within(i) && v[i] < v[fastest]) fastest = i;
+  int best = fastest;
+  std::string why;
+  if (best != 0 && v[best] > (1 - kAutoMargin) * v[0]) {
+    best = 0;
+    why = "; " + autoCandidates()[fastest] + " (" + ms(v[fastest]) + ") saves less than the margin";
+  }
+  const int current = choice.decided ? choice.current : 0;
+  if (best != current && within(current) && v[best] > (1 - kAutoMargin) * v[current]) {
+    why = "; kept: " + autoCandidates()[best] + " (" + ms(v[best]) + ") saves less than the margin";
+    best = current;
+  }
+  std::string reason = "predicted " + ms(v[best]);
+  if (best != 0) reason += " against none's " + ms(v[0]);
+  reason += why;
+  if (why.empty()) {
+    int runnerUp = -1;
+    for (int i = 0; i < k; ++i)
+      if (i != best && within(i) && (runnerUp < 0 || v[i] < v[runnerUp])) runnerUp = i;
+    if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(v[runnerUp]);
+  }
+  for (int i = 1; i < k; ++i) {
+    if (!within(i)) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "; %s left out: residual %.3g x the gradient > bound %.3g",
+                    autoCandidates()[i].c_str(), v[k + i], bound_);
+      reason += buf;
+    }
+  }
+  char link[96];
+  std::snprintf(link, sizeof link, " (link %.3g us + %.3g GB/s bus; %lld elements)", alpha * 1e6,
+                beta > 0 ? 1e-9 / beta : 0.0, static_cast<long long>(n));
+  reason += link;
+
+  if (best != choice.current) {  // the first choice too: its own calls' times start afresh
+    if (choice.decided) choice.changes += 1;
+    choice.commSeconds = 0;
+    choice.sinceSwitch = 0;
+  }
+  choice.commAtDecision = choice.commSeconds;
+  choice.current = best;
+  choice.decided = true;
+  choice.last.step = step;
+  choice.last.choice = best;
+  choice.last.predicted.assign(v.begin(), v.begin() + k);
+  choice.last.residual.assign(v.begin() + k, v.begin() + 2 * k);
+  choice.last.linkAlpha = alpha;
+  choice.last.linkBeta = beta;
+  choice.last.reason = std::move(reason);
+}
+
+}  // namespace scalecomm

@@ -1,0 +1,144 @@
+// compress="auto" without torch: the link fit, and the choice on a simulated
+// link (communication that sleeps for its bytes): a sparsifier when the link
+// is slow, none when it is fast, a codec whose residual passes the bound left
+// out, and a link that speeds up noticed, with none then sending what the
+// residual held (nothing lost).
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compress/auto_select.h"
+#include "harness.h"
+
+using namespace scalecomm;
+using sctest::gaussian;
+
+namespace {
+
+// One rank's view of a group of `size` ranks whose peers contribute zeros:
+// sums come back as they went, gathered slots of the others hold zero
+// payloads; every call sleeps alpha + bus bytes x beta.
+struct SimulatedLink {
+  int size = 4;
+  double alpha = 50e-6;
+  double beta = 0;  // seconds per bus byte; 0: no sleep at all
+  CompressComms comms() {
+    CompressComms c;
+    c.rank = 0;
+    c.size = size;
+    c.allreduceSum = [this](void*, int64_t count, DataType type) {
+      wait(static_cast<double>(count) * elementSize(type) * 2 * (size - 1) / size);
+    };
+    c.allgatherBytes = [this](uint8_t* all, int64_t bytes) {
+      std::memset(all + bytes, 0, static_cast<size_t>(bytes) * (size - 1));
+      wait(static_cast<double>(bytes) * (size - 1));
+    };
+    c.allreduceMax = [this](double*, int64_t count) { wait(8.0 * count); };
+    return c;
+  }
+  void wait(double busBytes) const {
+    if (beta > 0) std::this_thread::sleep_for(std::chrono::duration<double>(alpha + busBytes * beta));
+  }
+};
+
+std::vector<float> values(int seed, int64_t n) { return gaussian(n, static_cast<unsigned>(seed)); }
+
+const std::string& chosen(const CompressState& s) { return autoCandidates()[s.choice.current]; }
+
+}  // namespace
+
+TEST(link_fit_recovers_latency_and_bandwidth) {
+  LinkFit fit;
+  for (double b : {1e3, 1e5, 1e7}) fit.add(b, 100e-6 + b * 1e-9);
+  CHECK(std::fabs(fit.alpha() - 100e-6) < 5e-6);
+  CHECK(std::fabs(fit.beta() - 1e-9) < 0.05e-9);
+  CHECK(std::fabs(fit.predict(1e6) - (100e-6 + 1e-3)) < 1e-5);
+  LinkFit one;  // one size class: through the origin
+  one.add(1e6, 2e-3);
+  CHECK(one.alpha() == 0);
+  CHECK(std::fabs(one.predict(2e6) - 4e-3) < 1e-9);
+  LinkFit flat;  // times that fall with size are noise: a flat link
+  flat.add(1e3, 2e-3);
+  flat.add(1e6, 1e-3);
+  CHECK(flat.beta() == 0);
+  CHECK(std::fabs(flat.predict(1e9) - 1.5e-3) < 1e-9);
+}
+
+TEST(a_slow_link_chooses_a_sparsifier_and_a_fast_one_none) {
+  const int64_t n = 65536;
+  for (const bool slow : {true, false}) {
+    SimulatedLink link;
+    link.beta = slow ? 1.0 / 20e6 : 0;  // 20 MB/s of bus bandwidth, or free
+    AutoSelection sel(0);
+    CompressState state;
+    const CompressComms comms = link.comms();
+    for (int step = 0; step < 20; ++step) {
+      std::vector<float> x = values(step, n);
+      sel.run(x.data(), n, true, state, comms);
+    }
+    CHECK(state.choice.decided);
+    const std::string& c = chosen(state);
+    if (slow) {
+      CHECK(c.rfind("topk", 0) == 0);
+      const std::vector<double>& p = state.choice.last.predicted;
+      CHECK(p[state.choice.current] < 0.5 * p[0]);  // the fit saw the dense bytes' cost
+    } else {
+      CHECK_EQ(c, std::string("none"));
+    }
+    CHECK(!state.choice.last.reason.empty());
+  }
+}
+
+TEST(a_codec_whose_residual_passes_the_bound_is_left_out) {
+  const int64_t n = 65536;
+  SimulatedLink link;
+  link.beta = 1.0 / 20e6;
+  AutoSelection sel(1.0);  // gaussian values: top-k's residual grows far past 1x the gradient
+  CompressState state;
+  const CompressComms comms = link.comms();
+  for (int step = 0; step < 40; ++step) {
+    std::vector<float> x = values(100 + step, n);
+    sel.run(x.data(), n, true, state, comms);
+  }
+  const AutoDecision& d = state.choice.last;
+  CHECK(d.residual.back() > 1.0);  // top-k 1 % ran, and its residual was measured
+  CHECK(d.reason.find("topk:0.01 left out") != std::string::npos);
+  CHECK(state.choice.current != static_cast<int>(autoCandidates().size()) - 1);
+}
+
+TEST(a_link_that_speeds_up_is_noticed_and_none_sends_what_the_residual_held) {
+  // Large enough that the codecs' cost and the dense bytes' dwarf sleep jitter on a busy machine.
+  const int64_t n = 1 << 20;
+  SimulatedLink link;
+  link.beta = 1.0 / 50e6;
+  AutoSelection sel(0);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  std::vector<double> in(n, 0.0), out(n, 0.0);
+  int step = 0;
+  const auto call = [&] {
+    std::vector<float> x = values(200 + step++, n);
+    for (int64_t i = 0; i < n; ++i) in[i] += x[i];
+    sel.run(x.data(), n, true, state, comms);
+    for (int64_t i = 0; i < n; ++i) out[i] += x[i];
+  };
+  while (step < 20) call();
+  CHECK(chosen(state).rfind("topk", 0) == 0);
+  link.beta = 1.0 / 50e9;  // 1000x faster: the sparsifier's own bytes show it
+  link.alpha = 1e-6;
+  while (step < 200 && chosen(state) != "none") call();
+  CHECK_EQ(chosen(state), std::string("none"));
+  call();  // none: x + residual sent exactly; the residual is empty
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(in[i] - out[i]));
+    scale = std::max(scale, std::fabs(in[i]));
+  }
+  CHECK(worst <= 1e-4 * scale);   // nothing the codec held back was lost
+  CHECK(state.residual.empty());  // empty: zero
+}
+
+TEST_MAIN()
