@@ -5,6 +5,7 @@ under torchrun and mpirun."""
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -241,6 +242,17 @@ def test_a_run_that_ends_while_auto_measures_says_its_times_include_the_trials()
     assert "up to 512 KiB, 8 MiB" in text and "12 of its 220 calls were trials" in text, text
     assert "python -m pyscalecomm.tune" in text and "SCALECOMM_TUNING_FILE" in text, text
     assert report.still_measuring(runs[:1]) == ""
+
+
+def test_compress_auto_reports_its_choice_per_bucket_and_why(tmp_path):
+    args = ["--sweep", "world=2", "backend=scalecomm", "compress=auto", "--epochs", "2", "--steps", "6"]
+    p = _train([*args, "--width", "256", "--no-plots"], tmp_path)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert "compress=auto chose, per DDP bucket (the same on every rank):" in p.stdout, p.stdout[-3000:]
+    line = r"  bucket 0 \([0-9.]+ MiB\): (none|bf16|topk:[0-9.]+) because predicted "
+    assert re.search(line, p.stdout), p.stdout
+    (run,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert run["compression_choices"] and run["compression_choices"][0]["key"] == "ddp-bucket-0"
 
 
 def test_resnet_at_width_64_has_resnet18s_size():
