@@ -199,7 +199,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     choice.commSeconds = choice.commSeconds > 0 ? 0.7 * choice.commSeconds + 0.3 * commSeconds : commSeconds;
   if (!warmup) {
     double& m = choice.measuredSeconds[i];
-    m = m > 0 && !drifted ? 0.5 * m + 0.5 * total : total;
+    m = m > 0 && !drifted ? 0.75 * m + 0.25 * total : total;
   }
   if (i != 0) {
     const double codec = std::max(total - commSeconds, 0.0);
@@ -223,12 +223,20 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     link_.add(8.0 * 2 * (p - 1) / p, secondsSince(t0));
   }
   // A candidate that ran is judged by its measured time per call, the others
-  // by the model (codec cost + the link fit at their bytes).
+  // by the model (codec cost + the link fit at their bytes), scaled by how
+  // far the model fell short for the codecs that ran (in place, codecs share
+  // the cores with the other ranks' work; timed alone they look cheaper).
+  std::vector<double> model(k);
+  double shortfall = 1;
+  for (int i = 0; i < k; ++i) {
+    model[i] = choice.codecSeconds[i] + link_.predict(busBytes(i, n, comms.size));
+    if (i != 0 && choice.measuredSeconds[i] > 0 && model[i] > 0)
+      shortfall = std::max(shortfall, choice.measuredSeconds[i] / model[i]);
+  }
   // v: k estimates, k residual ratios, the drift flag, the link fit's alpha and beta.
   std::vector<double> v(2 * static_cast<size_t>(k) + 3);
   for (int i = 0; i < k; ++i) {
-    v[i] = choice.measuredSeconds[i] > 0 ? choice.measuredSeconds[i]
-                                         : choice.codecSeconds[i] + link_.predict(busBytes(i, n, comms.size));
+    v[i] = choice.measuredSeconds[i] > 0 ? choice.measuredSeconds[i] : (i == 0 ? 1 : shortfall) * model[i];
     v[k + i] = choice.residual[i];
   }
   // Drift: the running codec's communication time moved by 2x or more since
