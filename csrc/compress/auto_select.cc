@@ -23,11 +23,10 @@ void LinkFit::add(double busBytes, double seconds, bool fresh) {
   std::lock_guard<std::mutex> g(mu_);
   auto t = classes_.find(cls);
   if (t == classes_.end() || fresh) {
-    classes_[cls] = seconds;
-    bytes_[cls] = b;
+    classes_[cls] = {b, seconds};
   } else {  // recent calls weigh most: the fit follows a link that changes
-    t->second = 0.7 * t->second + 0.3 * seconds;
-    bytes_[cls] = 0.7 * bytes_[cls] + 0.3 * b;
+    t->second.bytes = 0.7 * t->second.bytes + 0.3 * b;
+    t->second.seconds = 0.7 * t->second.seconds + 0.3 * seconds;
   }
   refit();
 }
@@ -36,21 +35,20 @@ void LinkFit::refit() {
   const double k = static_cast<double>(classes_.size());
   if (classes_.size() == 1) {
     alpha_ = 0;
-    beta_ = classes_.begin()->second / bytes_.begin()->second;
+    beta_ = classes_.begin()->second.seconds / classes_.begin()->second.bytes;
     return;
   }
   double mx = 0, mt = 0;
-  for (const auto& [cls, t] : classes_) {
-    mx += bytes_[cls] / k;
-    mt += t / k;
+  for (const auto& [cls, c] : classes_) {
+    mx += c.bytes / k;
+    mt += c.seconds / k;
   }
   double cov = 0, var = 0, xt = 0, xx = 0;
-  for (const auto& [cls, t] : classes_) {
-    const double x = bytes_[cls];
-    cov += (x - mx) * (t - mt);
-    var += (x - mx) * (x - mx);
-    xt += x * t;
-    xx += x * x;
+  for (const auto& [cls, c] : classes_) {
+    cov += (c.bytes - mx) * (c.seconds - mt);
+    var += (c.bytes - mx) * (c.bytes - mx);
+    xt += c.bytes * c.seconds;
+    xx += c.bytes * c.bytes;
   }
   beta_ = var > 0 ? cov / var : 0;
   alpha_ = mt - beta_ * mx;

@@ -70,8 +70,10 @@ class LinkFit {
  private:
   void refit();  // under mu_
   mutable std::mutex mu_;
-  std::map<int, double> classes_;  // log2(bus bytes) -> mean seconds
-  std::map<int, double> bytes_;    // log2(bus bytes) -> mean bus bytes
+  struct SizeClass {
+    double bytes = 0, seconds = 0;  // means (EWMA) of the class's calls
+  };
+  std::map<int, SizeClass> classes_;  // by log2(bus bytes)
   double alpha_ = 0, beta_ = 0;
 };
 
