@@ -5,20 +5,53 @@
 // snapshot). Candidate indices are into autoCandidates().
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace scalecomm {
 
+// The last kSize samples of a time. low() is their lower quartile: a call
+// that waited for a late peer (its backward still running) shows the wait,
+// not the link or the codec; the calls on which this rank arrived last do not.
+struct TimeWindow {
+  static constexpr int kSize = 8;
+  double v[kSize] = {};
+  int count = 0, next = 0;
+  void add(double seconds) {
+    v[next] = seconds;
+    next = (next + 1) % kSize;
+    count = std::min(count + 1, kSize);
+  }
+  double low() const {  // 0: no sample
+    if (count == 0) return 0;
+    double s[kSize];
+    std::copy(v, v + count, s);
+    std::nth_element(s, s + (count - 1) / 4, s + count);
+    return s[(count - 1) / 4];
+  }
+  void clear() { count = next = 0; }
+};
+
 // What one decision saw and chose (kept per key; pyscalecomm.compress.choices()).
 struct AutoDecision {
   uint64_t step = 0;                   // the key's calls when it was made
   int choice = 0;                      // index into autoCandidates()
-  std::vector<double> predicted;       // seconds per candidate, the ranks' maximum
+  std::vector<double> predicted;       // seconds per call per candidate, agreed by the ranks
   std::vector<double> residual;        // |e| / |x| per candidate, the ranks' maximum (0: not run)
-  double linkAlpha = 0, linkBeta = 0;  // the link fit when deciding, the ranks' maximum
+  double linkAlpha = 0, linkBeta = 0;  // the link fit when deciding, the ranks' minimum
   std::string reason;
+};
+
+// One candidate on one key, as this rank saw it.
+struct AutoCandidate {
+  double codecSeconds = 0;  // encode + decode (timed alone at the first call, then in place)
+  TimeWindow total;         // time per call while it ran (since it was last chosen)
+  TimeWindow comm;          // ... of which communication
+  double residual = 0;      // the last |e| / |x| (0: not run)
+  uint64_t losses = 0;      // trials it lost since the link last drifted
+  uint64_t retryAt = 0;     // not chosen again before this step (back-off after a lost trial)
 };
 
 // Per key: the current candidate and what it was chosen from.
@@ -28,13 +61,12 @@ struct AutoChoice {
   int current = 0;
   bool decided = false;
   uint64_t changes = 0;
-  std::vector<double> codecSeconds;     // this rank's measured encode + decode per candidate
-  std::vector<double> measuredSeconds;  // this rank's time per call of each candidate that ran (EWMA; 0: never)
-  std::vector<double> residual;         // this rank's last |e| / |x| per candidate (0: not run)
-  double commSeconds = 0;               // the current candidate's communication per call (EWMA)
-  double commAtDecision = 0;            // ... when it was last decided
-  uint64_t sinceSwitch = 0;             // calls of the current candidate since it was chosen
-  bool probeNext = false;               // the ranks agreed the link drifted: the next call runs none
+  std::vector<AutoCandidate> candidates;
+  double commAtDecision = 0;  // the current candidate's communication time (low) when last decided
+  uint64_t checkAt = 0;       // an extra decision at this step: a trial's end, or a lead to confirm (0: none)
+  bool onTrial = false;       // the current candidate was just switched to; checkAt judges it
+  int pending = -1;           // a candidate that led at the last decision; switched to if it leads again
+  bool probeNext = false;     // the ranks agreed the link drifted: the next call runs none
   AutoDecision last;
 };
 

@@ -21,13 +21,14 @@ void LinkFit::add(double busBytes, double seconds, bool fresh) {
   const double b = std::max(busBytes, 1.0);
   const int cls = static_cast<int>(std::floor(std::log2(b)));
   std::lock_guard<std::mutex> g(mu_);
-  auto t = classes_.find(cls);
-  if (t == classes_.end() || fresh) {
-    classes_[cls] = {b, seconds};
-  } else {  // recent calls weigh most: the fit follows a link that changes
-    t->second.bytes = 0.7 * t->second.bytes + 0.3 * b;
-    t->second.seconds = 0.7 * t->second.seconds + 0.3 * seconds;
+  SizeClass& c = classes_[cls];
+  if (c.seconds.count == 0 || fresh) {
+    c.bytes = b;
+    c.seconds.clear();
+  } else {
+    c.bytes = 0.7 * c.bytes + 0.3 * b;
   }
+  c.seconds.add(seconds);
   refit();
 }
 
@@ -35,19 +36,20 @@ void LinkFit::refit() {
   const double k = static_cast<double>(classes_.size());
   if (classes_.size() == 1) {
     alpha_ = 0;
-    beta_ = classes_.begin()->second.seconds / classes_.begin()->second.bytes;
+    beta_ = classes_.begin()->second.seconds.low() / classes_.begin()->second.bytes;
     return;
   }
   double mx = 0, mt = 0;
   for (const auto& [cls, c] : classes_) {
     mx += c.bytes / k;
-    mt += c.seconds / k;
+    mt += c.seconds.low() / k;
   }
   double cov = 0, var = 0, xt = 0, xx = 0;
   for (const auto& [cls, c] : classes_) {
-    cov += (c.bytes - mx) * (c.seconds - mt);
+    const double t = c.seconds.low();
+    cov += (c.bytes - mx) * (t - mt);
     var += (c.bytes - mx) * (c.bytes - mx);
-    xt += c.bytes * c.seconds;
+    xt += c.bytes * t;
     xx += c.bytes * c.bytes;
   }
   beta_ = var > 0 ? cov / var : 0;
@@ -133,19 +135,17 @@ void AutoSelection::measureCodecs(const float* x, int64_t n, AutoChoice& choice,
     codec.decodeAdd(out.data(), n, payload.data(), 0);
     const double decode = secondsSince(t2);
     const int decodes = codec.summable() ? 1 : comms.size;
-    choice.codecSeconds[i] = encode + fill + decodes * decode;
+    choice.candidates[i].codecSeconds = encode + fill + decodes * decode;
   }
 }
 
 int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& state, const CompressComms& comms) {
   const int k = static_cast<int>(sites_.size());
   AutoChoice& choice = state.choice;
-  if (choice.elements != n || static_cast<int>(choice.codecSeconds.size()) != k) {
+  if (choice.elements != n || static_cast<int>(choice.candidates.size()) != k) {
     choice = AutoChoice{};  // a new tensor on this key (or the first): measure afresh
     choice.elements = n;
-    choice.codecSeconds.assign(k, 0.0);
-    choice.measuredSeconds.assign(k, 0.0);
-    choice.residual.assign(k, 0.0);
+    choice.candidates.assign(k, AutoCandidate{});
   }
   // The key's first call measures the codecs on its values, then runs none
   // as a warm-up (its time holds one-off costs, plans and first touches, and
@@ -160,9 +160,8 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
       choice.decided && choice.current != 0 && (drifted || step % kAutoProbeEvery == kAutoProbeEvery - 1);
   choice.probeNext = false;
   const int i = choice.decided && !probe ? choice.current : 0;
-  // A candidate just switched to is judged after its first kAutoTrialCalls.
-  const bool trialDone = choice.decided && i == choice.current && ++choice.sinceSwitch == kAutoTrialCalls;
-  const bool decides = first || drifted || trialDone || (choice.decided && (step + 1) % kAutoDecideEvery == 0);
+  const bool checks = choice.decided && choice.checkAt != 0 && step + 1 >= choice.checkAt;
+  const bool decides = first || drifted || checks || (choice.decided && (step + 1) % kAutoDecideEvery == 0);
   const double xNorm = decides && errorFeedback && i != 0 ? norm2(x, n) : 0;
 
   double commSeconds = 0;
@@ -191,97 +190,133 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, step);
   }
   const double total = secondsSince(t0);
-  // A probe after drift replaces its size class's time (the link changed).
-  if (!warmup) link_.add(busBytes(i, n, comms.size), commSeconds, /*fresh=*/drifted);
-  if (i == choice.current && !warmup)
-    choice.commSeconds = choice.commSeconds > 0 ? 0.7 * choice.commSeconds + 0.3 * commSeconds : commSeconds;
+  AutoCandidate& ran = choice.candidates[i];
   if (!warmup) {
-    double& m = choice.measuredSeconds[i];
-    m = m > 0 && !drifted ? 0.75 * m + 0.25 * total : total;
+    // A probe after drift replaces its size class's times and its own (the link changed).
+    link_.add(busBytes(i, n, comms.size), commSeconds, /*fresh=*/drifted);
+    if (drifted) {
+      ran.total.clear();
+      ran.comm.clear();
+    }
+    ran.total.add(total);
+    ran.comm.add(commSeconds);
   }
   if (i != 0) {
     const double codec = std::max(total - commSeconds, 0.0);
-    choice.codecSeconds[i] = 0.5 * choice.codecSeconds[i] + 0.5 * codec;
+    ran.codecSeconds = 0.5 * ran.codecSeconds + 0.5 * codec;
     if (xNorm > 0) {
       const double r = norm2(state.residual.data(), n) / xNorm;
-      if (std::isfinite(r)) choice.residual[i] = r;
+      if (std::isfinite(r)) ran.residual = r;
     }
   }
-  if (decides) decide(n, choice, state.steps, comms);
+  if (decides) decide(n, choice, state.steps, comms, first || drifted || (checks && choice.onTrial));
   return i;
 }
 
-void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms) {
+void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice) {
   const int k = static_cast<int>(sites_.size());
   const double p = comms.size;
+  std::vector<AutoCandidate>& cand = choice.candidates;
   if (!choice.decided) {  // the link's latency before the first prediction (one small allreduce)
     double one = 0;
     const Clock::time_point t0 = Clock::now();
     comms.allreduceMax(&one, 1);
     link_.add(8.0 * 2 * (p - 1) / p, secondsSince(t0));
   }
+  // One MAX allreduce agrees on everything; a minimum travels negated.
+  // v: k measured times (min), k codec costs (max), k residual ratios (max),
+  // the drift flag, the link fit's alpha and beta (min).
+  std::vector<double> v(3 * static_cast<size_t>(k) + 3);
+  for (int i = 0; i < k; ++i) {
+    v[i] = -cand[i].total.low();
+    v[k + i] = cand[i].codecSeconds;
+    v[2 * k + i] = cand[i].residual;
+  }
+  // Drift: the running codec's communication time moved by 2x or more since
+  // it was chosen; none's bytes, not measured meanwhile, need a new sample.
+  const double was = choice.commAtDecision, now = cand[choice.current].comm.low();
+  v[3 * k] = choice.decided && choice.current != 0 && was > 0 && now > 0 && (now > 2 * was || 2 * now < was);
+  v[3 * k + 1] = -link_.alpha();
+  v[3 * k + 2] = -link_.beta();
+  const Clock::time_point t0 = Clock::now();
+  comms.allreduceMax(v.data(), static_cast<int64_t>(v.size()));  // identical numbers on every rank from here
+  link_.add(8.0 * static_cast<double>(v.size()) * 2 * (p - 1) / p, secondsSince(t0));
+  const double alpha = -v[3 * k + 1], beta = -v[3 * k + 2];
+  if (v[3 * k] > 0) {  // decide after none's new sample; the back-offs were for the old link
+    choice.probeNext = true;
+    choice.commAtDecision = 0;
+    choice.pending = -1;
+    for (AutoCandidate& c : cand) c.losses = c.retryAt = 0;
+    return;
+  }
   // A candidate that ran is judged by its measured time per call, the others
   // by the model (codec cost + the link fit at their bytes), scaled by how
   // far the model fell short for the codecs that ran (in place, codecs share
   // the cores with the other ranks' work; timed alone they look cheaper).
-  std::vector<double> model(k);
+  std::vector<double> est(k), residual(v.begin() + 2 * k, v.begin() + 3 * k);
   double shortfall = 1;
   for (int i = 0; i < k; ++i) {
-    model[i] = choice.codecSeconds[i] + link_.predict(busBytes(i, n, comms.size));
-    if (i != 0 && choice.measuredSeconds[i] > 0 && model[i] > 0)
-      shortfall = std::max(shortfall, choice.measuredSeconds[i] / model[i]);
+    const double measured = -v[i], model = v[k + i] + alpha + beta * busBytes(i, n, comms.size);
+    est[i] = measured > 0 ? measured : model;
+    if (i != 0 && measured > 0 && model > 0) shortfall = std::max(shortfall, measured / model);
   }
-  // v: k estimates, k residual ratios, the drift flag, the link fit's alpha and beta.
-  std::vector<double> v(2 * static_cast<size_t>(k) + 3);
-  for (int i = 0; i < k; ++i) {
-    v[i] = choice.measuredSeconds[i] > 0 ? choice.measuredSeconds[i] : (i == 0 ? 1 : shortfall) * model[i];
-    v[k + i] = choice.residual[i];
-  }
-  // Drift: the running codec's communication time moved by 2x or more since
-  // it was chosen; none's bytes, not measured meanwhile, need a new sample.
-  const double was = choice.commAtDecision, now = choice.commSeconds;
-  v[2 * k] = choice.decided && choice.current != 0 && was > 0 && now > 0 && (now > 2 * was || 2 * now < was);
-  v[2 * k + 1] = link_.alpha();
-  v[2 * k + 2] = link_.beta();
-  const Clock::time_point t0 = Clock::now();
-  comms.allreduceMax(v.data(), static_cast<int64_t>(v.size()));  // identical numbers on every rank from here
-  const double alpha = v[2 * k + 1], beta = v[2 * k + 2];        // the slowest rank's link
-  link_.add(8.0 * static_cast<double>(v.size()) * 2 * (p - 1) / p, secondsSince(t0));
-  if (v[2 * k] > 0) {  // decide after none's new sample
-    choice.probeNext = true;
-    choice.commAtDecision = 0;
-    return;
-  }
+  for (int i = 1; i < k; ++i)
+    if (!(-v[i] > 0)) est[i] *= shortfall;
 
-  const auto within = [&](int i) { return i == 0 || bound_ <= 0 || v[k + i] <= bound_; };
+  const int current = choice.decided ? choice.current : 0;
+  const auto within = [&](int i) { return i == 0 || bound_ <= 0 || residual[i] <= bound_; };
+  const auto eligible = [&](int i) { return within(i) && (i == current || step >= cand[i].retryAt); };
   int fastest = 0;
   for (int i = 1; i < k; ++i)
-    if (within(i) && v[i] < v[fastest]) fastest = i;
+    if (eligible(i) && est[i] < est[fastest]) fastest = i;
   int best = fastest;
   std::string why;
-  if (best != 0 && v[best] > (1 - kAutoMargin) * v[0]) {
+  if (best != 0 && est[best] > (1 - kAutoMargin) * est[0]) {
     best = 0;
-    why = "; " + autoCandidates()[fastest] + " (" + ms(v[fastest]) + ") saves less than the margin";
+    why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than the margin";
   }
-  const int current = choice.decided ? choice.current : 0;
-  if (best != current && within(current) && v[best] > (1 - kAutoMargin) * v[current]) {
-    why = "; kept: " + autoCandidates()[best] + " (" + ms(v[best]) + ") saves less than the margin";
+  if (best != current && within(current) && est[best] > (1 - kAutoMargin) * est[current]) {
+    why = "; kept: " + autoCandidates()[best] + " (" + ms(est[best]) + ") saves less than the margin";
     best = current;
   }
-  std::string reason = "predicted " + ms(v[best]);
-  if (best != 0) reason += " against none's " + ms(v[0]);
+  // Outside a free choice (the first, a trial's end, after drift) a
+  // challenger must lead twice in a row: one lead may be the machine's noise.
+  if (best != current && !freeChoice && choice.pending != best) {
+    why = "; " + autoCandidates()[best] + " (" + ms(est[best]) + ") leads: checked again in " +
+          std::to_string(kAutoTrialCalls) + " calls";
+    choice.pending = best;
+    choice.checkAt = step + kAutoTrialCalls;
+    best = current;
+  } else {
+    choice.pending = -1;
+    choice.checkAt = 0;
+  }
+  // A trial that lost: its codec waits before it is tried again, longer each time.
+  if (choice.decided && choice.onTrial && best != current && current != 0) {
+    AutoCandidate& lost = cand[current];
+    lost.retryAt = step + (kAutoBackoff << std::min<uint64_t>(lost.losses, 6));
+    lost.losses += 1;
+  }
+  choice.onTrial = false;
+
+  std::string reason = "predicted " + ms(est[best]);
+  if (best != 0) reason += " against none's " + ms(est[0]);
   reason += why;
   if (why.empty()) {
     int runnerUp = -1;
     for (int i = 0; i < k; ++i)
-      if (i != best && within(i) && (runnerUp < 0 || v[i] < v[runnerUp])) runnerUp = i;
-    if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(v[runnerUp]);
+      if (i != best && within(i) && (runnerUp < 0 || est[i] < est[runnerUp])) runnerUp = i;
+    if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
   for (int i = 1; i < k; ++i) {
+    char buf[112];
     if (!within(i)) {
-      char buf[96];
       std::snprintf(buf, sizeof buf, "; %s left out: residual %.3g x the gradient > bound %.3g",
-                    autoCandidates()[i].c_str(), v[k + i], bound_);
+                    autoCandidates()[i].c_str(), residual[i], bound_);
+      reason += buf;
+    } else if (i != best && step < cand[i].retryAt) {
+      std::snprintf(buf, sizeof buf, "; %s lost a trial: not before step %llu", autoCandidates()[i].c_str(),
+                    static_cast<unsigned long long>(cand[i].retryAt));
       reason += buf;
     }
   }
@@ -290,18 +325,20 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
                 beta > 0 ? 1e-9 / beta : 0.0, static_cast<long long>(n));
   reason += link;
 
-  if (best != choice.current) {  // the first choice too: its own calls' times start afresh
+  if (best != choice.current || !choice.decided) {  // a new choice: its trial starts afresh
     if (choice.decided) choice.changes += 1;
-    choice.commSeconds = 0;
-    choice.sinceSwitch = 0;
+    cand[best].total.clear();
+    cand[best].comm.clear();
+    choice.onTrial = true;
+    choice.checkAt = step + kAutoTrialCalls;
   }
-  choice.commAtDecision = choice.commSeconds;
+  choice.commAtDecision = cand[best].comm.low();
   choice.current = best;
   choice.decided = true;
   choice.last.step = step;
   choice.last.choice = best;
-  choice.last.predicted.assign(v.begin(), v.begin() + k);
-  choice.last.residual.assign(v.begin() + k, v.begin() + 2 * k);
+  choice.last.predicted = std::move(est);
+  choice.last.residual = std::move(residual);
   choice.last.linkAlpha = alpha;
   choice.last.linkBeta = beta;
   choice.last.reason = std::move(reason);

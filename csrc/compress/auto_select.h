@@ -8,28 +8,36 @@
 // none sends x + residual exactly and empties it). The key's first call
 // times each codec's encode and decode on its values (the codec cost on
 // this machine) and runs none as a warm-up; the second runs none and
-// decides. Every call adds its communication time to the group's LinkFit
-// against the bus bytes it moved (allreduce 2(p-1)/p x bytes, allgather
-// (p-1) x payload), and its own time per call to its candidate's measured
-// time. At every decision (the second call, then every kAutoDecideEvery,
-// and kAutoTrialCalls after each switch, so a wrong choice costs few calls)
-// each rank estimates every candidate's time per call (its measured time if
-// it ran, else codec cost + the link fit at its bytes, scaled up by the
-// model's largest shortfall for a codec that ran; the first decision
-// times one small allreduce first, the link's latency) and its residual
-// ratio |e| / |x| (the error-feedback bound); the ranks take the maximum of
-// each (one small allreduce), and every rank picks, from the same numbers,
-// the fastest candidate whose residual ratio is within `residualBound`; a
-// codec must beat none by kAutoMargin to be chosen, and the current choice
-// is kept unless another is faster by that margin. So the choice is
-// identical on every rank (they decide on identical numbers at the same
-// step), a codec that ran slower than none is left as soon as its own time
-// shows it, and the choice follows the link as it drifts: while a codec
-// runs, none's bytes are not re-measured, so when the running codec's
-// communication time has moved 2x since it was chosen (any rank; agreed
-// with the decision), the next call runs none, replaces none's time and
-// the link's at that size, and decides; every kAutoProbeEvery calls one
-// call runs none anyway.
+// decides.
+//
+// What a decision sees. Every call adds its communication time to the
+// group's LinkFit against the bus bytes it moved (allreduce 2(p-1)/p x
+// bytes, allgather (p-1) x payload), and its time per call to its
+// candidate's window. Times are taken as the lower quartile of recent
+// calls, and the ranks agree on the minimum: a rank that waited for a late
+// peer measured the peer, not the candidate; the rank that arrived last
+// did not wait. A candidate that ran is judged by its own time; the others
+// by the model (codec cost, the ranks' maximum, + the link fit at their
+// bytes), scaled up by the model's largest shortfall for a codec that ran.
+// A codec whose residual ratio |e| / |x| (the ranks' maximum) exceeds
+// `residualBound` is left out. All of it travels in one small allreduce,
+// so every rank picks from identical numbers: the same choice and reason.
+//
+// When it switches. Decisions come at the second call, every
+// kAutoDecideEvery calls, and at a scheduled check kAutoTrialCalls after a
+// switch or a lead. A codec must beat none by kAutoMargin, and the current
+// choice is kept unless another is faster by that margin. At the first
+// decision and at a trial's end the fastest is taken at once (a trial that
+// lost is left, and its codec is not tried again for kAutoBackoff x 2^losses
+// calls); otherwise a challenger must lead at two decisions in a row. So
+// near-equal candidates do not flap, and a wrong estimate costs a few calls
+// once.
+//
+// Drift. While a codec runs, none's bytes are not re-measured; when the
+// running codec's communication time has moved 2x since it was chosen (any
+// rank), the next call runs none, replaces none's time and the link's at
+// that size, forgets the back-offs, and decides. Every kAutoProbeEvery
+// calls one call runs none anyway.
 // Thread safety: an AutoSelection serves every key of a group, from any
 // thread; a key's state is used under its slot's lock.
 #pragma once
@@ -48,7 +56,8 @@
 namespace scalecomm {
 
 constexpr uint64_t kAutoDecideEvery = 16;
-constexpr uint64_t kAutoTrialCalls = 3;  // a new choice decides again after this many calls
+constexpr uint64_t kAutoTrialCalls = 3;  // a new choice, or a lead, is checked after this many calls
+constexpr uint64_t kAutoBackoff = 64;    // calls before a codec that lost a trial is tried again (doubling)
 constexpr uint64_t kAutoProbeEvery = 1024;
 constexpr double kAutoMargin = 0.10;  // a switch must save this share of the predicted time
 
@@ -56,12 +65,13 @@ constexpr double kAutoMargin = 0.10;  // a switch must save this share of the pr
 const std::vector<std::string>& autoCandidates();
 
 // Seconds of communication against bus bytes, t = alpha + beta x bytes,
-// fitted (least squares, alpha, beta >= 0) over the mean time of each
-// power-of-two size class of the group's own compressed calls (an EWMA per
-// class, so the fit follows the link). Thread safe.
+// fitted (least squares, alpha, beta >= 0) over each power-of-two size
+// class of the group's own compressed calls: the class's mean bytes and the
+// lower quartile of its recent times (a TimeWindow, so the fit follows the
+// link and not the waits for late peers). Thread safe.
 class LinkFit {
  public:
-  // fresh: the sample replaces its class's mean (a link known to have changed).
+  // fresh: the sample replaces its class's times (a link known to have changed).
   void add(double busBytes, double seconds, bool fresh = false);
   double predict(double busBytes) const;
   double alpha() const;
@@ -71,7 +81,8 @@ class LinkFit {
   void refit();  // under mu_
   mutable std::mutex mu_;
   struct SizeClass {
-    double bytes = 0, seconds = 0;  // means (EWMA) of the class's calls
+    double bytes = 0;    // mean (EWMA) of the class's calls
+    TimeWindow seconds;  // their recent times
   };
   std::map<int, SizeClass> classes_;  // by log2(bus bytes)
   double alpha_ = 0, beta_ = 0;
@@ -91,7 +102,7 @@ class AutoSelection {
 
  private:
   void measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms) const;
-  void decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms);
+  void decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice);
   double busBytes(int i, int64_t n, int size) const;
 
   double bound_;

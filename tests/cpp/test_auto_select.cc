@@ -1,11 +1,16 @@
 // compress="auto" without torch: the link fit, and the choice on a simulated
 // link (communication that sleeps for its bytes): a sparsifier when the link
 // is slow, none when it is fast, a codec whose residual passes the bound left
-// out, and a link that speeds up noticed, with none then sending what the
-// residual held (nothing lost).
+// out, two ranks whose compute differs from step to step (waits for a late
+// peer are not the link's: no flapping on a fast link, still a sparsifier on
+// a slow one, the same choice on both), and a link that speeds up noticed,
+// with none then sending what the residual held (nothing lost).
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +112,113 @@ TEST(a_codec_whose_residual_passes_the_bound_is_left_out) {
   CHECK(d.residual.back() > 1.0);  // top-k 1 % ran, and its residual was measured
   CHECK(d.reason.find("topk:0.01 left out") != std::string::npos);
   CHECK(state.choice.current != static_cast<int>(autoCandidates().size()) - 1);
+}
+
+namespace {
+
+// Two ranks as threads that meet in every collective: a call returns when
+// both have arrived and the link's time (alpha + bus bytes x beta) has
+// passed; sums come back as they went, gathered peer slots hold zero
+// payloads, allreduceMax takes the elementwise maximum.
+struct TwoRanks {
+  double alpha = 50e-6, beta = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  uint64_t generation = 0;
+  std::vector<double> in, out;
+
+  void meet(double* v, int64_t count, double busBytes) {
+    {
+      std::unique_lock<std::mutex> l(mu);
+      const uint64_t gen = generation;
+      if (v != nullptr) {
+        if (in.empty()) in.assign(v, v + count);
+        for (int64_t i = 0; i < count; ++i) in[i] = std::max(in[i], v[i]);
+      }
+      if (++arrived == 2) {
+        arrived = 0;
+        out.swap(in);
+        in.clear();
+        generation += 1;
+        cv.notify_all();
+      } else {
+        cv.wait(l, [&] { return generation != gen; });
+      }
+      if (v != nullptr) std::copy(out.begin(), out.begin() + count, v);
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(alpha + busBytes * beta));
+  }
+  CompressComms comms(int rank) {
+    CompressComms c;
+    c.rank = rank;
+    c.size = 2;
+    c.allreduceSum = [this](void*, int64_t count, DataType type) {
+      meet(nullptr, 0, static_cast<double>(count) * elementSize(type));
+    };
+    c.allgatherBytes = [this, rank](uint8_t* all, int64_t bytes) {
+      std::memset(all + (1 - rank) * bytes, 0, static_cast<size_t>(bytes));
+      meet(nullptr, 0, static_cast<double>(bytes));
+    };
+    c.allreduceMax = [this](double* v, int64_t count) { meet(v, count, 8.0 * count); };
+    return c;
+  }
+};
+
+// Each rank computes for an exponentially distributed time (mean `skew`)
+// before each of `steps` calls, so on most calls one rank waits for the
+// other; returns both ranks' states.
+std::vector<CompressState> lateArrivals(TwoRanks& link, double skew, int steps, int64_t n, int codecCalls[2]) {
+  std::vector<CompressState> states(2);
+  std::vector<std::thread> ranks;
+  AutoSelection sel[2] = {AutoSelection(0), AutoSelection(0)};
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      std::mt19937 rng(11 + r);
+      std::exponential_distribution<double> compute(1 / skew);
+      const CompressComms comms = link.comms(r);
+      codecCalls[r] = 0;
+      for (int step = 0; step < steps; ++step) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(compute(rng)));
+        std::vector<float> x = values(400 + 2 * step + r, n);
+        if (sel[r].run(x.data(), n, true, states[r], comms) != 0) ++codecCalls[r];
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  return states;
+}
+
+}  // namespace
+
+TEST(peers_that_arrive_late_do_not_make_a_fast_link_look_slow) {
+  // The dense bytes cost ~0.1 ms; the ranks' compute differs by ~3 ms a
+  // step. The waits are no candidate's doing: none, chosen alike on both
+  // ranks, with at most a trial or two of a codec.
+  TwoRanks link;
+  link.beta = 1.0 / 2e9;
+  int codecCalls[2];
+  const std::vector<CompressState> s = lateArrivals(link, 3e-3, 150, 65536, codecCalls);
+  std::printf("  changes %llu, codec calls %d of 150, last: %s\n", static_cast<unsigned long long>(s[0].choice.changes),
+              codecCalls[0], s[0].choice.last.reason.c_str());
+  CHECK_EQ(s[0].choice.last.reason, s[1].choice.last.reason);
+  CHECK_EQ(chosen(s[0]), std::string("none"));
+  CHECK(s[0].choice.changes <= 2);
+  CHECK(codecCalls[0] <= 15);  // 10 %
+}
+
+TEST(peers_that_arrive_late_do_not_hide_a_slow_link) {
+  // The dense bytes cost ~13 ms, top-k's ~1 % of that: a sparsifier, under
+  // the same waits.
+  TwoRanks link;
+  link.beta = 1.0 / 20e6;
+  int codecCalls[2];
+  const std::vector<CompressState> s = lateArrivals(link, 3e-3, 60, 65536, codecCalls);
+  std::printf("  changes %llu, codec calls %d of 60, last: %s\n", static_cast<unsigned long long>(s[0].choice.changes),
+              codecCalls[0], s[0].choice.last.reason.c_str());
+  CHECK_EQ(s[0].choice.last.reason, s[1].choice.last.reason);
+  CHECK(chosen(s[0]) != "none");
+  CHECK(codecCalls[0] >= 40);
 }
 
 TEST(a_link_that_speeds_up_is_noticed_and_none_sends_what_the_residual_held) {
