@@ -320,6 +320,8 @@ README_PROMISES = {
     "| training driver |": [
         "tests/test_train.py::test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve",
         "tests/test_strategies.py::test_every_strategy_trains_on_both_backends_with_ddps_loss_curve",
+        "tests/test_adaptive.py::test_every_plan_computes_the_gradient_of_the_whole_batch",
+        "tests/test_adaptive.py::test_the_driver_trains_the_plan_with_ddps_loss_curve_and_reports_it",
         "tests/test_train.py::test_runs_under_mpirun",
     ],
     "| parameter server |": [

@@ -99,8 +99,16 @@ def parse_args(argv=None):
     p.add_argument(
         "--strategy",
         default=d.strategy,
-        help="allreduce (DDP), or a parameter server: ps-sync, ps-async, ps-ssp:K (no worker more than K "
-        "steps ahead of the slowest)",
+        help="allreduce (DDP), fsdp, tp, pp, dp+tp, dp+pp, adaptive (a mode per block of the model, planned "
+        "and timed), or a parameter server: ps-sync, ps-async, ps-ssp:K (no worker more than K steps ahead "
+        "of the slowest)",
+    )
+    p.add_argument(
+        "--max-state-mb",
+        type=float,
+        default=d.max_state_mb,
+        help="strategy=adaptive: leave out plans that hold more model state (parameters, gradients, "
+        "momentum) per rank than this (default 0: no cap)",
     )
     p.add_argument("--ps-servers", type=int, default=d.ps_servers, help="ps strategies: server ranks 0..S-1")
     p.add_argument(
@@ -207,7 +215,11 @@ def _predict(configs: list[RunConfig], cluster_rate: str | None) -> dict[str, di
 
     from pyscalecomm.train import data, models, predict, strategies
 
-    wanted = [c for c in configs if c.world > 1 and not c.strategy.startswith("ps-") and c.device == "cpu"]
+    wanted = [
+        c
+        for c in configs
+        if c.world > 1 and not c.strategy.startswith("ps-") and c.strategy != "adaptive" and c.device == "cpu"
+    ]
     if not wanted:
         return {}
     link = predict.link_for(cluster_rate)
@@ -257,6 +269,9 @@ def _report(runs: list[dict], out_dir: str, plots: bool, predicted: dict | None 
     chosen = report.compression_choices(results)
     if chosen:
         print("\n" + chosen)
+    plans = report.adaptive_plans(results)
+    if plans:
+        print("\n" + plans)
     story = report.verdict(results)
     if story:
         print("\n" + story)

@@ -69,6 +69,7 @@ class RunConfig:
     pp_schedule: str = "1f1b"  # pipeline strategies: gpipe | 1f1b
     ps_servers: int = 1  # ps strategies: server ranks 0..S-1
     straggler: str = "none"  # none | rank:R:F | random:F (see parse_straggler)
+    max_state_mb: float = 0  # strategy=adaptive: plans holding more model state per rank left out (0: no cap)
 
     def __post_init__(self):
         if self.strategy == "ddp":  # the same strategy: DDP's allreduce
@@ -87,6 +88,7 @@ class RunConfig:
                 else ""
             )
             + (f" straggler={self.straggler}" if self.straggler != "none" else "")
+            + (f" max_state_mb={self.max_state_mb:g}" if self.max_state_mb else "")
         )
 
     def applicable(self) -> RunConfig:
@@ -102,6 +104,8 @@ class RunConfig:
             unused["mesh"] = d.mesh
         if self.strategy not in PIPELINES:
             unused.update(microbatches=d.microbatches, pp_schedule=d.pp_schedule)
+        if self.strategy != "adaptive":
+            unused["max_state_mb"] = d.max_state_mb
         return dataclasses.replace(self, **unused)
 
     def check(self) -> None:
@@ -146,7 +150,7 @@ class RunConfig:
                     f"strategy={self.strategy} runs on the CPU, with a named codec but powersgd "
                     f"(pushes are one message)"
                 )
-        elif strategies.canonical(self.strategy) not in strategies.BUILDERS:
+        elif strategies.canonical(self.strategy) not in (*strategies.BUILDERS, "adaptive"):
             raise ValueError(f"strategy {self.strategy!r}: choose one of {', '.join(strategies.NAMES)}")
         elif self.strategy != "allreduce" and self.world == 1:
             raise Incompatible(
@@ -166,8 +170,10 @@ class RunConfig:
                 raise Incompatible(
                     f"strategy={self.strategy} needs a tensor-parallel plan: model {' or '.join(with_plan)}"
                 )
-            if mp > 1 and self.device != "cpu":
+            if (mp > 1 or self.strategy == "adaptive") and self.device != "cpu":
                 raise ValueError(f"strategy={self.strategy} runs on the CPU in this driver")
+            if self.max_state_mb < 0:
+                raise ValueError("max_state_mb must be >= 0 (0: no cap)")
             if self.strategy in PIPELINES:
                 if self.pp_schedule not in strategies.PP_SCHEDULES:
                     raise ValueError(f"pp_schedule={self.pp_schedule!r}: choose gpipe or 1f1b")

@@ -383,6 +383,18 @@ def compression_choices(results: list[dict]) -> str:
     return "\n".join(blocks)
 
 
+def adaptive_plans(results: list[dict]) -> str:
+    """strategy=adaptive's plan per unit and its timed candidates, per run that used it."""
+    from pyscalecomm.train.adaptive import describe
+
+    blocks = [
+        f"{r['label']}: strategy=adaptive planned (the same on every rank):\n" + describe(r["adaptive"])
+        for r in results
+        if r.get("adaptive")
+    ]
+    return "\n".join(blocks)
+
+
 def prediction_table(predicted: list[tuple]) -> str:
     """(config, prediction) pairs before running: step, compute, communication, state."""
     lines = [

@@ -17,6 +17,10 @@ dp+tp     a 2-D mesh (``--mesh DxT``): tensor parallel within each row,
           fully sharded data parallel across rows (PyTorch's 2-D recipe)
 dp+pp     a 2-D mesh (``--mesh DxS``): a pipeline within each row, its
           gradients averaged across rows
+adaptive  a mode per block of the model (data parallel, fully sharded,
+          tensor parallel or replicated), planned from predicted costs and
+          corrected by timing the best plans' first steps
+          (pyscalecomm.train.adaptive)
 ps-*      the parameter server (pyscalecomm.ps): sync, async, ssp:K
 ======== ==================================================================
 
@@ -45,7 +49,7 @@ from torch import nn
 DATA_PARALLEL = ("allreduce", "ddp", "fsdp")
 MODEL_PARALLEL = ("tp", "pp")
 HYBRID = ("dp+tp", "dp+pp")
-NAMES = (*DATA_PARALLEL, *MODEL_PARALLEL, *HYBRID, "ps-sync", "ps-async", "ps-ssp:K")
+NAMES = (*DATA_PARALLEL, *MODEL_PARALLEL, *HYBRID, "adaptive", "ps-sync", "ps-async", "ps-ssp:K")
 PP_SCHEDULES = ("gpipe", "1f1b")
 
 
@@ -330,6 +334,28 @@ def _pp(cfg, model, device, hook, dp: int = 1):
     return Share(step, params, dp, d, (dp, stages), whole, bubble=bubble, groups=_groups(mesh))
 
 
+def _adaptive(cfg, model, device, hook, batches):
+    from pyscalecomm.train import adaptive
+
+    if not batches:
+        raise ValueError("strategy=adaptive times its candidate plans on real batches: pass batches")
+    world = dist.get_world_size()
+    mesh, _ = _mesh(cfg, (world,), ("adaptive",))
+    plan, units, info = adaptive.choose(cfg, model, mesh, batches, cfg.threads)
+    net, dp = adaptive.build_plan(plan, units, model, mesh)
+    step = adaptive.make_step(net, dp, mesh.get_group(), world)
+    return Share(
+        step,
+        list(net.parameters()),
+        world,
+        dist.get_rank(),
+        (world, 1),
+        lambda: net,
+        close=lambda: {"adaptive": info},
+        groups=_groups(mesh),
+    )
+
+
 def _ps(cfg, model, device, hook):
     from pyscalecomm.ps import ParameterServer
 
@@ -376,12 +402,15 @@ def cfg_dp(cfg) -> int:
     return mesh_shape(cfg.strategy, cfg.world, cfg.mesh)[0]
 
 
-def build(cfg, model: nn.Module, device, hook: Callable) -> Share:
+def build(cfg, model: nn.Module, device, hook: Callable, batches: list | None = None) -> Share:
     """This rank's share of ``cfg.strategy`` over ``model`` (``hook(ddp, group)``
-    registers a DDP communication hook: the codec)."""
+    registers a DDP communication hook: the codec; ``batches``: this rank's
+    (x, y) of the first steps, on which ``adaptive`` times its plans)."""
     s = canonical(cfg.strategy)
     if s.startswith("ps-"):
         return _ps(cfg, model, device, hook)
+    if s == "adaptive":
+        return _adaptive(cfg, model, device, hook, batches)
     return BUILDERS[s](cfg, model, device, hook)
 
 

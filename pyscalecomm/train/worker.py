@@ -163,7 +163,7 @@ class Training:
         def hook(ddp, group):
             _register_hook(cfg, ddp, group)
 
-        self.share = strategies.build(cfg, model, self.device, hook)
+        self.share = strategies.build(cfg, model, self.device, hook, batches=calib)
         self.opt = torch.optim.SGD(self.share.params, lr=cfg.lr, momentum=0.9) if self.share.params else None
         self.run = next(_RUNS)
         self.pool = dist.distributed_c10d._get_default_store() if self.share.pooled else None
@@ -304,6 +304,7 @@ class Training:
             "staleness": servers_stats,
             "auto": auto,
             "compression_choices": chosen,
+            "adaptive": every[0].get("adaptive"),  # the plan (the same on every rank) and what chose it
         }
 
 
