@@ -140,4 +140,7 @@ def test_the_driver_trains_the_plan_with_ddps_loss_curve_and_reports_it(tmp_path
     assert {c["whole_model"] for c in info["candidates"]} >= {"allreduce", "tp"}  # timed beside the plans
     chosen = next(c for c in info["candidates"] if c["plan"] == info["chosen"])
     assert chosen["measured_ms"] == min(c["measured_ms"] for c in info["candidates"])
+    # a whole-model plan trains as that strategy: its own layout (tp: every rank the whole batch)
+    layout = {"tp": [1, 2], "allreduce": [2, 1], None: [2, 1]}[chosen["whole_model"]]
+    assert ad["mesh"] == layout
     assert "strategy=adaptive planned" in out.stdout and "the best whole-model strategy" in out.stdout

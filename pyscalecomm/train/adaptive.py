@@ -19,7 +19,9 @@ rep  replicated: the whole batch on every rank, no communication (every rank
 ==== ======================================================================
 
 A plan with every unit dp is DistributedDataParallel itself; otherwise the
-dp units' gradients are averaged in one allreduce after the backward.
+dp units' gradients are averaged in one allreduce after the backward. A
+chosen plan equal to a whole-model strategy trains as that strategy
+(pyscalecomm.train.strategies: its own batch layout, no gathers).
 
 Where a unit on shares meets one on the whole batch, the activations are
 all-gathered (backward: this rank's slice of the gradient, times the ranks);
@@ -29,7 +31,7 @@ mean loss over the global batch, as DDP does.
 
 Planning: every plan (a mode per unit) gets a predicted step time from the
 model's per-layer profile (forward + backward measured on each rank at its
-share, the ranks' maximum), the link's alpha and beta (allreduces of two
+share, the ranks' mean), the link's alpha and beta (allreduces of two
 sizes timed on the run's own group) and the cores: compute per unit (dp,
 fsdp: 1/D of it; tp: 1/D of the pair, the rest whole; rep: all of it),
 communication (dp: one allreduce of all dp gradients; fsdp: two
@@ -364,8 +366,10 @@ def choose(cfg, model: nn.Sequential, mesh, batches: list, threads: int = 1):
     tokens = x0.shape[1] if x0.dim() == 3 else 1  # a sequence of feature vectors (the transformer's input)
     us = units(model, tokens)
     prof = predict.profile(copy.deepcopy(model), x0[0], x0.shape[0], repeats=3)
-    agreed = _agreed_max([prof.compute_s, *prof.layer_s], group)
-    prof.compute_s, prof.layer_s = agreed[0], agreed[1:]
+    mean = torch.tensor([prof.compute_s, *prof.layer_s], dtype=torch.float64)
+    dist.all_reduce(mean, group=group)  # the ranks' mean: one rank descheduled mid-profile is noise, not cost
+    mean /= world
+    prof.compute_s, prof.layer_s = float(mean[0]), mean[1:].tolist()
     prof = predict.scaled(prof, x0.shape[0] * world)
     link = measure_link(group, world, min(4 << 20, max(64 << 10, 4 * prof.params)))
     running = max(1, min(world, (os.cpu_count() or 1) // max(1, threads)))

@@ -342,6 +342,12 @@ def _adaptive(cfg, model, device, hook, batches):
     world = dist.get_world_size()
     mesh, _ = _mesh(cfg, (world,), ("adaptive",))
     plan, units, info = adaptive.choose(cfg, model, mesh, batches, cfg.threads)
+    whole = adaptive.whole_model(units).get(plan)
+    if whole is not None:  # a whole-model plan trains as that strategy itself (its own batch layout)
+        share = BUILDERS[whole](cfg, model, device, hook)
+        share.groups += _groups(mesh)
+        share.close = lambda: {"adaptive": info}
+        return share
     net, dp = adaptive.build_plan(plan, units, model, mesh)
     step = adaptive.make_step(net, dp, mesh.get_group(), world)
     return Share(

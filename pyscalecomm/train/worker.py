@@ -164,6 +164,8 @@ class Training:
             _register_hook(cfg, ddp, group)
 
         self.share = strategies.build(cfg, model, self.device, hook, batches=calib)
+        self.dp, self.mp = self.share.mesh  # adaptive's layout is known only now
+        self.local = self.per_step // self.dp
         self.opt = torch.optim.SGD(self.share.params, lr=cfg.lr, momentum=0.9) if self.share.params else None
         self.run = next(_RUNS)
         self.pool = dist.distributed_c10d._get_default_store() if self.share.pooled else None
