@@ -26,6 +26,9 @@ def test_units_follow_the_models_tensor_parallel_pairs():
     assert [u.tp_keys for u in tr] == [(), ("1.linear1", "1.linear2"), ("2.linear1", "2.linear2"), ()]
     assert tr[1].tp_pairs == ((4 * 16, 4 * 16),)  # per token: width in, width out
     assert adaptive.whole_model(mlp) == {("dp", "dp"): "allreduce", ("tp", "rep"): "tp"}
+    head = adaptive.units(models.build("cnn-fc", (1, 8, 8), 10, 8))  # convolutions, then a pair
+    spans = [(u.start, u.end, u.tp_keys) for u in head]
+    assert spans == [(0, 2, ()), (2, 6, ()), (6, 10, ("6", "8")), (10, 11, ())]
     with pytest.raises(ValueError, match="nn.Sequential"):
         adaptive.units(torch.nn.Linear(2, 2))
 
@@ -66,6 +69,7 @@ def test_the_plan_follows_the_link_and_the_memory_cap():
 
 PLANS = {
     "mlp": [("dp", "dp"), ("tp", "rep"), ("tp", "dp"), ("fsdp", "dp"), ("rep", "fsdp"), ("dp", "rep")],
+    "cnn-fc": [("dp", "dp", "tp", "dp"), ("dp", "fsdp", "tp", "rep"), ("rep", "dp", "dp", "dp")],
     "transformer": [
         ("dp", "dp", "dp", "dp"),
         ("rep", "tp", "tp", "rep"),
@@ -80,7 +84,7 @@ def _gradients_of_plans(rank, world, name):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    shape, tokens = ((1, 8, 8), 1) if name == "mlp" else ((4, 8), 4)
+    shape, tokens = ((4, 8), 4) if name == "transformer" else ((1, 8, 8), 1)
     torch.manual_seed(0)
     base = models.build(name, shape, 10, 16)
     x, y = torch.randn(4 * world, *shape), torch.randint(0, 10, (4 * world,))
@@ -112,7 +116,7 @@ def _grads(model, x, y):
     return model
 
 
-@pytest.mark.parametrize("name", ["mlp", "transformer"])
+@pytest.mark.parametrize("name", ["mlp", "cnn-fc", "transformer"])
 def test_every_plan_computes_the_gradient_of_the_whole_batch(name):
     out = run_ranks(2, _gradients_of_plans, name, timeout_s=240)
     for plan, err in out[0].items():

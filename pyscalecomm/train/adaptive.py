@@ -49,6 +49,7 @@ choice (agreed inputs, times agreed by maximum).
 from __future__ import annotations
 
 import copy
+import gc
 import itertools
 import math
 import os
@@ -399,6 +400,8 @@ def choose(cfg, model: nn.Sequential, mesh, batches: list, threads: int = 1):
             if r:
                 times[i].append(time.perf_counter() - t0)
     measured = [statistics.median(t) for t in times]
+    del steps  # the copies, their hooks and buffers
+    gc.collect()
     measured = _agreed_max(measured, group)
     chosen = candidates[min(range(len(candidates)), key=lambda i: (measured[i], i))]
     info = {

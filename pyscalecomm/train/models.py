@@ -1,8 +1,9 @@
-"""The driver's models: an MLP, a small CNN, a ResNet-18-style network and a
-small transformer encoder, each built for an input shape and a class count.
+"""The driver's models: an MLP, a small CNN, a CNN with a fully connected
+head, a ResNet-18-style network and a small transformer encoder, each built
+for an input shape and a class count.
 
 ``build(name, input_shape, classes, width)``: ``width`` scales the model
-(hidden units of the MLP, channels of the CNN, the ResNet's first stage,
+(hidden units of the MLP, channels of the CNNs, the ResNet's first stage,
 the transformer's model dimension), so one flag sets how many bytes of
 gradient each step communicates (``param_bytes``).
 """
@@ -14,7 +15,7 @@ import copy
 import torch
 from torch import nn
 
-MODELS = ("mlp", "cnn", "resnet", "transformer")
+MODELS = ("mlp", "cnn", "cnn-fc", "resnet", "transformer")
 
 
 def mlp(input_shape, classes: int, width: int) -> nn.Module:
@@ -41,6 +42,27 @@ def cnn(input_shape, classes: int, width: int) -> nn.Module:
         nn.AdaptiveAvgPool2d(2),
         nn.Flatten(),
         nn.Linear(8 * width, classes),
+    )
+
+
+def cnn_fc(input_shape, classes: int, width: int) -> nn.Module:
+    """Two 3x3 convolutions (width, 2 x width channels) pooled to 4x4, then a
+    fully connected head of two hidden layers of 4 x width units: most of the
+    compute in the convolutions, most of the parameters in the head (the
+    shape of AlexNet and VGG, in small)."""
+    c, hidden = input_shape[0], 4 * width
+    return nn.Sequential(
+        nn.Conv2d(c, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(2 * width * 16, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, classes),
     )
 
 
@@ -125,6 +147,8 @@ def build(name: str, input_shape, classes: int, width: int) -> nn.Module:
         return mlp(input_shape, classes, width)
     if name == "cnn":
         return cnn(input_shape, classes, width)
+    if name == "cnn-fc":
+        return cnn_fc(input_shape, classes, width)
     if name == "resnet":
         return resnet(input_shape, classes, width)
     if name == "transformer":

@@ -344,8 +344,9 @@ def _adaptive(cfg, model, device, hook, batches):
     plan, units, info = adaptive.choose(cfg, model, mesh, batches, cfg.threads)
     whole = adaptive.whole_model(units).get(plan)
     if whole is not None:  # a whole-model plan trains as that strategy itself (its own batch layout)
+        for g in _groups(mesh):  # the planning's groups end here: nothing of theirs runs beside training
+            dist.destroy_process_group(g)
         share = BUILDERS[whole](cfg, model, device, hook)
-        share.groups += _groups(mesh)
         share.close = lambda: {"adaptive": info}
         return share
     net, dp = adaptive.build_plan(plan, units, model, mesh)
