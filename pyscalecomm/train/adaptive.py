@@ -311,17 +311,13 @@ def build_plan(plan: tuple[str, ...], us: list[Unit], model: nn.Sequential, mesh
 
 
 def make_step(net: nn.Module, dp_params: list, group, world: int):
+    from pyscalecomm.train.strategies import average_gradients
+
     def step(x, y):
         loss = nn.functional.cross_entropy(net(x), y)
         loss.backward()
         if dp_params and world > 1:  # one allreduce of every dp gradient, averaged
-            flat = torch.cat([p.grad.reshape(-1) for p in dp_params])
-            dist.all_reduce(flat, group=group)
-            flat /= world
-            offset = 0
-            for p in dp_params:
-                p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
-                offset += p.numel()
+            average_gradients(dp_params, group, world)
         return loss.item()
 
     return step

@@ -32,17 +32,20 @@ def mlp(input_shape, classes: int, width: int) -> nn.Module:
     )
 
 
-def cnn(input_shape, classes: int, width: int) -> nn.Module:
-    c = input_shape[0]
-    return nn.Sequential(
+def _convolutions(c: int, width: int, pooled: int) -> list[nn.Module]:
+    """Two 3x3 convolutions (width, 2 x width channels) pooled to pooled x pooled, flattened."""
+    return [
         nn.Conv2d(c, width, 3, padding=1),
         nn.ReLU(),
         nn.Conv2d(width, 2 * width, 3, padding=1),
         nn.ReLU(),
-        nn.AdaptiveAvgPool2d(2),
+        nn.AdaptiveAvgPool2d(pooled),
         nn.Flatten(),
-        nn.Linear(8 * width, classes),
-    )
+    ]
+
+
+def cnn(input_shape, classes: int, width: int) -> nn.Module:
+    return nn.Sequential(*_convolutions(input_shape[0], width, 2), nn.Linear(8 * width, classes))
 
 
 def cnn_fc(input_shape, classes: int, width: int) -> nn.Module:
@@ -50,14 +53,9 @@ def cnn_fc(input_shape, classes: int, width: int) -> nn.Module:
     fully connected head of two hidden layers of 4 x width units: most of the
     compute in the convolutions, most of the parameters in the head (the
     shape of AlexNet and VGG, in small)."""
-    c, hidden = input_shape[0], 4 * width
+    hidden = 4 * width
     return nn.Sequential(
-        nn.Conv2d(c, width, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(width, 2 * width, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(4),
-        nn.Flatten(),
+        *_convolutions(input_shape[0], width, 4),
         nn.Linear(2 * width * 16, hidden),
         nn.ReLU(),
         nn.Linear(hidden, hidden),

@@ -278,6 +278,17 @@ def _tp(cfg, model, device, hook, dp: int = 1):
     return Share(_ce(model), list(model.parameters()), dp, d, shape, lambda: model, groups=_groups(mesh))
 
 
+def average_gradients(params: list, group, size: int) -> None:
+    """The parameters' gradients averaged over ``group`` (``size`` ranks) in one allreduce."""
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat, group=group)
+    flat /= size
+    offset = 0
+    for p in params:
+        p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
+        offset += p.numel()
+
+
 def _pp(cfg, model, device, hook, dp: int = 1):
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
@@ -309,13 +320,7 @@ def _pp(cfg, model, device, hook, dp: int = 1):
         else:
             schedule.step()
         if dp_group is not None and params:  # average each stage's gradients over its replicas
-            flat = torch.cat([p.grad.reshape(-1) for p in params])
-            dist.all_reduce(flat, group=dp_group)
-            flat /= dp
-            offset = 0
-            for p in params:
-                p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
-                offset += p.numel()
+            average_gradients(params, dp_group, dp)
         return sum(float(v.detach()) for v in losses) / len(losses) if losses else None
 
     def whole():
