@@ -396,7 +396,7 @@ def choose(cfg, model: nn.Sequential, mesh, batches: list, threads: int = 1):
             if r:
                 times[i].append(time.perf_counter() - t0)
     measured = [statistics.median(t) for t in times]
-    del steps  # the copies, their hooks and buffers
+    del steps, net, step  # the copies, their hooks and buffers
     gc.collect()
     measured = _agreed_max(measured, group)
     chosen = candidates[min(range(len(candidates)), key=lambda i: (measured[i], i))]
