@@ -17,6 +17,9 @@ one. Columns:
   (below the table: `dist.barrier` on the same group, torch's own barrier
   dispatch, which allocates a tensor per call);
 - scalecomm, gloo: `dist.all_reduce` (`dist.barrier`) on a group of that backend;
+- direct: `pyscalecomm.allreduce` on the NumPy array over the tensor's memory
+  (the direct API: no torch dispatch), what an mpi4py user calls instead of
+  `comm.Allreduce`;
 - floor+mpi: the floor's call and then `MPI_Allreduce` in one loop (barrier
   row: torch's barrier dispatch and then `MPI_Barrier`): what a backend with
   Open MPI's transport and no cost of its own would take through torch, both
@@ -35,7 +38,7 @@ Then the goal columns, each the median over rounds of the quantity computed
 within one round (paired: a round's columns run back to back, so the VM's
 drift between rounds cancels): (scalecomm - floor) / mpi; scalecomm - floor
 (us); scalecomm - (floor+mpi) (us: what scalecomm adds beyond that ideal
-backend); scalecomm / mpi. Below the table, the barrier against the floor plus
+backend); scalecomm / mpi; direct / mpi. Below the table, the barrier against the floor plus
 `MPI_Barrier`, and against torch's barrier dispatch plus `MPI_Barrier`.
 `--json FILE` writes one record per size with every round's times.
 """
@@ -128,6 +131,9 @@ def main() -> int:
 
         return run
 
+    def direct(_t, a):
+        pyscalecomm.allreduce(a)
+
     def mpi_allreduce(t, a):
         comm.Allreduce(MPI.IN_PLACE, a)
 
@@ -153,6 +159,7 @@ def main() -> int:
         "floor": floor,
         "floor+mpi": floor_then_mpi,
         "scalecomm": allreduce_on(None),
+        "direct": direct,
         "gloo": allreduce_on(gloo),
         "mpi": mpi_allreduce,
     }
@@ -181,7 +188,7 @@ def main() -> int:
         print(
             f"{'bytes':>8} "
             + " ".join(f"{c:>22}" for c in cols)
-            + f" {'(sc-floor)/mpi':>15} {'sc-floor':>9} {'sc-(f+mpi)':>10} {'sc/mpi':>8}"
+            + f" {'(sc-floor)/mpi':>15} {'sc-floor':>9} {'sc-(f+mpi)':>10} {'sc/mpi':>8} {'direct/mpi':>10}"
         )
     records = []
     for label, size, table in rows:
@@ -223,9 +230,11 @@ def main() -> int:
                 "beyond": _paired(times, lambda r: r["scalecomm"] - r["floor+mpi"]),
                 "ratio": _paired(times, lambda r: r["scalecomm"] / r["mpi"]),
             }
+            if "direct" in times:
+                goals["direct"] = _paired(times, lambda r: r["direct"] / r["mpi"])
             print(
                 f"{label:>8} {cells} {goals['over']:>15.2f} {goals['above']:>9.1f} {goals['beyond']:>10.1f} "
-                f"{goals['ratio']:>8.2f}",
+                f"{goals['ratio']:>8.2f}" + (f" {goals['direct']:>10.2f}" if "direct" in goals else ""),
                 flush=True,
             )
             records.append(

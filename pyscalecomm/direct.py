@@ -4,14 +4,23 @@
 returns ``x`` itself: a torch tensor, or any array that exports its memory
 through DLPack (``__dlpack__``): NumPy on the CPU, CuPy on the GPU, JAX. The
 array is shared with the collective, not copied, so the caller's own object
-holds the result. ``compression="topk:0.01"`` (any codec of
-docs/compression.md) goes through a codec with error feedback instead.
+holds the result; ``out=y`` leaves ``x`` as it is and writes the result into
+``y``. ``compression="topk:0.01"`` (any codec of docs/compression.md) goes
+through a codec with error feedback instead.
+
+A synchronous call on a host array (NumPy, or a contiguous CPU tensor) on a
+scalecomm group goes straight to the group, without torch's dispatch or a
+Work: what an mpi4py user's ``comm.Allreduce`` compares with. Everything else
+(CUDA and CuPy arrays, ``async_op``, codecs, other backends' groups) runs
+through ``torch.distributed.all_reduce``.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
+from pyscalecomm import _C
 
 _OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -82,6 +91,42 @@ def as_tensor(array, collective: str) -> torch.Tensor:
     return tensor
 
 
+_last_group: list = [None, None]  # [process group, its scalecomm backend or None]
+
+
+def _scalecomm_backend(group):
+    """The scalecomm backend serving ``group``'s CPU calls (default: the
+    default group), or None (another backend, no group yet, not a member):
+    then the general path runs and explains. The last group's answer is kept."""
+    pg = group
+    if pg is None:
+        pg = dist.distributed_c10d._world.default_pg
+        if pg is None:
+            return None
+    if pg is _last_group[0]:
+        return _last_group[1]
+    try:
+        backend = pg._get_backend(torch.device("cpu"))
+    except (RuntimeError, AttributeError, ValueError):
+        backend = None
+    if not isinstance(backend, _C.ScalecommBackend):
+        backend = None
+    _last_group[0], _last_group[1] = pg, backend
+    return backend
+
+
+def _copy_into(out, array) -> None:
+    """``out`` := ``array`` (same shape and element type), refused by name otherwise."""
+    dst, src = as_tensor(out, "allreduce"), as_tensor(array, "allreduce")
+    if dst.shape != src.shape or dst.dtype != src.dtype:
+        raise ValueError(
+            f"pyscalecomm.allreduce: out has shape {tuple(dst.shape)} and type {dst.dtype}, the input "
+            f"{tuple(src.shape)} and {src.dtype}; they must match"
+        )
+    if dst.data_ptr() != src.data_ptr():
+        dst.copy_(src)
+
+
 def allreduce(
     array,
     compression: str | None = None,
@@ -91,10 +136,13 @@ def allreduce(
     async_op: bool = False,
     key: str | None = None,
     error_feedback: bool | None = None,
+    out=None,
 ):
     """Reduces ``array`` in place across ``group`` (default: the default
     group) and returns it (with ``async_op``: a handle whose ``wait()``
-    finishes the call; the array holds the result after it).
+    finishes the call; the array holds the result after it). With ``out``
+    (an array of the same shape and type): ``array`` is left as it is, the
+    result goes into ``out``, which is returned (MPI's out-of-place form).
 
     ``op``: ``sum``, ``avg``, ``product``, ``min`` or ``max`` (any case), or
     torch's ``dist.ReduceOp.SUM`` and the others.
@@ -104,6 +152,21 @@ def allreduce(
     array, or the array it views, lives: an array made anew, even at a freed
     array's address, starts from zero error) and ``error_feedback``
     overrides the codec's default."""
+    if out is not None:
+        _copy_into(out, array)
+        array = out
+    if compression is None and not async_op:
+        backend = _scalecomm_backend(group)
+        if backend is not None:
+            code = _C.direct_reduce_ops.get(op) if isinstance(op, str) else None
+            if code is None:
+                code = _C.direct_reduce_ops[_op_name(op)]
+            if isinstance(array, torch.Tensor):
+                served = backend.allreduce_tensor(array, code)
+            else:
+                served = backend.allreduce_array(array, code)
+            if served:
+                return array
     op = _op_name(op)
     tensor = as_tensor(array, "allreduce")
     if compression is None:

@@ -90,6 +90,108 @@ def test_what_cannot_be_reduced_in_place_is_refused_by_name():
         assert x == [2.0] * 3
 
 
+_DIRECT_TYPES = ("float32", "float64", "float16", "int8", "uint8", "int16", "int32", "int64")
+_DIRECT_OPS = {"sum": "SUM", "avg": "AVG", "product": "PRODUCT", "min": "MIN", "max": "MAX"}
+
+
+def _direct_against_gloo(rank, n):
+    """Every element type and op through the direct path (torch's dispatch
+    made to fail, so nothing may go through it), against gloo's all_reduce
+    of the same values; then out=, and a call queued behind an async one."""
+    import torch.distributed as dist
+
+    gloo = dist.new_group(backend="gloo")
+    rng = np.random.default_rng(7 + rank)
+    cases = []
+    for name in _DIRECT_TYPES:
+        for op in _DIRECT_OPS:
+            if op == "avg" and not name.startswith("float"):
+                continue  # gloo has no integer AVG
+            small = name in ("int8", "uint8") or op == "product"
+            values = rng.integers(1, 3 if small else 50, size=1000).astype(name)
+            cases.append((name, op, values))
+    expected = []
+    for _name, op, values in cases:
+        t = torch.from_numpy(values.astype(np.float64))  # gloo has no int16; the values are exact in float64
+        if op == "avg":  # gloo: the sum, divided here
+            dist.all_reduce(t, group=gloo)
+            t = t / n
+        else:
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, _DIRECT_OPS[op]), group=gloo)
+        expected.append(t.numpy())
+    real = dist.all_reduce
+    dist.all_reduce = None  # the direct path must not call it
+    try:
+        got = []
+        for _name, op, values in cases:
+            arr = values.copy()
+            assert pyscalecomm.allreduce(arr, op=op) is arr
+            got.append(arr.astype(np.float64))
+        tensor = torch.arange(5, dtype=torch.float32) * (rank + 1)
+        pyscalecomm.allreduce(tensor, op="max")
+        x = np.full(4, rank + 1.0, dtype=np.float32)
+        y = np.zeros(4, dtype=np.float32)
+        out = pyscalecomm.allreduce(x, out=y)
+    finally:
+        dist.all_reduce = real
+    wrong = [
+        (name, op)
+        for (name, op, _v), e, g in zip(cases, expected, got, strict=True)
+        if not np.allclose(g, e, rtol=2e-3)
+    ]
+    # a direct call issued while an async call is queued runs after it
+    big = torch.full((1 << 20,), float(rank + 1))
+    work = dist.all_reduce(big, async_op=True)
+    after = np.full(3, rank + 1, dtype=np.int32)
+    pyscalecomm.allreduce(after)
+    work.wait()
+    try:
+        pyscalecomm.allreduce(x, out=np.zeros(5, dtype=np.float32))
+        mismatch = "no error"
+    except ValueError as e:
+        mismatch = str(e)
+    return (
+        len(cases),
+        wrong,
+        tensor.tolist(),
+        out is y,
+        x.tolist() == [rank + 1.0] * 4,  # the input is left as it was
+        y.tolist(),
+        after.tolist(),
+        float(big[0]),
+        mismatch,
+    )
+
+
+def test_host_arrays_take_the_direct_path_and_match_gloo_for_every_type_and_op():
+    results = run_ranks(3, _direct_against_gloo, timeout_s=120)
+    for count, wrong, tensor, is_out, kept, y, after, big, mismatch in results:
+        assert count == 35 and wrong == []
+        assert tensor == [3.0 * v for v in range(5)]
+        assert is_out and kept
+        assert y == [6.0] * 4
+        assert after == [6] * 3 and big == 6.0
+        assert "out has shape (5,)" in mismatch and "the input (4,)" in mismatch
+
+
+def _direct_after_abort(rank, n):
+    import torch.distributed as dist
+
+    x = np.ones(3, dtype=np.float32)
+    pyscalecomm.allreduce(x)
+    dist.group.WORLD._get_backend(torch.device("cpu")).abort()
+    try:
+        pyscalecomm.allreduce(x)
+        return "no error"
+    except dist.DistBackendError as e:
+        return str(e)
+
+
+def test_a_direct_call_on_an_aborted_group_raises_naming_the_call_and_rank():
+    for rank, error in enumerate(run_ranks(2, _direct_after_abort, timeout_s=60)):
+        assert f"scalecomm allreduce (rank {rank}" in error and "aborted" in error, error
+
+
 def _cupy_in_place(rank, n):
     import cupy
 

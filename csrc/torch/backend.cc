@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -225,6 +227,52 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   call.op = r.op.op;
   call.premulFactor = r.op.premulFactor;
   return run(c10d::OpType::ALLREDUCE, {t}, std::move(call), stage);
+}
+
+bool ScalecommBackend::allreduceHost(void* data, int64_t count, DataType dtype, ReduceOp op) {
+  TORCH_CHECK_VALUE(reduceOpSupports(op, dtype), "scalecomm allreduce (rank ", getRank(), "): reduce op ",
+                    reduceOpName(op), " is not defined for ", dataTypeName(dtype),
+                    (isFloating(dtype) ? "; bitwise ops (BAND/BOR/BXOR) need an integer dtype" : ""));
+  const auto bytes = static_cast<int64_t>(count * elementSize(dtype));
+  if (!config().compression.empty() && isFloating(dtype) && (op == ReduceOp::Sum || op == ReduceOp::Avg) &&
+      bytes >= config().compressionMinBytes) {
+    return false;
+  }
+  const Group::Prepared& site = group_->prepare(CallKind::Allreduce, "allreduce", bytes);
+  Call call;
+  call.kind = CallKind::Allreduce;
+  call.name = site.title;
+  call.algorithm = site.algorithm;
+  call.blocking = true;
+  call.data = data;
+  call.count = count;
+  call.dtype = dtype;
+  call.op = op;
+  call.bytes = static_cast<uint64_t>(bytes);
+  // Runs inline (done before submit returns) unless the worker has calls
+  // queued; then this thread waits for done, which the group calls exactly
+  // once, on success, failure, timeout or abort.
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::optional<Error> error;
+  } outcome;
+  call.done = [&outcome](const Error* e) {
+    std::lock_guard<std::mutex> g(outcome.mu);
+    if (e != nullptr) outcome.error = *e;
+    outcome.done = true;
+    outcome.cv.notify_one();
+  };
+  try {
+    group_->submit(std::move(call));
+  } catch (const Error& e) {
+    rethrow(e);
+  }
+  std::unique_lock<std::mutex> lock(outcome.mu);
+  outcome.cv.wait(lock, [&] { return outcome.done; });
+  if (outcome.error) rethrow(*outcome.error);
+  return true;
 }
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,

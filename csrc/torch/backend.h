@@ -155,6 +155,15 @@ class ScalecommBackend : public c10d::Backend {
                                                      std::chrono::milliseconds timeout);
   CompressionStore& compressionState() { return *compression_; }
 
+  // The direct API's allreduce (pyscalecomm.allreduce on a host array):
+  // `count` elements of `dtype` at `data`, in place, synchronously, without
+  // a Work or torch's dispatch; on the calling thread when the group is idle,
+  // else after the calls queued before it. Returns false, having
+  // communicated nothing, where the general path must run it (the group's
+  // default codec applies). Raises ValueError for an op the dtype does not
+  // support, DistBackendError as a failed Work would.
+  bool allreduceHost(void* data, int64_t count, DataType dtype, ReduceOp op);
+
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return group_->lastSeq(); }
   void abort() override;

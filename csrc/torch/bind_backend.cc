@@ -13,6 +13,7 @@
 #include "group/stats.h"
 #include "torch/backend.h"
 #include "torch/bindings.h"
+#include "torch/tensor_types.h"
 
 namespace scalecomm {
 
@@ -196,6 +197,90 @@ void defineSelection(BackendClass& cls) {
           "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
 }
 
+// The element type of a buffer-protocol format ("f", "<d", "=e", "q", ...;
+// native or little-endian byte order) of `itemsize` bytes, if we reduce it.
+std::optional<DataType> bufferType(const char* format, Py_ssize_t itemsize) {
+  if (format == nullptr) return DataType::UInt8;  // PEP 3118: unsigned bytes
+  if (*format == '@' || *format == '=' || *format == '<') ++format;
+  if (format[0] == '\0' || format[1] != '\0') return std::nullopt;
+  switch (format[0]) {
+    case 'f': return DataType::Float32;
+    case 'd': return DataType::Float64;
+    case 'e': return DataType::Float16;
+    case 'b': return DataType::Int8;
+    case 'B': return DataType::UInt8;
+    case 'h': return DataType::Int16;
+    case 'i':
+    case 'l':
+    case 'q':
+      if (itemsize == 4) return DataType::Int32;
+      if (itemsize == 8) return DataType::Int64;
+      return std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+// The ReduceOp values the direct path takes, by pyscalecomm.allreduce's names.
+ReduceOp directOp(int op) {
+  switch (op) {
+    case static_cast<int>(ReduceOp::Sum):
+    case static_cast<int>(ReduceOp::Avg):
+    case static_cast<int>(ReduceOp::Min):
+    case static_cast<int>(ReduceOp::Max):
+    case static_cast<int>(ReduceOp::Product): return static_cast<ReduceOp>(op);
+    default:
+      throw py::value_error(
+          strCat("scalecomm allreduce: op code ", op, " is not one of pyscalecomm._C.direct_reduce_ops' values"));
+  }
+}
+
+// The direct API's fast path (pyscalecomm.allreduce, docs/api.md): an
+// in-place synchronous allreduce of a host array without torch's dispatch.
+// Each returns False, having communicated nothing, for what the general path
+// must take (and explain when it refuses): a read-only, non-contiguous or
+// device array, a type we do not reduce, the group's default codec.
+void defineDirect(BackendClass& cls) {
+  cls.def(
+         "allreduce_array",
+         [](ScalecommBackend& b, const py::object& array, int op) {
+           const ReduceOp rop = directOp(op);
+           Py_buffer view;
+           if (PyObject_GetBuffer(array.ptr(), &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
+             PyErr_Clear();
+             return false;
+           }
+           const std::optional<DataType> dtype = bufferType(view.format, view.itemsize);
+           bool ran = false;
+           try {
+             if (dtype && view.itemsize == static_cast<Py_ssize_t>(elementSize(*dtype))) {
+               py::gil_scoped_release noGil;
+               ran = b.allreduceHost(view.buf, view.len / view.itemsize, *dtype, rop);
+             }
+           } catch (...) {
+             PyBuffer_Release(&view);
+             throw;
+           }
+           PyBuffer_Release(&view);
+           return ran;
+         },
+         py::arg("array"), py::arg("op"),
+         "Allreduces a writable C-contiguous buffer-protocol array (NumPy) in place with ReduceOp value `op`; "
+         "False if it must take the general path.")
+      .def(
+          "allreduce_tensor",
+          [](ScalecommBackend& b, const at::Tensor& t, int op) {
+            if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || !t.is_contiguous()) return false;
+            const std::optional<DataType> dtype = arithmeticType(t.scalar_type());
+            if (!dtype) return false;
+            const ReduceOp rop = directOp(op);
+            py::gil_scoped_release noGil;
+            return b.allreduceHost(t.data_ptr(), t.numel(), *dtype, rop);
+          },
+          py::arg("tensor"), py::arg("op"),
+          "Allreduces a contiguous CPU tensor in place with ReduceOp value `op`; False if it must take the general "
+          "path.");
+}
+
 // Compressed allreduce and its error-feedback state.
 void defineCompression(BackendClass& cls) {
   cls.def(
@@ -313,6 +398,11 @@ void bindBackend(py::module& m) {
   defineCounters(backend);
   defineSelection(backend);
   defineCompression(backend);
+  defineDirect(backend);
+  m.attr("direct_reduce_ops") =
+      py::dict(py::arg("sum") = static_cast<int>(ReduceOp::Sum), py::arg("avg") = static_cast<int>(ReduceOp::Avg),
+               py::arg("min") = static_cast<int>(ReduceOp::Min), py::arg("max") = static_cast<int>(ReduceOp::Max),
+               py::arg("product") = static_cast<int>(ReduceOp::Product));
 }
 
 }  // namespace scalecomm

@@ -9,7 +9,9 @@ Parameter server:      ... --collectives ps      (pushes + pulls per second over
 One row per size and implementation (a scalecomm algorithm from --algos, or a
 baseline from --baselines), with nccl-tests' columns for out-of-place and
 in-place: time (us per call; -a picks the statistic across ranks, default the
-average), algbw = size / time, busbw = algbw x the collective's factor
+average), cpu (us of CPU time per call, every thread of a rank's process
+together: what the call takes from computation that could overlap it; the
+mean over ranks), algbw = size / time, busbw = algbw x the collective's factor
 (allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall (n-1)/n; broadcast,
 reduce 1), #wrong (elements differing from the closed-form result; -c 0 skips
 the check). Sizes are of the whole buffer, as in nccl-tests (allgather: the
@@ -32,10 +34,14 @@ async mode; the row gives the slowest rank's time per step, the requests
 speedup over one server; over scalecomm and each CPU baseline backend.
 
 Baselines: gloo (torch's CPU backend) and mpi (MPI's own collectives through
-mpi4py on the same buffers; needs mpirun). The timing runs back-to-back calls
-between barriers on a separate gloo group, each loop at least --min-time
-seconds (iterations doubled from -n until it is); --rounds R times every
-implementation R times per size, interleaved in a balanced order (each one
+mpi4py on the same buffers; needs mpirun). ``--api direct`` times scalecomm's
+allreduce rows through the direct API instead of ``dist.all_reduce``:
+``pyscalecomm.allreduce`` on NumPy arrays over the same memory (out of place:
+``out=``), with no torch dispatch, as mpi4py's ``comm.Allreduce`` is called.
+The timing runs back-to-back calls between barriers on a separate gloo
+group, each loop at least --min-time seconds (iterations doubled from -n
+until it is); --rounds R times every implementation R times per size,
+interleaved in a balanced order (each one
 first once and right after every other once per cycle of rounds). The table
 gives each one's median round and, beside its time, half the range of its
 rounds as a share of the median (±%); a row whose rounds spread over 25 %
@@ -178,6 +184,13 @@ def parse_args(argv=None):
         "(scalecomm over NCCL; --algos ring,nccl compares ours with NCCL's; ranks sharing a GPU get "
         "their own NCCL_HOSTID, so NCCL joins them through its socket transport)",
     )
+    p.add_argument(
+        "--api",
+        default="torch",
+        choices=("torch", "direct"),
+        help="how scalecomm's rows call allreduce: torch (dist.all_reduce) or direct (pyscalecomm.allreduce "
+        "on NumPy arrays of the same memory, no torch dispatch; allreduce only)",
+    )
     p.add_argument("--backends", default="", help=argparse.SUPPRESS)  # old spelling: scalecomm,gloo
     p.add_argument(
         "--rounds",
@@ -208,6 +221,8 @@ def parse_args(argv=None):
     for c in args.collectives:
         if c not in COLLECTIVES and c != "ps":
             p.error(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}, 'all' or ps")
+    if args.api == "direct" and args.collectives != ["allreduce"]:
+        p.error("--api direct: the direct API has allreduce only; use --collectives allreduce")
     parse_sizes(p, args, minbytes="-b", maxbytes="-e", stepbytes="-i")
     known = known_algorithms()
     for a in (a for a in args.algos.split(",") if a):
@@ -317,9 +332,26 @@ def _runner(impl, case, args, state=""):
             return None  # e.g. pairwise above 4032 bytes, shared above its window
     if impl.kind == "gloo" and args.op == "avg" and case.spec.reduces:
         return None  # gloo has no AVG
+    if impl.kind == "scalecomm" and args.api == "direct":
+        return _direct_runner(case, impl.handle, args.op)
     from pyscalecomm.direct import reduce_op
 
     return torch_runner(case, impl.handle, reduce_op(args.op))
+
+
+def _direct_runner(case, group, op):
+    """pyscalecomm.allreduce on NumPy arrays over the case's memory (tensors
+    where NumPy has no such type, or on a GPU), as mpi4py is called."""
+    import torch
+
+    import pyscalecomm
+
+    inp, out = case.inp, case.out
+    if inp.device.type == "cpu" and inp.dtype != torch.bfloat16:
+        inp, out = inp.numpy(), out.numpy()
+    if case.inplace:
+        return lambda: pyscalecomm.allreduce(out, op=op, group=group)
+    return lambda: pyscalecomm.allreduce(inp, op=op, group=group, out=out)
 
 
 def _auto_ran(handle, device, nbytes: int) -> str:
@@ -453,6 +485,7 @@ def _row(impl, coll, case, stats, iters, args, ctx) -> Row:
         time_us_min=stats["min"] * 1e6,
         time_us_avg=stats["avg"] * 1e6,
         time_us_max=stats["max"] * 1e6,
+        cpu_us=stats["cpu"] * 1e6,
         time_stat=ctx["stat"],
         busbw_factor=busbw_factor(coll, ctx["n"]),
         iters=iters,
@@ -507,6 +540,7 @@ def run(args) -> int:
         f"time = {ctx['stat']} across ranks, median of {args.rounds} round(s) (±: half their range); "
         f"scalecomm: algorithm {cfg.algorithm}, transport {cfg.transport}, segment {ctx['segment']} B"
         + (f"; --algos {args.algos}" if args.algos else "")
+        + ("; scalecomm through the direct API (pyscalecomm.allreduce)" if args.api == "direct" else "")
     )
     if args.rounds < 3:
         out(f"# only {args.rounds} round(s): no spread to judge the times by; use --rounds 5 or more")

@@ -53,6 +53,7 @@ class Row:
     iters: int
     warmup_iters: int
     rounds: int
+    cpu_us: float | None = None  # CPU time per call of all of a rank's threads, mean over ranks, same round
     time_us_rounds: list[float] = field(default_factory=list)  # the statistic of every round
     wrong: int | None = None  # elements off the closed form (None: lossy, see relerr; -1: not checked)
     codec: str | None = None
@@ -119,11 +120,11 @@ class Table:
         self.out(f"#\n# {collective}: busbw = algbw x {factor:.3f}")
         self.out(
             f"# {'size':>10} {'count':>11} {'type':>8} {'redop':>6} {'root':>4} {'implementation':>{w}}"
-            f" | {'out-of-place':^38} | {'in-place':^38} | {'busbw/' + (baseline or '-'):>12} {'':<16}"
+            f" | {'out-of-place':^46} | {'in-place':^46} | {'busbw/' + (baseline or '-'):>12} {'':<16}"
         )
         self.out(
             f"# {'(B)':>10} {'(elements)':>11} {'':>8} {'':>6} {'':>4} {'':>{w}}"
-            + f" | {'time(us)':>9} {'±%':>4} {'algbw':>7} {'busbw':>7} {'#wrong':>6}" * 2
+            + f" | {'time(us)':>9} {'±%':>4} {'cpu(us)':>7} {'algbw':>7} {'busbw':>7} {'#wrong':>6}" * 2
             + f" | {'':>12} {'winner':<16}"
         )
 
@@ -134,11 +135,12 @@ class Table:
         for ip in (False, True):
             r = placed.get(ip)
             if r is None:
-                text += f" | {'n/a':>9} {'':>4} {'':>7} {'':>7} {'':>6}"
+                text += f" | {'n/a':>9} {'':>4} {'':>7} {'':>7} {'':>7} {'':>6}"
                 continue
             self._bw[label].append(r.busbw_GBps)
             shown = f"~{r.relerr:.3f}" if r.lossy else r.wrong
-            text += f" | {r.time_us:>9.1f} {50 * r.spread:>4.0f}"
+            cpu = f"{r.cpu_us:.1f}" if r.cpu_us is not None else ""
+            text += f" | {r.time_us:>9.1f} {50 * r.spread:>4.0f} {cpu:>7}"
             text += f" {r.algbw_GBps:>7.3f} {r.busbw_GBps:>7.3f} {shown:>6}"
         self.out(text + f" | {ratio:>12} {note:<16}", flush=True)
 

@@ -13,9 +13,11 @@ from pyscalecomm.bench.specs import Case
 def measure(run_once, case: Case, timing, iters: int, warmup: int, min_time: float = 0.0, check: bool = True):
     """Times back-to-back calls of ``run_once`` between barriers on the ``timing`` group.
 
-    Returns per-call seconds {"min", "avg", "max" across ranks, "rank0"}, the
-    number of wrong elements summed over ranks (-1 when not checked) and the
-    iterations timed (doubled until the loop lasts ``min_time`` seconds).
+    Returns per-call seconds {"min", "avg", "max" across ranks, "rank0",
+    "cpu": the CPU time per call of every thread of a rank's process, the
+    mean over ranks}, the number of wrong elements summed over ranks (-1 when
+    not checked) and the iterations timed (doubled until the loop lasts
+    ``min_time`` seconds).
     """
     import torch
     import torch.distributed as dist
@@ -25,17 +27,19 @@ def measure(run_once, case: Case, timing, iters: int, warmup: int, min_time: flo
         run_once()
     while True:
         dist.barrier(group=timing)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(iters):
             run_once()
         if case.out.is_cuda:
             torch.cuda.synchronize(case.out.device)  # async GPU work counts until it is done
         mine = (time.perf_counter() - start) / iters
-        t = torch.tensor([mine, -mine, mine, mine if dist.get_rank() == 0 else 0.0], dtype=torch.float64)
+        cpu = (time.process_time() - cpu_start) / iters
+        t = torch.tensor([mine, -mine, mine, mine if dist.get_rank() == 0 else 0.0, cpu], dtype=torch.float64)
         dist.all_reduce(t[:2], op=dist.ReduceOp.MAX, group=timing)
         dist.all_reduce(t[2:], op=dist.ReduceOp.SUM, group=timing)
-        stats = {"max": t[0].item(), "min": -t[1].item(), "avg": t[2].item() / dist.get_world_size()}
-        stats["rank0"] = t[3].item()
+        n = dist.get_world_size()
+        stats = {"max": t[0].item(), "min": -t[1].item(), "avg": t[2].item() / n}
+        stats["rank0"], stats["cpu"] = t[3].item(), t[4].item() / n
         if stats["max"] * iters >= min_time or iters >= 1 << 20:
             break
         iters *= 2
