@@ -216,6 +216,42 @@ def test_bench_under_mpirun_with_mpi_baseline(tmp_path):
     assert "(allreduce, mpi)" in out.stdout and "# Out of bounds values : 0 OK" in out.stdout
 
 
+def test_bench_direct_api_rows_with_cpu_time_beside_mpi(tmp_path):
+    """--api direct: scalecomm's rows through pyscalecomm.allreduce, checked
+    like the others; every row carries its CPU time per call."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = ["mpirun", "-n", "2", "--bind-to", "none"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    cmd += [
+        sys.executable,
+        "-m",
+        "pyscalecomm.bench",
+        "-b",
+        "8",
+        "-e",
+        "4K",
+        "-f",
+        "16",
+        "-n",
+        "3",
+        "-w",
+        "1",
+    ]
+    cmd += ["--rounds", "2", "--min-time", "0", "--api", "direct", "--algos", "ring,auto"]
+    cmd += ["--baselines", "mpi,gloo", "--json", "r.jsonl"]
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "through the direct API" in out.stdout and "cpu(us)" in out.stdout
+    assert "# Out of bounds values : 0 OK" in out.stdout
+    records = [json.loads(ln) for ln in open(tmp_path / "r.jsonl")]
+    assert {r["implementation"] for r in records} == {"scalecomm:ring", "scalecomm:auto", "mpi", "gloo"}
+    assert all(r["cpu_us"] > 0 and r["wrong"] == 0 for r in records), records
+    refused = _run(["pyscalecomm.bench", "--api", "direct", "--collectives", "all"], tmp_path)
+    assert refused.returncode == 2 and "the direct API has allreduce only" in refused.stderr
+
+
 def test_simulate_prices_every_algorithm_and_names_a_winner(tmp_path):
     out = _run(
         [
