@@ -17,6 +17,8 @@ through ``torch.distributed.all_reduce``.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.distributed as dist
 
@@ -91,19 +93,28 @@ def as_tensor(array, collective: str) -> torch.Tensor:
     return tensor
 
 
-_last_group: list = [None, None]  # [process group, its scalecomm backend or None]
+_c10d = dist.distributed_c10d
+_CODES = _C.direct_reduce_ops  # op name -> the group's ReduceOp value
+# [a weak reference to the last process group, its scalecomm backend or None]:
+# the entry goes with the group, so it never keeps a destroyed group's backend.
+_last_group: list = [None, None]
 
 
-def _scalecomm_backend(group):
-    """The scalecomm backend serving ``group``'s CPU calls (default: the
-    default group), or None (another backend, no group yet, not a member):
-    then the general path runs and explains. The last group's answer is kept."""
-    pg = group
+def _forget(ref) -> None:
+    if _last_group[0] is ref:
+        _last_group[0] = _last_group[1] = None
+
+
+def _scalecomm_backend(pg):
+    """The scalecomm backend serving ``pg``'s CPU calls (the default group
+    when None), or None (another backend, no group yet, not a member): then
+    the general path runs and explains. The last group's answer is kept."""
     if pg is None:
-        pg = dist.distributed_c10d._world.default_pg
+        pg = _c10d._world.default_pg
         if pg is None:
             return None
-    if pg is _last_group[0]:
+    ref = _last_group[0]
+    if ref is not None and ref() is pg:
         return _last_group[1]
     try:
         backend = pg._get_backend(torch.device("cpu"))
@@ -111,7 +122,10 @@ def _scalecomm_backend(group):
         backend = None
     if not isinstance(backend, _C.ScalecommBackend):
         backend = None
-    _last_group[0], _last_group[1] = pg, backend
+    try:
+        _last_group[0], _last_group[1] = weakref.ref(pg, _forget), backend
+    except TypeError:  # not weakly referable: not kept
+        pass
     return backend
 
 
@@ -155,12 +169,14 @@ def allreduce(
     if out is not None:
         _copy_into(out, array)
         array = out
-    if compression is None and not async_op:
-        backend = _scalecomm_backend(group)
+    if compression is None and not async_op:  # the fast path: kept to a few lookups
+        pg = _c10d._world.default_pg if group is None else group
+        ref = _last_group[0]
+        backend = _last_group[1] if ref is not None and ref() is pg else _scalecomm_backend(pg)
         if backend is not None:
-            code = _C.direct_reduce_ops.get(op) if isinstance(op, str) else None
+            code = _CODES.get(op) if type(op) is str else None
             if code is None:
-                code = _C.direct_reduce_ops[_op_name(op)]
+                code = _CODES[_op_name(op)]
             if isinstance(array, torch.Tensor):
                 served = backend.allreduce_tensor(array, code)
             else:

@@ -182,14 +182,21 @@ def _direct_after_abort(rank, n):
     dist.group.WORLD._get_backend(torch.device("cpu")).abort()
     try:
         pyscalecomm.allreduce(x)
-        return "no error"
+        error = "no error"
     except dist.DistBackendError as e:
-        return str(e)
+        error = str(e)
+    # a new default group after the old one is destroyed serves the next call
+    dist.destroy_process_group()
+    dist.init_process_group("scalecomm", store=dist.HashStore(), rank=0, world_size=1)
+    y = np.full(2, 5.0, dtype=np.float32)
+    pyscalecomm.allreduce(y, op="max")
+    return error, y.tolist()
 
 
 def test_a_direct_call_on_an_aborted_group_raises_naming_the_call_and_rank():
-    for rank, error in enumerate(run_ranks(2, _direct_after_abort, timeout_s=60)):
+    for rank, (error, after) in enumerate(run_ranks(2, _direct_after_abort, timeout_s=60)):
         assert f"scalecomm allreduce (rank {rank}" in error and "aborted" in error, error
+        assert after == [5.0, 5.0]
 
 
 def _cupy_in_place(rank, n):
