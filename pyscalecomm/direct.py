@@ -17,6 +17,7 @@ through ``torch.distributed.all_reduce``.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 
 import torch
@@ -129,9 +130,25 @@ def _scalecomm_backend(pg):
     return backend
 
 
+def _source(array) -> torch.Tensor:
+    """A tensor of ``array``'s values to read (a read-only NumPy array too)."""
+    flags = getattr(array, "flags", None)
+    if (
+        flags is not None
+        and getattr(flags, "writeable", True) is False
+        and hasattr(array, "__array_interface__")
+    ):
+        import numpy
+
+        with warnings.catch_warnings():  # "not writable": it is only read
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(numpy.ascontiguousarray(array))
+    return as_tensor(array, "allreduce")
+
+
 def _copy_into(out, array) -> None:
     """``out`` := ``array`` (same shape and element type), refused by name otherwise."""
-    dst, src = as_tensor(out, "allreduce"), as_tensor(array, "allreduce")
+    dst, src = as_tensor(out, "allreduce"), _source(array)
     if dst.shape != src.shape or dst.dtype != src.dtype:
         raise ValueError(
             f"pyscalecomm.allreduce: out has shape {tuple(dst.shape)} and type {dst.dtype}, the input "
@@ -166,9 +183,6 @@ def allreduce(
     array, or the array it views, lives: an array made anew, even at a freed
     array's address, starts from zero error) and ``error_feedback``
     overrides the codec's default."""
-    if out is not None:
-        _copy_into(out, array)
-        array = out
     if compression is None and not async_op:  # the fast path: kept to a few lookups
         pg = _c10d._world.default_pg if group is None else group
         ref = _last_group[0]
@@ -177,12 +191,20 @@ def allreduce(
             code = _CODES.get(op) if type(op) is str else None
             if code is None:
                 code = _CODES[_op_name(op)]
-            if isinstance(array, torch.Tensor):
-                served = backend.allreduce_tensor(array, code)
+            if out is None:
+                if isinstance(array, torch.Tensor):
+                    served = backend.allreduce_tensor(array, code)
+                else:
+                    served = backend.allreduce_array(array, code)
+            elif isinstance(array, torch.Tensor) or isinstance(out, torch.Tensor):
+                served = False
             else:
-                served = backend.allreduce_array(array, code)
+                served = backend.allreduce_array_into(array, out, code)
             if served:
-                return array
+                return array if out is None else out
+    if out is not None:
+        _copy_into(out, array)
+        array = out
     op = _op_name(op)
     tensor = as_tensor(array, "allreduce")
     if compression is None:

@@ -132,6 +132,9 @@ def _direct_against_gloo(rank, n):
         x = np.full(4, rank + 1.0, dtype=np.float32)
         y = np.zeros(4, dtype=np.float32)
         out = pyscalecomm.allreduce(x, out=y)
+        frozen = np.full((2, 2), rank + 1, dtype=np.int64)
+        frozen.flags.writeable = False  # out=: the input is only read
+        into = pyscalecomm.allreduce(frozen, op="max", out=np.zeros((2, 2), dtype=np.int64))
     finally:
         dist.all_reduce = real
     wrong = [
@@ -139,6 +142,8 @@ def _direct_against_gloo(rank, n):
         for (name, op, _v), e, g in zip(cases, expected, got, strict=True)
         if not np.allclose(g, e, rtol=2e-3)
     ]
+    # the general path (here: a gloo group) takes out= and a read-only input alike
+    through_gloo = pyscalecomm.allreduce(frozen, op="max", group=gloo, out=np.zeros((2, 2), dtype=np.int64))
     # a direct call issued while an async call is queued runs after it
     big = torch.full((1 << 20,), float(rank + 1))
     work = dist.all_reduce(big, async_op=True)
@@ -156,7 +161,7 @@ def _direct_against_gloo(rank, n):
         tensor.tolist(),
         out is y,
         x.tolist() == [rank + 1.0] * 4,  # the input is left as it was
-        y.tolist(),
+        y.tolist() + into.ravel().tolist() + through_gloo.ravel().tolist(),
         after.tolist(),
         float(big[0]),
         mismatch,
@@ -169,7 +174,7 @@ def test_host_arrays_take_the_direct_path_and_match_gloo_for_every_type_and_op()
         assert count == 35 and wrong == []
         assert tensor == [3.0 * v for v in range(5)]
         assert is_out and kept
-        assert y == [6.0] * 4
+        assert y == [6.0] * 4 + [3] * 8
         assert after == [6] * 3 and big == 6.0
         assert "out has shape (5,)" in mismatch and "the input (4,)" in mismatch
 

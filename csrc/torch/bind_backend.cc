@@ -267,6 +267,48 @@ void defineDirect(BackendClass& cls) {
          "Allreduces a writable C-contiguous buffer-protocol array (NumPy) in place with ReduceOp value `op`; "
          "False if it must take the general path.")
       .def(
+          "allreduce_array_into",
+          [](ScalecommBackend& b, const py::object& array, const py::object& out, int op) {
+            const ReduceOp rop = directOp(op);
+            Py_buffer in, into;
+            if (PyObject_GetBuffer(array.ptr(), &in, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
+              PyErr_Clear();
+              return false;
+            }
+            if (PyObject_GetBuffer(out.ptr(), &into, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
+              PyErr_Clear();
+              PyBuffer_Release(&in);
+              return false;
+            }
+            const std::optional<DataType> dtype = bufferType(into.format, into.itemsize);
+            const std::optional<DataType> inType = bufferType(in.format, in.itemsize);
+            bool ran = false;
+            const auto* from = static_cast<const char*>(in.buf);
+            auto* to = static_cast<char*>(into.buf);
+            const bool apart = from == to || from + in.len <= to || to + into.len <= from;
+            try {
+              // The same type and shape, and the two either one buffer or apart.
+              if (dtype && inType == dtype && in.len == into.len && in.ndim == into.ndim &&
+                  std::equal(in.shape, in.shape + in.ndim, into.shape) &&
+                  into.itemsize == static_cast<Py_ssize_t>(elementSize(*dtype)) && apart) {
+                py::gil_scoped_release noGil;
+                // Host memory (the buffer protocol's), never a device's.
+                if (from != to) std::copy_n(from, in.len, to);
+                ran = b.allreduceHost(into.buf, into.len / into.itemsize, *dtype, rop);
+              }
+            } catch (...) {
+              PyBuffer_Release(&in);
+              PyBuffer_Release(&into);
+              throw;
+            }
+            PyBuffer_Release(&in);
+            PyBuffer_Release(&into);
+            return ran;
+          },
+          py::arg("array"), py::arg("out"), py::arg("op"),
+          "Allreduces `array` into `out` (buffer-protocol arrays of the same type and shape; `out` writable, both "
+          "C-contiguous), leaving `array` as it was; False if it must take the general path.")
+      .def(
           "allreduce_tensor",
           [](ScalecommBackend& b, const at::Tensor& t, int op) {
             if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || !t.is_contiguous()) return false;
