@@ -252,6 +252,15 @@ def test_bench_direct_api_rows_with_cpu_time_beside_mpi(tmp_path):
     assert refused.returncode == 2 and "the direct API has allreduce only" in refused.stderr
 
 
+def test_bench_on_a_loaded_machine_starts_and_ends_its_busy_processes(tmp_path):
+    args = ["pyscalecomm.bench", "--nproc", "2", "-b", "8", "-e", "8", "-n", "3", "-w", "1", "--rounds", "1"]
+    out = _run([*args, "--min-time", "0", "--busy", "2"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "2 busy process(es) spinning beside the ranks" in out.stdout
+    left = subprocess.run(["pgrep", "-f", "parent, end = os.getppid"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout  # none outlives the run
+
+
 def test_simulate_prices_every_algorithm_and_names_a_winner(tmp_path):
     out = _run(
         [

@@ -199,6 +199,13 @@ def parse_args(argv=None):
         help="time every implementation this many times, round-robin; the table gives the median round "
         "and its spread",
     )
+    p.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="a loaded machine: this many processes spinning on the cores for the whole run, beside the "
+        "ranks (started by the first rank of each host)",
+    )
     add_nproc(p)
     p.add_argument("--json", default="", help="append one JSON line per measurement to this file")
     p.add_argument("--plot", default="", help="write busbw against size per implementation to this PNG")
@@ -221,6 +228,8 @@ def parse_args(argv=None):
     for c in args.collectives:
         if c not in COLLECTIVES and c != "ps":
             p.error(f"unknown collective {c!r}; choose from {', '.join(COLLECTIVES)}, 'all' or ps")
+    if args.busy < 0:
+        p.error(f"--busy {args.busy}: a count of processes, 0 or more")
     if args.api == "direct" and args.collectives != ["allreduce"]:
         p.error("--api direct: the direct API has allreduce only; use --collectives allreduce")
     parse_sizes(p, args, minbytes="-b", maxbytes="-e", stepbytes="-i")
@@ -502,7 +511,43 @@ def _row(impl, coll, case, stats, iters, args, ctx) -> Row:
     )
 
 
+# A busy process: spins until its bound, or as soon as its parent (the rank
+# that started it) is gone, checked every few milliseconds.
+_SPIN = (
+    "import os, sys, time\n"
+    "parent, end = os.getppid(), time.monotonic() + float(sys.argv[1])\n"
+    "while time.monotonic() < end and os.getppid() == parent:\n"
+    "    for _ in range(20000):\n"
+    "        pass\n"
+)
+
+
+def start_busy(count: int, bound_s: float = 6 * 3600.0) -> list:
+    """``count`` processes spinning on this machine's cores (the loaded case);
+    each ends at ``bound_s``, when this process ends, or at stop_busy()."""
+    import subprocess
+
+    return [subprocess.Popen([sys.executable, "-c", _SPIN, str(bound_s)]) for _ in range(count)]
+
+
+def stop_busy(procs: list) -> None:
+    for proc in procs:
+        proc.kill()
+    for proc in procs:
+        proc.wait()
+
+
 def run(args) -> int:
+    import os
+
+    busy = start_busy(args.busy) if args.busy and os.environ.get("LOCAL_RANK", "0") == "0" else []
+    try:
+        return _run(args)
+    finally:
+        stop_busy(busy)
+
+
+def _run(args) -> int:
     import torch
     import torch.distributed as dist
 
@@ -541,6 +586,7 @@ def run(args) -> int:
         f"scalecomm: algorithm {cfg.algorithm}, transport {cfg.transport}, segment {ctx['segment']} B"
         + (f"; --algos {args.algos}" if args.algos else "")
         + ("; scalecomm through the direct API (pyscalecomm.allreduce)" if args.api == "direct" else "")
+        + (f"; {args.busy} busy process(es) spinning beside the ranks on each host" if args.busy else "")
     )
     if args.rounds < 3:
         out(f"# only {args.rounds} round(s): no spread to judge the times by; use --rounds 5 or more")
