@@ -234,7 +234,7 @@ ReduceOp directOp(int op) {
   }
 }
 
-// The direct API's fast path (pyscalecomm.allreduce, docs/api.md): an
+// The direct API's fast path (pyscalecomm.allreduce, pyscalecomm/direct.py): an
 // in-place synchronous allreduce of a host array without torch's dispatch.
 // Each returns False, having communicated nothing, for what the general path
 // must take (and explain when it refuses): a read-only, non-contiguous or
