@@ -182,67 +182,43 @@ def test_result_check_counts_wrong_elements():
     assert case.wrong() == 0 and case.out.data_ptr() == case.inp[4:].data_ptr()
 
 
-@pytest.mark.skipif(
+needs_mpirun = pytest.mark.skipif(
     __import__("shutil").which("mpirun") is None or not __import__("pyscalecomm").built_with_mpi(),
     reason="needs mpirun and a build with MPI",
 )
-def test_bench_under_mpirun_with_mpi_baseline(tmp_path):
+
+
+def _mpirun_bench(tmp_path, args):
+    """``python -m pyscalecomm.bench ARGS`` on 2 ranks under mpirun, in ``tmp_path``."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     }
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     cmd = ["mpirun", "-n", "2", "--bind-to", "none"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    cmd += [
-        sys.executable,
-        "-m",
-        "pyscalecomm.bench",
-        "-b",
-        "1K",
-        "-e",
-        "4K",
-        "-f",
-        "4",
-        "-n",
-        "3",
-        "-w",
-        "1",
-    ]
-    cmd += ["--collectives", "allreduce,allgather", "--algos", "ring,mpi", "--baselines", "gloo,mpi"]
+    cmd += [sys.executable, "-m", "pyscalecomm.bench", *args]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    return out
+
+
+@needs_mpirun
+def test_bench_under_mpirun_with_mpi_baseline(tmp_path):
+    args = ["-b", "1K", "-e", "4K", "-f", "4", "-n", "3", "-w", "1"]
+    args += ["--collectives", "allreduce,allgather", "--algos", "ring,mpi", "--baselines", "gloo,mpi"]
+    out = _mpirun_bench(tmp_path, args)
     rows = _table_rows(out.stdout)
     labels = {r[5] for r in rows}
     assert labels == {"scalecomm:ring", "scalecomm:mpi", "gloo", "mpi"}, labels
     assert "(allreduce, mpi)" in out.stdout and "# Out of bounds values : 0 OK" in out.stdout
 
 
+@needs_mpirun
 def test_bench_direct_api_rows_with_cpu_time_beside_mpi(tmp_path):
     """--api direct: scalecomm's rows through pyscalecomm.allreduce, checked
     like the others; every row carries its CPU time per call."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    }
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = ["mpirun", "-n", "2", "--bind-to", "none"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    cmd += [
-        sys.executable,
-        "-m",
-        "pyscalecomm.bench",
-        "-b",
-        "8",
-        "-e",
-        "4K",
-        "-f",
-        "16",
-        "-n",
-        "3",
-        "-w",
-        "1",
-    ]
-    cmd += ["--rounds", "2", "--min-time", "0", "--api", "direct", "--algos", "ring,auto"]
-    cmd += ["--baselines", "mpi,gloo", "--json", "r.jsonl"]
-    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    args = ["-b", "8", "-e", "4K", "-f", "16", "-n", "3", "-w", "1", "--rounds", "2", "--min-time", "0"]
+    args += ["--api", "direct", "--algos", "ring,auto", "--baselines", "mpi,gloo", "--json", "r.jsonl"]
+    out = _mpirun_bench(tmp_path, args)
     assert "through the direct API" in out.stdout and "cpu(us)" in out.stdout
     assert "# Out of bounds values : 0 OK" in out.stdout
     records = [json.loads(ln) for ln in open(tmp_path / "r.jsonl")]
