@@ -206,8 +206,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
   const at::Tensor& t = singleTensor("allreduce", getRank(), tensors);
   ReductionArgs r = reductionArgs("allreduce", getRank(), t, opts.reduceOp);
   const std::string& codec = config().compression;
-  if (!codec.empty() && isFloating(r.dtype) && (r.op.op == ReduceOp::Sum || r.op.op == ReduceOp::Avg) &&
-      static_cast<int64_t>(t.nbytes()) >= config().compressionMinBytes) {
+  if (defaultCodecApplies(r.dtype, r.op.op, static_cast<int64_t>(t.nbytes()))) {
     if (!compressionAnnounced_.load(std::memory_order_relaxed) && !compressionAnnounced_.exchange(true)) {
       SC_LOG(Warn, "rank ", getRank(), ": the group's default codec ", codec,
              " compresses every floating SUM/AVG allreduce of at least ", config().compressionMinBytes,
@@ -234,10 +233,7 @@ bool ScalecommBackend::allreduceHost(void* data, int64_t count, DataType dtype, 
                     reduceOpName(op), " is not defined for ", dataTypeName(dtype),
                     (isFloating(dtype) ? "; bitwise ops (BAND/BOR/BXOR) need an integer dtype" : ""));
   const auto bytes = static_cast<int64_t>(count * elementSize(dtype));
-  if (!config().compression.empty() && isFloating(dtype) && (op == ReduceOp::Sum || op == ReduceOp::Avg) &&
-      bytes >= config().compressionMinBytes) {
-    return false;
-  }
+  if (defaultCodecApplies(dtype, op, bytes)) return false;
   const Group::Prepared& site = group_->prepare(CallKind::Allreduce, "allreduce", bytes);
   Call call;
   call.kind = CallKind::Allreduce;

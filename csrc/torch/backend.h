@@ -205,6 +205,12 @@ class ScalecommBackend : public c10d::Backend {
         "which a graph cannot record; capture only calls that run on the NCCL channel");
     return HostStage::forCall(std::move(device), tensors, direct, collective, getRank());
   }
+  // Whether the group's default codec takes this allreduce: floating SUM/AVG
+  // of at least compressionMinBytes, where a codec is set.
+  bool defaultCodecApplies(DataType dtype, ReduceOp op, int64_t bytes) const {
+    return !config().compression.empty() && isFloating(dtype) && (op == ReduceOp::Sum || op == ReduceOp::Avg) &&
+           bytes >= config().compressionMinBytes;
+  }
   // Whether reductions of CUDA tensors may run on the device: not in a
   // deterministic group, whose ordered fold runs on host memory.
   bool reducesOnDevice() const { return config().deterministic == 0; }

@@ -234,6 +234,33 @@ ReduceOp directOp(int op) {
   }
 }
 
+// A buffer-protocol view of an object, released when it goes; empty (and
+// the Python error cleared) where the object cannot give one with `flags`.
+class BufferView {
+ public:
+  BufferView(const py::object& obj, int flags) : held_(PyObject_GetBuffer(obj.ptr(), &view_, flags) == 0) {
+    if (!held_) PyErr_Clear();
+  }
+  ~BufferView() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  explicit operator bool() const { return held_; }
+  const Py_buffer& operator*() const { return view_; }
+  const Py_buffer* operator->() const { return &view_; }
+  // Its element type where we reduce it (and the item size is that type's).
+  std::optional<DataType> type() const {
+    const std::optional<DataType> t = bufferType(view_.format, view_.itemsize);
+    if (t && view_.itemsize != static_cast<Py_ssize_t>(elementSize(*t))) return std::nullopt;
+    return t;
+  }
+
+ private:
+  Py_buffer view_{};
+  bool held_;
+};
+
 // The direct API's fast path (pyscalecomm.allreduce, pyscalecomm/direct.py): an
 // in-place synchronous allreduce of a host array without torch's dispatch.
 // Each returns False, having communicated nothing, for what the general path
@@ -244,24 +271,11 @@ void defineDirect(BackendClass& cls) {
          "allreduce_array",
          [](ScalecommBackend& b, const py::object& array, int op) {
            const ReduceOp rop = directOp(op);
-           Py_buffer view;
-           if (PyObject_GetBuffer(array.ptr(), &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
-             PyErr_Clear();
-             return false;
-           }
-           const std::optional<DataType> dtype = bufferType(view.format, view.itemsize);
-           bool ran = false;
-           try {
-             if (dtype && view.itemsize == static_cast<Py_ssize_t>(elementSize(*dtype))) {
-               py::gil_scoped_release noGil;
-               ran = b.allreduceHost(view.buf, view.len / view.itemsize, *dtype, rop);
-             }
-           } catch (...) {
-             PyBuffer_Release(&view);
-             throw;
-           }
-           PyBuffer_Release(&view);
-           return ran;
+           const BufferView view(array, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
+           const std::optional<DataType> dtype = view ? view.type() : std::nullopt;
+           if (!dtype) return false;
+           py::gil_scoped_release noGil;
+           return b.allreduceHost(view->buf, view->len / view->itemsize, *dtype, rop);
          },
          py::arg("array"), py::arg("op"),
          "Allreduces a writable C-contiguous buffer-protocol array (NumPy) in place with ReduceOp value `op`; "
@@ -270,40 +284,21 @@ void defineDirect(BackendClass& cls) {
           "allreduce_array_into",
           [](ScalecommBackend& b, const py::object& array, const py::object& out, int op) {
             const ReduceOp rop = directOp(op);
-            Py_buffer in, into;
-            if (PyObject_GetBuffer(array.ptr(), &in, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
-              PyErr_Clear();
+            const BufferView in(array, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
+            const BufferView into(out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
+            if (!in || !into) return false;
+            const std::optional<DataType> dtype = into.type();
+            const auto* from = static_cast<const char*>(in->buf);
+            auto* to = static_cast<char*>(into->buf);
+            // The same type and shape, and the two either one buffer or apart.
+            const bool apart = from == to || from + in->len <= to || to + into->len <= from;
+            if (!dtype || in.type() != dtype || in->len != into->len || in->ndim != into->ndim ||
+                !std::equal(in->shape, in->shape + in->ndim, into->shape) || !apart) {
               return false;
             }
-            if (PyObject_GetBuffer(out.ptr(), &into, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
-              PyErr_Clear();
-              PyBuffer_Release(&in);
-              return false;
-            }
-            const std::optional<DataType> dtype = bufferType(into.format, into.itemsize);
-            const std::optional<DataType> inType = bufferType(in.format, in.itemsize);
-            bool ran = false;
-            const auto* from = static_cast<const char*>(in.buf);
-            auto* to = static_cast<char*>(into.buf);
-            const bool apart = from == to || from + in.len <= to || to + into.len <= from;
-            try {
-              // The same type and shape, and the two either one buffer or apart.
-              if (dtype && inType == dtype && in.len == into.len && in.ndim == into.ndim &&
-                  std::equal(in.shape, in.shape + in.ndim, into.shape) &&
-                  into.itemsize == static_cast<Py_ssize_t>(elementSize(*dtype)) && apart) {
-                py::gil_scoped_release noGil;
-                // Host memory (the buffer protocol's), never a device's.
-                if (from != to) std::copy_n(from, in.len, to);
-                ran = b.allreduceHost(into.buf, into.len / into.itemsize, *dtype, rop);
-              }
-            } catch (...) {
-              PyBuffer_Release(&in);
-              PyBuffer_Release(&into);
-              throw;
-            }
-            PyBuffer_Release(&in);
-            PyBuffer_Release(&into);
-            return ran;
+            py::gil_scoped_release noGil;
+            if (from != to) std::copy_n(from, in->len, to);  // host memory (the buffer protocol's), never a device's
+            return b.allreduceHost(into->buf, into->len / into->itemsize, *dtype, rop);
           },
           py::arg("array"), py::arg("out"), py::arg("op"),
           "Allreduces `array` into `out` (buffer-protocol arrays of the same type and shape; `out` writable, both "
