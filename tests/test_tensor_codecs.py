@@ -69,8 +69,13 @@ def _both_forms(rank, n, device="cpu"):
         from dist_helpers import rank_gpu
 
         dev = torch.device("cuda", rank_gpu(rank))
-    torch_ops = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels="torch"))
-    host = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels="host"))
+    # One algorithm for both: a summable codec's payload (fp16, bf16) is rounded at every
+    # hop, so its bits follow the summation order, and auto may choose differently for two
+    # groups by what it measures.
+    torch_ops, host = (
+        dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels=k, algorithm="ring"))
+        for k in ("torch", "host")
+    )
     gloo = dist.new_group(backend="gloo")
     out = {}
     for spec in CODECS:

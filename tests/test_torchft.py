@@ -241,6 +241,21 @@ def test_the_fault_tolerant_report_measures_stalls_rejoins_and_equal_replicas():
     assert not fault_tolerant.summarise(run, steps=31)["replicas_equal"]
 
 
+def test_a_kill_waits_for_time_to_rejoin_measured_from_the_replicas_own_start(tmp_path):
+    from pyscalecomm.train.fault_tolerant import Replica, _rejoin_estimate
+
+    reps = [Replica(i, {}, str(tmp_path)) for i in range(2)]
+    assert _rejoin_estimate(reps, [], go_t=106.0) == 10.0  # nothing seen yet
+    for i, rep in enumerate(reps):  # launched at 100 s, imports done at 104 and 105 s
+        rep.launched[0] = 100.0
+        rep.events = [dict(event="start", t=104.0 + i, incarnation=0), _commit(106.5, i, 1)]
+    # Before any restart: the slower first start, imports (5 s) and go to first commit (0.5 s).
+    assert _rejoin_estimate(reps, [], go_t=106.0) == pytest.approx(5.5)
+    restarts = [{"t": 110.0, "replica": 0, "incarnation": 1}]
+    reps[0].events.append(_commit(117.0, 0, 20, incarnation=1))
+    assert _rejoin_estimate(reps, restarts, go_t=106.0) == pytest.approx(7.0)  # then what was seen
+
+
 def test_the_driver_trains_through_failures_on_scalecomm_and_every_replica_ends_equal(tmp_path):
     # Two replicas, one killed every 2 s (while time is left to rejoin) and restarted: the
     # survivor trains on, the restarted one heals from it, both end with the same weights.

@@ -7,8 +7,9 @@ torchft lighthouse: one without failures, then one where every
 ``--kill-every`` seconds one replica's process is killed (SIGKILL, the
 replicas in turn) and started again at once. A kill waits until every
 replica has committed a step since its last start, and none comes when the
-steps left would take less than twice the longest rejoin seen so far (10 s
-before the first), so that every restarted replica rejoins before the end.
+steps left would take less than twice the longest rejoin seen so far (before
+the first: the replicas' own first start, imports to first commit), so that
+every restarted replica rejoins before the end.
 Each replica is one process (pyscalecomm.train.ft_replica) with its own
 TCPStore; torchft keeps the survivors training (quorums of at least one
 replica) and heals a restarted replica from a live one's checkpoint.
@@ -77,6 +78,7 @@ class Replica:
         self.stopped = False  # killed at the end: restarted too late to heal from a live replica
         self.finished = False  # it logged "done"
         self._committed = set()  # incarnations that committed a step
+        self.launched: dict[int, float] = {}  # incarnation -> time.time() of its process start
         self._offset = 0
 
     def start(self) -> float:
@@ -85,7 +87,8 @@ class Replica:
         cmd = [sys.executable, "-m", "pyscalecomm.train.ft_replica", json.dumps(spec)]
         env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        return time.time()
+        self.launched[self.incarnation] = time.time()
+        return self.launched[self.incarnation]
 
     def kill(self) -> float:
         t = time.time()
@@ -125,18 +128,24 @@ def _time_left(reps: list[Replica], steps: int) -> float:
     return (steps - recent[-1][1]) * pace
 
 
-def _rejoin_estimate(reps: list[Replica], restarts: list[dict]) -> float:
-    """The longest restart-to-first-commit seen so far in this run, 10 s before the first."""
-    seen = []
-    for r in restarts:
-        first = [
-            e["t"]
-            for e in reps[r["replica"]].events
-            if e["event"] == "commit" and e["incarnation"] == r["incarnation"]
-        ]
-        if first:
-            seen.append(min(first) - r["t"])
-    return max(seen, default=10.0)
+def _first(rep: Replica, event: str, incarnation: int) -> float | None:
+    ts = [e["t"] for e in rep.events if e["event"] == event and e["incarnation"] == incarnation]
+    return min(ts) if ts else None
+
+
+def _rejoin_estimate(reps: list[Replica], restarts: list[dict], go_t: float) -> float:
+    """The longest restart-to-first-commit seen so far in this run; before the
+    first, the longest first start: process start to imports done, plus the go
+    signal (`go_t`) to the first commit (10 s while neither is known)."""
+    if not restarts:
+        starts = []
+        for rep in reps:
+            ready, commit = _first(rep, "start", 0), _first(rep, "commit", 0)
+            if ready is not None and commit is not None and 0 in rep.launched:
+                starts.append((ready - rep.launched[0]) + max(0.0, commit - go_t))
+        return max(starts, default=10.0)
+    firsts = [(_first(reps[r["replica"]], "commit", r["incarnation"]), r["t"]) for r in restarts]
+    return max((c - t for c, t in firsts if c is not None), default=10.0)
 
 
 def run_once(
@@ -175,6 +184,7 @@ def run_once(
                 raise RuntimeError("the replicas did not start within 120 s")
             time.sleep(0.05)
         open(go, "w").close()
+        go_t = time.time()
         start = time.monotonic()
         next_kill, victim, finished_at = start + kill_every, 0, None
         while True:
@@ -205,7 +215,7 @@ def run_once(
                 and now >= next_kill
                 and finished_at is None
                 and all(rep.committed_since_start() for rep in reps)
-                and _time_left(reps, steps) > 2 * _rejoin_estimate(reps, restarts)
+                and _time_left(reps, steps) > 2 * _rejoin_estimate(reps, restarts, go_t)
             ):
                 rep = reps[victim]
                 kills.append({"t": rep.kill(), "replica": victim})
