@@ -126,9 +126,9 @@ def choices(group=None, device: str = "cpu") -> list[dict]:
     rank: ``choice`` (the codec it runs), ``predicted_s`` (every candidate's
     predicted seconds per call: measured codec cost plus the group's link fit
     at its bytes), ``residual_ratio`` (each codec's error-feedback residual
-    over the gradient's norm, where it ran; a codec above the bound is left
-    out), ``link_alpha_s``, ``link_bus_gbps``, ``step``, ``changes`` and
-    ``reason`` (one line)."""
+    over the key's recent gradient, where it ran; a codec above
+    ``compression_auto_bound`` percent is left out), ``link_alpha_s``,
+    ``link_bus_gbps``, ``step``, ``changes`` and ``reason`` (one line)."""
     return _backend(group, torch.device(device)).compression_choices()
 
 

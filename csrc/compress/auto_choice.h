@@ -39,7 +39,7 @@ struct AutoDecision {
   uint64_t step = 0;                   // the key's calls when it was made
   int choice = 0;                      // index into autoCandidates()
   std::vector<double> predicted;       // seconds per call per candidate, agreed by the ranks
-  std::vector<double> residual;        // |e| / |x| per candidate, the ranks' maximum (0: not run)
+  std::vector<double> residual;        // |e| / |window| per candidate, the ranks' maximum (0: not run)
   double linkAlpha = 0, linkBeta = 0;  // the link fit when deciding, the ranks' minimum
   std::string reason;
 };
@@ -49,7 +49,7 @@ struct AutoCandidate {
   double codecSeconds = 0;  // encode + decode (timed alone at the first call, then in place)
   TimeWindow total;         // time per call while it ran (since it was last chosen)
   TimeWindow comm;          // ... of which communication
-  double residual = 0;      // the last |e| / |x| (0: not run)
+  double residual = 0;      // the last |e| / |window| (0: not run; AutoChoice::window)
   uint64_t losses = 0;      // trials it lost since the link last drifted
   uint64_t retryAt = 0;     // not chosen again before this step (back-off after a lost trial)
 };
@@ -67,6 +67,12 @@ struct AutoChoice {
   bool onTrial = false;       // the current candidate was just switched to; checkAt judges it
   int pending = -1;           // a candidate that led at the last decision; switched to if it leads again
   bool probeNext = false;     // the ranks agreed the link drifted: the next call runs none
+  // This rank's input on the key, summed over its calls with a decay of
+  // 1 - 1/kAutoWindowCalls per call, at every windowStride-th element (at
+  // most kAutoSampleElements of them): the recent gradient a codec's
+  // residual is measured against (compress/auto_select.h).
+  std::vector<float> window;
+  int64_t windowStride = 1;
   AutoDecision last;
 };
 

@@ -84,10 +84,25 @@ namespace {
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double norm2(const float* x, int64_t n) {
+// The norm of x[0], x[stride], x[2 stride], ... (n of them).
+double sampledNorm(const float* x, int64_t n, int64_t stride) {
   double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j * stride]) * x[j * stride];
   return std::sqrt(s);
+}
+
+// Adds this call's input to the key's decayed sum (AutoChoice::window). An
+// input with a non-finite sampled value (an overflowed step) is left out.
+void addToWindow(AutoChoice& c, const float* x, int64_t n) {
+  if (c.window.empty()) {
+    c.windowStride = std::max<int64_t>(1, (n + kAutoSampleElements - 1) / kAutoSampleElements);
+    c.window.assign(static_cast<size_t>((n + c.windowStride - 1) / c.windowStride), 0.0f);
+  }
+  const int64_t m = static_cast<int64_t>(c.window.size());
+  for (int64_t j = 0; j < m; ++j)
+    if (!std::isfinite(x[j * c.windowStride])) return;
+  constexpr float keep = 1.0f - 1.0f / kAutoWindowCalls;
+  for (int64_t j = 0; j < m; ++j) c.window[j] = keep * c.window[j] + x[j * c.windowStride];
 }
 
 std::string ms(double seconds) {
@@ -110,6 +125,10 @@ Label AutoSelection::title(AlgorithmRef algorithm, int candidate) const {
   const std::string tail = candidate < 0 ? "auto" : "auto:" + autoCandidates()[candidate];
   titles_.emplace_back(algorithm.key(), candidate, Label("allreduce:" + algorithm + ":" + tail));
   return std::get<2>(titles_.back());
+}
+
+bool AutoSelection::dropsValues(int i) const {
+  return sites_[i] != nullptr && sites_[i]->spec().entry->arg == CodecArg::Ratio;
 }
 
 double AutoSelection::busBytes(int i, int64_t n, int size) const {
@@ -153,6 +172,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const bool warmup = !choice.decided && choice.calls == 0;
   const bool first = !choice.decided && !warmup;
   if (warmup) measureCodecs(x, n, choice, comms);
+  if (n > 0) addToWindow(choice, x, n);
   choice.calls += 1;
   const uint64_t step = state.steps;
   const bool drifted = choice.decided && choice.probeNext;
@@ -162,7 +182,6 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const int i = choice.decided && !probe ? choice.current : 0;
   const bool checks = choice.decided && choice.checkAt != 0 && step + 1 >= choice.checkAt;
   const bool decides = first || drifted || checks || (choice.decided && (step + 1) % kAutoDecideEvery == 0);
-  const double xNorm = decides && errorFeedback && i != 0 ? norm2(x, n) : 0;
 
   double commSeconds = 0;
   CompressComms timed = comms;
@@ -204,8 +223,10 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   if (i != 0) {
     const double codec = std::max(total - commSeconds, 0.0);
     ran.codecSeconds = 0.5 * ran.codecSeconds + 0.5 * codec;
-    if (xNorm > 0) {
-      const double r = norm2(state.residual.data(), n) / xNorm;
+    if (decides && errorFeedback && state.residual.size() == static_cast<size_t>(n)) {
+      const auto m = static_cast<int64_t>(choice.window.size());
+      const double r =
+          sampledNorm(state.residual.data(), m, choice.windowStride) / sampledNorm(choice.window.data(), m, 1);
       if (std::isfinite(r)) ran.residual = r;
     }
   }
@@ -265,7 +286,9 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
 
   const int current = choice.decided ? choice.current : 0;
   const auto within = [&](int i) { return i == 0 || bound_ <= 0 || residual[i] <= bound_; };
-  const auto eligible = [&](int i) { return within(i) && (i == current || step >= cand[i].retryAt); };
+  const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
+  const auto waits = [&](int i) { return warming && dropsValues(i); };
+  const auto eligible = [&](int i) { return within(i) && !waits(i) && (i == current || step >= cand[i].retryAt); };
   int fastest = 0;
   for (int i = 1; i < k; ++i)
     if (eligible(i) && est[i] < est[fastest]) fastest = i;
@@ -305,14 +328,17 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   if (why.empty()) {
     int runnerUp = -1;
     for (int i = 0; i < k; ++i)
-      if (i != best && within(i) && (runnerUp < 0 || est[i] < est[runnerUp])) runnerUp = i;
+      if (i != best && within(i) && !waits(i) && (runnerUp < 0 || est[i] < est[runnerUp])) runnerUp = i;
     if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
   for (int i = 1; i < k; ++i) {
     char buf[112];
     if (!within(i)) {
-      std::snprintf(buf, sizeof buf, "; %s left out: residual %.3g x the gradient > bound %.3g",
-                    autoCandidates()[i].c_str(), residual[i], bound_);
+      std::snprintf(buf, sizeof buf, "; %s left out: its residual holds %.0f %% of the recent gradient > %.0f %%",
+                    autoCandidates()[i].c_str(), 100 * residual[i], 100 * bound_);
+      reason += buf;
+    } else if (waits(i)) {
+      std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d", autoCandidates()[i].c_str(), kAutoWindowCalls);
       reason += buf;
     } else if (i != best && step < cand[i].retryAt) {
       std::snprintf(buf, sizeof buf, "; %s lost a trial: not before step %llu", autoCandidates()[i].c_str(),

@@ -19,9 +19,20 @@
 // did not wait. A candidate that ran is judged by its own time; the others
 // by the model (codec cost, the ranks' maximum, + the link fit at their
 // bytes), scaled up by the model's largest shortfall for a codec that ran.
-// A codec whose residual ratio |e| / |x| (the ranks' maximum) exceeds
-// `residualBound` is left out. All of it travels in one small allreduce,
-// so every rank picks from identical numbers: the same choice and reason.
+// The accuracy guard: a codec whose error-feedback residual holds more than
+// `residualBound` of the key's recent gradient (|e| / |window|: the rank's
+// inputs summed over its calls with a decay of 1 - 1/kAutoWindowCalls, both
+// norms over the same strided sample of at most kAutoSampleElements
+// elements; the ranks' maximum) is left out for the key's life once it ran.
+// What the residual holds is applied late; against one step's gradient it
+// is large both where gradients keep their direction (the update arrives
+// whole, a little late) and where they are noise (it mostly never does);
+// against the recent sum only the second stays large. Sparsifiers wait
+// for the key's kAutoWindowCalls-th call: a delayed update costs most early
+// in training, and by then the window holds the recent gradient (the first
+// calls choose between none and bf16). All of it travels in
+// one small allreduce, so every rank picks from identical numbers: the same
+// choice and reason.
 //
 // When it switches. Decisions come at the second call, every
 // kAutoDecideEvery calls, and at a scheduled check kAutoTrialCalls after a
@@ -59,7 +70,9 @@ constexpr uint64_t kAutoDecideEvery = 16;
 constexpr uint64_t kAutoTrialCalls = 3;  // a new choice, or a lead, is checked after this many calls
 constexpr uint64_t kAutoBackoff = 64;    // calls before a codec that lost a trial is tried again (doubling)
 constexpr uint64_t kAutoProbeEvery = 1024;
-constexpr double kAutoMargin = 0.10;  // a switch must save this share of the predicted time
+constexpr double kAutoMargin = 0.10;            // a switch must save this share of the predicted time
+constexpr int kAutoWindowCalls = 64;            // the recent gradient's horizon (its decay: 1 - 1/this per call)
+constexpr int64_t kAutoSampleElements = 65536;  // the guard's norms: at most this many elements, strided
 
 // Candidate specs, least to most lossy; "none" first.
 const std::vector<std::string>& autoCandidates();
@@ -90,6 +103,8 @@ class LinkFit {
 
 class AutoSelection {
  public:
+  // residualBound: the guard's largest |e| / |window| (0.33: a third of
+  // the recent gradient held back); 0: no guard.
   explicit AutoSelection(double residualBound);
   // Runs one compressed allreduce of x[0..n) on `state` (its choice, its
   // residual) and returns the candidate it ran. `comms.allreduceMax` must be set.
@@ -104,6 +119,7 @@ class AutoSelection {
   void measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms) const;
   void decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice);
   double busBytes(int i, int64_t n, int size) const;
+  bool dropsValues(int i) const;  // a sparsifier (its spec keeps a share of the values)
 
   double bound_;
   std::vector<std::unique_ptr<CompressedSite>> sites_;

@@ -21,7 +21,7 @@ std::shared_ptr<const CompressedSite> Group::compressedSite(const std::string& s
 std::shared_ptr<AutoSelection> Group::autoCompression() {
   std::lock_guard<std::mutex> g(sitesMu_);
   if (!autoCompression_)
-    autoCompression_ = std::make_shared<AutoSelection>(static_cast<double>(config_.compressionAutoBound));
+    autoCompression_ = std::make_shared<AutoSelection>(static_cast<double>(config_.compressionAutoBound) / 100);
   return autoCompression_;
 }
 

@@ -1,10 +1,12 @@
 // compress="auto" without torch: the link fit, and the choice on a simulated
 // link (communication that sleeps for its bytes): a sparsifier when the link
-// is slow, none when it is fast, a codec whose residual passes the bound left
-// out, two ranks whose compute differs from step to step (waits for a late
-// peer are not the link's: no flapping on a fast link, still a sparsifier on
-// a slow one, the same choice on both), and a link that speeds up noticed,
-// with none then sending what the residual held (nothing lost).
+// is slow, none when it is fast, sparsifiers only after the warm-up, a codec
+// whose residual holds too much of the recent gradient left out (noise) or
+// kept (steady gradients), two ranks whose compute differs from step to step
+// (waits for a late peer are not the link's: no flapping on a fast link,
+// still a sparsifier on a slow one, the same choice on both), and a link
+// that speeds up noticed, with none then sending what the residual held
+// (nothing lost).
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -80,7 +82,7 @@ TEST(a_slow_link_chooses_a_sparsifier_and_a_fast_one_none) {
     AutoSelection sel(0);
     CompressState state;
     const CompressComms comms = link.comms();
-    for (int step = 0; step < 20; ++step) {
+    for (int step = 0; step < kAutoWindowCalls + 20; ++step) {  // sparsifiers wait for the window
       std::vector<float> x = values(step, n);
       sel.run(x.data(), n, true, state, comms);
     }
@@ -97,21 +99,45 @@ TEST(a_slow_link_chooses_a_sparsifier_and_a_fast_one_none) {
   }
 }
 
-TEST(a_codec_whose_residual_passes_the_bound_is_left_out) {
+TEST(sparsifiers_wait_for_the_window_and_noise_leaves_top_k_1_percent_out) {
+  // Gaussian noise at every step: what top-k 1 % holds back is never sent
+  // (fresh noise outgrows it) and stays a large share of the recent sum.
   const int64_t n = 65536;
   SimulatedLink link;
   link.beta = 1.0 / 20e6;
-  AutoSelection sel(1.0);  // gaussian values: top-k's residual grows far past 1x the gradient
+  AutoSelection sel(0.33);
   CompressState state;
   const CompressComms comms = link.comms();
-  for (int step = 0; step < 40; ++step) {
+  for (int step = 0; step < 150; ++step) {
     std::vector<float> x = values(100 + step, n);
+    sel.run(x.data(), n, true, state, comms);
+    if (step + 1 < kAutoWindowCalls) CHECK(chosen(state).rfind("topk", 0) != 0);  // none or bf16 first
+  }
+  const AutoDecision& d = state.choice.last;
+  CHECK(d.residual.back() > 0.33);  // top-k 1 % ran after the warm-up, and its residual was measured
+  CHECK(d.reason.find("topk:0.01 left out") != std::string::npos);
+  CHECK(state.choice.current != static_cast<int>(autoCandidates().size()) - 1);
+}
+
+TEST(steady_gradients_keep_a_sparsifier_whose_residual_is_small_against_their_sum) {
+  // One direction plus a little noise: the residual is several steps'
+  // gradient (far over one step's norm) but a small share of the recent
+  // sum, and a slow link keeps a sparsifier.
+  const int64_t n = 65536;
+  SimulatedLink link;
+  link.beta = 1.0 / 20e6;
+  AutoSelection sel(0.33);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  const std::vector<float> direction = values(7, n);
+  for (int step = 0; step < 120; ++step) {
+    std::vector<float> x = values(200 + step, n);
+    for (int64_t j = 0; j < n; ++j) x[j] = direction[j] + 0.3f * x[j];
     sel.run(x.data(), n, true, state, comms);
   }
   const AutoDecision& d = state.choice.last;
-  CHECK(d.residual.back() > 1.0);  // top-k 1 % ran, and its residual was measured
-  CHECK(d.reason.find("topk:0.01 left out") != std::string::npos);
-  CHECK(state.choice.current != static_cast<int>(autoCandidates().size()) - 1);
+  CHECK(chosen(state).rfind("topk", 0) == 0);
+  CHECK(d.residual[state.choice.current] > 0 && d.residual[state.choice.current] <= 0.33);
 }
 
 namespace {
@@ -224,7 +250,7 @@ TEST(peers_that_arrive_late_do_not_make_a_fast_link_look_slow) {
 TEST(peers_that_arrive_late_do_not_hide_a_slow_link) {
   // The dense bytes cost ~13 ms, top-k's ~1 % of that: a sparsifier, under
   // the same waits.
-  const Settled r = settle(1.0 / 20e6, 60);
+  const Settled r = settle(1.0 / 20e6, kAutoWindowCalls + 60);
   CHECK_EQ(r.states[0].choice.last.reason, r.states[1].choice.last.reason);
   CHECK(chosen(r.states[0]) != "none");
   CHECK(r.codecCalls >= 40);
@@ -246,7 +272,7 @@ TEST(a_link_that_speeds_up_is_noticed_and_none_sends_what_the_residual_held) {
     sel.run(x.data(), n, true, state, comms);
     for (int64_t i = 0; i < n; ++i) out[i] += x[i];
   };
-  while (step < 20) call();
+  while (step < kAutoWindowCalls + 20) call();
   CHECK(chosen(state).rfind("topk", 0) == 0);
   link.beta = 1.0 / 50e9;  // 1000x faster: the sparsifier's own bytes show it
   link.alpha = 1e-6;
