@@ -254,6 +254,8 @@ def test_a_kill_waits_for_time_to_rejoin_measured_from_the_replicas_own_start(tm
     restarts = [{"t": 110.0, "replica": 0, "incarnation": 1}]
     reps[0].events.append(_commit(117.0, 0, 20, incarnation=1))
     assert _rejoin_estimate(reps, restarts, go_t=106.0) == pytest.approx(7.0)  # then what was seen
+    for rep in reps:
+        rep.log.close()
 
 
 def test_the_driver_trains_through_failures_on_scalecomm_and_every_replica_ends_equal(tmp_path):
