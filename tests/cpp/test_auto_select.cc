@@ -99,20 +99,35 @@ TEST(a_slow_link_chooses_a_sparsifier_and_a_fast_one_none) {
   }
 }
 
-TEST(sparsifiers_wait_for_the_window_and_noise_leaves_top_k_1_percent_out) {
-  // Gaussian noise at every step: what top-k 1 % holds back is never sent
-  // (fresh noise outgrows it) and stays a large share of the recent sum.
-  const int64_t n = 65536;
+namespace {
+
+// `steps` calls of auto (the default bound, a third) on a 20 MB/s simulated
+// link, call s on input(s); after(s, state) looks at each call's state.
+template <class Input, class After>
+CompressState onSlowLink(int steps, Input input, After after) {
   SimulatedLink link;
   link.beta = 1.0 / 20e6;
   AutoSelection sel(0.33);
   CompressState state;
   const CompressComms comms = link.comms();
-  for (int step = 0; step < 150; ++step) {
-    std::vector<float> x = values(100 + step, n);
-    sel.run(x.data(), n, true, state, comms);
-    if (step + 1 < kAutoWindowCalls) CHECK(chosen(state).rfind("topk", 0) != 0);  // none or bf16 first
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> x = input(s);
+    sel.run(x.data(), static_cast<int64_t>(x.size()), true, state, comms);
+    after(s, state);
   }
+  return state;
+}
+
+}  // namespace
+
+TEST(sparsifiers_wait_for_the_window_and_noise_leaves_top_k_1_percent_out) {
+  // Gaussian noise at every step: what top-k 1 % holds back is never sent
+  // (fresh noise outgrows it) and stays a large share of the recent sum.
+  const CompressState state = onSlowLink(
+      150, [](int s) { return values(100 + s, 65536); },
+      [](int s, const CompressState& st) {
+        if (s + 1 < kAutoWindowCalls) CHECK(chosen(st).rfind("topk", 0) != 0);  // none or bf16 first
+      });
   const AutoDecision& d = state.choice.last;
   CHECK(d.residual.back() > 0.33);  // top-k 1 % ran after the warm-up, and its residual was measured
   CHECK(d.reason.find("topk:0.01 left out") != std::string::npos);
@@ -123,18 +138,15 @@ TEST(steady_gradients_keep_a_sparsifier_whose_residual_is_small_against_their_su
   // One direction plus a little noise: the residual is several steps'
   // gradient (far over one step's norm) but a small share of the recent
   // sum, and a slow link keeps a sparsifier.
-  const int64_t n = 65536;
-  SimulatedLink link;
-  link.beta = 1.0 / 20e6;
-  AutoSelection sel(0.33);
-  CompressState state;
-  const CompressComms comms = link.comms();
-  const std::vector<float> direction = values(7, n);
-  for (int step = 0; step < 120; ++step) {
-    std::vector<float> x = values(200 + step, n);
-    for (int64_t j = 0; j < n; ++j) x[j] = direction[j] + 0.3f * x[j];
-    sel.run(x.data(), n, true, state, comms);
-  }
+  const std::vector<float> direction = values(7, 65536);
+  const CompressState state = onSlowLink(
+      120,
+      [&](int s) {
+        std::vector<float> x = values(200 + s, 65536);
+        for (size_t j = 0; j < x.size(); ++j) x[j] = direction[j] + 0.3f * x[j];
+        return x;
+      },
+      [](int, const CompressState&) {});
   const AutoDecision& d = state.choice.last;
   CHECK(chosen(state).rfind("topk", 0) == 0);
   CHECK(d.residual[state.choice.current] > 0 && d.residual[state.choice.current] <= 0.33);
