@@ -152,7 +152,9 @@ def test_settling_auto_stops_every_rank_at_the_same_call_without_a_collective_of
     env = {"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_TUNING_FILE": "none"}
     results = run_ranks(2, _settle, env=env)
     calls, phase, _, paced, others, share = results[0]
-    assert phase == "exploiting" and calls % 8 == 0 and calls < 1000, results
+    # Back to back it settles in a few hundred calls on a quiet machine (1,280 seen beside
+    # other work); paced, its first trial alone would wait thousands.
+    assert phase == "exploiting" and calls % 8 == 0 and calls < 2000, results
     assert paced == 0 and share == 2, results
     assert results[0] == results[1], results  # same calls, same choice
     assert others == {}, results  # nothing but the settling calls ran on the group
