@@ -68,11 +68,10 @@ struct AutoChoice {
   int pending = -1;           // a candidate that led at the last decision; switched to if it leads again
   bool probeNext = false;     // the ranks agreed the link drifted: the next call runs none
   // This rank's input on the key, summed over its calls with a decay of
-  // 1 - 1/kAutoWindowCalls per call, at every windowStride-th element (at
-  // most kAutoSampleElements of them): the recent gradient a codec's
-  // residual is measured against (compress/auto_select.h).
+  // 1 - 1/kAutoWindowCalls per call, at every autoSampleStride(elements)-th
+  // element: the recent gradient a codec's residual is measured against
+  // (compress/auto_select.h).
   std::vector<float> window;
-  int64_t windowStride = 1;
   AutoDecision last;
 };
 

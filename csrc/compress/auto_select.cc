@@ -94,15 +94,13 @@ double sampledNorm(const float* x, int64_t n, int64_t stride) {
 // Adds this call's input to the key's decayed sum (AutoChoice::window). An
 // input with a non-finite sampled value (an overflowed step) is left out.
 void addToWindow(AutoChoice& c, const float* x, int64_t n) {
-  if (c.window.empty()) {
-    c.windowStride = std::max<int64_t>(1, (n + kAutoSampleElements - 1) / kAutoSampleElements);
-    c.window.assign(static_cast<size_t>((n + c.windowStride - 1) / c.windowStride), 0.0f);
-  }
+  const int64_t stride = autoSampleStride(n);
+  if (c.window.empty()) c.window.assign(static_cast<size_t>((n + stride - 1) / stride), 0.0f);
   const int64_t m = static_cast<int64_t>(c.window.size());
   for (int64_t j = 0; j < m; ++j)
-    if (!std::isfinite(x[j * c.windowStride])) return;
+    if (!std::isfinite(x[j * stride])) return;
   constexpr float keep = 1.0f - 1.0f / kAutoWindowCalls;
-  for (int64_t j = 0; j < m; ++j) c.window[j] = keep * c.window[j] + x[j * c.windowStride];
+  for (int64_t j = 0; j < m; ++j) c.window[j] = keep * c.window[j] + x[j * stride];
 }
 
 std::string ms(double seconds) {
@@ -226,7 +224,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     if (decides && errorFeedback && state.residual.size() == static_cast<size_t>(n)) {
       const auto m = static_cast<int64_t>(choice.window.size());
       const double r =
-          sampledNorm(state.residual.data(), m, choice.windowStride) / sampledNorm(choice.window.data(), m, 1);
+          sampledNorm(state.residual.data(), m, autoSampleStride(n)) / sampledNorm(choice.window.data(), m, 1);
       if (std::isfinite(r)) ran.residual = r;
     }
   }

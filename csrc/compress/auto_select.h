@@ -53,6 +53,7 @@
 // thread; a key's state is used under its slot's lock.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,6 +74,11 @@ constexpr uint64_t kAutoProbeEvery = 1024;
 constexpr double kAutoMargin = 0.10;            // a switch must save this share of the predicted time
 constexpr int kAutoWindowCalls = 64;            // the recent gradient's horizon (its decay: 1 - 1/this per call)
 constexpr int64_t kAutoSampleElements = 65536;  // the guard's norms: at most this many elements, strided
+
+// The guard's sample of n elements: every this-many-th, at most kAutoSampleElements of them.
+inline int64_t autoSampleStride(int64_t n) {
+  return std::max<int64_t>(1, (n + kAutoSampleElements - 1) / kAutoSampleElements);
+}
 
 // Candidate specs, least to most lossy; "none" first.
 const std::vector<std::string>& autoCandidates();
