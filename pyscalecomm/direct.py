@@ -18,7 +18,6 @@ through ``torch.distributed.all_reduce``.
 from __future__ import annotations
 
 import warnings
-import weakref
 
 import torch
 import torch.distributed as dist
@@ -95,39 +94,23 @@ def as_tensor(array, collective: str) -> torch.Tensor:
 
 
 _c10d = dist.distributed_c10d
-_CODES = _C.direct_reduce_ops  # op name -> the group's ReduceOp value
-# [a weak reference to the last process group, its scalecomm backend or None]:
-# the entry goes with the group, so it never keeps a destroyed group's backend.
-_last_group: list = [None, None]
-
-
-def _forget(ref) -> None:
-    if _last_group[0] is ref:
-        _last_group[0] = _last_group[1] = None
 
 
 def _scalecomm_backend(pg):
-    """The scalecomm backend serving ``pg``'s CPU calls (the default group
-    when None), or None (another backend, no group yet, not a member): then
-    the general path runs and explains. The last group's answer is kept."""
-    if pg is None:
-        pg = _c10d._world.default_pg
-        if pg is None:
-            return None
-    ref = _last_group[0]
-    if ref is not None and ref() is pg:
-        return _last_group[1]
+    """The scalecomm backend serving ``pg``'s CPU calls, or None (another
+    backend, not a member): then the general path runs and explains. The
+    fast path (a C function) asks once per group and keeps the answer
+    weakly."""
     try:
         backend = pg._get_backend(torch.device("cpu"))
     except (RuntimeError, AttributeError, ValueError):
-        backend = None
-    if not isinstance(backend, _C.ScalecommBackend):
-        backend = None
-    try:
-        _last_group[0], _last_group[1] = weakref.ref(pg, _forget), backend
-    except TypeError:  # not weakly referable: not kept
-        pass
-    return backend
+        return None
+    return backend if isinstance(backend, _C.ScalecommBackend) else None
+
+
+def _op_code(op) -> int:
+    """The fast path's code for an op spelled other than a lower-case name."""
+    return _C.direct_reduce_ops[_op_name(op)]
 
 
 def _source(array) -> torch.Tensor:
@@ -158,7 +141,7 @@ def _copy_into(out, array) -> None:
         dst.copy_(src)
 
 
-def allreduce(
+def _allreduce(
     array,
     compression: str | None = None,
     *,
@@ -183,25 +166,6 @@ def allreduce(
     array, or the array it views, lives: an array made anew, even at a freed
     array's address, starts from zero error) and ``error_feedback``
     overrides the codec's default."""
-    if compression is None and not async_op:  # the fast path: kept to a few lookups
-        pg = _c10d._world.default_pg if group is None else group
-        ref = _last_group[0]
-        backend = _last_group[1] if ref is not None and ref() is pg else _scalecomm_backend(pg)
-        if backend is not None:
-            code = _CODES.get(op) if type(op) is str else None
-            if code is None:
-                code = _CODES[_op_name(op)]
-            if out is None:
-                if isinstance(array, torch.Tensor):
-                    served = backend.allreduce_tensor(array, code)
-                else:
-                    served = backend.allreduce_array(array, code)
-            elif isinstance(array, torch.Tensor) or isinstance(out, torch.Tensor):
-                served = False
-            else:
-                served = backend.allreduce_array_into(array, out, code)
-            if served:
-                return array if out is None else out
     if out is not None:
         _copy_into(out, array)
         array = out
@@ -227,3 +191,10 @@ def allreduce(
         array=array,
     )
     return fut if async_op else array
+
+
+# pyscalecomm.allreduce: a C function that serves a synchronous allreduce of
+# a host array (NumPy, a contiguous CPU tensor) on a scalecomm group itself,
+# with no Python frame, torch dispatch or Work, and calls _allreduce for
+# everything else.
+allreduce = _C.direct_allreduce(_allreduce, _c10d._world, _C.direct_reduce_ops, _scalecomm_backend, _op_code)

@@ -135,6 +135,11 @@ def _direct_against_gloo(rank, n):
         frozen = np.full((2, 2), rank + 1, dtype=np.int64)
         frozen.flags.writeable = False  # out=: the input is only read
         into = pyscalecomm.allreduce(frozen, op="max", out=np.zeros((2, 2), dtype=np.int64))
+        # every argument spelled out at its default, and a tensor subclass
+        spelled = np.full(2, rank + 1, dtype=np.int32)
+        pyscalecomm.allreduce(spelled, None, op="MAX", group=None, async_op=False, key="k", error_feedback=None)
+        param = torch.nn.Parameter(torch.full((3,), rank + 1.0), requires_grad=False)
+        assert pyscalecomm.allreduce(param) is param
     finally:
         dist.all_reduce = real
     wrong = [
@@ -155,6 +160,11 @@ def _direct_against_gloo(rank, n):
         mismatch = "no error"
     except ValueError as e:
         mismatch = str(e)
+    try:
+        pyscalecomm.allreduce(x, opp="max")
+        mismatch += " | no error"
+    except TypeError as e:
+        mismatch += " | " + str(e)
     return (
         len(cases),
         wrong,
@@ -165,18 +175,21 @@ def _direct_against_gloo(rank, n):
         after.tolist(),
         float(big[0]),
         mismatch,
+        spelled.tolist() + param.tolist(),
     )
 
 
 def test_host_arrays_take_the_direct_path_and_match_gloo_for_every_type_and_op():
     results = run_ranks(3, _direct_against_gloo, timeout_s=120)
-    for count, wrong, tensor, is_out, kept, y, after, big, mismatch in results:
+    for count, wrong, tensor, is_out, kept, y, after, big, mismatch, spelled in results:
         assert count == 35 and wrong == []
         assert tensor == [3.0 * v for v in range(5)]
         assert is_out and kept
         assert y == [6.0] * 4 + [3] * 8
         assert after == [6] * 3 and big == 6.0
         assert "out has shape (5,)" in mismatch and "the input (4,)" in mismatch
+        assert "unexpected keyword argument 'opp'" in mismatch
+        assert spelled == [3, 3] + [6.0] * 3
 
 
 def _direct_after_abort(rank, n):

@@ -197,126 +197,6 @@ void defineSelection(BackendClass& cls) {
           "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
 }
 
-// The element type of a buffer-protocol format ("f", "<d", "=e", "q", ...;
-// native or little-endian byte order) of `itemsize` bytes, if we reduce it.
-std::optional<DataType> bufferType(const char* format, Py_ssize_t itemsize) {
-  if (format == nullptr) return DataType::UInt8;  // PEP 3118: unsigned bytes
-  if (*format == '@' || *format == '=' || *format == '<') ++format;
-  if (format[0] == '\0' || format[1] != '\0') return std::nullopt;
-  switch (format[0]) {
-    case 'f': return DataType::Float32;
-    case 'd': return DataType::Float64;
-    case 'e': return DataType::Float16;
-    case 'b': return DataType::Int8;
-    case 'B': return DataType::UInt8;
-    case 'h': return DataType::Int16;
-    case 'i':
-    case 'l':
-    case 'q':
-      if (itemsize == 4) return DataType::Int32;
-      if (itemsize == 8) return DataType::Int64;
-      return std::nullopt;
-    default: return std::nullopt;
-  }
-}
-
-// The ReduceOp values the direct path takes, by pyscalecomm.allreduce's names.
-ReduceOp directOp(int op) {
-  switch (op) {
-    case static_cast<int>(ReduceOp::Sum):
-    case static_cast<int>(ReduceOp::Avg):
-    case static_cast<int>(ReduceOp::Min):
-    case static_cast<int>(ReduceOp::Max):
-    case static_cast<int>(ReduceOp::Product): return static_cast<ReduceOp>(op);
-    default:
-      throw py::value_error(
-          strCat("scalecomm allreduce: op code ", op, " is not one of pyscalecomm._C.direct_reduce_ops' values"));
-  }
-}
-
-// A buffer-protocol view of an object, released when it goes; empty (and
-// the Python error cleared) where the object cannot give one with `flags`.
-class BufferView {
- public:
-  BufferView(const py::object& obj, int flags) : held_(PyObject_GetBuffer(obj.ptr(), &view_, flags) == 0) {
-    if (!held_) PyErr_Clear();
-  }
-  ~BufferView() {
-    if (held_) PyBuffer_Release(&view_);
-  }
-  BufferView(const BufferView&) = delete;
-  BufferView& operator=(const BufferView&) = delete;
-  explicit operator bool() const { return held_; }
-  const Py_buffer& operator*() const { return view_; }
-  const Py_buffer* operator->() const { return &view_; }
-  // Its element type where we reduce it (and the item size is that type's).
-  std::optional<DataType> type() const {
-    const std::optional<DataType> t = bufferType(view_.format, view_.itemsize);
-    if (t && view_.itemsize != static_cast<Py_ssize_t>(elementSize(*t))) return std::nullopt;
-    return t;
-  }
-
- private:
-  Py_buffer view_{};
-  bool held_;
-};
-
-// The direct API's fast path (pyscalecomm.allreduce, pyscalecomm/direct.py): an
-// in-place synchronous allreduce of a host array without torch's dispatch.
-// Each returns False, having communicated nothing, for what the general path
-// must take (and explain when it refuses): a read-only, non-contiguous or
-// device array, a type we do not reduce, the group's default codec.
-void defineDirect(BackendClass& cls) {
-  cls.def(
-         "allreduce_array",
-         [](ScalecommBackend& b, const py::object& array, int op) {
-           const ReduceOp rop = directOp(op);
-           const BufferView view(array, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
-           const std::optional<DataType> dtype = view ? view.type() : std::nullopt;
-           if (!dtype) return false;
-           py::gil_scoped_release noGil;
-           return b.allreduceHost(view->buf, view->len / view->itemsize, *dtype, rop);
-         },
-         py::arg("array"), py::arg("op"),
-         "Allreduces a writable C-contiguous buffer-protocol array (NumPy) in place with ReduceOp value `op`; "
-         "False if it must take the general path.")
-      .def(
-          "allreduce_array_into",
-          [](ScalecommBackend& b, const py::object& array, const py::object& out, int op) {
-            const ReduceOp rop = directOp(op);
-            const BufferView in(array, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
-            const BufferView into(out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
-            if (!in || !into) return false;
-            const std::optional<DataType> dtype = into.type();
-            const auto* from = static_cast<const char*>(in->buf);
-            auto* to = static_cast<char*>(into->buf);
-            // The same type and shape, and the two either one buffer or apart.
-            const bool apart = from == to || from + in->len <= to || to + into->len <= from;
-            if (!dtype || in.type() != dtype || in->len != into->len || in->ndim != into->ndim ||
-                !std::equal(in->shape, in->shape + in->ndim, into->shape) || !apart) {
-              return false;
-            }
-            py::gil_scoped_release noGil;
-            if (from != to) std::copy_n(from, in->len, to);  // host memory (the buffer protocol's), never a device's
-            return b.allreduceHost(into->buf, into->len / into->itemsize, *dtype, rop);
-          },
-          py::arg("array"), py::arg("out"), py::arg("op"),
-          "Allreduces `array` into `out` (buffer-protocol arrays of the same type and shape; `out` writable, both "
-          "C-contiguous), leaving `array` as it was; False if it must take the general path.")
-      .def(
-          "allreduce_tensor",
-          [](ScalecommBackend& b, const at::Tensor& t, int op) {
-            if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || !t.is_contiguous()) return false;
-            const std::optional<DataType> dtype = arithmeticType(t.scalar_type());
-            if (!dtype) return false;
-            const ReduceOp rop = directOp(op);
-            py::gil_scoped_release noGil;
-            return b.allreduceHost(t.data_ptr(), t.numel(), *dtype, rop);
-          },
-          py::arg("tensor"), py::arg("op"),
-          "Allreduces a contiguous CPU tensor in place with ReduceOp value `op`; False if it must take the general "
-          "path.");
-}
 
 // Compressed allreduce and its error-feedback state.
 void defineCompression(BackendClass& cls) {
@@ -435,11 +315,6 @@ void bindBackend(py::module& m) {
   defineCounters(backend);
   defineSelection(backend);
   defineCompression(backend);
-  defineDirect(backend);
-  m.attr("direct_reduce_ops") =
-      py::dict(py::arg("sum") = static_cast<int>(ReduceOp::Sum), py::arg("avg") = static_cast<int>(ReduceOp::Avg),
-               py::arg("min") = static_cast<int>(ReduceOp::Min), py::arg("max") = static_cast<int>(ReduceOp::Max),
-               py::arg("product") = static_cast<int>(ReduceOp::Product));
 }
 
 }  // namespace scalecomm

@@ -16,6 +16,7 @@ PYBIND11_MODULE(_C, m) {
   py::module testing = m.def_submodule("_testing", "Hooks into the compiled core for scalecomm's own tests.");
   sc::bindBackend(m);
   sc::bindTables(m);
+  sc::bindDirect(m);
   sc::bindModels(m);
   sc::bindCodecs(m, testing);
   sc::bindKernels(testing);
