@@ -49,7 +49,6 @@ import argparse
 import dataclasses
 import functools
 import json
-import os
 import statistics
 import sys
 import time
@@ -60,6 +59,7 @@ import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the
 
 import pyscalecomm  # noqa: F401  (registers the backend; fills RANK... under mpirun)
 from pyscalecomm.bench import parse_size, settle_auto
+from pyscalecomm.bench.specs import deepspeed_op
 from pyscalecomm.bench.timing import round_order
 
 
@@ -72,19 +72,6 @@ def _paired(times: dict[str, list[float]], stat) -> float:
     round ran back to back, so their differences cancel the VM's drift)."""
     rounds = len(next(iter(times.values())))
     return statistics.median(stat({k: v[i] for k, v in times.items()}) for i in range(rounds))
-
-
-def _deepspeed_op(rank: int, n: int):
-    """DeepSpeed's CPU shared-memory allreduce (torch.ops.deepspeed.inference_all_reduce_), or None."""
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
-        from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
-    except ImportError:
-        return None
-    os.environ.setdefault("LOCAL_SIZE", str(n))
-    op = ShareMemCommBuilder().load(verbose=False)
-    op.initialize(n, rank)
-    return op
 
 
 def main() -> int:
@@ -123,7 +110,7 @@ def main() -> int:
     rank, n = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
     fake = dist.new_subgroups(group_size=1, backend="fake")[0]
-    ds = _deepspeed_op(rank, n) if args.deepspeed else None
+    ds = deepspeed_op(rank, n) if args.deepspeed else None
 
     def allreduce_on(group):
         def run(t, _a):

@@ -230,6 +230,36 @@ def test_bench_direct_api_rows_with_cpu_time_beside_mpi(tmp_path):
     assert refused.returncode == 2 and "the direct API has allreduce only" in refused.stderr
 
 
+def test_bench_refuses_a_deepspeed_baseline_without_deepspeed_in_the_parent(monkeypatch, capsys):
+    import importlib.util
+
+    from pyscalecomm.bench import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a)
+    )
+    with pytest.raises(SystemExit) as refused:
+        cli.parse_args(["--baselines", "deepspeed,gloo", "-b", "8", "-e", "8"])
+    assert refused.value.code == 2
+    assert "--baselines deepspeed needs DeepSpeed (pip install deepspeed)" in capsys.readouterr().err
+
+
+def test_bench_deepspeed_baseline_runs_in_place_beside_scalecomm(tmp_path):
+    """DeepSpeed's CPU shared-memory allreduce as a column: in place only (it
+    has no out-of-place call), checked like every row."""
+    pytest.importorskip("deepspeed")
+    args = ["pyscalecomm.bench", "--nproc", "2", "-b", "8", "-e", "4K", "-f", "16", "-n", "3", "-w", "1"]
+    args += ["--rounds", "1", "--min-time", "0", "--baselines", "deepspeed,gloo", "--json", "r.jsonl"]
+    out = _run(args, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "# Out of bounds values : 0 OK" in out.stdout and "(allreduce, deepspeed)" in out.stdout
+    records = [json.loads(ln) for ln in open(tmp_path / "r.jsonl")]
+    ds = [r for r in records if r["implementation"] == "deepspeed"]
+    assert {r["inplace"] for r in ds} == {True} and len(ds) == 3, ds
+    assert all(r["wrong"] == 0 for r in ds), ds
+
+
 def test_bench_on_a_loaded_machine_starts_and_ends_its_busy_processes(tmp_path):
     args = ["pyscalecomm.bench", "--nproc", "2", "-b", "8", "-e", "8", "-n", "3", "-w", "1", "--rounds", "1"]
     out = _run([*args, "--min-time", "0", "--busy", "2"], tmp_path)

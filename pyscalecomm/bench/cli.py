@@ -33,8 +33,10 @@ async mode; the row gives the slowest rank's time per step, the requests
 (pushes + pulls) and bytes the servers handle per second together, and the
 speedup over one server; over scalecomm and each CPU baseline backend.
 
-Baselines: gloo (torch's CPU backend) and mpi (MPI's own collectives through
-mpi4py on the same buffers; needs mpirun). ``--api direct`` times scalecomm's
+Baselines: gloo (torch's CPU backend), mpi (MPI's own collectives through
+mpi4py on the same buffers; needs mpirun) and deepspeed (DeepSpeed's CPU
+shared-memory allreduce, in place, sum of float32/bf16/fp16, ranks of one
+host; needs DeepSpeed installed, which builds its kernel on first use). ``--api direct`` times scalecomm's
 allreduce rows through the direct API instead of ``dist.all_reduce``:
 ``pyscalecomm.allreduce`` on NumPy arrays over the same memory (out of place:
 ``out=``), with no torch dispatch, as mpi4py's ``comm.Allreduce`` is called.
@@ -55,6 +57,7 @@ which is the fastest exact implementation.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 
@@ -66,6 +69,8 @@ from pyscalecomm.bench.specs import (
     COLLECTIVES,
     algorithm_applies,
     busbw_factor,
+    deepspeed_op,
+    deepspeed_runner,
     element_count,
     known_algorithms,
     make_case,
@@ -165,7 +170,8 @@ def parse_args(argv=None):
     p.add_argument(
         "--baselines",
         default="",
-        help="comma list of gloo, mpi (mpi needs mpirun), nccl (CUDA); 'none'. "
+        help="comma list of gloo, mpi (mpi needs mpirun), deepspeed (its CPU shm allreduce), nccl (CUDA); "
+        "'none'. "
         "Default: gloo on cpu, nccl on cuda",
     )
     p.add_argument(
@@ -243,10 +249,14 @@ def parse_args(argv=None):
         args.baselines = "nccl" if args.device == "cuda" else "gloo"
     args.baselines = [b for b in args.baselines.split(",") if b and b != "none"]
     for b in args.baselines:
-        if b not in ("gloo", "mpi", "nccl"):
-            p.error(f"unknown baseline {b!r}; choose gloo, mpi, nccl or none")
+        if b not in ("gloo", "mpi", "deepspeed", "nccl"):
+            p.error(f"unknown baseline {b!r}; choose gloo, mpi, deepspeed, nccl or none")
     if "nccl" in args.baselines and args.device != "cuda":
         p.error("--baselines nccl needs --device cuda")
+    if "deepspeed" in args.baselines and args.device != "cpu":
+        p.error("--baselines deepspeed is DeepSpeed's CPU shared-memory allreduce: it needs --device cpu")
+    if "deepspeed" in args.baselines and importlib.util.find_spec("deepspeed") is None:
+        p.error("--baselines deepspeed needs DeepSpeed (pip install deepspeed)")
     # (spec as given, codec, the codec_kernels setting or "") per --compress entry.
     args.compress = [(spec, *spec.partition("@")[::2]) for spec in args.compress.split(",") if spec]
     for spec, _, kernels in args.compress:
@@ -287,6 +297,11 @@ def _implementations(args, dist, pyscalecomm):
             )
     gloo = timing if "gloo" in args.baselines else None
     nccl = dist.new_group(backend="nccl") if "nccl" in args.baselines else None
+    deepspeed = None
+    if "deepspeed" in args.baselines:
+        deepspeed = deepspeed_op(dist.get_rank(), n)
+        if deepspeed is None:
+            raise SystemExit("--baselines deepspeed needs DeepSpeed (pip install deepspeed)")
     table = {}
     for c in args.collectives:
         if c == "ps":
@@ -316,6 +331,8 @@ def _implementations(args, dist, pyscalecomm):
             impls.append(Impl("nccl", "nccl", nccl))
         if mpi_comm is not None:
             impls.append(Impl("mpi", "mpi", mpi_comm))
+        if deepspeed is not None and c == "allreduce":
+            impls.append(Impl("deepspeed", "deepspeed", deepspeed))
         table[c] = impls
     return table, timing
 
@@ -334,6 +351,8 @@ def _runner(impl, case, args, state=""):
         )
     if impl.kind == "mpi":
         return mpi_runner(case, impl.handle, args.op)
+    if impl.kind == "deepspeed":
+        return deepspeed_runner(case, args.op)
     fixed = impl.algo not in ("", "auto", "mpi", "nccl")
     if impl.kind == "scalecomm" and case.collective == "allreduce" and fixed:
         be = impl.handle._get_backend(case.inp.device)

@@ -28,6 +28,7 @@ every dtype; :meth:`Case.wrong` counts the elements that differ from it.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -386,6 +387,38 @@ def mpi_runner(case: Case, comm, op: str):
     if case.inp.dtype in (torch.float16, torch.bfloat16) or op not in _MPI_OPS:
         return None
     return case.spec.mpi_call(case, comm, getattr(MPI, _MPI_OPS[op]))
+
+
+def deepspeed_op(rank: int, n: int):
+    """DeepSpeed's CPU shared-memory allreduce op for the ``n`` ranks of this
+    host (its kernel built on first use, as DeepSpeed does), initialised for
+    ``rank``; None where DeepSpeed does not import."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+    except ImportError:
+        return None
+    os.environ.setdefault("LOCAL_SIZE", str(n))
+    op = ShareMemCommBuilder().load(verbose=False)
+    op.initialize(n, rank)
+    return op
+
+
+_DEEPSPEED_TYPES = ("float32", "bfloat16", "float16")
+
+
+def deepspeed_runner(case: Case, op: str):
+    """DeepSpeed's in-place allreduce (``torch.ops.deepspeed.inference_all_reduce_``)
+    on the case's buffer, or None where it has no such call: another
+    collective, out of place, an op but sum, another type."""
+    import torch
+
+    if case.collective != "allreduce" or not case.inplace or op != "sum":
+        return None
+    if str(case.out.dtype).removeprefix("torch.") not in _DEEPSPEED_TYPES:
+        return None
+    buffer = case.out
+    return lambda: torch.ops.deepspeed.inference_all_reduce_(buffer)
 
 
 def wire_bytes(spec: str, count: int) -> int | None:
