@@ -15,7 +15,9 @@
 // - channel() is the stream channel over these links, which the executor
 //   runs plans on.
 // - idle() is how an executor waits: it spins, yields, then polls tcp sockets
-//   (or sleeps briefly for shm), and throws once abort() was called.
+//   (or sleeps briefly for shm), and throws once abort() was called. A wait
+//   on a blocking call's own thread (a CallerWaits alive on it) spins for
+//   callerSpinMicros() instead of spinMicros().
 // - abort() (any thread, idempotent) sets the abort flag and closes every link,
 //   so this rank's waits end promptly and peers see the closure. leave()
 //   closes them in order.
@@ -50,6 +52,17 @@ struct MeshOptions {
   uint64_t shmWindowBytes = 0;  // per window cell (transport/shm.h); 0: no windows
   std::string hostIdentity;     // empty: computed
   int64_t spinMicros = 50;
+};
+
+// While alive, the waits of this thread in Communicator::idle() are those of
+// a blocking call on its caller's own thread (callerSpinMicros). Nests.
+class CallerWaits {
+ public:
+  CallerWaits();
+  ~CallerWaits();
+  CallerWaits(const CallerWaits&) = delete;
+  CallerWaits& operator=(const CallerWaits&) = delete;
+  static bool active();
 };
 
 class Communicator {
@@ -116,7 +129,13 @@ class Communicator {
   };
   IdleCounts idleCounts() const { return {idleBlocked_, idleRung_}; }
   int64_t spinMicros() const { return spinMicros_; }
-  void setSpinMicros(int64_t us) { spinMicros_ = us; }
+  void setSpinMicros(int64_t us) { spinMicros_ = callerSpinMicros_ = us; }
+  // The spin of waits on a blocking call's own thread (CallerWaits): its
+  // caller runs nothing else meanwhile, so a longer spin costs the process no
+  // work of its own, where a yield hands the core to other work and waits a
+  // time slice for it back. setSpinMicros sets both.
+  int64_t callerSpinMicros() const { return callerSpinMicros_; }
+  void setCallerSpinMicros(int64_t us) { callerSpinMicros_ = us; }
 
   void abort();
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
@@ -140,6 +159,7 @@ class Communicator {
   std::vector<int64_t> pollMicros_;  // per peer: its link's pollMicros(), or 0 (setCrowded)
   int64_t shortestPollMicros_ = Link::kDefaultPollMicros, longestPollMicros_ = Link::kDefaultPollMicros;
   int64_t spinMicros_;
+  int64_t callerSpinMicros_;
   uint64_t idleBlocked_ = 0, idleRung_ = 0;  // the executing thread's
   std::vector<int> hostOf_, machineOf_;
   std::shared_ptr<MpiGroup> mpi_;  // null without MPI; mpi links hold their own reference

@@ -64,13 +64,21 @@ bool crowded(const Communicator& comm) {
 // with 2 cores used 0.36 cores per rank against gloo's 0.21 and ran at 0.97x
 // its speed; blocking at once, 0.26 and 0.99x. Where each rank has a core,
 // yielding stays (blocking made DDP with overlapped backward 2% slower,
-// 2 ranks at 1 Gbit/s). A set spin is already the communicator's.
+// 2 ranks at 1 Gbit/s). A blocking call waiting on its caller's own thread
+// spins through the links' poll window instead of yielding (nothing of the
+// caller's runs meanwhile; beside processes that never block, a yield waited
+// a time slice for the core: 8 B - 1 MiB calls 1.6-2.7x slower than with
+// the longer spin), while the worker, whose waits overlap the caller's
+// compute, keeps yielding after 50 us (spinning 200 us there made DDP steps
+// 4-6 % slower; docs/journal/2026-12-01-caller-waits.md). A set spin is
+// already the communicator's, for both.
 void resolveWaits(GroupConfig& config, Communicator& comm) {
   const bool busy = crowded(comm);
   comm.setCrowded(busy);
   if (config.spinMicros >= 0) return;
   config.spinMicros = busy ? 0 : 50;
   comm.setSpinMicros(config.spinMicros);
+  comm.setCallerSpinMicros(busy ? 0 : Link::kDefaultPollMicros);
 }
 
 // A configured allreduce algorithm must serve this group's size.
@@ -303,7 +311,11 @@ void Group::dispatch(Call&& call, uint64_t number) {
     if (exec.owns_lock()) {
       inlineCalls_.fetch_add(1, std::memory_order_relaxed);
       const uint64_t id = watchQueued(call, number, now, &call.algorithm.str());
-      std::optional<Error> error = execute(call, number, id, now, /*recordStart=*/false);
+      std::optional<Error> error;
+      {
+        const CallerWaits caller;
+        error = execute(call, number, id, now, /*recordStart=*/false);
+      }
       exec.unlock();  // completion callbacks may issue further calls
       if (call.done) call.done(error ? &*error : nullptr);
       return;

@@ -100,9 +100,9 @@ struct DirectState {
   PyObject* codes = nullptr;
   PyObject* backendOf = nullptr;
   PyObject* opCode = nullptr;
-  PyObject* defaultPg = nullptr;  // the interned attribute name
-  PyObject* sum = nullptr;        // the default op, "sum"
-  PyObject* lastGroup = nullptr;  // a weak reference, or null: nothing kept
+  PyObject* defaultPg = nullptr;                                         // the interned attribute name
+  PyObject* sum = nullptr;                                               // the default op, "sum"
+  PyObject* lastGroup = nullptr;                                         // a weak reference, or null: nothing kept
   std::optional<c10::weak_intrusive_ptr<ScalecommBackend>> lastBackend;  // empty: not a scalecomm group
   std::string doc;
 };
@@ -291,9 +291,7 @@ void bindDirect(py::module& m) {
       [](const py::object& general, const py::object& world, const py::dict& codes, const py::object& backendOf,
          const py::object& opCode) {
         DirectState& s = state();
-        const auto keep = [](PyObject*& slot, const py::handle& h) {
-          Py_XSETREF(slot, Py_NewRef(h.ptr()));
-        };
+        const auto keep = [](PyObject*& slot, const py::handle& h) { Py_XSETREF(slot, Py_NewRef(h.ptr())); };
         keep(s.general, general);
         keep(s.world, world);
         keep(s.codes, codes);
@@ -305,11 +303,12 @@ void bindDirect(py::module& m) {
         s.lastBackend.reset();
         // The general function's signature and documentation (inspect reads
         // the first lines as the signature).
-        s.doc = "allreduce(array, compression=None, *, op='sum', group=None, async_op=False, key=None, "
-                "error_feedback=None, out=None)\n--\n\n" +
-                py::cast<std::string>(general.attr("__doc__"));
-        static PyMethodDef def{"allreduce", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-                                                &directAllreduce)),
+        s.doc =
+            "allreduce(array, compression=None, *, op='sum', group=None, async_op=False, key=None, "
+            "error_feedback=None, out=None)\n--\n\n" +
+            py::cast<std::string>(general.attr("__doc__"));
+        static PyMethodDef def{"allreduce",
+                               reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&directAllreduce)),
                                METH_FASTCALL | METH_KEYWORDS, nullptr};
         def.ml_doc = s.doc.c_str();
         py::object module = general.attr("__module__");

@@ -258,21 +258,32 @@ TEST(blocking_calls_run_inline_when_idle_and_async_ones_on_the_worker_in_order) 
     const auto caller = std::this_thread::get_id();
     std::vector<float> v(8, 1.0f);
     std::thread::id ranOn;
+    bool callerWaits = false;
     Call c = allreduceCall(v, true);
-    c.before = [&] { ranOn = std::this_thread::get_id(); };
+    c.before = [&] {
+      ranOn = std::this_thread::get_id();
+      callerWaits = CallerWaits::active();
+    };
     CHECK_EQ(runCall(g, std::move(c)), std::string());
     CHECK(ranOn == caller);
+    CHECK(callerWaits);  // its waits spin through the poll window: nothing else of the caller's runs
+    CHECK(!CallerWaits::active());
     CHECK_EQ(g.counters().inlineCalls, uint64_t{1});
+    // The automatic spin: 50 us on the worker and the poll window inline, or none on a crowded machine.
+    const Communicator& comm = g.communicator();
+    CHECK_EQ(comm.callerSpinMicros(), comm.spinMicros() > 0 ? Link::kDefaultPollMicros : int64_t{0});
     // Async calls go to the worker; a blocking call behind them waits its turn there.
     std::vector<std::vector<float>> bufs(20, std::vector<float>(64, 1.0f));
     std::vector<int> order;
     std::mutex mu;
     std::vector<std::future<std::string>> results;
+    std::atomic<bool> workerWaitsAsCaller{false};
     for (int i = 0; i < 20; ++i) {
       Call a = allreduceCall(bufs[i], i == 19);
       a.after = [&, i] {
         std::lock_guard<std::mutex> l(mu);
         order.push_back(i);
+        if (CallerWaits::active()) workerWaitsAsCaller = true;
       };
       auto p = std::make_shared<std::promise<std::string>>();
       results.push_back(p->get_future());
@@ -283,6 +294,7 @@ TEST(blocking_calls_run_inline_when_idle_and_async_ones_on_the_worker_in_order) 
     for (int i = 0; i < 20; ++i) CHECK_EQ(order[i], i);
     for (auto& b : bufs) CHECK_EQ(b[63], 2.0f);
     CHECK(g.counters().workerCalls >= 19);
+    CHECK(!workerWaitsAsCaller);  // the worker's waits overlap the caller's work: they yield
   });
 }
 

@@ -538,4 +538,31 @@ TEST(a_long_wait_sleeps_on_the_doorbell_and_the_peer_wakes_it) {
   CHECK(counts[0].rung >= 1);  // room in the full ring woke rank 0
 }
 
+TEST(a_wait_on_the_callers_own_thread_spins_its_own_budget_before_it_sleeps) {
+  std::vector<uint64_t> asCaller(2), asWorker(2);
+  std::atomic<int> finished{0};
+  const auto errors = onMesh(2, [&](int rank, Communicator& comm) {
+    comm.setSpinMicros(50);
+    comm.setCallerSpinMicros(100000);  // far beyond the wait: a preempted thread cannot run past it
+    const auto waitFor = [&](std::chrono::microseconds d) {
+      const Clock::time_point since = Clock::now();
+      const uint64_t before = comm.idleCounts().blocked;
+      while (Clock::now() - since < d) comm.idle({1 - rank}, since, [] { return false; });
+      return comm.idleCounts().blocked - before;
+    };
+    {
+      const CallerWaits caller;
+      asCaller[rank] = waitFor(std::chrono::microseconds(2000));
+    }
+    asWorker[rank] = waitFor(std::chrono::microseconds(2000));  // past the 200 us poll window it sleeps
+    finished.fetch_add(1);
+    while (finished.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  CHECK(errors[0].empty() && errors[1].empty());
+  for (int r = 0; r < 2; ++r) {
+    CHECK_EQ(asCaller[r], uint64_t{0});
+    CHECK(asWorker[r] > 0);
+  }
+}
+
 TEST_MAIN()
