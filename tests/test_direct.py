@@ -137,7 +137,8 @@ def _direct_against_gloo(rank, n):
         into = pyscalecomm.allreduce(frozen, op="max", out=np.zeros((2, 2), dtype=np.int64))
         # every argument spelled out at its default, and a tensor subclass
         spelled = np.full(2, rank + 1, dtype=np.int32)
-        pyscalecomm.allreduce(spelled, None, op="MAX", group=None, async_op=False, key="k", error_feedback=None)
+        defaults = {"group": None, "async_op": False, "key": "k", "error_feedback": None}
+        pyscalecomm.allreduce(spelled, None, op="MAX", **defaults)
         param = torch.nn.Parameter(torch.full((3,), rank + 1.0), requires_grad=False)
         assert pyscalecomm.allreduce(param) is param
     finally:

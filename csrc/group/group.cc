@@ -67,8 +67,8 @@ bool crowded(const Communicator& comm) {
 // 2 ranks at 1 Gbit/s). A blocking call waiting on its caller's own thread
 // spins through the links' poll window instead of yielding (nothing of the
 // caller's runs meanwhile; beside processes that never block, a yield waited
-// a time slice for the core: 8 B - 1 MiB calls 1.6-2.7x slower than with
-// the longer spin), while the worker, whose waits overlap the caller's
+// a time slice for the core: 8 B, 4 KiB and 1 MiB calls 1.7-2.7x slower
+// than with the longer spin), while the worker, whose waits overlap the caller's
 // compute, keeps yielding after 50 us (spinning 200 us there made DDP steps
 // 4-6 % slower; docs/journal/2026-12-01-caller-waits.md). A set spin is
 // already the communicator's, for both.

@@ -197,7 +197,6 @@ void defineSelection(BackendClass& cls) {
           "The cost model's parameters this group uses for 'auto' (probed at creation or from the tuning file).");
 }
 
-
 // Compressed allreduce and its error-feedback state.
 void defineCompression(BackendClass& cls) {
   cls.def(

@@ -19,7 +19,7 @@ namespace py = pybind11;
 
 void bindBackend(py::module& m);  // torch/bind_backend.cc: BackendConfig, ScalecommBackend
 void bindTables(py::module& m);   // torch/bind_tables.cc: settings, sizes, algorithms, codecs, build facts
-void bindDirect(py::module& m);  // torch/bind_direct.cc: pyscalecomm.allreduce's fast path
+void bindDirect(py::module& m);   // torch/bind_direct.cc: pyscalecomm.allreduce's fast path
 void bindModels(py::module& m);   // torch/bind_models.cc: the cost model, tuning caches, the desync verdict
 void bindCodecs(py::module& m, py::module& testing);  // torch/bind_codecs.cc: codec round trips, wire bytes
 void bindKernels(py::module& testing);                // torch/kernel_bindings.cc: the reduction kernels
