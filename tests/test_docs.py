@@ -376,6 +376,10 @@ README_PROMISES = {
 # The headline numbers: each row's table and command are in the docs.
 README_NUMBERS = {
     "8-byte `dist.all_reduce`, 2 ranks": ("docs/performance.md", "## Small collectives"),
+    "`pyscalecomm.allreduce` on NumPy, 8 B - 1 MiB, 2 ranks": (
+        "docs/performance.md",
+        "### The direct API against mpi4py",
+    ),
     "allreduce 64 KiB - 256 MiB, 2 ranks": (
         "docs/performance.md",
         "## Shared memory against Open MPI, DeepSpeed",
