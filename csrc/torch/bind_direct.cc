@@ -25,6 +25,7 @@
 
 #include "torch/backend.h"
 #include "torch/bindings.h"
+#include "torch/gil.h"
 #include "torch/tensor_types.h"
 
 namespace scalecomm {
@@ -78,18 +79,6 @@ class BufferView {
  private:
   Py_buffer view_{};
   bool held_;
-};
-
-// The GIL released for its lifetime (the caller holds it).
-class NoGil {
- public:
-  NoGil() : state_(PyEval_SaveThread()) {}
-  ~NoGil() { PyEval_RestoreThread(state_); }
-  NoGil(const NoGil&) = delete;
-  NoGil& operator=(const NoGil&) = delete;
-
- private:
-  PyThreadState* state_;
 };
 
 // What the callable holds: strong references for the process's lifetime (the
@@ -220,7 +209,7 @@ bool tryDirect(const Args& a, ScalecommBackend& backend, ReduceOp op, bool* serv
       const BufferView view(a.array, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
       const std::optional<DataType> dtype = view ? view.type() : std::nullopt;
       if (dtype) {
-        NoGil released;
+        ReleaseGilIfHeld released;
         *served = backend.allreduceHost(view->buf, view->len / view->itemsize, *dtype, op);
         return true;
       }
@@ -230,7 +219,7 @@ bool tryDirect(const Args& a, ScalecommBackend& backend, ReduceOp op, bool* serv
     if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided || !t.is_contiguous()) return true;
     const std::optional<DataType> dtype = arithmeticType(t.scalar_type());
     if (!dtype) return true;
-    NoGil released;
+    ReleaseGilIfHeld released;
     *served = backend.allreduceHost(t.data_ptr(), t.numel(), *dtype, op);
     return true;
   }
@@ -246,7 +235,7 @@ bool tryDirect(const Args& a, ScalecommBackend& backend, ReduceOp op, bool* serv
       !std::equal(in->shape, in->shape + in->ndim, into->shape) || !apart) {
     return true;
   }
-  NoGil released;
+  ReleaseGilIfHeld released;
   if (from != to) std::copy_n(from, in->len, to);  // host memory (the buffer protocol's), never a device's
   *served = backend.allreduceHost(to, into->len / into->itemsize, *dtype, op);
   return true;
