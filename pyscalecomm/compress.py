@@ -127,7 +127,10 @@ def choices(group=None, device: str = "cpu") -> list[dict]:
     predicted seconds per call: measured codec cost plus the group's link fit
     at its bytes), ``residual_ratio`` (each codec's error-feedback residual
     over the key's recent gradient, where it ran; a codec above
-    ``compression_auto_bound`` percent is left out), ``link_alpha_s``,
+    ``compression_auto_bound`` percent is left out), ``period_s`` (the
+    time from one of the key's calls to the next with each candidate, where
+    measured: the training step it makes; a codec whose period is longer
+    than none's is left), ``link_alpha_s``,
     ``link_bus_gbps``, ``step``, ``changes`` and ``reason`` (one line)."""
     return _backend(group, torch.device(device)).compression_choices()
 

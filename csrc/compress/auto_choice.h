@@ -40,6 +40,7 @@ struct AutoDecision {
   int choice = 0;                      // index into autoCandidates()
   std::vector<double> predicted;       // seconds per call per candidate, agreed by the ranks
   std::vector<double> residual;        // |e| / |window| per candidate, the ranks' maximum (0: not run)
+  std::vector<double> period;          // seconds between the key's calls per candidate, the ranks' maximum (0: unknown)
   double linkAlpha = 0, linkBeta = 0;  // the link fit when deciding, the ranks' minimum
   std::string reason;
 };
@@ -49,6 +50,7 @@ struct AutoCandidate {
   double codecSeconds = 0;  // encode + decode (timed alone at the first call, then in place)
   TimeWindow total;         // time per call while it ran (since it was last chosen)
   TimeWindow comm;          // ... of which communication
+  TimeWindow period;        // seconds from one of the key's calls to the next while it ran: the step it makes
   double residual = 0;      // the last |e| / |window| (0: not run; AutoChoice::window)
   uint64_t losses = 0;      // trials it lost since the link last drifted
   uint64_t retryAt = 0;     // not chosen again before this step (back-off after a lost trial)
@@ -67,6 +69,10 @@ struct AutoChoice {
   bool onTrial = false;       // the current candidate was just switched to; checkAt judges it
   int pending = -1;           // a candidate that led at the last decision; switched to if it leads again
   bool probeNext = false;     // the ranks agreed the link drifted: the next call runs none
+  double stepCharge = 0;      // step seconds a codec added per second of its codec time, as last measured
+  uint64_t stepChargeAt = 0;  // `calls` when it was measured (the charge halves every kAutoBackoff calls)
+  double lastEntry = 0;       // when the key's last call began (steady clock, seconds)
+  int lastRan = -1;           // the candidate that call ran (-1: the warm-up, whose period is not a step)
   // This rank's input on the key, summed over its calls with a decay of
   // 1 - 1/kAutoWindowCalls per call, at every autoSampleStride(elements)-th
   // element: the recent gradient a codec's residual is measured against

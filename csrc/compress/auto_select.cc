@@ -166,9 +166,12 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   }
   // The key's first call measures the codecs on its values, then runs none
   // as a warm-up (its time holds one-off costs, plans and first touches, and
-  // the ranks' skew from measuring); the second measures none, then decides.
+  // the ranks' skew from measuring); the next ones run none, and the
+  // kAutoFirstDecision-th decides (none's time per call and its step known).
   const bool warmup = !choice.decided && choice.calls == 0;
-  const bool first = !choice.decided && !warmup;
+  const bool first = !choice.decided && choice.calls == kAutoFirstDecision;
+  const double entry = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  if (choice.lastRan >= 0) choice.candidates[choice.lastRan].period.add(entry - choice.lastEntry);
   if (warmup) measureCodecs(x, n, choice, comms);
   if (n > 0) addToWindow(choice, x, n);
   choice.calls += 1;
@@ -178,6 +181,8 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
       choice.decided && choice.current != 0 && (drifted || step % kAutoProbeEvery == kAutoProbeEvery - 1);
   choice.probeNext = false;
   const int i = choice.decided && !probe ? choice.current : 0;
+  choice.lastEntry = entry;
+  choice.lastRan = warmup ? -1 : i;
   const bool checks = choice.decided && choice.checkAt != 0 && step + 1 >= choice.checkAt;
   const bool decides = first || drifted || checks || (choice.decided && (step + 1) % kAutoDecideEvery == 0);
 
@@ -214,6 +219,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     if (drifted) {
       ran.total.clear();
       ran.comm.clear();
+      ran.period.clear();
     }
     ran.total.add(total);
     ran.comm.add(commSeconds);
@@ -244,12 +250,14 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   }
   // One MAX allreduce agrees on everything; a minimum travels negated.
   // v: k measured times (min), k codec costs (max), k residual ratios (max),
-  // the drift flag, the link fit's alpha and beta (min).
-  std::vector<double> v(3 * static_cast<size_t>(k) + 3);
+  // the drift flag, the link fit's alpha and beta (min), k step periods
+  // (max; 0 below kAutoPeriodSamples).
+  std::vector<double> v(4 * static_cast<size_t>(k) + 3);
   for (int i = 0; i < k; ++i) {
     v[i] = -cand[i].total.low();
     v[k + i] = cand[i].codecSeconds;
     v[2 * k + i] = cand[i].residual;
+    v[3 * k + 3 + i] = cand[i].period.count >= kAutoPeriodSamples ? cand[i].period.low() : 0;
   }
   // Drift: the running codec's communication time moved by 2x or more since
   // it was chosen; none's bytes, not measured meanwhile, need a new sample.
@@ -272,7 +280,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // by the model (codec cost + the link fit at their bytes), scaled by how
   // far the model fell short for the codecs that ran (in place, codecs share
   // the cores with the other ranks' work; timed alone they look cheaper).
-  std::vector<double> est(k), residual(v.begin() + 2 * k, v.begin() + 3 * k);
+  std::vector<double> est(k), residual(v.begin() + 2 * k, v.begin() + 3 * k), period(v.begin() + 3 * k + 3, v.end());
   double shortfall = 1;
   for (int i = 0; i < k; ++i) {
     const double measured = -v[i], model = v[k + i] + alpha + beta * busBytes(i, n, comms.size);
@@ -281,12 +289,40 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   }
   for (int i = 1; i < k; ++i)
     if (!(-v[i] > 0)) est[i] *= shortfall;
+  // The step a codec adds beyond its call (its period over none's, less
+  // what its call saved or cost), per second of its codec time: on a
+  // CPU-bound host, what each second of encode and decode costs the step.
+  // The largest measured is charged to every codec (halved every
+  // kAutoBackoff calls since measured), so one codec that lengthened the
+  // step warns off the others by their codec time, untried.
+  bool charged = false;
+  for (int i = 1; i < k; ++i) {
+    const double measured = -v[i], codec = v[k + i];
+    if (period[i] > 0 && period[0] > 0 && measured > 0 && est[0] > 0 && -v[0] > 0 && codec > 0) {
+      const double hidden = (period[i] - period[0]) - (measured - est[0]);
+      const double charge = std::max(hidden, 0.0) / codec;
+      if (!charged || charge > choice.stepCharge) choice.stepCharge = charge;
+      choice.stepChargeAt = choice.calls;
+      charged = true;
+    }
+  }
+  const double charge =
+      choice.stepCharge * std::exp2(-static_cast<double>(choice.calls - choice.stepChargeAt) / kAutoBackoff);
+  for (int i = 1; i < k; ++i) est[i] += charge * v[k + i];
 
   const int current = choice.decided ? choice.current : 0;
   const auto within = [&](int i) { return i == 0 || bound_ <= 0 || residual[i] <= bound_; };
   const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
   const auto waits = [&](int i) { return warming && dropsValues(i); };
-  const auto eligible = [&](int i) { return within(i) && !waits(i) && (i == current || step >= cand[i].retryAt); };
+  // A codec is kept only while the key's calls come at least as often with
+  // it as with none: its call may be shorter while the step is longer (its
+  // CPU taken from the backward that overlaps it, on a CPU-bound host).
+  const auto slower = [&](int i) { return i != 0 && period[i] > 0 && period[0] > 0 && period[i] > period[0]; };
+  const bool vetoed = choice.decided && slower(current);
+  if (vetoed) freeChoice = true;
+  const auto eligible = [&](int i) {
+    return within(i) && !waits(i) && !slower(i) && (i == current || step >= cand[i].retryAt);
+  };
   int fastest = 0;
   for (int i = 1; i < k; ++i)
     if (eligible(i) && est[i] < est[fastest]) fastest = i;
@@ -296,7 +332,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     best = 0;
     why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than the margin";
   }
-  if (best != current && within(current) && est[best] > (1 - kAutoMargin) * est[current]) {
+  if (best != current && within(current) && !vetoed && est[best] > (1 - kAutoMargin) * est[current]) {
     why = "; kept: " + autoCandidates()[best] + " (" + ms(est[best]) + ") saves less than the margin";
     best = current;
   }
@@ -312,12 +348,18 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     choice.pending = -1;
     choice.checkAt = 0;
   }
-  // A trial that lost: its codec waits before it is tried again, longer each time.
-  if (choice.decided && choice.onTrial && best != current && current != 0) {
+  // A trial that lost, or a codec that made the step longer: it waits
+  // before it is tried again, longer each time.
+  if (choice.decided && (choice.onTrial || vetoed) && best != current && current != 0) {
     AutoCandidate& lost = cand[current];
     lost.retryAt = step + (kAutoBackoff << std::min<uint64_t>(lost.losses, 6));
     lost.losses += 1;
   }
+  if (vetoed) {
+    why = "; " + autoCandidates()[current] + " left: the key's calls came every " + ms(period[current]) +
+          " with it, every " + ms(period[0]) + " with none" + why;
+  }
+  if (best != current && current != 0) cand[current].period.clear();  // its steps are measured afresh when it runs again
   choice.onTrial = false;
 
   std::string reason = "predicted " + ms(est[best]);
@@ -326,7 +368,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   if (why.empty()) {
     int runnerUp = -1;
     for (int i = 0; i < k; ++i)
-      if (i != best && within(i) && !waits(i) && (runnerUp < 0 || est[i] < est[runnerUp])) runnerUp = i;
+      if (i != best && within(i) && !waits(i) && !slower(i) && (runnerUp < 0 || est[i] < est[runnerUp])) runnerUp = i;
     if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
   for (int i = 1; i < k; ++i) {
@@ -343,6 +385,11 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
                     static_cast<unsigned long long>(cand[i].retryAt));
       reason += buf;
     }
+  }
+  if (charge > 0.05) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; codecs charged %.2g s of step per s of codec time", charge);
+    reason += buf;
   }
   char link[96];
   std::snprintf(link, sizeof link, " (link %.3g us + %.3g GB/s bus; %lld elements)", alpha * 1e6,
@@ -363,6 +410,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   choice.last.choice = best;
   choice.last.predicted = std::move(est);
   choice.last.residual = std::move(residual);
+  choice.last.period = std::move(period);
   choice.last.linkAlpha = alpha;
   choice.last.linkBeta = beta;
   choice.last.reason = std::move(reason);

@@ -7,8 +7,8 @@
 // error feedback (the residual carries over between candidates; running
 // none sends x + residual exactly and empties it). The key's first call
 // times each codec's encode and decode on its values (the codec cost on
-// this machine) and runs none as a warm-up; the second runs none and
-// decides.
+// this machine) and runs none as a warm-up; the next ones run none, and the
+// call numbered kAutoFirstDecision (from 0) decides.
 //
 // What a decision sees. Every call adds its communication time to the
 // group's LinkFit against the bus bytes it moved (allreduce 2(p-1)/p x
@@ -19,6 +19,17 @@
 // did not wait. A candidate that ran is judged by its own time; the others
 // by the model (codec cost, the ranks' maximum, + the link fit at their
 // bytes), scaled up by the model's largest shortfall for a codec that ran.
+// The step guard: every call also records the time from the key's previous
+// call to it against the candidate that previous call ran (the key's
+// period: in training, the step); a codec whose agreed period (the ranks'
+// maximum, from kAutoPeriodSamples calls on) is longer than none's is left
+// and backed off as a lost trial, whatever its own time per call: on a
+// CPU-bound host a codec's call can be shorter while the step it is part of
+// is longer (its CPU comes out of the backward it overlaps). None's
+// period is the reference: kept while codecs run, refreshed by its probes.
+// What a codec added to the step beyond its call, per second of its codec
+// time, is charged to every codec's prediction (the largest measured,
+// halving every kAutoBackoff calls), so the others are not each tried.
 // The accuracy guard: a codec whose error-feedback residual holds more than
 // `residualBound` of the key's recent gradient (|e| / |window|: the rank's
 // inputs summed over its calls with a decay of 1 - 1/kAutoWindowCalls, both
@@ -34,7 +45,7 @@
 // one small allreduce, so every rank picks from identical numbers: the same
 // choice and reason.
 //
-// When it switches. Decisions come at the second call, every
+// When it switches. Decisions come at call kAutoFirstDecision, every
 // kAutoDecideEvery calls, and at a scheduled check kAutoTrialCalls after a
 // switch or a lead. A codec must beat none by kAutoMargin, and the current
 // choice is kept unless another is faster by that margin. At the first
@@ -67,6 +78,8 @@
 
 namespace scalecomm {
 
+constexpr uint64_t kAutoFirstDecision = 3;  // calls 1-3 run none: two step periods of none before a codec runs
+constexpr int kAutoPeriodSamples = 2;       // step periods a candidate needs before the step guard judges it
 constexpr uint64_t kAutoDecideEvery = 16;
 constexpr uint64_t kAutoTrialCalls = 3;  // a new choice, or a lead, is checked after this many calls
 constexpr uint64_t kAutoBackoff = 64;    // calls before a codec that lost a trial is tried again (doubling)

@@ -239,13 +239,15 @@ void defineCompression(BackendClass& cls) {
               d["choice"] = names[c.current];
               d["step"] = c.last.step;
               d["changes"] = c.changes;
-              py::dict predicted, residual;
+              py::dict predicted, residual, period;
               for (size_t i = 0; i < names.size() && i < c.last.predicted.size(); ++i) {
                 predicted[py::str(names[i])] = c.last.predicted[i];
                 residual[py::str(names[i])] = c.last.residual[i];
+                period[py::str(names[i])] = i < c.last.period.size() ? c.last.period[i] : 0.0;
               }
               d["predicted_s"] = predicted;
               d["residual_ratio"] = residual;
+              d["period_s"] = period;
               d["link_alpha_s"] = c.last.linkAlpha;
               d["link_bus_gbps"] = c.last.linkBeta > 0 ? 1e-9 / c.last.linkBeta : 0.0;
               d["reason"] = c.last.reason;
@@ -254,7 +256,7 @@ void defineCompression(BackendClass& cls) {
             return out;
           },
           "compress=auto's latest decision per tensor key (agreed by every rank): the codec, the predicted time of "
-          "every candidate, their error-feedback residual ratios, the link fit, and why.")
+          "every candidate, their error-feedback residual ratios and step periods, the link fit, and why.")
       .def(
           "load_compression_state",
           [](ScalecommBackend& b, const py::dict& states) {

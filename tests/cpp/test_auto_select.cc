@@ -6,7 +6,8 @@
 // (waits for a late peer are not the link's: no flapping on a fast link,
 // still a sparsifier on a slow one, the same choice on both), and a link
 // that speeds up noticed, with none then sending what the residual held
-// (nothing lost).
+// (nothing lost), and a codec whose call is shorter but whose step is
+// longer left (the step guard).
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -298,6 +299,54 @@ TEST(a_link_that_speeds_up_is_noticed_and_none_sends_what_the_residual_held) {
   }
   CHECK(worst <= 1e-4 * scale);   // nothing the codec held back was lost
   CHECK(state.residual.empty());  // empty: zero
+}
+
+TEST(a_codec_whose_call_is_shorter_but_whose_step_is_longer_is_left) {
+  // A slow link (none's dense bytes ~3 ms) where a codec's call is far
+  // shorter, but after a codec ran the compute before the next call takes
+  // 12 ms longer (the codec's CPU taken from a CPU-bound backward): the
+  // step guard leaves the codecs, none ends chosen, and the reason says so.
+  // Without the guard, top-k or bf16 would be chosen by its call time.
+  const int64_t n = 16384;
+  SimulatedLink link;
+  link.beta = 1.0 / 20e6;
+  AutoSelection sel(0);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  int codecCalls = 0, lateCodecCalls = 0;
+  const int steps = kAutoWindowCalls + 40;
+  bool left = false;
+  for (int s = 0; s < steps; ++s) {
+    const bool codecRan = state.choice.decided && state.choice.current != 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(codecRan ? 14 : 2));
+    std::vector<float> x = values(300 + s, n);
+    const int ran = sel.run(x.data(), n, true, state, comms);
+    codecCalls += ran != 0;
+    lateCodecCalls += ran != 0 && s >= steps - 20;
+    left = left || state.choice.last.reason.find("left: the key's calls came every") != std::string::npos;
+  }
+  std::printf("  codec calls %d of %d, last: %s\n", codecCalls, steps, state.choice.last.reason.c_str());
+  CHECK_EQ(chosen(state), std::string("none"));
+  CHECK(left);
+  CHECK(lateCodecCalls <= 4);     // backed off: at most a retried trial near the end
+  CHECK(codecCalls <= steps / 4);  // a few trials, each a handful of calls
+  const std::vector<double>& period = state.choice.last.period;
+  CHECK(period[0] > 0);
+}
+
+TEST(the_first_decision_comes_after_two_steps_of_none) {
+  SimulatedLink link;
+  link.beta = 1.0 / 20e6;
+  AutoSelection sel(0);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  for (uint64_t s = 0; s <= kAutoFirstDecision; ++s) {
+    CHECK(!state.choice.decided);
+    std::vector<float> x = values(500 + static_cast<int>(s), 16384);
+    CHECK_EQ(sel.run(x.data(), 16384, true, state, comms), 0);
+  }
+  CHECK(state.choice.decided);
+  CHECK(state.choice.last.period[0] > 0);  // none's step, from calls 1 and 2
 }
 
 TEST_MAIN()
