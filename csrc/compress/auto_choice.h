@@ -69,8 +69,6 @@ struct AutoChoice {
   bool onTrial = false;       // the current candidate was just switched to; checkAt judges it
   int pending = -1;           // a candidate that led at the last decision; switched to if it leads again
   bool probeNext = false;     // the ranks agreed the link drifted: the next call runs none
-  double stepCharge = 0;      // step seconds a codec added per second of its codec time, as last measured
-  uint64_t stepChargeAt = 0;  // `calls` when it was measured (the charge halves every kAutoBackoff calls)
   double lastEntry = 0;       // when the key's last call began (steady clock, seconds)
   int lastRan = -1;           // the candidate that call ran (-1: the warm-up, whose period is not a step)
   // This rank's input on the key, summed over its calls with a decay of

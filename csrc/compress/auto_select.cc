@@ -125,6 +125,18 @@ Label AutoSelection::title(AlgorithmRef algorithm, int candidate) const {
   return std::get<2>(titles_.back());
 }
 
+double AutoSelection::stepCharge() const {
+  std::lock_guard<std::mutex> g(chargeMu_);
+  const double halfLife = static_cast<double>(kAutoBackoff) * static_cast<double>(std::max<uint64_t>(keys_, 1));
+  return charge_ * std::exp2(-static_cast<double>(calls_ - chargeAt_) / halfLife);
+}
+
+void AutoSelection::setStepCharge(double charge) {
+  std::lock_guard<std::mutex> g(chargeMu_);
+  charge_ = charge;
+  chargeAt_ = calls_;
+}
+
 bool AutoSelection::dropsValues(int i) const {
   return sites_[i] != nullptr && sites_[i]->spec().entry->arg == CodecArg::Ratio;
 }
@@ -173,6 +185,11 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const double entry = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
   if (choice.lastRan >= 0) choice.candidates[choice.lastRan].period.add(entry - choice.lastEntry);
   if (warmup) measureCodecs(x, n, choice, comms);
+  {
+    std::lock_guard<std::mutex> g(chargeMu_);
+    calls_ += 1;
+    keys_ += warmup;
+  }
   if (n > 0) addToWindow(choice, x, n);
   choice.calls += 1;
   const uint64_t step = state.steps;
@@ -251,14 +268,15 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // One MAX allreduce agrees on everything; a minimum travels negated.
   // v: k measured times (min), k codec costs (max), k residual ratios (max),
   // the drift flag, the link fit's alpha and beta (min), k step periods
-  // (max; 0 below kAutoPeriodSamples).
-  std::vector<double> v(4 * static_cast<size_t>(k) + 3);
+  // (max; 0 below kAutoPeriodSamples), the step charge (max).
+  std::vector<double> v(4 * static_cast<size_t>(k) + 4);
   for (int i = 0; i < k; ++i) {
     v[i] = -cand[i].total.low();
     v[k + i] = cand[i].codecSeconds;
     v[2 * k + i] = cand[i].residual;
     v[3 * k + 3 + i] = cand[i].period.count >= kAutoPeriodSamples ? cand[i].period.low() : 0;
   }
+  v[4 * k + 3] = stepCharge();
   // Drift: the running codec's communication time moved by 2x or more since
   // it was chosen; none's bytes, not measured meanwhile, need a new sample.
   const double was = choice.commAtDecision, now = cand[choice.current].comm.low();
@@ -280,7 +298,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // by the model (codec cost + the link fit at their bytes), scaled by how
   // far the model fell short for the codecs that ran (in place, codecs share
   // the cores with the other ranks' work; timed alone they look cheaper).
-  std::vector<double> est(k), residual(v.begin() + 2 * k, v.begin() + 3 * k), period(v.begin() + 3 * k + 3, v.end());
+  std::vector<double> est(k), residual(v.begin() + 2 * k, v.begin() + 3 * k), period(v.begin() + 3 * k + 3, v.begin() + 4 * k + 3);
   double shortfall = 1;
   for (int i = 0; i < k; ++i) {
     const double measured = -v[i], model = v[k + i] + alpha + beta * busBytes(i, n, comms.size);
@@ -292,22 +310,21 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // The step a codec adds beyond its call (its period over none's, less
   // what its call saved or cost), per second of its codec time: on a
   // CPU-bound host, what each second of encode and decode costs the step.
-  // The largest measured is charged to every codec (halved every
-  // kAutoBackoff calls since measured), so one codec that lengthened the
-  // step warns off the others by their codec time, untried.
+  // The largest measured now replaces the group's charge (agreed, else),
+  // and is charged to every codec: one codec that lengthened the step
+  // warns off the others by their codec time, untried, on every key.
+  double charge = v[4 * k + 3];
   bool charged = false;
   for (int i = 1; i < k; ++i) {
     const double measured = -v[i], codec = v[k + i];
-    if (period[i] > 0 && period[0] > 0 && measured > 0 && est[0] > 0 && -v[0] > 0 && codec > 0) {
+    if (period[i] > 0 && period[0] > 0 && measured > 0 && -v[0] > 0 && codec > 0) {
       const double hidden = (period[i] - period[0]) - (measured - est[0]);
-      const double charge = std::max(hidden, 0.0) / codec;
-      if (!charged || charge > choice.stepCharge) choice.stepCharge = charge;
-      choice.stepChargeAt = choice.calls;
+      const double c = hidden > kAutoStepShare * period[0] ? hidden / codec : 0;  // smaller: the step's noise
+      charge = charged ? std::max(charge, c) : c;
       charged = true;
     }
   }
-  const double charge =
-      choice.stepCharge * std::exp2(-static_cast<double>(choice.calls - choice.stepChargeAt) / kAutoBackoff);
+  setStepCharge(charge);
   for (int i = 1; i < k; ++i) est[i] += charge * v[k + i];
 
   const int current = choice.decided ? choice.current : 0;
@@ -331,6 +348,10 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   if (best != 0 && est[best] > (1 - kAutoMargin) * est[0]) {
     best = 0;
     why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than the margin";
+  } else if (best != 0 && est[0] - est[best] < kAutoStepShare * period[0]) {
+    best = 0;
+    why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than " +
+          std::to_string(static_cast<int>(100 * kAutoStepShare)) + " % of the step (" + ms(period[0]) + ")";
   }
   if (best != current && within(current) && !vetoed && est[best] > (1 - kAutoMargin) * est[current]) {
     why = "; kept: " + autoCandidates()[best] + " (" + ms(est[best]) + ") saves less than the margin";

@@ -28,8 +28,12 @@
 // is longer (its CPU comes out of the backward it overlaps). None's
 // period is the reference: kept while codecs run, refreshed by its probes.
 // What a codec added to the step beyond its call, per second of its codec
-// time, is charged to every codec's prediction (the largest measured,
-// halving every kAutoBackoff calls), so the others are not each tried.
+// time (a property of the host: how much of a codec's CPU the step pays), is
+// charged to every codec's prediction on every key of the group (the
+// latest measured, halving every kAutoBackoff calls per key served; the
+// ranks agree on it), so the others are not each tried. A codec must also
+// promise to save kAutoStepShare of none's step: a smaller saving is within
+// the step's noise, where the guard could not tell it from a loss.
 // The accuracy guard: a codec whose error-feedback residual holds more than
 // `residualBound` of the key's recent gradient (|e| / |window|: the rank's
 // inputs summed over its calls with a decay of 1 - 1/kAutoWindowCalls, both
@@ -85,6 +89,7 @@ constexpr uint64_t kAutoTrialCalls = 3;  // a new choice, or a lead, is checked 
 constexpr uint64_t kAutoBackoff = 64;    // calls before a codec that lost a trial is tried again (doubling)
 constexpr uint64_t kAutoProbeEvery = 1024;
 constexpr double kAutoMargin = 0.10;            // a switch must save this share of the predicted time
+constexpr double kAutoStepShare = 0.02;         // ... and a codec this share of none's step (its period)
 constexpr int kAutoWindowCalls = 64;            // the recent gradient's horizon (its decay: 1 - 1/this per call)
 constexpr int64_t kAutoSampleElements = 65536;  // the guard's norms: at most this many elements, strided
 
@@ -139,10 +144,17 @@ class AutoSelection {
   void decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice);
   double busBytes(int i, int64_t n, int size) const;
   bool dropsValues(int i) const;  // a sparsifier (its spec keeps a share of the values)
+  double stepCharge() const;      // this rank's view, decayed to now
+  void setStepCharge(double charge);
 
   double bound_;
   std::vector<std::unique_ptr<CompressedSite>> sites_;
   LinkFit link_;
+  // Step seconds per codec second, group-wide (the guard's charge), and
+  // when it was set, in calls of any key; keys_: the keys served.
+  mutable std::mutex chargeMu_;
+  double charge_ = 0;
+  uint64_t chargeAt_ = 0, calls_ = 0, keys_ = 0;
   mutable std::mutex titlesMu_;
   mutable std::vector<std::tuple<const void*, int, Label>> titles_;
 };

@@ -6,8 +6,9 @@
 // (waits for a late peer are not the link's: no flapping on a fast link,
 // still a sparsifier on a slow one, the same choice on both), and a link
 // that speeds up noticed, with none then sending what the residual held
-// (nothing lost), and a codec whose call is shorter but whose step is
-// longer left (the step guard).
+// (nothing lost), a codec whose call is shorter but whose step is longer
+// left (the step guard), and one that would save too little of the step
+// not tried.
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -332,6 +333,33 @@ TEST(a_codec_whose_call_is_shorter_but_whose_step_is_longer_is_left) {
   CHECK(codecCalls <= steps / 4);  // a few trials, each a handful of calls
   const std::vector<double>& period = state.choice.last.period;
   CHECK(period[0] > 0);
+}
+
+TEST(a_codec_that_saves_less_than_two_percent_of_the_step_is_not_tried) {
+  // none's call ~1 ms, bf16's about half: worth it where the call is the
+  // step, not where 30 ms of compute come between the calls (0.5 ms of a
+  // 31 ms step is within its noise).
+  const int64_t n = 16384;
+  for (const int computeMs : {0, 30}) {
+    SimulatedLink link;
+    link.beta = 0.95e-3 / (4.0 * n * 2 * 3 / 4);
+    AutoSelection sel(0);
+    CompressState state;
+    const CompressComms comms = link.comms();
+    int codecCalls = 0;
+    for (int s = 0; s < 10; ++s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(computeMs));
+      std::vector<float> x = values(600 + s, n);
+      codecCalls += sel.run(x.data(), n, true, state, comms) != 0;
+    }
+    std::printf("  compute %d ms: %s\n", computeMs, state.choice.last.reason.c_str());
+    if (computeMs == 0) {
+      CHECK(codecCalls >= 4);
+    } else {
+      CHECK_EQ(codecCalls, 0);
+      CHECK(state.choice.last.reason.find("% of the step") != std::string::npos);
+    }
+  }
 }
 
 TEST(the_first_decision_comes_after_two_steps_of_none) {
