@@ -298,7 +298,8 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // by the model (codec cost + the link fit at their bytes), scaled by how
   // far the model fell short for the codecs that ran (in place, codecs share
   // the cores with the other ranks' work; timed alone they look cheaper).
-  std::vector<double> est(k), residual(v.begin() + 2 * k, v.begin() + 3 * k), period(v.begin() + 3 * k + 3, v.begin() + 4 * k + 3);
+  std::vector<double> est(k), residual(v.begin() + 2 * k, v.begin() + 3 * k),
+      period(v.begin() + 3 * k + 3, v.begin() + 4 * k + 3);
   double shortfall = 1;
   for (int i = 0; i < k; ++i) {
     const double measured = -v[i], model = v[k + i] + alpha + beta * busBytes(i, n, comms.size);
@@ -310,9 +311,10 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // The step a codec adds beyond its call (its period over none's, less
   // what its call saved or cost), per second of its codec time: on a
   // CPU-bound host, what each second of encode and decode costs the step.
-  // The largest measured now replaces the group's charge (agreed, else),
-  // and is charged to every codec: one codec that lengthened the step
-  // warns off the others by their codec time, untried, on every key.
+  // One measured at this decision (the largest, where several codecs have
+  // periods) replaces the group's; otherwise the group's agreed charge
+  // stands. It is charged to every codec: one codec that lengthened the
+  // step warns off the others by their codec time, untried, on every key.
   double charge = v[4 * k + 3];
   bool charged = false;
   for (int i = 1; i < k; ++i) {
@@ -380,7 +382,8 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     why = "; " + autoCandidates()[current] + " left: the key's calls came every " + ms(period[current]) +
           " with it, every " + ms(period[0]) + " with none" + why;
   }
-  if (best != current && current != 0) cand[current].period.clear();  // its steps are measured afresh when it runs again
+  if (best != current && current != 0)
+    cand[current].period.clear();  // its steps are measured afresh when it runs again
   choice.onTrial = false;
 
   std::string reason = "predicted " + ms(est[best]);

@@ -329,7 +329,7 @@ TEST(a_codec_whose_call_is_shorter_but_whose_step_is_longer_is_left) {
   std::printf("  codec calls %d of %d, last: %s\n", codecCalls, steps, state.choice.last.reason.c_str());
   CHECK_EQ(chosen(state), std::string("none"));
   CHECK(left);
-  CHECK(lateCodecCalls <= 4);     // backed off: at most a retried trial near the end
+  CHECK(lateCodecCalls <= 4);      // backed off: at most a retried trial near the end
   CHECK(codecCalls <= steps / 4);  // a few trials, each a handful of calls
   const std::vector<double>& period = state.choice.last.period;
   CHECK(period[0] > 0);
