@@ -1,0 +1,115 @@
+"""DDP variants side by side in one job: the same model trained as several
+DDP copies in the same processes, in interleaved rounds of steps on the same
+batches, each copy's median step against the first's (paired per round).
+
+    python -m pyscalecomm.cluster --hosts 4 --rate 10gbit --cpus-per-host 0.45 -- \\
+        python bench/ddp_variants.py --variants none,auto,bf16,none@ring,gloo
+    torchrun --nproc-per-node 2 bench/ddp_variants.py --variants none,topk:0.01
+
+A variant is a codec spec for scalecomm's DDP hook (``auto``, ``bf16``,
+``topk:0.01``, ...; ``none``: no hook, DDP's own allreduce), optionally on a
+scalecomm group with a fixed allreduce algorithm (``none@ring``,
+``auto@direct``), or ``gloo`` (DDP on a gloo group of the same ranks). The
+first variant is the reference. Rounds alternate the variants' order, so
+drift on a shared machine reaches every variant alike; the first round is
+a warm-up and is dropped. Rank 0 prints, per variant, the median step with
+the rounds' range, and the median over rounds of its step over the
+reference's in the same round. Where epoch times of separate runs spread
+more than the effect (shared cores, CPU-bound hosts), this is how a few
+percent show.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import pyscalecomm
+import pyscalecomm.hooks
+from pyscalecomm.train import data, models
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument("--variants", default="none,auto", help="comma-separated; the first is the reference")
+    p.add_argument("--model", default="transformer", choices=models.MODELS)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--data", default="digits", choices=data.DATASETS)
+    p.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
+    p.add_argument("--rounds", type=int, default=15, help="rounds of every variant (the first is dropped)")
+    p.add_argument("--steps", type=int, default=11, help="steps per variant and round")
+    p.add_argument("--lr", type=float, default=0.05)
+    return p.parse_args()
+
+
+def make_variant(name: str, model: nn.Module, lr: float):
+    """(DDP module, optimizer) for one variant; raises ValueError naming a bad one."""
+    codec, _, algorithm = name.partition("@")
+    if codec == "gloo":
+        if algorithm:
+            raise ValueError(f"variant {name!r}: gloo takes no @algorithm")
+        group = dist.new_group(backend="gloo")
+    elif algorithm:
+        group = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=algorithm))
+    else:
+        group = None
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
+    if codec not in ("none", "gloo"):
+        ddp.register_comm_hook(group, pyscalecomm.hooks.compressed(codec))
+    return ddp, torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.rounds < 2 or args.steps < 1:
+        raise SystemExit("ddp_variants: --rounds must be >= 2 (the first is dropped) and --steps >= 1")
+    torch.set_num_threads(1)
+    dist.init_process_group("scalecomm")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    d = data.load(args.data, args.model)
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    variants = {}
+    for name in names:
+        torch.manual_seed(0)
+        model = models.build(args.model, d.input_shape, d.classes, args.width)
+        variants[name] = make_variant(name, model, args.lr)
+    loss_fn = nn.CrossEntropyLoss()
+    n, b = len(d.train_x), args.batch_size
+    times: dict[str, list[float]] = {name: [] for name in names}
+    step = 0
+    for rnd in range(args.rounds):
+        for name in names if rnd % 2 == 0 else reversed(names):
+            ddp, opt = variants[name]
+            dist.barrier()
+            t0 = time.perf_counter()
+            for s in range(args.steps):
+                i = ((step + s) * world + rank) * b % max(n - b, 1)
+                opt.zero_grad()
+                loss_fn(ddp(d.train_x[i : i + b]), d.train_y[i : i + b]).backward()
+                opt.step()
+            dist.barrier()  # the round's time ends with its slowest rank
+            times[name].append((time.perf_counter() - t0) / args.steps * 1e3)
+        step += args.steps
+    if rank == 0:
+        ref = times[names[0]][1:]
+        print(
+            f"# {args.model} width {args.width}, {world} ranks, {args.rounds - 1} rounds of "
+            f"{args.steps} steps (the first round dropped); step ms: median [range]; "
+            f"vs {names[0]}: median of per-round ratios"
+        )
+        print(f"| variant | step ms | vs {names[0]} |")
+        print("|---|---:|---:|")
+        for name in names:
+            t = times[name][1:]
+            ratio = statistics.median(a / r for a, r in zip(t, ref, strict=True))
+            print(f"| {name} | {statistics.median(t):.1f} [{min(t):.1f}-{max(t):.1f}] | {ratio:.3f} |")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
