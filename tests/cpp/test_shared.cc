@@ -544,17 +544,22 @@ TEST(a_wait_on_the_callers_own_thread_spins_its_own_budget_before_it_sleeps) {
   const auto errors = onMesh(2, [&](int rank, Communicator& comm) {
     comm.setSpinMicros(50);
     comm.setCallerSpinMicros(100000);  // far beyond the wait: a preempted thread cannot run past it
-    const auto waitFor = [&](std::chrono::microseconds d) {
+    // Waits until `d` has passed, or (untilBlocked) until the first sleep,
+    // 200 ms at most; returns the sleeps.
+    const auto waitFor = [&](std::chrono::microseconds d, bool untilBlocked) {
       const Clock::time_point since = Clock::now();
       const uint64_t before = comm.idleCounts().blocked;
-      while (Clock::now() - since < d) comm.idle({1 - rank}, since, [] { return false; });
+      while (Clock::now() - since < d && !(untilBlocked && comm.idleCounts().blocked > before))
+        comm.idle({1 - rank}, since, [] { return false; });
       return comm.idleCounts().blocked - before;
     };
     {
       const CallerWaits caller;
-      asCaller[rank] = waitFor(std::chrono::microseconds(2000));
+      asCaller[rank] = waitFor(std::chrono::microseconds(2000), false);
     }
-    asWorker[rank] = waitFor(std::chrono::microseconds(2000));  // past the 200 us poll window it sleeps
+    // Past the 200 us poll window it sleeps (waited for, not timed: a thread
+    // preempted for the whole of a short wait would never call idle() past it).
+    asWorker[rank] = waitFor(std::chrono::microseconds(200000), true);
     finished.fetch_add(1);
     while (finished.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
