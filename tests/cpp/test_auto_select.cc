@@ -336,13 +336,13 @@ TEST(a_codec_whose_call_is_shorter_but_whose_step_is_longer_is_left) {
 }
 
 TEST(a_codec_that_saves_less_than_two_percent_of_the_step_is_not_tried) {
-  // none's call ~1 ms, bf16's about half: worth it where the call is the
-  // step, not where 30 ms of compute come between the calls (0.5 ms of a
-  // 31 ms step is within its noise).
+  // none's call ~4 ms, bf16's about half: worth it where the call is the
+  // step, not where 150 ms of compute come between the calls (2 ms of a
+  // 154 ms step is within its noise).
   const int64_t n = 16384;
-  for (const int computeMs : {0, 30}) {
+  for (const int computeMs : {0, 150}) {
     SimulatedLink link;
-    link.beta = 0.95e-3 / (4.0 * n * 2 * 3 / 4);
+    link.beta = 3.95e-3 / (4.0 * n * 2 * 3 / 4);
     AutoSelection sel(0);
     CompressState state;
     const CompressComms comms = link.comms();
