@@ -127,14 +127,15 @@ Label AutoSelection::title(AlgorithmRef algorithm, int candidate) const {
 
 double AutoSelection::stepCharge() const {
   std::lock_guard<std::mutex> g(chargeMu_);
-  const double halfLife = static_cast<double>(kAutoBackoff) * static_cast<double>(std::max<uint64_t>(keys_, 1));
-  return charge_ * std::exp2(-static_cast<double>(calls_ - chargeAt_) / halfLife);
+  const uint64_t keys = keys_.load(std::memory_order_relaxed), calls = calls_.load(std::memory_order_relaxed);
+  const double halfLife = static_cast<double>(kAutoBackoff) * static_cast<double>(std::max<uint64_t>(keys, 1));
+  return charge_ * std::exp2(-static_cast<double>(calls - std::min(chargeAt_, calls)) / halfLife);
 }
 
 void AutoSelection::setStepCharge(double charge) {
   std::lock_guard<std::mutex> g(chargeMu_);
   charge_ = charge;
-  chargeAt_ = calls_;
+  chargeAt_ = calls_.load(std::memory_order_relaxed);
 }
 
 bool AutoSelection::dropsValues(int i) const {
@@ -185,11 +186,8 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const double entry = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
   if (choice.lastRan >= 0) choice.candidates[choice.lastRan].period.add(entry - choice.lastEntry);
   if (warmup) measureCodecs(x, n, choice, comms);
-  {
-    std::lock_guard<std::mutex> g(chargeMu_);
-    calls_ += 1;
-    keys_ += warmup;
-  }
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  if (warmup) keys_.fetch_add(1, std::memory_order_relaxed);
   if (n > 0) addToWindow(choice, x, n);
   choice.calls += 1;
   const uint64_t step = state.steps;

@@ -69,6 +69,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -152,9 +153,10 @@ class AutoSelection {
   LinkFit link_;
   // Step seconds per codec second, group-wide (the guard's charge), and
   // when it was set, in calls of any key; keys_: the keys served.
-  mutable std::mutex chargeMu_;
+  mutable std::mutex chargeMu_;  // charge_ and chargeAt_ (decisions only)
   double charge_ = 0;
-  uint64_t chargeAt_ = 0, calls_ = 0, keys_ = 0;
+  uint64_t chargeAt_ = 0;
+  std::atomic<uint64_t> calls_{0}, keys_{0};  // counted on every call, without the lock
   mutable std::mutex titlesMu_;
   mutable std::vector<std::tuple<const void*, int, Label>> titles_;
 };
