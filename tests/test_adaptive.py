@@ -61,6 +61,16 @@ def test_the_plan_follows_the_link_and_the_memory_cap():
     dp = adaptive.cost(("dp", "dp"), us, prof, slow, 4, 4, 256)
     assert dp.comm_s == pytest.approx(predict._allreduce(4 * 1_000_650, 4, slow))
     assert dp.compute_s == pytest.approx(0.02 / 4)
+    # The pair between units on shares: its input gathered and its gradient
+    # reduce-scattered, its output reduce-scattered and its gradient gathered.
+    sp = adaptive.cost(("tp", "dp"), us, prof, slow, 4, 4, 256)
+    side = 4.0 * 64 * 64
+    dp_sum = predict._allreduce(4 * 650, 4, slow)
+    assert sp.comm_s == pytest.approx(4 * predict._gather(side, 4, slow) + dp_sum)
+    # Before a replicated unit it hands on the whole batch (one allreduce), split again before the loss.
+    whole = adaptive.cost(("tp", "rep"), us, prof, slow, 4, 4, 256)
+    tail = predict._allreduce(side, 4, slow) + predict._gather(64 * 40, 4, slow)
+    assert whole.comm_s == pytest.approx(2 * predict._gather(side, 4, slow) + tail)
     assert adaptive.cost(("dp", "dp"), us, prof, slow, 4, 2, 256).compute_s == pytest.approx(0.02 / 2)
     capped = adaptive.rank_plans(us, prof, slow, 4, 4, 256, max_state=4e6)  # 3 x 4 MB of dp state is over
     assert capped and all(c.state_bytes <= 4e6 for _, c in capped)
@@ -69,7 +79,13 @@ def test_the_plan_follows_the_link_and_the_memory_cap():
 
 PLANS = {
     "mlp": [("dp", "dp"), ("tp", "rep"), ("tp", "dp"), ("fsdp", "dp"), ("rep", "fsdp"), ("dp", "rep")],
-    "cnn-fc": [("dp", "dp", "tp", "dp"), ("dp", "fsdp", "tp", "rep"), ("rep", "dp", "dp", "dp")],
+    "cnn-fc": [
+        ("dp", "dp", "tp", "dp"),  # the pair from shares to shares
+        ("dp", "fsdp", "tp", "rep"),  # from shares to the whole batch
+        ("rep", "rep", "tp", "dp"),  # from the whole batch to shares
+        ("rep", "rep", "tp", "rep"),  # whole to whole
+        ("rep", "dp", "dp", "dp"),
+    ],
     "transformer": [
         ("dp", "dp", "dp", "dp"),
         ("rep", "tp", "tp", "rep"),
@@ -92,23 +108,27 @@ def _gradients_of_plans(rank, world, name):
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=(f"adaptive-{name}",))
     us = adaptive.units(base, tokens)
     share = slice(4 * rank, 4 * rank + 4)
-    worst = {}
+    worst, layers = {}, {}
     for plan in PLANS[name]:
         model = models.build(name, shape, 10, 16)
         model.load_state_dict(base.state_dict())
         net, dp = adaptive.build_plan(plan, us, model, mesh)
+        if isinstance(net, torch.nn.Sequential):
+            names = [type(m).__name__ + f"({m.extra_repr()})" * hasattr(m, "group") for m in net]
+            layers[",".join(plan)] = names
         net.zero_grad(set_to_none=True)
         adaptive.make_step(net, dp, mesh.get_group(), world)(x[share], y[share])
         err = 0.0
         for n, p in model.named_parameters():
             g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
-            err = max(err, float((g - ref[n]).abs().max() / ref[n].abs().max().clamp_min(1e-12)))
+            r = ref[n].narrow(*p.tp_slice) if hasattr(p, "tp_slice") else ref[n]  # a shard of a pair
+            err = max(err, float((g - r).abs().max() / r.abs().max().clamp_min(1e-12)))
         worst[",".join(plan)] = err
         with torch.no_grad():  # evaluation: every rank the whole set, no layout change
             assert net.eval()(x).shape == (4 * world, 10)
         net.train()
     dist.barrier()
-    return worst
+    return worst, layers
 
 
 def _grads(model, x, y):
@@ -119,9 +139,15 @@ def _grads(model, x, y):
 @pytest.mark.parametrize("name", ["mlp", "cnn-fc", "transformer"])
 def test_every_plan_computes_the_gradient_of_the_whole_batch(name):
     out = run_ranks(2, _gradients_of_plans, name, timeout_s=240)
-    for plan, err in out[0].items():
+    for plan, err in out[0][0].items():
         assert err < 1e-5, f"{name} plan {plan}: gradient off by {err:.2e} of its largest element"
-    assert out[0].keys() == out[1].keys()
+    assert out[0][0].keys() == out[1][0].keys()
+    if name == "cnn-fc":  # a pair between units on shares takes and gives shares: no layout change around it
+        layers = out[0][1]["dp,dp,tp,dp"]
+        assert not any(m.startswith("Layout") for m in layers), layers
+        assert "ColumnShard(512 -> 32 of the outputs, from shares)" in layers, layers
+        assert "RowShard(32 of the inputs -> 64, to shares)" in layers, layers
+        assert out[0][1]["rep,rep,tp,rep"][-1] == "Layout(split)"  # whole to whole, split before the loss
 
 
 def test_the_driver_trains_the_plan_with_ddps_loss_curve_and_reports_it(tmp_path):

@@ -12,8 +12,13 @@ dp   data parallel: this rank's share of the batch; the unit's gradients
      averaged over the ranks (one allreduce of every dp gradient)
 fsdp fully sharded (``fully_shard`` of the unit's layers): this rank's share;
      parameters all-gathered before use, gradients reduce-scattered
-tp   tensor parallel (the unit's pair column- then row-wise): the whole batch
-     on every rank; the rest of the unit (attention, norms) replicated
+tp   tensor parallel (the unit's pair column- then row-wise). A pair of
+     top-level layers takes the batch in the layout around it: from shares
+     it all-gathers its input and reduce-scatters its output (sequence
+     parallelism: backward the reverse), between whole-batch units it
+     all-reduces its output forward and its input gradient backward. A pair
+     inside a transformer encoder layer sees the whole batch; the rest of
+     that layer (attention, norms) is replicated
 rep  replicated: the whole batch on every rank, no communication (every rank
      computes the same gradients)
 ==== ======================================================================
@@ -35,9 +40,9 @@ share, the ranks' mean), the link's alpha and beta (allreduces of two
 sizes timed on the run's own group) and the cores: compute per unit (dp,
 fsdp: 1/D of it; tp: 1/D of the pair, the rest whole; rep: all of it),
 communication (dp: one allreduce of all dp gradients; fsdp: two
-all-gathers and a reduce-scatter per unit; tp: an allreduce of the pair's
-output forward and of its input gradient backward; an all-gather per change
-of batch layout) and memory (parameters, gradients and momentum a rank
+all-gathers and a reduce-scatter per unit; tp: per side of the pair, an
+all-gather and a reduce-scatter on shares or an allreduce on the whole
+batch; an all-gather per change of batch layout) and memory (parameters, gradients and momentum a rank
 holds; ``--max-state-mb`` leaves out plans above it). The best predicted
 plans and the whole-model ones (all dp; every pair tp and the rest
 replicated, as ``tp``) are then built on copies of the model, warmed up
@@ -77,6 +82,12 @@ class Unit:
     tp_keys: tuple[str, ...]  # the tensor-parallel plan's keys inside (none: no tp mode)
     tp_params: int
     tp_pairs: tuple[tuple[int, int], ...]  # (in, out) features per sample of each pair
+
+    @property
+    def top_pairs(self) -> bool:
+        """The unit's pairs are layers of the Sequential itself (not inside an
+        encoder layer): in tp mode they take and give the layout around them."""
+        return bool(self.tp_keys) and all("." not in k for k in self.tp_keys)
 
     def modes(self, rep: bool = True) -> tuple[str, ...]:
         return tuple(m for m in MODES if (m != "tp" or self.tp_keys) and (rep or m != "rep"))
@@ -156,10 +167,11 @@ def cost(plan: tuple[str, ...], us: list[Unit], prof, link, world: int, running:
     comp = comm = 0.0
     dp_bytes = state = 0.0
     layout = "share"
-    for u, mode in zip(us, plan, strict=True):
+    outs = _pair_layouts(plan, us)
+    for i, (u, mode) in enumerate(zip(us, plan, strict=True)):
         t = sum(prof.layer_s[u.start : u.end])
         p = 4.0 * u.params
-        want = "whole" if mode in WHOLE else "share"
+        want = layout if i in outs else "whole" if mode in WHOLE else "share"
         if want != layout:  # gathered forward (to the whole batch), or the slices' gradients backward
             act = in_bytes if u.start == 0 else prof.act_bytes[u.start - 1]
             comm += _gather(b * act, d, link)
@@ -175,8 +187,15 @@ def cost(plan: tuple[str, ...], us: list[Unit], prof, link, world: int, running:
         elif mode == "tp":
             f = u.tp_params / u.params if u.params else 0.0
             comp += t * (1 - f) + t * f / d
-            for i, o in u.tp_pairs:  # the pair's output forward, its input gradient backward
-                comm += _allreduce(4.0 * b * o, d, link) + _allreduce(4.0 * b * i, d, link)
+            for k, (n_in, n_out) in enumerate(u.tp_pairs):
+                first, last = k == 0, k == len(u.tp_pairs) - 1
+                out_side = outs.get(i, "whole") if last else "whole"
+                sides = ((n_in, layout if first else "whole"), (n_out, out_side))
+                for n, side in sides:  # shares: a gather and a reduce-scatter; whole: one allreduce
+                    size = 4.0 * b * n
+                    comm += 2 * _gather(size, d, link) if side == "share" else _allreduce(size, d, link)
+            if i in outs:
+                layout = outs[i]
             state += 3 * (p - 4.0 * u.tp_params + 4.0 * u.tp_params / d)
         else:
             comp += t
@@ -187,6 +206,19 @@ def cost(plan: tuple[str, ...], us: list[Unit], prof, link, world: int, running:
         comm += _allreduce(dp_bytes, d, link)
     comp *= max(1.0, d / max(1, running))  # every rank computes this much; the cores run `running` at once
     return Cost(comp + comm, comp, comm, int(state))
+
+
+def _pair_layouts(plan: tuple[str, ...], us: list[Unit]) -> dict[int, str]:
+    """Unit index -> the layout its tp pair hands on, for the tp units whose
+    pairs are top-level layers (they take the layout before them as it is):
+    shares where the next unit computes on shares or the loss follows, else
+    the whole batch."""
+    out = {}
+    for i, (u, mode) in enumerate(zip(us, plan, strict=True)):
+        if mode == "tp" and u.top_pairs:
+            nxt = plan[i + 1] if i + 1 < len(plan) else None
+            out[i] = "share" if nxt is None or nxt not in WHOLE else "whole"
+    return out
 
 
 def whole_model(us: list[Unit]) -> dict[tuple[str, ...], str]:
@@ -248,6 +280,160 @@ class _Split(torch.autograd.Function):
         return torch.cat(parts) / ctx.world, None, None, None
 
 
+class _GatherShares(torch.autograd.Function):
+    """Shares -> the whole batch, into a column-wise shard; backward: the
+    shards' partial input gradients reduce-scattered to this rank's slice,
+    times the ranks (the share's own loss, as _Gather)."""
+
+    @staticmethod
+    def forward(ctx, x, group, world):
+        ctx.group, ctx.world = group, world
+        x = x.contiguous()
+        out = x.new_empty((world * x.shape[0], *x.shape[1:]))
+        dist.all_gather_into_tensor(out, x, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous()
+        out = g.new_empty((g.shape[0] // ctx.world, *g.shape[1:]))
+        dist.reduce_scatter_tensor(out, g, group=ctx.group)
+        return out * ctx.world, None, None
+
+
+class _SumBackward(torch.autograd.Function):
+    """The whole batch into a column-wise shard: nothing forward; backward the
+    shards' partial input gradients summed (allreduce)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous().clone()
+        dist.all_reduce(g, group=ctx.group)
+        return g, None
+
+
+class _ScatterSum(torch.autograd.Function):
+    """A row-wise shard's partial output summed over the ranks, this rank
+    keeping its slice of the batch; backward: the slices' gradients
+    all-gathered, over the ranks (as _Split)."""
+
+    @staticmethod
+    def forward(ctx, z, group, world):
+        ctx.group, ctx.world = group, world
+        z = z.contiguous()
+        out = z.new_empty((z.shape[0] // world, *z.shape[1:]))
+        dist.reduce_scatter_tensor(out, z, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous()
+        out = g.new_empty((ctx.world * g.shape[0], *g.shape[1:]))
+        dist.all_gather_into_tensor(out, g, group=ctx.group)
+        return out / ctx.world, None, None
+
+
+class _Sum(torch.autograd.Function):
+    """A row-wise shard's partial output summed over the ranks (allreduce);
+    backward nothing (every rank holds the same whole-batch gradient)."""
+
+    @staticmethod
+    def forward(ctx, z, group):
+        z = z.contiguous().clone()
+        dist.all_reduce(z, group=group)
+        return z
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+def _shard_range(n: int, world: int, rank: int) -> tuple[int, int]:
+    """[start, length) of rank's part of n rows (parts differ by one at most)."""
+    base, extra = divmod(n, world)
+    return rank * base + min(rank, extra), base + (rank < extra)
+
+
+class ColumnShard(nn.Module):
+    """This rank's output features of a Linear (``weight`` rows, ``bias``),
+    its input the whole batch: all-gathered from shares (``from_shares``) or
+    taken whole. Each parameter's ``tp_slice`` is (dim, start, length) of the
+    full one. Evaluation (no gradient recorded): the input is whole."""
+
+    def __init__(self, linear: nn.Linear, group, from_shares: bool):
+        super().__init__()
+        self.group, self.from_shares = group, from_shares
+        self.world, rank = dist.get_world_size(group), dist.get_rank(group)
+        start, n = _shard_range(linear.out_features, self.world, rank)
+        self.weight = nn.Parameter(linear.weight.detach()[start : start + n].clone())
+        self.weight.tp_slice = (0, start, n)
+        self.bias = None
+        if linear.bias is not None:
+            self.bias = nn.Parameter(linear.bias.detach()[start : start + n].clone())
+            self.bias.tp_slice = (0, start, n)
+
+    def forward(self, x):
+        if torch.is_grad_enabled() and self.from_shares:
+            x = _GatherShares.apply(x, self.group, self.world)
+        elif torch.is_grad_enabled():
+            x = _SumBackward.apply(x, self.group)
+        return nn.functional.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[1]} -> {self.weight.shape[0]} of the outputs, " + (
+            "from shares" if self.from_shares else "whole"
+        )
+
+
+class RowShard(nn.Module):
+    """This rank's input features of a Linear (``weight`` columns; the bias
+    whole), its partial output summed over the ranks: reduce-scattered to
+    this rank's share (``to_shares``; the bias then trains as a dp
+    parameter) or all-reduced whole. Evaluation: summed whole."""
+
+    def __init__(self, linear: nn.Linear, group, to_shares: bool):
+        super().__init__()
+        self.group, self.to_shares = group, to_shares
+        self.world, rank = dist.get_world_size(group), dist.get_rank(group)
+        start, n = _shard_range(linear.in_features, self.world, rank)
+        self.weight = nn.Parameter(linear.weight.detach()[:, start : start + n].clone())
+        self.weight.tp_slice = (1, start, n)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone())
+
+    def forward(self, y):
+        z = nn.functional.linear(y, self.weight)
+        if torch.is_grad_enabled() and self.to_shares:
+            z = _ScatterSum.apply(z, self.group, self.world)
+        else:
+            z = _Sum.apply(z, self.group)
+        return z if self.bias is None else z + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[1]} of the inputs -> {self.weight.shape[0]}, " + (
+            "to shares" if self.to_shares else "whole"
+        )
+
+
+def _shard_pairs(model: nn.Sequential, u: Unit, group, from_shares: bool, to_shares: bool) -> list:
+    """Replaces the unit's top-level pairs by shards (in place); the
+    parameters that train as dp (a row-wise bias summed to shares)."""
+    dp = []
+    keys = u.tp_keys
+    for k, (c, r) in enumerate(zip(keys[0::2], keys[1::2], strict=True)):
+        first, last = k == 0, k == len(keys) // 2 - 1
+        col = ColumnShard(model[int(c)], group, from_shares and first)
+        row = RowShard(model[int(r)], group, to_shares and last)
+        model[int(c)], model[int(r)] = col, row
+        if row.to_shares and row.bias is not None:
+            dp.append(row.bias)
+    return dp
+
+
 class Layout(nn.Module):
     """A change of batch layout while training; nothing while evaluating
     (no gradient recorded: every rank holds the whole test set)."""
@@ -283,23 +469,11 @@ def build_plan(plan: tuple[str, ...], us: list[Unit], model: nn.Sequential, mesh
 
         return DDP(model, process_group=group), []
     full = tp_plan(model) or {}
-    keys = [k for u, m in zip(us, plan, strict=True) if m == "tp" for k in u.tp_keys]
-    if keys:
+    outs = _pair_layouts(plan, us)
+    inner = [u for i, (u, m) in enumerate(zip(us, plan, strict=True)) if m == "tp" and i not in outs]
+    keys = [k for u in inner for k in u.tp_keys]
+    if keys:  # pairs inside encoder layers: DTensor's column- and row-wise Linear
         parallelize_module(model, mesh, {k: full[k] for k in keys})
-    seq: list[nn.Module] = []
-    layout = "share"
-    for u, mode in zip(us, plan, strict=True):
-        if mode == "fsdp":
-            for layer in model[u.start : u.end]:
-                if any(True for _ in layer.parameters()):
-                    fully_shard(layer, mesh=mesh)
-        want = "whole" if mode in WHOLE else "share"
-        if want != layout:
-            seq.append(Layout(_Gather if want == "whole" else _Split, group))
-            layout = want
-        seq.extend(model[u.start : u.end])
-    if layout == "whole":
-        seq.append(Layout(_Split, group))
     dp = [
         p
         for u, m in zip(us, plan, strict=True)
@@ -307,6 +481,23 @@ def build_plan(plan: tuple[str, ...], us: list[Unit], model: nn.Sequential, mesh
         for layer in model[u.start : u.end]
         for p in layer.parameters()
     ]
+    seq: list[nn.Module] = []
+    layout = "share"
+    for i, (u, mode) in enumerate(zip(us, plan, strict=True)):
+        if mode == "fsdp":
+            for layer in model[u.start : u.end]:
+                if any(True for _ in layer.parameters()):
+                    fully_shard(layer, mesh=mesh)
+        want = layout if i in outs else "whole" if mode in WHOLE else "share"
+        if want != layout:
+            seq.append(Layout(_Gather if want == "whole" else _Split, group))
+            layout = want
+        if i in outs:
+            dp += _shard_pairs(model, u, group, layout == "share", outs[i] == "share")
+            layout = outs[i]
+        seq.extend(model[u.start : u.end])
+    if layout == "whole":
+        seq.append(Layout(_Split, group))
     return nn.Sequential(*seq), dp
 
 
