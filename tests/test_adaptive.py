@@ -29,6 +29,8 @@ def test_units_follow_the_models_tensor_parallel_pairs():
     head = adaptive.units(models.build("cnn-fc", (1, 8, 8), 10, 8))  # convolutions, then a pair
     spans = [(u.start, u.end, u.tp_keys) for u in head]
     assert spans == [(0, 2, ()), (2, 6, ()), (6, 10, ("6", "8")), (10, 11, ())]
+    # a pair's shards tile its features, differing by one at most
+    assert [adaptive._shard_range(10, 4, r) for r in range(4)] == [(0, 3), (3, 3), (6, 2), (8, 2)]
     with pytest.raises(ValueError, match="nn.Sequential"):
         adaptive.units(torch.nn.Linear(2, 2))
 

@@ -42,8 +42,9 @@ fsdp: 1/D of it; tp: 1/D of the pair, the rest whole; rep: all of it),
 communication (dp: one allreduce of all dp gradients; fsdp: two
 all-gathers and a reduce-scatter per unit; tp: per side of the pair, an
 all-gather and a reduce-scatter on shares or an allreduce on the whole
-batch; an all-gather per change of batch layout) and memory (parameters, gradients and momentum a rank
-holds; ``--max-state-mb`` leaves out plans above it). The best predicted
+batch; an all-gather per change of batch layout) and memory (parameters,
+gradients and momentum a rank holds; ``--max-state-mb`` leaves out plans
+above it). The best predicted
 plans and the whole-model ones (all dp; every pair tp and the rest
 replicated, as ``tp``) are then built on copies of the model, warmed up
 and timed for ROUNDS steps in interleaved rounds on the run's first
