@@ -38,7 +38,8 @@ Communicator::Communicator(int rank, int size, std::vector<std::unique_ptr<Link>
       size_(size),
       links_(std::move(links)),
       spinMicros_(spinMicros),
-      callerSpinMicros_(spinMicros),
+      callerSpinLong_(spinMicros),
+      callerSpin_(spinMicros, spinMicros),
       hostOf_(size, 0),
       machineOf_(size, 0) {
   SC_CHECK(static_cast<int>(links_.size()) == size_);
@@ -134,7 +135,7 @@ void Communicator::idle(const std::vector<int>& peers, Clock::time_point idleSin
   // instead (block sooner) was measured (2026-11-23, docs/performance.md): CPU
   // as gloo's, but DDP training that overlaps backward with communication got
   // 5-10 % slower (a blocked worker waits for the scheduler on busy cores).
-  if (idleUs < (CallerWaits::active() ? callerSpinMicros_ : spinMicros_)) {
+  if (idleUs < (CallerWaits::active() ? callerSpin_.budget() : spinMicros_)) {
     for (int i = 0; i < 32; ++i) SC_CPU_RELAX();
     return;
   }

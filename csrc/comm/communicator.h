@@ -17,7 +17,9 @@
 // - idle() is how an executor waits: it spins, yields, then polls tcp sockets
 //   (or sleeps briefly for shm), and throws once abort() was called. A wait
 //   on a blocking call's own thread (a CallerWaits alive on it) spins for
-//   callerSpinMicros() instead of spinMicros().
+//   callerSpin().budget() instead of spinMicros(): callerSpinMicros() or
+//   spinMicros(), whichever its calls measured faster (comm/caller_spin.h;
+//   told by callerCallEnded()).
 // - abort() (any thread, idempotent) sets the abort flag and closes every link,
 //   so this rank's waits end promptly and peers see the closure. leave()
 //   closes them in order.
@@ -31,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/caller_spin.h"
 #include "comm/channel.h"
 #include "core/deadline.h"
 #include "core/store.h"
@@ -123,19 +126,31 @@ class Communicator {
   // first on every link that needs it. Throws Error(Aborted) after abort().
   // The caller checks its deadline.
   void idle(const std::vector<int>& peers, Clock::time_point idleSince, const std::function<bool()>& ready = {});
+  // A blocking call run on its caller's thread took `micros` (Group, under
+  // its exec lock): the caller's spin choice (comm/caller_spin.h) measures by it.
+  void callerCallEnded(int64_t micros) { callerSpin_.callEnded(micros); }
   // Times idle() blocked or slept, and of those the times a doorbell woke it.
   struct IdleCounts {
     uint64_t blocked = 0, rung = 0;
   };
   IdleCounts idleCounts() const { return {idleBlocked_, idleRung_}; }
   int64_t spinMicros() const { return spinMicros_; }
-  void setSpinMicros(int64_t us) { spinMicros_ = callerSpinMicros_ = us; }
-  // The spin of waits on a blocking call's own thread (CallerWaits): its
-  // caller runs nothing else meanwhile, so a longer spin costs the process no
-  // work of its own, where a yield hands the core to other work and waits a
-  // time slice for it back. setSpinMicros sets both.
-  int64_t callerSpinMicros() const { return callerSpinMicros_; }
-  void setCallerSpinMicros(int64_t us) { callerSpinMicros_ = us; }
+  void setSpinMicros(int64_t us) {
+    spinMicros_ = us;
+    callerSpin_ = CallerSpin(us, us);
+  }
+  // The longer spin of waits on a blocking call's own thread (CallerWaits):
+  // its caller runs nothing else meanwhile, so a longer spin costs the
+  // process no work of its own, where a yield hands the core to other work
+  // and waits a time slice for it back; unless the peer needs this core
+  // (then callerSpin() measures spinMicros() cheaper and runs it).
+  // setSpinMicros sets both to one value (nothing to choose).
+  int64_t callerSpinMicros() const { return callerSpinLong_; }
+  void setCallerSpinMicros(int64_t us) {
+    callerSpinLong_ = us;
+    callerSpin_ = CallerSpin(us, spinMicros_);
+  }
+  const CallerSpin& callerSpin() const { return callerSpin_; }
 
   void abort();
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
@@ -159,7 +174,8 @@ class Communicator {
   std::vector<int64_t> pollMicros_;  // per peer: its link's pollMicros(), or 0 (setCrowded)
   int64_t shortestPollMicros_ = Link::kDefaultPollMicros, longestPollMicros_ = Link::kDefaultPollMicros;
   int64_t spinMicros_;
-  int64_t callerSpinMicros_;
+  int64_t callerSpinLong_;
+  CallerSpin callerSpin_;                    // the executing thread's (a caller's, under the group's exec lock)
   uint64_t idleBlocked_ = 0, idleRung_ = 0;  // the executing thread's
   std::vector<int> hostOf_, machineOf_;
   std::shared_ptr<MpiGroup> mpi_;  // null without MPI; mpi links hold their own reference

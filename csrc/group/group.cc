@@ -68,7 +68,9 @@ bool crowded(const Communicator& comm) {
 // spins through the links' poll window instead of yielding (nothing of the
 // caller's runs meanwhile; beside processes that never block, a yield waited
 // a time slice for the core: 8 B, 4 KiB and 1 MiB calls 1.7-2.7x slower
-// than with the longer spin), while the worker, whose waits overlap the caller's
+// than with the longer spin) unless its calls measure the worker's spin
+// faster (comm/caller_spin.h: another job's ranks need the core the waiter
+// holds), while the worker, whose waits overlap the caller's
 // compute, keeps yielding after 50 us (spinning 200 us there made DDP steps
 // 4-6 % slower; docs/journal/2026-12-01-caller-waits.md). A set spin is
 // already the communicator's, for both.
@@ -316,6 +318,7 @@ void Group::dispatch(Call&& call, uint64_t number) {
         const CallerWaits caller;
         error = execute(call, number, id, now, /*recordStart=*/false);
       }
+      comm_->callerCallEnded(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - now).count());
       exec.unlock();  // completion callbacks may issue further calls
       if (call.done) call.done(error ? &*error : nullptr);
       return;

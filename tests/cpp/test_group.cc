@@ -272,6 +272,14 @@ TEST(blocking_calls_run_inline_when_idle_and_async_ones_on_the_worker_in_order) 
     // The automatic spin: 50 us on the worker and the poll window inline, or none on a crowded machine.
     const Communicator& comm = g.communicator();
     CHECK_EQ(comm.callerSpinMicros(), comm.spinMicros() > 0 ? Link::kDefaultPollMicros : int64_t{0});
+    // Inline calls feed the choice between the caller's two spins: one exploration's worth of calls finishes one.
+    if (comm.callerSpin().adapts()) {
+      CHECK_EQ(comm.callerSpin().explorations(), uint64_t{0});
+      std::vector<float> zeros(8, 0.0f);
+      for (int i = 1; i < CallerSpin::kExploreCalls; ++i)
+        CHECK_EQ(runCall(g, allreduceCall(zeros, true)), std::string());
+      CHECK_EQ(comm.callerSpin().explorations(), uint64_t{1});
+    }
     // Async calls go to the worker; a blocking call behind them waits its turn there.
     std::vector<std::vector<float>> bufs(20, std::vector<float>(64, 1.0f));
     std::vector<int> order;
