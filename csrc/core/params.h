@@ -122,12 +122,13 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "socket's CPU cost is the bound (links of 25 Gbit/s and up) and cost on capped links (each piece waits for "   \
     "the slowest socket).")                                                                                          \
   X(Int, spinMicros, "spin_us", "SCALECOMM_SPIN_US", -1, -1, 10000000, "",                                           \
-    "Microseconds a waiting thread spins before it yields or sleeps. -1: 50 on the group's worker (its waits "     \
-    "overlap the caller's compute, which a yield lets run) and 200 for a blocking call waiting on its caller's "   \
-    "own thread (which has nothing else to run: a yield would wait a time slice for the core on busy cores); 0 "   \
-    "for both when this machine (one kernel: its emulated hosts and containers count together) runs more of the " \
-    "group's ranks than it has cores (a spinning rank would hold the core its peer needs). A value set here "     \
-    "holds for both.")                                                                                             \
+    "Microseconds a waiting thread spins before it yields or sleeps. -1: 50 on the group's worker (its waits "       \
+    "overlap the caller's compute, which a yield lets run) and, for a blocking call waiting on its caller's "        \
+    "own thread (which has nothing else to run: a yield would wait a time slice for the core on busy cores), "       \
+    "200 or 50, whichever that thread's calls measure faster (200 beside busy processes, 50 beside another "         \
+    "job whose ranks also spin); 0 for both when this machine (one kernel: its emulated hosts and containers "       \
+    "count together) runs more of the group's ranks than it has cores (a spinning rank would hold the core "         \
+    "its peer needs). A value set here holds for both.")                                                             \
   X(Int, traceBuffer, "trace_buffer", "SCALECOMM_TRACE_BUFFER", 256, 0, 1048576, "",                                 \
     "Flight recorder: the last this many calls of each group (state, sizes, algorithm, timings), dumped on a "       \
     "timeout or error (see SCALECOMM_TRACE_DIR); 0: off, and no desync report.")                                       \
