@@ -1,5 +1,5 @@
 // scalecomm comm: the spin of waits on a blocking call's own thread, chosen
-// by what those waits cost.
+// by how long its calls take under each.
 //
 // Contract:
 // - budget() is the spin, in microseconds, of a caller's wait before it
@@ -8,20 +8,19 @@
 //   to other work (busy processes that never block); it delays the peer
 //   when the peer needs that core (another job's ranks that also spin).
 // - Which one is measured, not guessed: an exploration runs kExploreCalls
-//   calls alternating the two spins in blocks of kBlockCalls, the chosen one
-//   first, summing each block's call time (callEnded() is told every call's
-//   length), and compares the medians of the two spins' blocks (one time
-//   slice lost to another process is one block's noise). Blocks, not single calls: a long
-//   spin's cost falls on the calls after it (the peer it kept from the core
-//   arrives late to the next one); short blocks, so both see the same mix
-//   of sizes. The other spin becomes the choice
-//   when its median block took less than kSwitchRatio of the chosen one's
-//   and at least kMinGainMicros per call less. The
-//   choice then runs for a hold of kFirstHold windows of kWindowCalls calls,
-//   doubled each time an exploration keeps it (up to kMaxHold), back to
+//   calls alternating the two spins in blocks of kBlockCalls (the chosen one
+//   first) and sums each block's call time (callEnded() is told every
+//   call's length). Blocks, not single calls: a long spin's cost falls on
+//   the calls after it (the peer it kept off the core arrives late to the
+//   next one); short blocks, so both spins see the same mix of sizes. The
+//   other spin becomes the choice when the median of its blocks is under
+//   kSwitchRatio of the chosen one's and at least kMinGainMicros a call
+//   less (one time slice lost to another process is one block's noise).
+// - The choice then holds for kFirstHold windows of kWindowCalls calls,
+//   doubled by each exploration that keeps it (up to kMaxHold), back to
 //   kFirstHold when it changes; then the next exploration. Once settled,
-//   exploring runs the other spin on kExploreCalls / 2 of every
-//   kMaxHold * kWindowCalls + kExploreCalls calls (3 %).
+//   the other spin runs on kExploreCalls / 2 of every kMaxHold *
+//   kWindowCalls + kExploreCalls calls (3 %).
 // - Starts on `longUs`, exploring. longUs <= shortUs: nothing adapts and
 //   budget() is longUs.
 // - Not thread-safe: one thread at a time (the one executing the group's
