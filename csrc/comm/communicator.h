@@ -126,9 +126,13 @@ class Communicator {
   // first on every link that needs it. Throws Error(Aborted) after abort().
   // The caller checks its deadline.
   void idle(const std::vector<int>& peers, Clock::time_point idleSince, const std::function<bool()>& ready = {});
-  // A blocking call run on its caller's thread took `micros` (Group, under
-  // its exec lock): the caller's spin choice (comm/caller_spin.h) measures by it.
-  void callerCallEnded(int64_t micros) { callerSpin_.callEnded(micros); }
+  // A blocking call run on its caller's thread, started at `started`, ended
+  // (Group, under its exec lock): the caller's spin choice
+  // (comm/caller_spin.h) measures by it. No clock read where nothing adapts.
+  void callerCallEnded(Clock::time_point started) {
+    if (callerSpin_.adapts())
+      callerSpin_.callEnded(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
+  }
   // Times idle() blocked or slept, and of those the times a doorbell woke it.
   struct IdleCounts {
     uint64_t blocked = 0, rung = 0;

@@ -318,7 +318,7 @@ void Group::dispatch(Call&& call, uint64_t number) {
         const CallerWaits caller;
         error = execute(call, number, id, now, /*recordStart=*/false);
       }
-      comm_->callerCallEnded(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - now).count());
+      comm_->callerCallEnded(now);
       exec.unlock();  // completion callbacks may issue further calls
       if (call.done) call.done(error ? &*error : nullptr);
       return;
