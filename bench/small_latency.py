@@ -26,7 +26,8 @@ one. Columns:
   ranks paying torch's dispatch before they meet;
 - mpi: `MPI_Allreduce` (`MPI_Barrier`) through mpi4py on the tensor's memory;
 - deepspeed (when installed, `--deepspeed`): DeepSpeed's CPU shared-memory
-  allreduce op called directly (no torch dispatch);
+  allreduce op called directly (no torch dispatch); floor+deepspeed: the
+  floor's call and then that op, as floor+mpi;
 - memcpy: one copy of the same size (the memory yardstick);
 - scalecomm:ALGO (with `--algos ring,shared,...`): `dist.all_reduce` on a
   scalecomm group whose allreduce algorithm is fixed to ALGO (sizes an
@@ -38,7 +39,8 @@ Then the goal columns, each the median over rounds of the quantity computed
 within one round (paired: a round's columns run back to back, so the VM's
 drift between rounds cancels): (scalecomm - floor) / mpi; scalecomm - floor
 (us); scalecomm - (floor+mpi) (us: what scalecomm adds beyond that ideal
-backend); scalecomm / mpi; direct / mpi. Below the table, the barrier against the floor plus
+backend); scalecomm / mpi; direct / mpi; with `--deepspeed` scalecomm /
+(floor+deepspeed). Below the table, the barrier against the floor plus
 `MPI_Barrier`, and against torch's barrier dispatch plus `MPI_Barrier`.
 `--json FILE` writes one record per size with every round's times.
 """
@@ -155,6 +157,12 @@ def main() -> int:
         impls[f"scalecomm:{a}"] = allreduce_on(group)
     if ds is not None:
         impls["deepspeed"] = ds_allreduce
+
+        def floor_then_ds(t, _a):
+            dist.all_reduce(floor_t, group=fake)
+            torch.ops.deepspeed.inference_all_reduce_(t)
+
+        impls["floor+deepspeed"] = floor_then_ds
     impls["memcpy"] = memcpy
     barrier_impls = {
         "floor": floor,
@@ -176,6 +184,7 @@ def main() -> int:
             f"{'bytes':>8} "
             + " ".join(f"{c:>22}" for c in cols)
             + f" {'(sc-floor)/mpi':>15} {'sc-floor':>9} {'sc-(f+mpi)':>10} {'sc/mpi':>8} {'direct/mpi':>10}"
+            + (f" {'sc/(f+ds)':>10}" if ds is not None else "")
         )
     records = []
     for label, size, table in rows:
@@ -219,9 +228,13 @@ def main() -> int:
             }
             if "direct" in times:
                 goals["direct"] = _paired(times, lambda r: r["direct"] / r["mpi"])
+            if "floor+deepspeed" in times:
+                goals["floor_ds"] = _paired(times, lambda r: r["scalecomm"] / r["floor+deepspeed"])
             print(
                 f"{label:>8} {cells} {goals['over']:>15.2f} {goals['above']:>9.1f} {goals['beyond']:>10.1f} "
-                f"{goals['ratio']:>8.2f}" + (f" {goals['direct']:>10.2f}" if "direct" in goals else ""),
+                f"{goals['ratio']:>8.2f}"
+                + (f" {goals['direct']:>10.2f}" if "direct" in goals else "")
+                + (f" {goals['floor_ds']:>10.2f}" if "floor_ds" in goals else ""),
                 flush=True,
             )
             records.append(

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -255,6 +256,26 @@ def test_compress_auto_reports_its_choice_per_bucket_and_why(tmp_path):
     assert run["compression_choices"] and run["compression_choices"][0]["key"] == "ddp-bucket-0"
 
 
+def test_grad_clock_stamps_the_last_gradient_of_a_backward():
+    from pyscalecomm.train import worker
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    clock = worker._GradClock(model)
+    start = time.perf_counter()
+    model(torch.randn(4, 8)).sum().backward()
+    after = time.perf_counter()
+    clock.lap(start)
+    assert clock.laps and 0 < clock.laps[0] <= after - start
+    clock.remove()
+    clock.lap(after)  # nothing stamped after the hooks left
+    model(torch.randn(4, 8)).sum().backward()
+    clock.lap(after)
+    assert len(clock.laps) == 1
+    # the slowest rank's median against the calibration's; not timed: None
+    assert worker._slowdown([{"compute_in_step_s": 0.012}, {"compute_in_step_s": 0.015}], 0.010) == pytest.approx(0.5)
+    assert worker._slowdown([{"compute_in_step_s": None}], 0.010) is None
+
+
 def test_resnet_at_width_64_has_resnet18s_size():
     m = models.build("resnet", (3, 32, 32), 10, 64)
     assert 11.0e6 < sum(p.numel() for p in m.parameters()) < 11.3e6
@@ -269,6 +290,7 @@ def test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve(tmp_pat
     for name in ("results.json", "speedup.png", "breakdown.png", "accuracy.png"):
         assert (out / name).stat().st_size > 0, name
     assert "| world | threads | backend |" in p.stdout and "T_N = T_1/N + T_comm" in p.stdout
+    assert "| compute +% |" in p.stdout
     assert "[4/4] world=2 threads=1 backend=scalecomm compress=none" in p.stdout  # progress
     doc = json.loads((out / "results.json").read_text())
     runs = {(r["config"]["world"], r["config"]["backend"]): r for r in doc["runs"]}
@@ -278,6 +300,8 @@ def test_smoke_sweep_writes_every_output_and_backends_share_a_loss_curve(tmp_pat
         assert r["efficiency"] == pytest.approx(r["speedup"] / w)
         assert r["samples_per_s"] == pytest.approx(4 * 32 * w / r["time_per_epoch_s"])
         assert 0 <= r["comm_share"] < 1 and r["step_ms"] >= r["exposed_comm_ms"] >= 0
+        # DDP on the CPU: the backward's own time inside a step, over its time alone
+        assert r["compute_slowdown"] is not None and -0.9 < r["compute_slowdown"] < 50, r["compute_slowdown"]
         assert all(0 <= e["acc"] <= 1 for e in r["epochs"]) and len(r["epochs"]) == 3
         assert r["peak_mem_mib"] > 0 and r["cpu_util"] > 0 and r["grad_bytes"] > 0
     assert runs[(1, "gloo")]["speedup"] == 1.0

@@ -128,6 +128,40 @@ Schedule orderedStarBroadcast(int rank, int n, int root, int64_t count) {
   return s;
 }
 
+Schedule orderedRelay(int rank, int n, int root, int64_t count, bool finalize, bool toAll) {
+  SC_CHECK(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n && count >= 0);
+  Schedule s;
+  s.algorithm = "ordered";
+  s.blockCounts = {count};
+  if (n == 1) return s;
+  // Every rank has the same steps (the step travels in headers). Rank 0's
+  // receive-reduces write one block in program order, so the plan folds
+  // segment s of rank k only after that of rank k-1: the left fold.
+  for (int k = 1; k < n; ++k) {
+    ScheduleStep in;
+    if (rank == 0) in.ops.push_back({OpKind::RecvReduce, k, 0});
+    if (rank == k) in.ops.push_back({OpKind::Send, 0, 0});
+    s.steps.push_back(in);
+  }
+  if (finalize) {
+    ScheduleStep fin;
+    if (rank == 0) fin.ops.push_back({OpKind::Finalize, -1, 0});
+    s.steps.push_back(fin);
+  }
+  ScheduleStep out;
+  if (toAll) {
+    if (rank == 0)
+      for (int k = 1; k < n; ++k) out.ops.push_back({OpKind::Send, k, 0});
+    else
+      out.ops.push_back({OpKind::Recv, 0, 0});
+  } else if (root != 0) {
+    if (rank == 0) out.ops.push_back({OpKind::Send, root, 0});
+    if (rank == root) out.ops.push_back({OpKind::Recv, 0, 0});
+  }
+  if (toAll || root != 0) s.steps.push_back(out);
+  return s;
+}
+
 bool orderedChainPays(const std::vector<int>& hostOf) {
   if (!hostsHoldSeveral(hostOf)) return false;
   std::vector<int> seen;
@@ -142,7 +176,7 @@ bool orderedChainPays(const std::vector<int>& hostOf) {
 namespace {
 
 // Which plan of a call a cached plan is (PlanKey::variant).
-enum Phase : int64_t { kToOwners = 1, kFromOwners = 2, kChain = 3, kGather = 4, kStarBroadcast = 5 };
+enum Phase : int64_t { kToOwners = 1, kFromOwners = 2, kChain = 3, kGather = 4, kStarBroadcast = 5, kRelay = 6 };
 
 Communicator& orderedLinks(Channel& ch, CollectiveKind kind) {
   if (Communicator* c = ch.communicator()) return *c;
@@ -245,10 +279,15 @@ void orderedAllreduce(Channel& ch, void* data, int64_t count, DataType dtype, Re
     return runPhase(ch, ctx, kStarBroadcast, opts, [&] { return orderedStarBroadcast(ch.rank(), n, 0, count); },
                     {static_cast<uint8_t*>(data)});
   }
+  const bool avg = op == ReduceOp::Avg;
   if (orderedChainPays(ch.hostOf())) {
-    const bool avg = op == ReduceOp::Avg;
     return runPhase(
         ch, ctx, kChain, opts, [&] { return orderedChainAllreduce(ch.rank(), n, count, avg); },
+        {static_cast<uint8_t*>(data)}, avg);
+  }
+  if (orderedRelayServes(n, count * static_cast<int64_t>(elementSize(dtype)), ch.hostOf())) {
+    return runPhase(
+        ch, ctx, kRelay, opts, [&] { return orderedRelay(ch.rank(), n, 0, count, avg, /*toAll=*/true); },
         {static_cast<uint8_t*>(data)}, avg);
   }
   Chunks c = chunksOf(data, splitEven(count, n), dtype, ch.rank());
@@ -271,9 +310,11 @@ void orderedReduceScatter(Channel& ch, void* work, int64_t perRank, DataType dty
 bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts) {
   const int n = ch.size();
   const bool scatter = call.kind == CollectiveKind::ReduceScatter;
-  const bool star = call.kind == CollectiveKind::Reduce &&
-                    orderedStarServes(n, call.count * static_cast<int64_t>(elementSize(call.dtype)));
-  if (call.kind != CollectiveKind::Allreduce && !scatter && !star) return false;  // reduce: the entry's chain
+  const int64_t bytes = call.count * static_cast<int64_t>(elementSize(call.dtype));
+  const bool reduce = call.kind == CollectiveKind::Reduce;
+  const bool star = reduce && orderedStarServes(n, bytes);
+  const bool relay = reduce && !star && orderedRelayServes(n, bytes, ch.hostOf());
+  if (call.kind != CollectiveKind::Allreduce && !scatter && !star && !relay) return false;  // the entry's chain
   if (call.op == ReduceOp::PremulSum) {
     void* data = scatter ? const_cast<void*>(call.send) : call.recv;
     ch.reducer().scale(data, scatter ? call.count * n : call.count, call.dtype, premulFactor);
@@ -281,11 +322,19 @@ bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const 
   }
   if (scatter) {
     orderedReduceScatter(ch, const_cast<void*>(call.send), call.count, call.dtype, call.op, opts);
-  } else if (star) {
+  } else if (reduce) {
     ExecContext ctx = contextFor(opts, CollectiveKind::Reduce, call.dtype, call.count, call.op, n);
     ctx.root = call.root;
     orderedLinks(ch, CollectiveKind::Reduce);
-    foldAtRoot(ch, ctx, opts, call.recv, call.count, call.root);
+    if (star) {
+      foldAtRoot(ch, ctx, opts, call.recv, call.count, call.root);
+    } else {
+      const bool avg = call.op == ReduceOp::Avg;
+      runPhase(
+          ch, ctx, kRelay, opts,
+          [&] { return orderedRelay(ch.rank(), n, call.root, call.count, avg, /*toAll=*/false); },
+          {static_cast<uint8_t*>(call.recv)}, avg);
+    }
   } else {
     orderedAllreduce(ch, call.recv, call.count, call.dtype, call.op, opts);
   }

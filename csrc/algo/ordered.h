@@ -14,22 +14,26 @@
 //     ranks, a chain in rank order and back, pipelined in segments, n-1 hops
 //     each way: a host's link carries N out (2N for hosts between others),
 //     as `hier`'s leaders at two hosts, where the phases below would carry
-//     2 R (n-R)/n N out of a host of R ranks. Otherwise three phases: every
-//     rank sends chunk q of its buffer to rank q (all pairs at once, each
-//     chunk into its own scratch slot), rank q folds the n copies of chunk q
-//     in rank order (foldInto: one pass), then sends its folded chunk to
-//     every rank. Bytes sent per rank 2 (n-1)/n N, as ring; 2 alpha.
+//     2 R (n-R)/n N out of a host of R ranks. Where orderedRelayServes
+//     (one host, mid-size): the relay, the star pipelined (orderedRelay).
+//     Otherwise three phases: every rank sends chunk q of its buffer to rank
+//     q (all pairs at once, each chunk into its own scratch slot), rank q
+//     folds the n copies of chunk q in rank order (foldInto: one pass), then
+//     sends its folded chunk to every rank. Bytes sent per rank 2 (n-1)/n N,
+//     as ring; 2 alpha.
 //     Scratch (the slots) is held by the calling thread between calls.
 //   reduce_scatter: where every rank shares this host's windows, block q of
 //     every rank's input folded by rank q straight from the windows
 //     (sharedReduceScatter); otherwise the first two phases, with block q of
 //     the input as chunk q.
-//   reduce: a small message as the star's first half (the root folds); a
-//     larger one as a chain in rank order, pipelined in segments (each rank
-//     adds its values to the fold so far and passes it on: a + b == b + a)
-//     to rank n-2, whose fold and rank n-1's values meet at the root: n-1
-//     hops, as chain's, N per hop (the root receives 2N where it is neither
-//     n-2 nor n-1). Non-root ranks' buffers end as scratch.
+//   reduce: a small message as the star's first half (the root folds);
+//     where orderedRelayServes, the relay's fold at rank 0 and its result
+//     to the root; a larger one as a chain in rank order, pipelined in
+//     segments (each rank adds its values to the fold so far and passes it
+//     on: a + b == b + a) to rank n-2, whose fold and rank n-1's values meet
+//     at the root: n-1 hops, as chain's, N per hop (the root receives 2N
+//     where it is neither n-2 nor n-1). Non-root ranks' buffers end as
+//     scratch.
 // Allreduce, reduce_scatter and the star take host memory only (the stream
 // channel's links or windows): a device (queued) channel is refused with
 // Error(InvalidArgument); deterministic groups stage CUDA tensors through
@@ -64,6 +68,21 @@ Schedule orderedStarBroadcast(int rank, int n, int root, int64_t count);
 // take n-1 hops).
 constexpr int64_t kOrderedStarBytes = 256 * 1024;
 inline bool orderedStarServes(int n, int64_t bytes) { return bytes * (n - 1) <= kOrderedStarBytes; }
+// Mid-size messages where orderedRelayServes: every rank's buffer to rank
+// 0, one step per rank in rank order, rank 0 adding rank k's values to the
+// fold so far at step k, segment by segment (rank k+1's segment s folds
+// while rank k's segment s+1 arrives; no scratch); [AVG's finalize at 0];
+// then the result to every rank (`toAll`: allreduce) or to `root` (reduce;
+// nothing more where it is 0). A tree's two hops, pipelined.
+Schedule orderedRelay(int rank, int n, int root, int64_t count, bool finalize, bool toAll);
+// Where the relay serves: 3 ranks or more (2: the star, then the phases'
+// halves), all on one host (rank 0 takes in and sends (n-1) N: on links
+// that a byte count bounds, the phases' 2 (n-1)/n N per rank win), and at
+// most kOrderedRelayBytes through rank 0.
+constexpr int64_t kOrderedRelayBytes = 2 * 1024 * 1024;
+inline bool orderedRelayServes(int n, int64_t bytes, const std::vector<int>& hostOf) {
+  return n > 2 && bytes * (n - 1) <= kOrderedRelayBytes && !spansHosts(hostOf);
+}
 // Allreduce across hosts that each hold a run of consecutive ranks: the
 // chain 0 -> 1 -> ... -> n-1 (each rank adds its values to the fold so far),
 // [AVG's finalize at n-1], then the result back n-1 -> ... -> 0.
@@ -78,10 +97,10 @@ Schedule orderedChainReduce(int rank, int n, int root, int64_t count, bool final
 
 // The entry's runner (algo/registry.h): allreduce (in place in call.recv),
 // reduce_scatter (call.send holds the n blocks of call.count elements, block
-// `rank` ends reduced) and a reduce the star serves (call.recv, to
-// call.root); PREMUL_SUM inputs are pre-multiplied by premulFactor first.
-// Declines a larger reduce, whose schedule is the entry's
-// (orderedChainReduce).
+// `rank` ends reduced) and a reduce the star or the relay serves
+// (call.recv, to call.root); PREMUL_SUM inputs are pre-multiplied by
+// premulFactor first. Declines a larger reduce, whose schedule is the
+// entry's (orderedChainReduce).
 bool orderedRun(Channel& ch, const NativeCall& call, double premulFactor, const CollectiveOptions& opts);
 
 }  // namespace scalecomm

@@ -277,6 +277,7 @@ COLUMNS = [
     ("step ms", lambda r: _f(r["step_ms"], ".1f")),
     ("predicted ms", lambda r: _f(r.get("predicted") and 1e3 * r["predicted"]["step_s"], ".1f")),
     ("compute ms", lambda r: _f(r["compute_ms"], ".1f")),
+    ("compute +%", lambda r: _f(None if r.get("compute_slowdown") is None else 100 * r["compute_slowdown"], "+.0f")),
     ("peak MiB", lambda r: _f(r["peak_mem_mib"], ".0f")),
     ("state MiB", lambda r: _f(r.get("state_mib"), ".1f")),
     ("bubble", lambda r: _f(r.get("bubble") and 100 * r["bubble"], ".0f") + ("%" if r.get("bubble") else "")),

@@ -24,6 +24,10 @@ What is measured, per configuration:
 - exposed communication per step: the step time minus that compute, i.e. the
   communication that could not hide behind backward (with waiting on slower
   ranks, which is what a user pays for it);
+- DDP on CPU: the compute's slowdown inside a step, from the step's start to
+  the accumulation of its last gradient (the backward's end; the buckets'
+  allreduces overlap it, and a codec's encoding runs in it), over the same
+  compute alone; the slowest rank's median against the calibration's;
 - a straggler (``--straggler``) sleeps (F-1) x that compute before its step's
   forward;
 - batches: each rank takes a fixed share of every step, except under
@@ -164,6 +168,7 @@ class Training:
             _register_hook(cfg, ddp, group)
 
         self.share = strategies.build(cfg, model, self.device, hook, batches=calib)
+        self.grad_clock = _GradClock(model) if _overlaps_backward(cfg, self.device) else None
         self.dp, self.mp = self.share.mesh  # adaptive's layout is known only now
         self.local = self.per_step // self.dp
         self.opt = torch.optim.SGD(self.share.params, lr=cfg.lr, momentum=0.9) if self.share.params else None
@@ -208,9 +213,12 @@ class Training:
                 time.sleep((self.factor - 1) * self.compute_fb)
             if opt is not None:
                 opt.zero_grad(set_to_none=True)
+            tc = time.perf_counter()
             loss = share.step(x, y)  # a parameter server's pushes go out here
             _sync(device)
             t1 = time.perf_counter()
+            if self.grad_clock is not None:
+                self.grad_clock.lap(tc)
             if opt is not None:  # the servers update a parameter server's parameters
                 opt.step()
             _sync(device)
@@ -253,7 +261,10 @@ class Training:
             "opt_s": statistics.mean(self.opt_times),
             "group_backends": sorted({dist.get_backend(g) for g in self.share.groups}),
             "batches": self.batches,
+            "compute_in_step_s": self.grad_clock.median() if self.grad_clock else None,
         }
+        if self.grad_clock is not None:
+            self.grad_clock.remove()
         mine.update(self.share.close())
         return mine
 
@@ -294,6 +305,7 @@ class Training:
             "compute_ms": 1e3 * compute_s,
             "exposed_comm_ms": 1e3 * exposed,
             "comm_share": exposed / step_s if step_s > 0 else 0.0,
+            "compute_slowdown": _slowdown(every, self.compute_fb),
             "peak_mem_mib": max(e["peak_mib"] for e in every),
             "state_mib": None if cfg.strategy.startswith("ps-") else max(e["state_mib"] for e in every),
             "bubble": share.bubble,
@@ -355,6 +367,50 @@ def _compression_choices(groups: list) -> list[dict]:
         return (int(tail) if tail.isdigit() else 1 << 30, c["key"])
 
     return sorted(out, key=bucket)
+
+
+def _overlaps_backward(cfg: RunConfig, device) -> bool:
+    """Whether the run's communication overlaps its backward on the CPU
+    (DDP: the buckets' allreduces start while later layers still compute),
+    so that the backward's own slowdown can be timed by the clock of its
+    gradients (on a GPU that clock would time the kernels' launch)."""
+    return strategies.canonical(cfg.strategy) == "allreduce" and device.type == "cpu"
+
+
+class _GradClock:
+    """When a step's last gradient was accumulated: the end of its forward
+    and backward compute, before DDP's end-of-backward wait for the buckets."""
+
+    def __init__(self, model: nn.Module):
+        self.last = 0.0
+        self.laps: list[float] = []
+
+        def stamp(_param):
+            self.last = time.perf_counter()
+
+        self.handles = [p.register_post_accumulate_grad_hook(stamp) for p in model.parameters() if p.requires_grad]
+
+    def lap(self, start: float) -> None:
+        """Records the compute of the step that began at `start`."""
+        if self.last > start:
+            self.laps.append(self.last - start)
+
+    def median(self) -> float | None:
+        return statistics.median(self.laps) if self.laps else None
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def _slowdown(every: list[dict], compute_fb: float) -> float | None:
+    """The compute's time inside a step over its time alone, less 1 (the
+    slowest rank's median against the calibration's slowest median); None
+    where it was not timed."""
+    laps = [e["compute_in_step_s"] for e in every]
+    if compute_fb <= 0 or any(t is None for t in laps):
+        return None
+    return max(laps) / compute_fb - 1
 
 
 def _mean_over_ranks(losses: list[float]) -> float:

@@ -461,6 +461,46 @@ TEST(ordered_phases_and_chain_bring_every_ranks_values_where_they_are_folded) {
   }
 }
 
+// ordered's relay: rank 0 receive-reduces every other rank's buffer, one
+// step each in rank order (the left fold), then the result reaches every rank
+// (allreduce) or the root (reduce).
+TEST(ordered_relay_folds_at_rank_0_in_rank_order_and_delivers_the_fold) {
+  for (int n : kWorlds) {
+    for (int64_t count : countsFor(n)) {
+      for (bool toAll : {true, false}) {
+        for (int root = 0; root < n; root += toAll ? n : 2) {
+          for (bool fin : {false, true}) {
+            std::vector<Plan> relay;
+            for (int r = 0; r < n; ++r) {
+              const Schedule s = orderedRelay(r, n, root, count, fin, toAll);
+              if (r == 0) {  // rank 0's receive-reduces name ranks 1, 2, ... in order
+                std::vector<int> peers;
+                for (const auto& step : s.steps)
+                  for (const auto& op : step.ops)
+                    if (op.kind == OpKind::RecvReduce) peers.push_back(op.peer);
+                for (int k = 0; k < static_cast<int>(peers.size()); ++k) CHECK(peers[k] == k + 1);
+                CHECK(static_cast<int>(peers.size()) == n - 1);
+              }
+              relay.push_back(compilePlan(s, n, 3));
+            }
+            auto cells = initCells(relay, 3, [&](int r, int) { return unit(n, r); });
+            CHECK(simulate(relay, cells));
+            for (int r = 0; r < n; ++r) {
+              if (!toAll && r != root) continue;
+              for (auto& v : cells[r][0]) CHECK(v == Value(n, 1));
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(!orderedRelayServes(2, 1024, {}));  // two ranks: the star, then the phases' halves
+  CHECK(orderedRelayServes(3, kOrderedRelayBytes / 2, {}));
+  CHECK(orderedRelayServes(3, kOrderedRelayBytes / 2, {0, 0, 0}));
+  CHECK(!orderedRelayServes(3, kOrderedRelayBytes / 2 + 1, {}));
+  CHECK(!orderedRelayServes(3, 1024, {0, 0, 1}));  // across hosts: rank 0's link would carry (n-1) N
+}
+
 TEST(ordered_chains_across_hosts_only_where_each_holds_a_run_of_several_ranks) {
   CHECK(orderedChainPays({0, 0, 1, 1}));
   CHECK(orderedChainPays({0, 0, 0, 1, 1}));
