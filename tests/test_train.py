@@ -272,7 +272,8 @@ def test_grad_clock_stamps_the_last_gradient_of_a_backward():
     clock.lap(after)
     assert len(clock.laps) == 1
     # the slowest rank's median against the calibration's; not timed: None
-    assert worker._slowdown([{"compute_in_step_s": 0.012}, {"compute_in_step_s": 0.015}], 0.010) == pytest.approx(0.5)
+    laps = [{"compute_in_step_s": 0.012}, {"compute_in_step_s": 0.015}]
+    assert worker._slowdown(laps, 0.010) == pytest.approx(0.5)
     assert worker._slowdown([{"compute_in_step_s": None}], 0.010) is None
 
 

@@ -78,10 +78,11 @@ Schedule orderedRelay(int rank, int n, int root, int64_t count, bool finalize, b
 // Where the relay serves: 3 ranks or more (2: the star, then the phases'
 // halves), all on one host (rank 0 takes in and sends (n-1) N: on links
 // that a byte count bounds, the phases' 2 (n-1)/n N per rank win), and at
-// most kOrderedRelayBytes through rank 0.
+// most kOrderedRelayBytes through rank 0, or any size at 3 ranks (rank 0
+// then takes in 2N, as a binary tree's root does).
 constexpr int64_t kOrderedRelayBytes = 2 * 1024 * 1024;
 inline bool orderedRelayServes(int n, int64_t bytes, const std::vector<int>& hostOf) {
-  return n > 2 && bytes * (n - 1) <= kOrderedRelayBytes && !spansHosts(hostOf);
+  return n > 2 && (n == 3 || bytes * (n - 1) <= kOrderedRelayBytes) && !spansHosts(hostOf);
 }
 // Allreduce across hosts that each hold a run of consecutive ranks: the
 // chain 0 -> 1 -> ... -> n-1 (each rank adds its values to the fold so far),

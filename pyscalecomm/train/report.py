@@ -240,6 +240,10 @@ def _f(v, fmt: str, none: str = "-") -> str:
     return none if v is None else format(v, fmt)
 
 
+def _percent(v):
+    return None if v is None else 100 * v
+
+
 def _spread(values, fmt: str) -> str:
     """' [min-max]' of repeated measurements; nothing for a single run."""
     if not values or len(values) < 2:
@@ -277,7 +281,7 @@ COLUMNS = [
     ("step ms", lambda r: _f(r["step_ms"], ".1f")),
     ("predicted ms", lambda r: _f(r.get("predicted") and 1e3 * r["predicted"]["step_s"], ".1f")),
     ("compute ms", lambda r: _f(r["compute_ms"], ".1f")),
-    ("compute +%", lambda r: _f(None if r.get("compute_slowdown") is None else 100 * r["compute_slowdown"], "+.0f")),
+    ("compute +%", lambda r: _f(_percent(r.get("compute_slowdown")), "+.0f")),
     ("peak MiB", lambda r: _f(r["peak_mem_mib"], ".0f")),
     ("state MiB", lambda r: _f(r.get("state_mib"), ".1f")),
     ("bubble", lambda r: _f(r.get("bubble") and 100 * r["bubble"], ".0f") + ("%" if r.get("bubble") else "")),

@@ -388,7 +388,8 @@ class _GradClock:
         def stamp(_param):
             self.last = time.perf_counter()
 
-        self.handles = [p.register_post_accumulate_grad_hook(stamp) for p in model.parameters() if p.requires_grad]
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.handles = [p.register_post_accumulate_grad_hook(stamp) for p in params]
 
     def lap(self, start: float) -> None:
         """Records the compute of the step that began at `start`."""

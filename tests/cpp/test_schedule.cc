@@ -497,7 +497,9 @@ TEST(ordered_relay_folds_at_rank_0_in_rank_order_and_delivers_the_fold) {
   CHECK(!orderedRelayServes(2, 1024, {}));  // two ranks: the star, then the phases' halves
   CHECK(orderedRelayServes(3, kOrderedRelayBytes / 2, {}));
   CHECK(orderedRelayServes(3, kOrderedRelayBytes / 2, {0, 0, 0}));
-  CHECK(!orderedRelayServes(3, kOrderedRelayBytes / 2 + 1, {}));
+  CHECK(orderedRelayServes(3, int64_t{1} << 30, {}));  // 3 ranks: rank 0 takes in 2N, as a tree's root
+  CHECK(orderedRelayServes(4, kOrderedRelayBytes / 3, {}));
+  CHECK(!orderedRelayServes(4, kOrderedRelayBytes / 3 + 1, {}));
   CHECK(!orderedRelayServes(3, 1024, {0, 0, 1}));  // across hosts: rank 0's link would carry (n-1) N
 }
 
