@@ -9,7 +9,8 @@ batches, each copy's median step against the first's (paired per round).
 A variant is a codec spec for scalecomm's DDP hook (``auto``, ``bf16``,
 ``topk:0.01``, ...; ``none``: no hook, DDP's own allreduce), optionally on a
 scalecomm group with a fixed allreduce algorithm (``none@ring``,
-``auto@direct``), or ``gloo`` (DDP on a gloo group of the same ranks). The
+``auto@direct``), ``gloo`` (DDP on a gloo group of the same ranks), or
+``local`` (the model without DDP: the same steps with no communication). The
 first variant is the reference. Rounds alternate the variants' order, so
 drift on a shared machine reaches every variant alike; the first round is
 a warm-up and is dropped. Rank 0 prints, per variant, the median step with
@@ -17,6 +18,15 @@ the rounds' range, and the median over rounds of its step over the
 reference's in the same round. Where epoch times of separate runs spread
 more than the effect (shared cores, CPU-bound hosts), this is how a few
 percent show.
+
+Beside the step, each variant's compute: from a step's start to the
+accumulation of its last gradient (the forward and the backward, which
+DDP's bucket allreduces overlap; a codec's encoding runs inside it), the
+slowest rank's mean per round. Against ``local``'s in the same round it says
+how much the communication running beside the backward slows the compute
+itself (what DDP then waits for after the backward is the rest of the step).
+
+    torchrun --nproc-per-node 2 bench/ddp_variants.py --model mlp --width 2048 --variants local,gloo,none
 """
 
 import argparse
@@ -49,6 +59,8 @@ def parse_args() -> argparse.Namespace:
 
 def make_variant(name: str, model: nn.Module, lr: float):
     """(DDP module, optimizer) for one variant; raises ValueError naming a bad one."""
+    if name == "local":  # the same steps with no communication
+        return model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     codec, _, algorithm = name.partition("@")
     if codec == "gloo":
         if algorithm:
@@ -64,6 +76,18 @@ def make_variant(name: str, model: nn.Module, lr: float):
     return ddp, torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
 
 
+def _grad_clock(model: nn.Module) -> list[float]:
+    """A one-element list that holds when the model's last gradient was accumulated."""
+    at = [0.0]
+
+    def stamp(_param):
+        at[0] = time.perf_counter()
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(stamp)
+    return at
+
+
 def main() -> None:
     args = parse_args()
     if args.rounds < 2 or args.steps < 1:
@@ -73,28 +97,38 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     d = data.load(args.data, args.model)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    variants = {}
+    variants, grads_done = {}, {}
     for name in names:
         torch.manual_seed(0)
         model = models.build(args.model, d.input_shape, d.classes, args.width)
         variants[name] = make_variant(name, model, args.lr)
+        grads_done[name] = _grad_clock(model)
     loss_fn = nn.CrossEntropyLoss()
     n, b = len(d.train_x), args.batch_size
     times: dict[str, list[float]] = {name: [] for name in names}
+    compute: dict[str, list[float]] = {name: [] for name in names}
     step = 0
     for rnd in range(args.rounds):
         for name in names if rnd % 2 == 0 else reversed(names):
             ddp, opt = variants[name]
             dist.barrier()
             t0 = time.perf_counter()
+            spent = 0.0
             for s in range(args.steps):
                 i = ((step + s) * world + rank) * b % max(n - b, 1)
+                ts = time.perf_counter()
                 opt.zero_grad()
                 loss_fn(ddp(d.train_x[i : i + b]), d.train_y[i : i + b]).backward()
+                spent += grads_done[name][0] - ts
                 opt.step()
             dist.barrier()  # the round's time ends with its slowest rank
             times[name].append((time.perf_counter() - t0) / args.steps * 1e3)
+            compute[name].append(spent / args.steps * 1e3)
         step += args.steps
+    for name in names:  # the slowest rank's compute per round
+        c = torch.tensor(compute[name], dtype=torch.float64)
+        dist.all_reduce(c, op=dist.ReduceOp.MAX)
+        compute[name] = c.tolist()
     if rank == 0:
         ref = times[names[0]][1:]
         print(
@@ -102,12 +136,20 @@ def main() -> None:
             f"{args.steps} steps (the first round dropped); step ms: median [range]; "
             f"vs {names[0]}: median of per-round ratios"
         )
-        print(f"| variant | step ms | vs {names[0]} |")
-        print("|---|---:|---:|")
+        local = compute["local"][1:] if "local" in compute else None
+        print(f"| variant | step ms | vs {names[0]} | compute ms | compute vs local |")
+        print("|---|---:|---:|---:|---:|")
         for name in names:
-            t = times[name][1:]
+            t, c = times[name][1:], compute[name][1:]
             ratio = statistics.median(a / r for a, r in zip(t, ref, strict=True))
-            print(f"| {name} | {statistics.median(t):.1f} [{min(t):.1f}-{max(t):.1f}] | {ratio:.3f} |")
+            slowed = "-"
+            if local is not None:
+                per_round = [a / r for a, r in zip(c, local, strict=True)]
+                slowed = f"{statistics.median(per_round):.3f} [{min(per_round):.2f}-{max(per_round):.2f}]"
+            print(
+                f"| {name} | {statistics.median(t):.1f} [{min(t):.1f}-{max(t):.1f}] | {ratio:.3f} "
+                f"| {statistics.median(c):.1f} | {slowed} |"
+            )
     dist.destroy_process_group()
 
 
