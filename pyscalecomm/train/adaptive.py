@@ -249,15 +249,29 @@ def rank_plans(
 # ---- runtime ----
 
 
+def _all_gather(x, group, world: int):
+    """Every rank's `x` stacked along the batch dimension, in rank order."""
+    x = x.contiguous()
+    out = x.new_empty((world * x.shape[0], *x.shape[1:]))
+    dist.all_gather_into_tensor(out, x, group=group)
+    return out
+
+
+def _reduce_scatter(x, group, world: int):
+    """`x` summed over the ranks, this rank keeping its slice of the batch dimension."""
+    x = x.contiguous()
+    out = x.new_empty((x.shape[0] // world, *x.shape[1:]))
+    dist.reduce_scatter_tensor(out, x, group=group)
+    return out
+
+
 class _Gather(torch.autograd.Function):
     """Shares -> the whole batch (rank order); backward: this rank's slice x world."""
 
     @staticmethod
     def forward(ctx, x, group, world, rank):
         ctx.world, ctx.rank = world, rank
-        parts = [torch.empty_like(x) for _ in range(world)]
-        dist.all_gather(parts, x.contiguous(), group=group)
-        return torch.cat(parts)
+        return _all_gather(x, group, world)
 
     @staticmethod
     def backward(ctx, g):
@@ -276,9 +290,7 @@ class _Split(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        parts = [torch.empty_like(g) for _ in range(ctx.world)]
-        dist.all_gather(parts, g.contiguous(), group=ctx.group)
-        return torch.cat(parts) / ctx.world, None, None, None
+        return _all_gather(g, ctx.group, ctx.world) / ctx.world, None, None, None
 
 
 class _GatherShares(torch.autograd.Function):
@@ -289,17 +301,11 @@ class _GatherShares(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group, world):
         ctx.group, ctx.world = group, world
-        x = x.contiguous()
-        out = x.new_empty((world * x.shape[0], *x.shape[1:]))
-        dist.all_gather_into_tensor(out, x, group=group)
-        return out
+        return _all_gather(x, group, world)
 
     @staticmethod
     def backward(ctx, g):
-        g = g.contiguous()
-        out = g.new_empty((g.shape[0] // ctx.world, *g.shape[1:]))
-        dist.reduce_scatter_tensor(out, g, group=ctx.group)
-        return out * ctx.world, None, None
+        return _reduce_scatter(g, ctx.group, ctx.world) * ctx.world, None, None
 
 
 class _SumBackward(torch.autograd.Function):
@@ -326,17 +332,11 @@ class _ScatterSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z, group, world):
         ctx.group, ctx.world = group, world
-        z = z.contiguous()
-        out = z.new_empty((z.shape[0] // world, *z.shape[1:]))
-        dist.reduce_scatter_tensor(out, z, group=group)
-        return out
+        return _reduce_scatter(z, group, world)
 
     @staticmethod
     def backward(ctx, g):
-        g = g.contiguous()
-        out = g.new_empty((ctx.world * g.shape[0], *g.shape[1:]))
-        dist.all_gather_into_tensor(out, g, group=ctx.group)
-        return out / ctx.world, None, None
+        return _all_gather(g, ctx.group, ctx.world) / ctx.world, None, None
 
 
 class _Sum(torch.autograd.Function):
