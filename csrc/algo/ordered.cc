@@ -281,8 +281,10 @@ void orderedAllreduce(Channel& ch, void* data, int64_t count, DataType dtype, Re
   }
   const bool avg = op == ReduceOp::Avg;
   if (orderedChainPays(ch.hostOf())) {
+    CollectiveOptions chain = opts;
+    chain.segmentBytes = orderedChainSegmentBytes(opts.segmentBytes, count * static_cast<int64_t>(elementSize(dtype)));
     return runPhase(
-        ch, ctx, kChain, opts, [&] { return orderedChainAllreduce(ch.rank(), n, count, avg); },
+        ch, ctx, kChain, chain, [&] { return orderedChainAllreduce(ch.rank(), n, count, avg); },
         {static_cast<uint8_t*>(data)}, avg);
   }
   if (orderedRelayServes(n, count * static_cast<int64_t>(elementSize(dtype)), ch.hostOf())) {

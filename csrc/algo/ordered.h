@@ -43,6 +43,7 @@
 // 0..n-1 are the buffer's chunks and n..2n-1 the scratch slots.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -88,6 +89,13 @@ inline bool orderedRelayServes(int n, int64_t bytes, const std::vector<int>& hos
 // chain 0 -> 1 -> ... -> n-1 (each rank adds its values to the fold so far),
 // [AVG's finalize at n-1], then the result back n-1 -> ... -> 0.
 Schedule orderedChainAllreduce(int rank, int n, int64_t count, bool finalize);
+// The chain's segment: the group's, or smaller so that a message travels in
+// 4 segments (a segment's way back then overlaps later ones' way up, each
+// host link being full duplex), but not under 64 KiB.
+inline int64_t orderedChainSegmentBytes(int64_t segmentBytes, int64_t bytes) {
+  if (segmentBytes <= 0) return segmentBytes;
+  return std::min(segmentBytes, std::max<int64_t>(int64_t{64} << 10, bytes / 4));
+}
 // Whether that chain runs: some host holds several ranks, and each host's
 // ranks are consecutive (the chain crosses each host boundary once each way).
 bool orderedChainPays(const std::vector<int>& hostOf);

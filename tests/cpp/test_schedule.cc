@@ -503,6 +503,15 @@ TEST(ordered_relay_folds_at_rank_0_in_rank_order_and_delivers_the_fold) {
   CHECK(!orderedRelayServes(3, 1024, {0, 0, 1}));  // across hosts: rank 0's link would carry (n-1) N
 }
 
+// The chain's segments: at least 4 per message down to 64 KiB, never above the group's.
+TEST(ordered_chain_segments_let_the_way_back_overlap_the_way_up) {
+  const int64_t KiB = 1024, MiB = 1024 * KiB;
+  CHECK(orderedChainSegmentBytes(1 * MiB, 1 * MiB) == 256 * KiB);
+  CHECK(orderedChainSegmentBytes(1 * MiB, 16 * MiB) == 1 * MiB);
+  CHECK(orderedChainSegmentBytes(1 * MiB, 128 * KiB) == 64 * KiB);
+  CHECK(orderedChainSegmentBytes(32 * KiB, 1 * MiB) == 32 * KiB);  // a smaller group segment holds
+}
+
 TEST(ordered_chains_across_hosts_only_where_each_holds_a_run_of_several_ranks) {
   CHECK(orderedChainPays({0, 0, 1, 1}));
   CHECK(orderedChainPays({0, 0, 0, 1, 1}));
