@@ -40,6 +40,7 @@ import torch.nn as nn
 import pyscalecomm
 import pyscalecomm.hooks
 from pyscalecomm.train import data, models
+from pyscalecomm.train.worker import GradClock
 
 
 def parse_args() -> argparse.Namespace:
@@ -76,18 +77,6 @@ def make_variant(name: str, model: nn.Module, lr: float):
     return ddp, torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
 
 
-def _grad_clock(model: nn.Module) -> list[float]:
-    """A one-element list that holds when the model's last gradient was accumulated."""
-    at = [0.0]
-
-    def stamp(_param):
-        at[0] = time.perf_counter()
-
-    for p in model.parameters():
-        p.register_post_accumulate_grad_hook(stamp)
-    return at
-
-
 def main() -> None:
     args = parse_args()
     if args.rounds < 2 or args.steps < 1:
@@ -102,7 +91,7 @@ def main() -> None:
         torch.manual_seed(0)
         model = models.build(args.model, d.input_shape, d.classes, args.width)
         variants[name] = make_variant(name, model, args.lr)
-        grads_done[name] = _grad_clock(model)
+        grads_done[name] = GradClock(model)
     loss_fn = nn.CrossEntropyLoss()
     n, b = len(d.train_x), args.batch_size
     times: dict[str, list[float]] = {name: [] for name in names}
@@ -119,7 +108,7 @@ def main() -> None:
                 ts = time.perf_counter()
                 opt.zero_grad()
                 loss_fn(ddp(d.train_x[i : i + b]), d.train_y[i : i + b]).backward()
-                spent += grads_done[name][0] - ts
+                spent += grads_done[name].last - ts
                 opt.step()
             dist.barrier()  # the round's time ends with its slowest rank
             times[name].append((time.perf_counter() - t0) / args.steps * 1e3)

@@ -260,7 +260,7 @@ def test_grad_clock_stamps_the_last_gradient_of_a_backward():
     from pyscalecomm.train import worker
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    clock = worker._GradClock(model)
+    clock = worker.GradClock(model)
     start = time.perf_counter()
     model(torch.randn(4, 8)).sum().backward()
     after = time.perf_counter()

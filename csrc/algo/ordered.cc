@@ -274,7 +274,8 @@ void orderedAllreduce(Channel& ch, void* data, int64_t count, DataType dtype, Re
   const ExecContext ctx = contextFor(opts, CollectiveKind::Allreduce, dtype, count, op, n);
   Communicator& comm = orderedLinks(ch, CollectiveKind::Allreduce);
   if (sharedWindowBytes(comm) > 0) return sharedAllreduce(comm, data, count, ctx);
-  if (orderedStarServes(n, count * static_cast<int64_t>(elementSize(dtype)))) {
+  const int64_t bytes = count * static_cast<int64_t>(elementSize(dtype));
+  if (orderedStarServes(n, bytes)) {
     foldAtRoot(ch, ctx, opts, data, count, 0);
     return runPhase(ch, ctx, kStarBroadcast, opts, [&] { return orderedStarBroadcast(ch.rank(), n, 0, count); },
                     {static_cast<uint8_t*>(data)});
@@ -282,12 +283,12 @@ void orderedAllreduce(Channel& ch, void* data, int64_t count, DataType dtype, Re
   const bool avg = op == ReduceOp::Avg;
   if (orderedChainPays(ch.hostOf())) {
     CollectiveOptions chain = opts;
-    chain.segmentBytes = orderedChainSegmentBytes(opts.segmentBytes, count * static_cast<int64_t>(elementSize(dtype)));
+    chain.segmentBytes = orderedChainSegmentBytes(opts.segmentBytes, bytes);
     return runPhase(
         ch, ctx, kChain, chain, [&] { return orderedChainAllreduce(ch.rank(), n, count, avg); },
         {static_cast<uint8_t*>(data)}, avg);
   }
-  if (orderedRelayServes(n, count * static_cast<int64_t>(elementSize(dtype)), ch.hostOf())) {
+  if (orderedRelayServes(n, bytes, ch.hostOf())) {
     return runPhase(
         ch, ctx, kRelay, opts, [&] { return orderedRelay(ch.rank(), n, 0, count, avg, /*toAll=*/true); },
         {static_cast<uint8_t*>(data)}, avg);

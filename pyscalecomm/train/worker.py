@@ -168,7 +168,7 @@ class Training:
             _register_hook(cfg, ddp, group)
 
         self.share = strategies.build(cfg, model, self.device, hook, batches=calib)
-        self.grad_clock = _GradClock(model) if _overlaps_backward(cfg, self.device) else None
+        self.grad_clock = GradClock(model) if _overlaps_backward(cfg, self.device) else None
         self.dp, self.mp = self.share.mesh  # adaptive's layout is known only now
         self.local = self.per_step // self.dp
         self.opt = torch.optim.SGD(self.share.params, lr=cfg.lr, momentum=0.9) if self.share.params else None
@@ -377,9 +377,10 @@ def _overlaps_backward(cfg: RunConfig, device) -> bool:
     return strategies.canonical(cfg.strategy) == "allreduce" and device.type == "cpu"
 
 
-class _GradClock:
-    """When a step's last gradient was accumulated: the end of its forward
-    and backward compute, before DDP's end-of-backward wait for the buckets."""
+class GradClock:
+    """When a step's last gradient was accumulated (``last``, perf_counter):
+    the end of its forward and backward compute, before DDP's end-of-backward
+    wait for the buckets. ``lap(start)`` records one step's compute."""
 
     def __init__(self, model: nn.Module):
         self.last = 0.0
