@@ -42,17 +42,12 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
     residual = nullptr;
   }
   const Codec* codec = site.codec();
-  if (codec == nullptr) {  // powersgd: its own two rounds
-    std::vector<float> c(x, x + n), local(residual ? n : 0);
+  if (codec == nullptr) {  // powersgd: its own two rounds, in place on x (the sum replaces c)
     if (residual) {
-      for (int64_t i = 0; i < n; ++i) c[i] += residual[i];
+      for (int64_t i = 0; i < n; ++i) x[i] += residual[i];
     }
     const auto allreduce = [&](float* data, int64_t count) { comms.allreduceSum(data, count, DataType::Float32); };
-    const bool finite = powerSgd(c.data(), n, site.spec().rank, matrixRows, state.warm, allreduce, x,
-                                 residual ? local.data() : nullptr);
-    if (residual && finite) {
-      for (int64_t i = 0; i < n; ++i) residual[i] = c[i] - local[i];
-    }
+    powerSgd(x, n, site.spec().rank, matrixRows, state.warm, allreduce, residual);
   } else if (const auto type = codec->sumType()) {
     std::vector<uint8_t> payload(static_cast<size_t>(codec->payloadBytes(n)));
     codec->encode(x, residual, n, payload.data(), step, comms.rank);
