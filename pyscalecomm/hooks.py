@@ -70,46 +70,14 @@ def compressed(
         group = state if isinstance(state, dist.ProcessGroup) else None
         buf = bucket.buffer()
         be = _backend(group, buf.device)
-        if spec.startswith("powersgd"):
-            return _per_matrix(be, group, bucket, spec, ef)
-        fut = be.allreduce_compressed(buf, spec, f"ddp-bucket-{bucket.index()}", ef, True)
+        # PowerSGD factors each weight in its own shape (a bucket flattened into
+        # one matrix mixes layers and loses the low rank: measured, it
+        # diverges); 1-D weights (biases, norms) are summed exactly, in the
+        # same allreduce as the first factors.
+        shapes = [list(p.shape) for p in bucket.parameters()] if spec.startswith("powersgd") else []
+        fut = be.allreduce_compressed(buf, spec, f"ddp-bucket-{bucket.index()}", ef, True, shapes=shapes)
         return fut.then(lambda f: f.value()[0])
 
     hook.__name__ = f"scalecomm_compressed_{spec}"
     return hook
 
-
-def _per_matrix(be, group, bucket: dist.GradBucket, spec: str, ef: int) -> torch.futures.Future[torch.Tensor]:
-    """PowerSGD per weight, in the weight's own shape (rows x the rest), as a
-    low-rank approximation of a layer's gradient should be (a bucket flattened
-    into one square matrix mixes layers and loses the low rank: measured, it
-    diverges); vectors (biases, norms) are averaged uncompressed in one
-    allreduce, as PyTorch's PowerSGD hook does."""
-    buf = bucket.buffer()
-    futs, vectors, off = [], [], 0
-    for i, p in enumerate(bucket.parameters()):
-        n = p.numel()
-        view = buf[off : off + n]
-        if p.dim() >= 2:
-            key = f"ddp-bucket-{bucket.index()}-{i}"
-            futs.append(be.allreduce_compressed(view.view(p.shape[0], -1), spec, key, ef, True))
-        else:
-            vectors.append((off, n))
-        off += n
-    flat = None
-    if vectors:
-        flat = torch.cat([buf[o : o + n] for o, n in vectors])
-        futs.append(dist.all_reduce(flat, group=group, async_op=True).get_future())
-    size = dist.get_world_size(group)
-
-    def done(all_done):
-        for f in all_done.value():
-            f.value()  # re-raises a failed part (a timed-out or aborted collective)
-        if flat is not None:
-            at = 0
-            for o, n in vectors:
-                buf[o : o + n].copy_(flat[at : at + n]).div_(size)
-                at += n
-        return buf
-
-    return torch.futures.collect_all(futs).then(done)

@@ -5,6 +5,8 @@ through a group with codec_kernels=torch equal those of a group with the
 host codecs in the same processes, within each codec's bound of gloo's exact
 sum; and their error-feedback state survives a state_dict round trip."""
 
+import math
+
 import pytest
 import torch
 from dist_helpers import run_ranks
@@ -134,6 +136,68 @@ def check_both_forms(results):
 @pytest.mark.parametrize("n", [2, 3])
 def test_a_group_running_the_torch_form_sums_as_the_host_codecs_do(n):
     check_both_forms(run_ranks(n, _both_forms, timeout_s=240))
+
+
+# A DDP bucket's weights: matrices PowerSGD factors, 1-D weights it sums
+# exactly, and a matrix too small to gain from factors (summed exactly too).
+BUCKET_SHAPES = [[6, 5], [5], [8, 3, 1], [3], [2, 40], [12, 7]]
+
+
+def _powersgd_per_weight(rank, n, device="cpu"):
+    """PowerSGD of rank 2 over a bucket whose every matrix is, on each rank,
+    of rank 1 (so the sum over two ranks is of rank 2): each weight factored
+    in its own shape recovers gloo's exact sum, on both forms, in one call
+    with two allreduces; the same values factored as one near-square matrix
+    (no shapes) do not. Shapes that do not hold the tensor are refused."""
+    import torch.distributed as dist
+
+    import pyscalecomm
+    from pyscalecomm.compress import _backend
+
+    dev = torch.device("cpu")
+    if device == "cuda":
+        from dist_helpers import rank_gpu
+
+        dev = torch.device("cuda", rank_gpu(rank))
+    gen = torch.Generator().manual_seed(rank + 1)
+    parts = []
+    for shape in BUCKET_SHAPES:
+        if len(shape) >= 2:
+            cols = math.prod(shape[1:])
+            u, v = torch.randn(shape[0], 1, generator=gen), torch.randn(1, cols, generator=gen)
+            parts.append((u @ v).view(-1))
+        else:
+            parts.append(torch.randn(shape[0], generator=gen))
+    x = torch.cat(parts)
+    exact = x.clone()
+    dist.all_reduce(exact, group=dist.new_group(backend="gloo"))
+    out = {}
+    for kernels in ("host", "torch"):
+        group = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels=kernels))
+        be = _backend(group, dev)
+        for name, shapes in (("per weight", BUCKET_SHAPES), ("one matrix", [])):
+            y = x.to(dev, copy=True)
+            be.allreduce_compressed(y, "powersgd:2", f"{kernels} {name}", 0, False, shapes=shapes).wait()
+            out[kernels, name] = float((y.cpu() - exact).norm() / exact.norm())
+        try:
+            be.allreduce_compressed(x.to(dev), "powersgd:2", "bad", 0, False, shapes=[[6, 5], [5]]).wait()
+            out[kernels, "bad"] = "accepted"
+        except ValueError as e:
+            out[kernels, "bad"] = str(e)
+    return out
+
+
+def check_powersgd_per_weight(results):
+    for res in results:
+        for kernels in ("host", "torch"):
+            assert res[kernels, "per weight"] < 1e-5, (kernels, res)
+            assert res[kernels, "one matrix"] > 0.05, (kernels, res)
+            bad = res[kernels, "bad"]
+            assert "the shapes given hold 35 values, the tensor 226" in bad, bad
+
+
+def test_powersgd_factors_each_weight_of_a_bucket_in_its_own_shape():
+    check_powersgd_per_weight(run_ranks(2, _powersgd_per_weight, timeout_s=120))
 
 
 def _overflowed_step(rank, n, bad):

@@ -21,12 +21,12 @@ Label CompressedSite::title(AlgorithmRef algorithm) const {
 
 int64_t compressedWireBytes(const CodecSpec& spec, int64_t n) {
   if (spec.entry->make != nullptr) return makeCodec(spec)->payloadBytes(n);
-  const PowerSgdShape shape = powerSgdShape(n, spec.rank);
-  return shape.gains ? 4 * (shape.rows + shape.cols) * spec.rank : 4 * n;
+  const PowerSgdPlan plan = powerSgdPlan(n, spec.rank, {});
+  return 4 * (plan.firstCount + plan.secondCount);
 }
 
 void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool errorFeedback, CompressState& state,
-                         const CompressComms& comms, uint64_t step, int64_t matrixRows) {
+                         const CompressComms& comms, uint64_t step, const PowerSgdLayout& layout) {
   state.toHost();
   // A key whose tensor changed size (DDP rebuilds its buckets after the first
   // step) starts over: an old residual belongs to other elements.
@@ -47,7 +47,7 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
       for (int64_t i = 0; i < n; ++i) x[i] += residual[i];
     }
     const auto allreduce = [&](float* data, int64_t count) { comms.allreduceSum(data, count, DataType::Float32); };
-    powerSgd(x, n, site.spec().rank, matrixRows, state.warm, allreduce, residual);
+    powerSgd(x, n, site.spec().rank, layout, state.warm, allreduce, residual);
   } else if (const auto type = codec->sumType()) {
     std::vector<uint8_t> payload(static_cast<size_t>(codec->payloadBytes(n)));
     codec->encode(x, residual, n, payload.data(), step, comms.rank);

@@ -8,7 +8,7 @@
 // Routing by algebra: summable codecs allreduce their payloads
 // (comms.allreduceSum, in the codec's sum type); the others allgather them
 // (comms.allgatherBytes) and decode each into the sum. PowerSGD runs its
-// own two rounds (compress/powersgd.h). `state` holds the residual and
+// own two rounds (compress/powersgd.h) over `layout`'s blocks. `state` holds the residual and
 // PowerSGD's warm start for one tensor (a DDP bucket); an empty residual,
 // or one of another size (the key's tensor changed), starts at zero.
 // `step` must be equal on every rank (the codecs' shared seed) and advance
@@ -97,7 +97,7 @@ class CompressedSite {
 };
 
 void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool errorFeedback, CompressState& state,
-                         const CompressComms& comms, uint64_t step, int64_t matrixRows = 0);
+                         const CompressComms& comms, uint64_t step, const PowerSgdLayout& layout = {});
 
 // Bytes one rank sends into compressedAllreduce of `n` elements (codec
 // payload; PowerSGD's two factors, or 4 x n where it falls back to dense).

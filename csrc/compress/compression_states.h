@@ -35,8 +35,8 @@ struct CompressSlot {
 // CallKind::CompressedAllreduce): its prepared site (or, for
 // compress="auto", the group's chooser, which runs its candidates' sites),
 // its state's slot,
-// whether error feedback is on, and PowerSGD's matrix rows (0: the
-// tensor's own square-ish shape). `body`, when set, runs the call in place
+// whether error feedback is on, and PowerSGD's layout (the weights' shapes;
+// empty: one near-square matrix). `body`, when set, runs the call in place
 // of compressedAllreduce on the call's host floats: the same contract, on
 // memory the caller owns (the torch adapter's codecs as torch operations on
 // the tensor's device), over the comms the Group hands it (payloads in
@@ -46,7 +46,7 @@ struct CompressedCall {
   std::shared_ptr<AutoSelection> chooser;
   std::shared_ptr<CompressSlot> slot;
   bool errorFeedback = false;
-  int64_t matrixRows = 0;
+  PowerSgdLayout layout;
   std::function<void(CompressState& state, const CompressComms& comms)> body;
 };
 

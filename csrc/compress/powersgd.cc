@@ -7,6 +7,7 @@
 
 #include "compress/codec.h"
 #include "compress/random.h"
+#include "core/error.h"
 
 namespace scalecomm {
 
@@ -111,48 +112,107 @@ PowerSgdShape powerSgdShape(int64_t n, int r, int64_t matrixRows) {
   return {rows, cols, (rows + cols) * r < n && r < std::min(rows, cols)};
 }
 
-bool powerSgd(float* x, int64_t n, int r, int64_t matrixRows, PowerSgdWarmStart& warm,
+PowerSgdPlan powerSgdPlan(int64_t n, int r, const PowerSgdLayout& layout) {
+  const PowerSgdLayout whole{{n, 0}};
+  const PowerSgdLayout& blocks = layout.empty() ? whole : layout;
+  PowerSgdPlan plan;
+  int64_t offset = 0;
+  for (const PowerSgdBlock& b : blocks) {
+    if (b.count < 0 || (b.rows > 0 && b.count % b.rows != 0) || b.rows < kPowerSgdDense) {
+      fail(ErrorKind::InvalidArgument, "scalecomm powersgd: a block of ", b.count, " values with ", b.rows,
+           " rows is not a matrix; give each weight's shape (rows first) or a vector");
+    }
+    PowerSgdShape shape =
+        b.rows == kPowerSgdDense ? PowerSgdShape{b.count, 1, false} : powerSgdShape(b.count, r, b.rows);
+    PowerSgdPlan::Block block{offset, b.count, shape, plan.firstCount, plan.secondCount};
+    if (shape.gains) {
+      plan.firstCount += shape.rows * r;
+      plan.secondCount += shape.cols * r;
+      plan.qCols += shape.cols;
+    } else {
+      plan.firstCount += b.count;
+    }
+    plan.blocks.push_back(block);
+    offset += b.count;
+  }
+  if (offset != n) {
+    fail(ErrorKind::InvalidArgument, "scalecomm powersgd: the layout's blocks hold ", offset, " values, the tensor ", n,
+         "; give the shapes of the weights the tensor holds, in order");
+  }
+  return plan;
+}
+
+bool powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
               const std::function<void(float*, int64_t)>& allreduceSum, float* residual) {
-  const PowerSgdShape s = powerSgdShape(n, r, matrixRows);
-  if (!s.gains) {  // dense
+  const PowerSgdPlan plan = powerSgdPlan(n, r, layout);
+  if (plan.secondCount == 0) {  // nothing gains from factors: the dense sum
     allreduceSum(x, n);
     if (!allFinite(x, n)) return false;
     if (residual) std::fill(residual, residual + n, 0.f);
     return true;
   }
-  const size_t qCount = static_cast<size_t>(s.cols * r);
-  std::vector<float> qt(qCount);
-  if (warm.cols != s.cols || warm.q.size() != qCount) {
-    warm.q.resize(qCount);
-    for (size_t i = 0; i < qCount; ++i) warm.q[i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
-    warm.cols = s.cols;
+  if (warm.cols != plan.qCols || warm.q.size() != static_cast<size_t>(plan.secondCount)) {
+    warm.q.resize(static_cast<size_t>(plan.secondCount));
+    for (const auto& b : plan.blocks) {
+      if (!b.shape.gains) continue;
+      for (int64_t i = 0; i < b.shape.cols * r; ++i)
+        warm.q[b.second + i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
+    }
+    warm.cols = plan.qCols;
   }
-  for (int64_t j = 0; j < s.cols; ++j) {
-    for (int t = 0; t < r; ++t) qt[t * s.cols + j] = warm.q[j * r + t];
+  std::vector<float> first(static_cast<size_t>(plan.firstCount)), qt(static_cast<size_t>(plan.secondCount));
+  for (const auto& b : plan.blocks) {
+    const float* m = x + b.offset;
+    if (!b.shape.gains) {
+      std::copy(m, m + b.count, first.data() + b.first);
+      continue;
+    }
+    float* q = qt.data() + b.second;
+    const float* warmQ = warm.q.data() + b.second;
+    for (int64_t j = 0; j < b.shape.cols; ++j) {
+      for (int t = 0; t < r; ++t) q[t * b.shape.cols + j] = warmQ[j * r + t];
+    }
+    timesQ(m, b.count, b.shape, q, r, first.data() + b.first);
   }
-  std::vector<float> p(static_cast<size_t>(s.rows * r));
-  timesQ(x, n, s, qt.data(), r, p.data());
-  allreduceSum(p.data(), s.rows * r);
-  if (!allFinite(p.data(), s.rows * r)) {  // some rank's c was not finite: so is the sum
+  allreduceSum(first.data(), plan.firstCount);
+  if (!allFinite(first.data(), plan.firstCount)) {  // some rank's c was not finite: so is the sum
     std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
     return false;
   }
-  orthonormalise(p.data(), s.rows, r);
-  transposeTimesP(x, n, s, p.data(), r, qt.data());
-  if (residual) {
-    for (int64_t i = 0; i < s.rows; ++i) {
-      const int64_t len = rowLength(s, n, i);
-      float* e = residual + i * s.cols;
-      const float* m = x + i * s.cols;
-      productRow(p.data() + i * r, qt.data(), s.cols, r, len, e);
-      for (int64_t j = 0; j < len; ++j) e[j] = m[j] - e[j];
+  for (const auto& b : plan.blocks) {
+    float* m = x + b.offset;
+    const float* sum = first.data() + b.first;
+    if (!b.shape.gains) {
+      std::copy(sum, sum + b.count, m);
+      if (residual) std::fill(residual + b.offset, residual + b.offset + b.count, 0.f);
+      continue;
+    }
+    const PowerSgdShape& s = b.shape;
+    float* p = first.data() + b.first;
+    float* q = qt.data() + b.second;
+    orthonormalise(p, s.rows, r);
+    transposeTimesP(m, b.count, s, p, r, q);
+    if (residual) {
+      for (int64_t i = 0; i < s.rows; ++i) {
+        const int64_t len = rowLength(s, b.count, i);
+        float* e = residual + b.offset + i * s.cols;
+        productRow(p + i * r, q, s.cols, r, len, e);
+        for (int64_t j = 0; j < len; ++j) e[j] = m[i * s.cols + j] - e[j];
+      }
     }
   }
-  allreduceSum(qt.data(), s.cols * r);
-  for (int64_t i = 0; i < s.rows; ++i)
-    productRow(p.data() + i * r, qt.data(), s.cols, r, rowLength(s, n, i), x + i * s.cols);
-  for (int64_t j = 0; j < s.cols; ++j) {
-    for (int t = 0; t < r; ++t) warm.q[j * r + t] = qt[t * s.cols + j];
+  allreduceSum(qt.data(), plan.secondCount);
+  for (const auto& b : plan.blocks) {
+    if (!b.shape.gains) continue;
+    const PowerSgdShape& s = b.shape;
+    const float* p = first.data() + b.first;
+    const float* q = qt.data() + b.second;
+    for (int64_t i = 0; i < s.rows; ++i)
+      productRow(p + i * r, q, s.cols, r, rowLength(s, b.count, i), x + b.offset + i * s.cols);
+    float* warmQ = warm.q.data() + b.second;
+    for (int64_t j = 0; j < s.cols; ++j) {
+      for (int t = 0; t < r; ++t) warmQ[j * r + t] = q[t * s.cols + j];
+    }
   }
   return true;
 }

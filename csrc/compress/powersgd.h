@@ -1,26 +1,31 @@
 // scalecomm compress: PowerSGD (Vogels et al., 2019), one power iteration
 // per call, warm-started, on raw float32 host memory.
 //
-// Contract: powerSgd() views the n values of x (on entry: this rank's c, the
-// gradient plus its carried residual) as a rows x cols matrix M
-// (powerSgdShape: rows = matrixRows, a weight's own shape, or near-square
-// when 0; zero padded), with Q (cols x rank, row-major) the warm start:
-//   P = M Q; allreduceSum(P); P = orthonormal columns of P;
-//   Q = M^T P; residual = M - P Q^T; allreduceSum(Q); x = P Q^T
-// and keeps the summed Q for the next call. A Q of another shape (first
-// call, or the tensor changed) starts from the same normal draws on every
-// rank. Where the factors would not be smaller than the tensor
-// (shape.gains false), x is the dense allreduce of c and the residual zero.
-// Columns of P that vanish (a rank-deficient M) stay zero.
+// Contract: powerSgd() compresses the n values of x (on entry: this rank's
+// c, the gradient plus its carried residual) block by block (`layout`: the
+// weights of a DDP bucket, in order; empty: one near-square matrix). A
+// matrix block M (rows x cols, zero padded) with Q (cols x rank, row-major)
+// its warm start runs
+//   P = M Q; allreduceSum(all P and the dense blocks); P = orthonormal
+//   columns of P; Q = M^T P; residual = M - P Q^T;
+//   allreduceSum(all Q); M's values in x = P Q^T
+// and keeps its summed Q for the next call: two allreduces per call, however
+// many blocks. A dense block (kPowerSgdDense: a bias, a norm's scale, or a
+// matrix whose factors would not be smaller than it) is summed exactly in the
+// first allreduce and leaves a zero residual. Warm starts of another layout
+// (first call, or the tensor changed) start from the same normal draws on
+// every rank (block-local indices). Columns of P that vanish (a
+// rank-deficient M) stay zero.
 // `residual` (nullable, n values, not aliasing x) receives what this rank's
 // approximation left out, for error feedback.
-// Returns false when the summed P is not finite (some rank's c was not):
+// Returns false when the first sum is not finite (some rank's c was not):
 // then x is not finite either, and neither the warm start nor the residual
 // is written, so no infinity or NaN enters the state.
-// Cost: three passes over M (P, Q and the residual), one over x for the sum,
-// plus rows x rank^2 for the orthonormalisation; allreduces of
-// (rows + cols) x rank floats. Each of P's entries is summed in 8 partial
-// sums (element j into sum j mod 8), the same order on every machine.
+// Cost: three passes over each matrix (P, Q and the residual), one over x
+// for the sum, plus rows x rank^2 for the orthonormalisation; allreduces of
+// sum (rows + cols) x rank floats plus the dense values. Each of P's entries
+// is summed in 8 partial sums (element j into sum j mod 8), the same order on
+// every machine.
 // Thread safety: none needed (no shared state).
 #pragma once
 
@@ -37,16 +42,43 @@ struct PowerSgdShape {
 
 PowerSgdShape powerSgdShape(int64_t n, int rank, int64_t matrixRows = 0);
 
+// `count` values after the previous block's: a rows x (count / rows) matrix
+// (rows 0: near-square), or kPowerSgdDense: summed exactly.
+constexpr int64_t kPowerSgdDense = -1;
+struct PowerSgdBlock {
+  int64_t count;
+  int64_t rows;
+};
+using PowerSgdLayout = std::vector<PowerSgdBlock>;
+
+// The layout's blocks with their shapes and offsets into x, P's and the
+// dense values' buffer (first allreduce) and Q's (second): what both forms
+// (host, torch/tensor_codecs.h) run. An empty layout is one block {n, 0}.
+// Throws (ErrorKind::InvalidArgument) when the counts do not add up to n or a
+// matrix's rows do not divide its count.
+struct PowerSgdPlan {
+  struct Block {
+    int64_t offset, count;
+    PowerSgdShape shape;  // gains false: dense
+    int64_t first;        // offset in the first buffer (P, or the dense values)
+    int64_t second;       // offset in the second (Q), matrices only
+  };
+  std::vector<Block> blocks;
+  int64_t firstCount = 0, secondCount = 0;
+  int64_t qCols = 0;  // the warm starts' rows together (sum of the matrices' cols)
+};
+PowerSgdPlan powerSgdPlan(int64_t n, int rank, const PowerSgdLayout& layout);
+
 // The stream of the first warm start's Q (codec_random::normal), the same on
 // every rank and in both forms (torch/tensor_codecs.h).
 constexpr uint64_t kPowerSgdWarmStartSeed = 0x5ca1ec033ULL;
 
 struct PowerSgdWarmStart {
-  std::vector<float> q;  // cols x rank, row-major; empty: none yet
-  int64_t cols = 0;
+  std::vector<float> q;  // per matrix block, cols x rank, row-major; empty: none yet
+  int64_t cols = 0;      // the blocks' cols together
 };
 
-bool powerSgd(float* x, int64_t n, int rank, int64_t matrixRows, PowerSgdWarmStart& warm,
+bool powerSgd(float* x, int64_t n, int rank, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
               const std::function<void(float*, int64_t)>& allreduceSum, float* residual);
 
 }  // namespace scalecomm

@@ -149,10 +149,13 @@ class ScalecommBackend : public c10d::Backend {
   // codec (compress/codec.h), with error feedback per `key` (errorFeedback:
   // -1 the codec's default, 0 off, 1 on); an empty key: per the tensor's
   // memory, for as long as its storage lives (CompressionStore::slotOwnedBy).
-  // Validates like allreduce.
+  // `shapes`: the shapes of the weights t holds, in order (a DDP bucket's),
+  // which PowerSGD factors one by one (1-D ones summed exactly); empty: t's
+  // own shape. Validates like allreduce.
   c10::intrusive_ptr<c10d::Work> allreduceCompressed(const at::Tensor& t, const std::string& spec,
                                                      const std::string& key, int errorFeedback, bool average,
-                                                     std::chrono::milliseconds timeout);
+                                                     std::chrono::milliseconds timeout,
+                                                     const std::vector<std::vector<int64_t>>& shapes = {});
   CompressionStore& compressionState() { return *compression_; }
 
   // The direct API's allreduce (pyscalecomm.allreduce on a host array):

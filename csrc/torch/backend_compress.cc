@@ -17,7 +17,8 @@ namespace scalecomm {
 
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::Tensor& t, const std::string& spec,
                                                                      const std::string& key, int errorFeedback,
-                                                                     bool average, std::chrono::milliseconds timeout) {
+                                                                     bool average, std::chrono::milliseconds timeout,
+                                                                     const std::vector<std::vector<int64_t>>& shapes) {
   const char* what = "compressed allreduce";
   checkDense(what, getRank(), t);
   TORCH_CHECK_VALUE(at::isFloatingType(t.scalar_type()), "scalecomm ", what, " (rank ", getRank(), "): dtype ",
@@ -42,7 +43,20 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   }
   // auto keeps error feedback on (its residual carries over between codecs).
   prepared->errorFeedback = errorFeedback < 0 ? (chosen || prepared->site->spec().biased()) : errorFeedback != 0;
-  prepared->matrixRows = t.dim() >= 2 ? t.size(0) : 0;  // PowerSGD: a weight's own matrix shape
+  // PowerSGD: each weight in its own matrix shape (rows x the rest)
+  if (shapes.empty()) {
+    if (t.dim() >= 2) prepared->layout = {{t.numel(), t.size(0)}};
+  } else {
+    int64_t total = 0;
+    for (const auto& shape : shapes) {
+      int64_t count = 1;
+      for (int64_t d : shape) count *= d;
+      prepared->layout.push_back({count, shape.size() >= 2 ? shape[0] : kPowerSgdDense});
+      total += count;
+    }
+    TORCH_CHECK_VALUE(total == t.numel(), "scalecomm ", what, " (rank ", getRank(), "): the shapes given hold ", total,
+                      " values, the tensor ", t.numel(), "; give the shapes of the weights it holds, in order");
+  }
   // No key: the state is the tensor's memory's, and ends with its storage.
   prepared->slot =
       key.empty() ? compression_->slotOwnedBy(strCat("ptr:", reinterpret_cast<uintptr_t>(t.data_ptr()), ":", t.numel()),
@@ -69,9 +83,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   const at::Tensor x =
       flat.scalar_type() == at::kFloat ? flat : at::empty({t.numel()}, flat.options().dtype(at::kFloat));
   if (torchOps) {
-    prepared->body = [x, site = prepared->site, feedback = prepared->errorFeedback, rows = prepared->matrixRows](
+    prepared->body = [x, site = prepared->site, feedback = prepared->errorFeedback, layout = prepared->layout](
                          CompressState& state, const CompressComms& comms) {
-      compressedAllreduceTensor(x, *site, feedback, state, comms, rows);
+      compressedAllreduceTensor(x, *site, feedback, state, comms, layout);
     };
   }
   call.compressed = std::move(prepared);

@@ -265,36 +265,74 @@ void orthonormalise(at::Tensor& p) {
   }
 }
 
-// compress/powersgd.h's powerSgd on acc (x + residual), the sum into x;
-// with feedback, acc becomes acc - this rank's own approximation.
-void powerSgdTensor(at::Tensor& acc, bool feedback, const at::Tensor& x, int r, int64_t matrixRows, TensorState& st,
-                    const CompressComms& comms) {
+// compress/powersgd.h's powerSgd on acc (x + residual) over the layout's
+// blocks, the sum into x; with feedback, acc becomes acc - this rank's own
+// approximation (zero on dense blocks).
+void powerSgdTensor(at::Tensor& acc, bool feedback, const at::Tensor& x, int r, const PowerSgdLayout& layout,
+                    TensorState& st, const CompressComms& comms) {
   const int64_t n = acc.numel();
-  const PowerSgdShape s = powerSgdShape(n, r, matrixRows);
-  if (!s.gains) {  // dense
+  const PowerSgdPlan plan = powerSgdPlan(n, r, layout);
+  if (plan.secondCount == 0) {  // dense
     if (!x.is_same(acc)) x.copy_(acc);
     allreduceSum(comms, x);
     if (feedback) acc.zero_();  // sent whole (also when the sum is not finite: then it starts afresh)
     return;
   }
-  if (!st.q.defined() || st.q.size(0) != s.cols || st.q.size(1) != r) {
-    std::vector<float> q(static_cast<size_t>(s.cols * r));
-    for (size_t i = 0; i < q.size(); ++i) q[i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
-    st.q = onDevice(q, x).view({s.cols, r});
+  if (!st.q.defined() || st.q.size(0) != plan.qCols || st.q.size(1) != r) {
+    std::vector<float> q(static_cast<size_t>(plan.secondCount));
+    for (const auto& b : plan.blocks) {
+      if (!b.shape.gains) continue;
+      for (int64_t i = 0; i < b.shape.cols * r; ++i) q[b.second + i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
+    }
+    st.q = onDevice(q, x).view({plan.qCols, r});
   }
-  const at::Tensor m = at::constant_pad_nd(acc, {0, s.rows * s.cols - n}).view({s.rows, s.cols});
-  at::Tensor p = m.mm(st.q);
-  allreduceSum(comms, p);
-  // Some rank's acc was not finite (then P is not, on every rank): the sum
-  // is not either, and the residual and warm start stay as they were, with
-  // no sync (a finite rank's residual is acc - x again).
-  const at::Tensor finite = at::isfinite(p).all();
-  orthonormalise(p);
-  at::Tensor q = m.t().mm(p).contiguous();
-  if (feedback) acc.sub_(at::where(finite, firstN(p.mm(q.t()), n), x));
-  allreduceSum(comms, q);
-  x.copy_(firstN(p.mm(q.t()), n));
-  st.q = at::where(finite, q, st.q);
+  const auto matrix = [&](const PowerSgdPlan::Block& b) {
+    const at::Tensor a = acc.narrow(0, b.offset, b.count);
+    return at::constant_pad_nd(a, {0, b.shape.rows * b.shape.cols - b.count}).view({b.shape.rows, b.shape.cols});
+  };
+  std::vector<at::Tensor> firsts;
+  for (const auto& b : plan.blocks) {
+    firsts.push_back(b.shape.gains ? matrix(b).mm(st.q.narrow(0, b.second / r, b.shape.cols)).view({-1})
+                                   : acc.narrow(0, b.offset, b.count));
+  }
+  at::Tensor first = at::cat(firsts);
+  allreduceSum(comms, first);
+  // Some rank's acc was not finite (then the first sum is not, on every
+  // rank): the sum is not either, and the residual and warm start stay as
+  // they were, with no sync (a finite rank's residual is acc - x again).
+  const at::Tensor finite = at::isfinite(first).all();
+  std::vector<at::Tensor> ps, seconds;
+  for (const auto& b : plan.blocks) {
+    if (!b.shape.gains) continue;
+    at::Tensor p = first.narrow(0, b.first, b.shape.rows * r).view({b.shape.rows, r});
+    orthonormalise(p);
+    seconds.push_back(matrix(b).t().mm(p).contiguous());
+    ps.push_back(p);
+  }
+  size_t k = 0;
+  for (const auto& b : plan.blocks) {
+    at::Tensor xb = x.narrow(0, b.offset, b.count);
+    if (!b.shape.gains) {
+      if (feedback) acc.narrow(0, b.offset, b.count).sub_(at::where(finite, acc.narrow(0, b.offset, b.count), xb));
+      xb.copy_(first.narrow(0, b.first, b.count));
+      continue;
+    }
+    if (feedback)
+      acc.narrow(0, b.offset, b.count).sub_(at::where(finite, firstN(ps[k].mm(seconds[k].t()), b.count), xb));
+    ++k;
+  }
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& q : seconds) flat.push_back(q.view({-1}));
+  at::Tensor second = at::cat(flat);
+  allreduceSum(comms, second);
+  k = 0;
+  for (const auto& b : plan.blocks) {
+    if (!b.shape.gains) continue;
+    const at::Tensor q = second.narrow(0, b.second, b.shape.cols * r).view({b.shape.cols, r});
+    x.narrow(0, b.offset, b.count).copy_(firstN(ps[k].mm(q.t()), b.count));
+    ++k;
+  }
+  st.q = at::where(finite, second.view({plan.qCols, r}), st.q);
 }
 
 at::Tensor sliceForViews(const at::Tensor& all, int64_t offset, int64_t bytes) {
@@ -310,7 +348,7 @@ at::Tensor randomDraws(uint64_t seed, const at::Tensor& i) {
 }
 
 void compressedAllreduceTensor(const at::Tensor& x, const CompressedSite& site, bool errorFeedback,
-                               CompressState& state, const CompressComms& comms, int64_t matrixRows) {
+                               CompressState& state, const CompressComms& comms, const PowerSgdLayout& layout) {
   TensorState& st = stateOn(state, x, errorFeedback);
   const uint64_t step = state.steps;
   // An overflowed gradient (compress/compressed_allreduce.h): infinity in
@@ -322,7 +360,7 @@ void compressedAllreduceTensor(const at::Tensor& x, const CompressedSite& site, 
   const Codec* codec = site.codec();
   const CodecSpec& spec = site.spec();
   if (codec == nullptr) {
-    powerSgdTensor(acc, errorFeedback, x, spec.rank, matrixRows, st, comms);
+    powerSgdTensor(acc, errorFeedback, x, spec.rank, layout, st, comms);
   } else {
     const TensorCodec& tc = tensorCodec(spec);
     const int64_t n = x.numel();

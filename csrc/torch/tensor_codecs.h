@@ -34,7 +34,7 @@
 namespace scalecomm {
 
 void compressedAllreduceTensor(const at::Tensor& x, const CompressedSite& site, bool errorFeedback,
-                               CompressState& state, const CompressComms& comms, int64_t matrixRows = 0);
+                               CompressState& state, const CompressComms& comms, const PowerSgdLayout& layout = {});
 
 // One rank's encode of x (with error feedback when `residual` is given, which
 // is updated in place), as the host codecs' codec_encode: (payload bytes,
