@@ -80,4 +80,3 @@ def compressed(
 
     hook.__name__ = f"scalecomm_compressed_{spec}"
     return hook
-
