@@ -98,6 +98,9 @@ def test_ddp_under_auto_keeps_every_rank_identical_with_one_choice_per_bucket():
         assert same  # every rank applied the same averaged gradient
         assert choices and choices == out[0][1]
         assert all(c["key"].startswith("ddp-bucket-") for c in choices)
+        # the hook passes its weights' shapes: PowerSGD is a candidate for every bucket
+        # (and for no flat tensor: test_auto_loses_nothing_whatever_it_ran_and_every_rank_agrees)
+        assert all("powersgd:4" in c["predicted_s"] for c in choices), choices
         assert sum(losses[-5:]) < sum(losses[:5])
 
 

@@ -58,8 +58,9 @@ struct AutoCandidate {
 
 // Per key: the current candidate and what it was chosen from.
 struct AutoChoice {
-  int64_t elements = 0;  // the tensor's; another size starts afresh
-  uint64_t calls = 0;    // on this key since it started afresh
+  int64_t elements = 0;      // the tensor's; another size starts afresh
+  int64_t factorValues = 0;  // floats PowerSGD sends per call on this key (0: no layout, not a candidate)
+  uint64_t calls = 0;        // on this key since it started afresh
   int current = 0;
   bool decided = false;
   uint64_t changes = 0;

@@ -4,13 +4,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <utility>
 
 #include "core/deadline.h"
 
 namespace scalecomm {
 
 const std::vector<std::string>& autoCandidates() {
-  static const std::vector<std::string> table = {"none", "bf16", "topk:0.1", "topk:0.03", "topk:0.01"};
+  static const std::vector<std::string> table = {"none", "bf16", "topk:0.1", "topk:0.03", "topk:0.01", "powersgd:4"};
   return table;
 }
 
@@ -138,21 +140,37 @@ void AutoSelection::setStepCharge(double charge) {
   chargeAt_ = calls_.load(std::memory_order_relaxed);
 }
 
-bool AutoSelection::dropsValues(int i) const {
-  return sites_[i] != nullptr && sites_[i]->spec().entry->arg == CodecArg::Ratio;
+bool AutoSelection::factors(int i) const { return sites_[i] != nullptr && sites_[i]->codec() == nullptr; }
+
+bool AutoSelection::waitsForWindow(int i) const {
+  return sites_[i] != nullptr && (factors(i) || sites_[i]->spec().entry->arg == CodecArg::Ratio);
 }
 
-double AutoSelection::busBytes(int i, int64_t n, int size) const {
+double AutoSelection::busBytes(int i, const AutoChoice& choice, int size) const {
   const double p = size;
+  const int64_t n = choice.elements;
   const Codec* codec = sites_[i] ? sites_[i]->codec() : nullptr;
-  const double payload = codec ? static_cast<double>(codec->payloadBytes(n)) : 4.0 * static_cast<double>(n);
+  const double payload = codec        ? static_cast<double>(codec->payloadBytes(n))
+                         : factors(i) ? 4.0 * static_cast<double>(choice.factorValues)
+                                      : 4.0 * static_cast<double>(n);
   return (codec == nullptr || codec->summable()) ? payload * 2 * (p - 1) / p : payload * (p - 1);
 }
 
-void AutoSelection::measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms) const {
+void AutoSelection::measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms,
+                                  const PowerSgdLayout& layout) const {
   std::vector<float> out(static_cast<size_t>(n));
   std::vector<uint8_t> payload;
   for (size_t i = 1; i < sites_.size(); ++i) {
+    if (factors(static_cast<int>(i))) {  // both products and the residual, on a copy, with no one to sum with
+      if (choice.factorValues == 0) continue;
+      std::vector<float> residual(static_cast<size_t>(n));
+      std::copy(x, x + n, out.begin());
+      PowerSgdWarmStart warm;
+      const Clock::time_point t0 = Clock::now();
+      powerSgd(out.data(), n, sites_[i]->spec().rank, layout, warm, [](float*, int64_t) {}, residual.data());
+      choice.candidates[i].codecSeconds = secondsSince(t0);
+      continue;
+    }
     const Codec& codec = *sites_[i]->codec();
     payload.resize(static_cast<size_t>(codec.payloadBytes(n)));
     const Clock::time_point t0 = Clock::now();
@@ -169,13 +187,19 @@ void AutoSelection::measureCodecs(const float* x, int64_t n, AutoChoice& choice,
   }
 }
 
-int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& state, const CompressComms& comms) {
+int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& state, const CompressComms& comms,
+                       const PowerSgdLayout& layout) {
   const int k = static_cast<int>(sites_.size());
   AutoChoice& choice = state.choice;
   if (choice.elements != n || static_cast<int>(choice.candidates.size()) != k) {
     choice = AutoChoice{};  // a new tensor on this key (or the first): measure afresh
     choice.elements = n;
     choice.candidates.assign(k, AutoCandidate{});
+    for (int i = 1; i < k; ++i) {
+      if (!factors(i) || layout.empty()) continue;
+      const PowerSgdPlan plan = powerSgdPlan(n, sites_[i]->spec().rank, layout);
+      if (plan.secondCount > 0) choice.factorValues = plan.firstCount + plan.secondCount;
+    }
   }
   // The key's first call measures the codecs on its values, then runs none
   // as a warm-up (its time holds one-off costs, plans and first touches, and
@@ -185,7 +209,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const bool first = !choice.decided && choice.calls == kAutoFirstDecision;
   const double entry = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
   if (choice.lastRan >= 0) choice.candidates[choice.lastRan].period.add(entry - choice.lastEntry);
-  if (warmup) measureCodecs(x, n, choice, comms);
+  if (warmup) measureCodecs(x, n, choice, comms, layout);
   calls_.fetch_add(1, std::memory_order_relaxed);
   if (warmup) keys_.fetch_add(1, std::memory_order_relaxed);
   if (n > 0) addToWindow(choice, x, n);
@@ -202,16 +226,22 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const bool decides = first || drifted || checks || (choice.decided && (step + 1) % kAutoDecideEvery == 0);
 
   double commSeconds = 0;
+  std::vector<std::pair<double, double>> transfers;  // bus bytes, seconds: each one a sample of the link
+  const double p = comms.size;
   CompressComms timed = comms;
   timed.allreduceSum = [&](void* data, int64_t count, DataType type) {
     const Clock::time_point t0 = Clock::now();
     comms.allreduceSum(data, count, type);
-    commSeconds += secondsSince(t0);
+    const double s = secondsSince(t0);
+    commSeconds += s;
+    transfers.emplace_back(static_cast<double>(count * elementSize(type)) * 2 * (p - 1) / p, s);
   };
   timed.allgatherBytes = [&](uint8_t* all, int64_t bytes) {
     const Clock::time_point t0 = Clock::now();
     comms.allgatherBytes(all, bytes);
-    commSeconds += secondsSince(t0);
+    const double s = secondsSince(t0);
+    commSeconds += s;
+    transfers.emplace_back(static_cast<double>(bytes) * (p - 1), s);
   };
   const Clock::time_point t0 = Clock::now();
   if (i == 0) {
@@ -224,13 +254,13 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     timed.allreduceSum(x, n, DataType::Float32);
     state.steps += 1;
   } else {
-    compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, step);
+    compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, step, layout);
   }
   const double total = secondsSince(t0);
   AutoCandidate& ran = choice.candidates[i];
   if (!warmup) {
     // A probe after drift replaces its size class's times and its own (the link changed).
-    link_.add(busBytes(i, n, comms.size), commSeconds, /*fresh=*/drifted);
+    for (const auto& [bytes, seconds] : transfers) link_.add(bytes, seconds, /*fresh=*/drifted);
     if (drifted) {
       ran.total.clear();
       ran.comm.clear();
@@ -300,12 +330,17 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
       period(v.begin() + 3 * k + 3, v.begin() + 4 * k + 3);
   double shortfall = 1;
   for (int i = 0; i < k; ++i) {
-    const double measured = -v[i], model = v[k + i] + alpha + beta * busBytes(i, n, comms.size);
+    const double rounds = factors(i) ? 2 : 1;
+    const double measured = -v[i], model = v[k + i] + rounds * alpha + beta * busBytes(i, choice, comms.size);
     est[i] = measured > 0 ? measured : model;
     if (i != 0 && measured > 0 && model > 0) shortfall = std::max(shortfall, measured / model);
   }
   for (int i = 1; i < k; ++i)
     if (!(-v[i] > 0)) est[i] *= shortfall;
+  // PowerSGD without the key's layout: no candidate.
+  const auto applies = [&](int i) { return !factors(i) || choice.factorValues > 0; };
+  for (int i = 1; i < k; ++i)
+    if (!applies(i)) est[i] = std::numeric_limits<double>::infinity();
   // The step a codec adds beyond its call (its period over none's, less
   // what its call saved or cost), per second of its codec time: on a
   // CPU-bound host, what each second of encode and decode costs the step.
@@ -330,7 +365,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   const int current = choice.decided ? choice.current : 0;
   const auto within = [&](int i) { return i == 0 || bound_ <= 0 || residual[i] <= bound_; };
   const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
-  const auto waits = [&](int i) { return warming && dropsValues(i); };
+  const auto waits = [&](int i) { return warming && waitsForWindow(i); };
   // A codec is kept only while the key's calls come at least as often with
   // it as with none: its call may be shorter while the step is longer (its
   // CPU taken from the backward that overlaps it, on a CPU-bound host).
@@ -338,7 +373,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   const bool vetoed = choice.decided && slower(current);
   if (vetoed) freeChoice = true;
   const auto eligible = [&](int i) {
-    return within(i) && !waits(i) && !slower(i) && (i == current || step >= cand[i].retryAt);
+    return applies(i) && within(i) && !waits(i) && !slower(i) && (i == current || step >= cand[i].retryAt);
   };
   int fastest = 0;
   for (int i = 1; i < k; ++i)
@@ -390,11 +425,13 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   if (why.empty()) {
     int runnerUp = -1;
     for (int i = 0; i < k; ++i)
-      if (i != best && within(i) && !waits(i) && !slower(i) && (runnerUp < 0 || est[i] < est[runnerUp])) runnerUp = i;
+      if (i != best && applies(i) && within(i) && !waits(i) && !slower(i) && (runnerUp < 0 || est[i] < est[runnerUp]))
+        runnerUp = i;
     if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
   for (int i = 1; i < k; ++i) {
     char buf[112];
+    if (!applies(i)) continue;
     if (!within(i)) {
       std::snprintf(buf, sizeof buf, "; %s left out: its residual holds %.0f %% of the recent gradient > %.0f %%",
                     autoCandidates()[i].c_str(), 100 * residual[i], 100 * bound_);

@@ -1,8 +1,11 @@
 // scalecomm compress: compress="auto", a codec chosen per tensor key from
 // measured costs, the same on every rank.
 //
-// Contract: autoCandidates() is the table auto chooses from, from least to
-// most lossy: none (the exact allreduce), bf16, top-k 10 %, 3 %, 1 %. Per
+// Contract: autoCandidates() is the table auto chooses from: none (the
+// exact allreduce), bf16, top-k 10 %, 3 %, 1 %, and PowerSGD of rank 4 on
+// keys whose tensor is known as matrices (a DDP bucket's weights, a 2-D
+// tensor: the call's PowerSgdLayout; a flat tensor factored as one matrix
+// mixes layers, so there it is no candidate). Per
 // key (CompressState::choice) a call runs the key's current candidate with
 // error feedback (the residual carries over between candidates; running
 // none sends x + residual exactly and empties it). The key's first call
@@ -18,7 +21,9 @@
 // peer measured the peer, not the candidate; the rank that arrived last
 // did not wait. A candidate that ran is judged by its own time; the others
 // by the model (codec cost, the ranks' maximum, + the link fit at their
-// bytes), scaled up by the model's largest shortfall for a codec that ran.
+// bytes; PowerSGD: its two allreduces, two latencies), scaled up by the
+// model's largest shortfall for a codec that ran. Each transfer of a call
+// adds its own time and bus bytes to the link fit.
 // The step guard: every call also records the time from the key's previous
 // call to it against the candidate that previous call ran (the key's
 // period: in training, the step); a codec whose agreed period (the ranks'
@@ -42,8 +47,8 @@
 // What the residual holds is applied late; against one step's gradient it
 // is large both where gradients keep their direction (the update arrives
 // whole, a little late) and where they are noise (it mostly never does);
-// against the recent sum only the second stays large. Sparsifiers wait
-// for the key's kAutoWindowCalls-th call: a delayed update costs most early
+// against the recent sum only the second stays large. Sparsifiers and
+// PowerSGD wait for the key's kAutoWindowCalls-th call: a delayed update costs most early
 // in training, and by then the window holds the recent gradient (the first
 // calls choose between none and bf16). All of it travels in
 // one small allreduce, so every rank picks from identical numbers: the same
@@ -132,8 +137,11 @@ class AutoSelection {
   // the recent gradient held back); 0: no guard.
   explicit AutoSelection(double residualBound);
   // Runs one compressed allreduce of x[0..n) on `state` (its choice, its
-  // residual) and returns the candidate it ran. `comms.allreduceMax` must be set.
-  int run(float* x, int64_t n, bool errorFeedback, CompressState& state, const CompressComms& comms);
+  // residual) and returns the candidate it ran. `comms.allreduceMax` must be
+  // set. `layout`: the weights x holds (PowerSGD's; empty: not a candidate),
+  // the same on every rank and every call of the key.
+  int run(float* x, int64_t n, bool errorFeedback, CompressState& state, const CompressComms& comms,
+          const PowerSgdLayout& layout = {});
   const LinkFit& link() const { return link_; }
   double residualBound() const { return bound_; }
   // "allreduce:<algorithm>:auto:<candidate>" (candidate < 0: ":auto"), as
@@ -141,11 +149,13 @@ class AutoSelection {
   Label title(AlgorithmRef algorithm, int candidate) const;
 
  private:
-  void measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms) const;
+  void measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms,
+                     const PowerSgdLayout& layout) const;
   void decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice);
-  double busBytes(int i, int64_t n, int size) const;
-  bool dropsValues(int i) const;  // a sparsifier (its spec keeps a share of the values)
-  double stepCharge() const;      // this rank's view, decayed to now
+  double busBytes(int i, const AutoChoice& choice, int size) const;
+  bool factors(int i) const;         // PowerSGD (no codec: its own two rounds)
+  bool waitsForWindow(int i) const;  // a sparsifier (it keeps a share of the values) or PowerSGD
+  double stepCharge() const;         // this rank's view, decayed to now
   void setStepCharge(double charge);
 
   double bound_;

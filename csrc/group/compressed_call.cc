@@ -88,7 +88,7 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
       CompressState& state = c.slot->state;
       const bool decided = state.choice.decided;
       const uint64_t changes = state.choice.changes;
-      const int ran = c.chooser->run(static_cast<float*>(call.data), call.count, c.errorFeedback, state, cc);
+      const int ran = c.chooser->run(static_cast<float*>(call.data), call.count, c.errorFeedback, state, cc, c.layout);
       call.name = c.chooser->title(ranWith, ran);  // stats and profiles show what ran
       if (rank_ == 0 && state.choice.decided && (!decided || state.choice.changes != changes))
         SC_LOG(Info, "rank 0: compress=auto ", decided ? "switches to " : "chooses ",

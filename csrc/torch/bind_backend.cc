@@ -2,6 +2,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -243,6 +244,7 @@ void defineCompression(BackendClass& cls) {
               d["changes"] = c.changes;
               py::dict predicted, residual, period;
               for (size_t i = 0; i < names.size() && i < c.last.predicted.size(); ++i) {
+                if (!std::isfinite(c.last.predicted[i])) continue;  // no candidate on this key
                 predicted[py::str(names[i])] = c.last.predicted[i];
                 residual[py::str(names[i])] = c.last.residual[i];
                 period[py::str(names[i])] = i < c.last.period.size() ? c.last.period[i] : 0.0;

@@ -7,11 +7,13 @@
 // still a sparsifier on a slow one, the same choice on both), and a link
 // that speeds up noticed, with none then sending what the residual held
 // (nothing lost), a codec whose call is shorter but whose step is longer
-// left (the step guard), and one that would save too little of the step
-// not tried.
+// left (the step guard), one that would save too little of the step not
+// tried, and PowerSGD a candidate only where the weights' shapes are known.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -56,6 +58,11 @@ struct SimulatedLink {
 std::vector<float> values(int seed, int64_t n) { return gaussian(n, static_cast<unsigned>(seed)); }
 
 const std::string& chosen(const CompressState& s) { return autoCandidates()[s.choice.current]; }
+
+int candidate(const std::string& spec) {
+  const auto& c = autoCandidates();
+  return static_cast<int>(std::find(c.begin(), c.end(), spec) - c.begin());
+}
 
 }  // namespace
 
@@ -131,9 +138,9 @@ TEST(sparsifiers_wait_for_the_window_and_noise_leaves_top_k_1_percent_out) {
         if (s + 1 < kAutoWindowCalls) CHECK(chosen(st).rfind("topk", 0) != 0);  // none or bf16 first
       });
   const AutoDecision& d = state.choice.last;
-  CHECK(d.residual.back() > 0.33);  // top-k 1 % ran after the warm-up, and its residual was measured
+  CHECK(d.residual[candidate("topk:0.01")] > 0.33);  // top-k 1 % ran after the warm-up, its residual measured
   CHECK(d.reason.find("topk:0.01 left out") != std::string::npos);
-  CHECK(state.choice.current != static_cast<int>(autoCandidates().size()) - 1);
+  CHECK(state.choice.current != candidate("topk:0.01"));
 }
 
 TEST(steady_gradients_keep_a_sparsifier_whose_residual_is_small_against_their_sum) {
@@ -152,6 +159,50 @@ TEST(steady_gradients_keep_a_sparsifier_whose_residual_is_small_against_their_su
   const AutoDecision& d = state.choice.last;
   CHECK(chosen(state).rfind("topk", 0) == 0);
   CHECK(d.residual[state.choice.current] > 0 && d.residual[state.choice.current] <= 0.33);
+}
+
+TEST(powersgd_is_a_candidate_only_where_the_weights_shapes_are_known_and_wins_on_low_rank_ones) {
+  // A weight's gradient of rank one whose row factor is new at every step
+  // (u_s v^T), and its bias, on a link that turns slow. Factored in its own shape,
+  // PowerSGD sends it whole (its rank is within 4) in 2 x 512 x 4 floats
+  // plus the bias, and holds nothing back; top-k holds back most of a
+  // gradient whose direction changes every step (over the bound: left out).
+  // The same values without their shapes (a flat tensor) never run
+  // PowerSGD, and the decision prints no word about it.
+  const int64_t side = 512, a = side * side, bias = side, n = a + bias;
+  const PowerSgdLayout layout{{a, side}, {bias, kPowerSgdDense}};
+  const std::vector<float> v = values(12, side);
+  for (const bool shaped : {true, false}) {
+    SimulatedLink link;
+    AutoSelection sel(0.33);
+    CompressState state;
+    const CompressComms comms = link.comms();
+    int ranPowerSgd = 0;
+    for (int s = 0; s < kAutoWindowCalls + 32; ++s) {
+      // A fast link while the sparsifiers and PowerSGD wait, then a slow one
+      // (5 MB/s of bus bandwidth), where the bytes outweigh any codec's time
+      // (also in a sanitizer's build).
+      link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 400e6 : 1.0 / 5e6;
+      std::vector<float> x = values(300 + s, n);
+      for (int64_t i = 0; i < side; ++i) {
+        const float u = x[a + i];  // the step's own row factor (the bias is also new every step)
+        for (int64_t j = 0; j < side; ++j) x[i * side + j] = u * v[j];
+      }
+      const int ran = sel.run(x.data(), n, true, state, comms, shaped ? layout : PowerSgdLayout{});
+      ranPowerSgd += ran == candidate("powersgd:4");
+      if (s + 1 < kAutoWindowCalls) CHECK(ran != candidate("powersgd:4"));  // it waits for the window, as top-k
+    }
+    const AutoDecision& d = state.choice.last;
+    std::printf("  %s, powersgd ran %d times: %s\n", shaped ? "shaped" : "flat", ranPowerSgd, d.reason.c_str());
+    if (shaped) {
+      CHECK_EQ(chosen(state), std::string("powersgd:4"));
+      CHECK(d.residual[candidate("powersgd:4")] > 0 && d.residual[candidate("powersgd:4")] <= 0.33);
+    } else {
+      CHECK_EQ(ranPowerSgd, 0);
+      CHECK(std::isinf(d.predicted[candidate("powersgd:4")]));
+      CHECK(d.reason.find("powersgd") == std::string::npos);
+    }
+  }
 }
 
 namespace {

@@ -280,7 +280,9 @@ TEST(compressed_allreduce_sums_what_each_rank_kept_for_every_codec) {
         out[r] = x[r];
       }
       const auto errors = sctest::onThreads(ranks, [&](int r) {
-        compressedAllreduce(out[r].data(), n, site, /*errorFeedback=*/true, state[r], ex.comms(r), step, 40);
+        // PowerSGD: two weights and a bias between them (the others ignore the layout)
+        const PowerSgdLayout layout{{2400, 40}, {100, kPowerSgdDense}, {1500, 30}};
+        compressedAllreduce(out[r].data(), n, site, /*errorFeedback=*/true, state[r], ex.comms(r), step, layout);
       });
       for (const auto& e : errors) CHECK_EQ(e, std::string());
       // kept_r = acc_r - new residual_r; the result is their sum, bit-identical on every rank.
@@ -321,7 +323,7 @@ TEST(powersgd_recovers_a_low_rank_sum_exactly) {
   Exchange ex(ranks);
   std::vector<CompressState> state(ranks);
   const auto errors = sctest::onThreads(ranks, [&](int r) {
-    compressedAllreduce(x[r].data(), rows * cols, site, false, state[r], ex.comms(r), 0, rows);
+    compressedAllreduce(x[r].data(), rows * cols, site, false, state[r], ex.comms(r), 0, {{rows * cols, rows}});
   });
   for (const auto& e : errors) CHECK_EQ(e, std::string());
   CHECK(relativeError(x[0], expect) < 1e-5);
