@@ -80,7 +80,8 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
   X(Text, compression, "compression", "SCALECOMM_COMPRESSION", "", 0, 0, "",                                          \
     "Group default codec for allreduce (SUM/AVG) of floating tensors: fp16, bf16, topk:<ratio>, "                   \
     "topk_sampled:<ratio>, randomk:<ratio>, qsgd:<levels>, sign, powersgd:<rank>; auto (per tensor, the fastest " \
-    "of none, bf16 and top-k 10/3/1 % by measured cost); empty or none: off. Error feedback is on for the biased "  \
+    "of none, bf16 and top-k 10/3/1 % by measured cost; PowerSGD rank 4 too where the weights' shapes are known: " \
+    "a 2-D tensor, a DDP bucket through the hook); empty or none: off. Error feedback is on for the biased "  \
     "ones (topk, randomk, sign, powersgd) and for auto.")                                           \
   X(Text, codecKernels, "codec_kernels", "SCALECOMM_CODEC_KERNELS", "auto", 0, 0, "auto|torch|host",                  \
     "Where a compressed allreduce encodes and decodes: auto (CUDA tensors on their GPU as torch operations, over "   \
