@@ -139,6 +139,15 @@ def main() -> None:
                 f"| {name} | {statistics.median(t):.1f} [{min(t):.1f}-{max(t):.1f}] | {ratio:.3f} "
                 f"| {statistics.median(c):.1f} | {slowed} |"
             )
+        for name in names:  # what compress=auto chose per bucket, and why
+            codec, _, algorithm = name.partition("@")
+            if codec == "auto":
+                group = variants[name][0].process_group
+                for c in pyscalecomm.compress.choices(group):
+                    print(f"# {name} {c['key']}: {c['choice']} after {c['changes']} changes; {c['reason']}")
+                ran = [s for s in pyscalecomm.stats(group) if ":auto:" in s["operation"]]
+                for s in sorted(ran, key=lambda s: (s["operation"], s["bucket_bytes"])):
+                    print(f"# {name} ran {s['operation']} (up to {s['bucket_bytes']} B): {s['calls']} calls")
     dist.destroy_process_group()
 
 

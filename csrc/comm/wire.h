@@ -40,19 +40,27 @@ inline const char* collectiveName(CollectiveKind k) {
 }
 
 // Which exchange of a collective call a message belongs to. A group may run
-// more than the call's own exchange under the call's seq: auto's online
-// selection agrees on the ranks' times right after a measured call. A rank
-// still in one exchange must not take a peer's message of the other for its
-// own, so the part is part of the identity every check compares.
+// more than one exchange under a call's seq: auto's online selection agrees
+// on the ranks' times right after a measured call, and a compressed call
+// runs its codec's rounds and auto's decision one after another. A rank
+// still in one exchange must not take a peer's message (or window post) of
+// the next for its own, so the part is part of the identity every check
+// compares, and two consecutive exchanges under one seq never share it.
 enum class CallPart : uint8_t {
-  Call = 0,       // the collective the user called
+  Call = 0,       // the collective the user called (a compressed call's first exchange)
   Agreement = 1,  // auto's agreement on the call's times (a small allreduce)
+  Later = 2,      // a compressed call's later exchanges: Later + k for its (k+2)-th, modulo 254
 };
+
+// The part of a compressed call's exchange number k (0: its first).
+inline CallPart exchangePart(int k) {
+  return k == 0 ? CallPart::Call : static_cast<CallPart>(static_cast<int>(CallPart::Later) + (k - 1) % 254);
+}
 
 inline const char* callPartName(uint8_t part) {
   return part == static_cast<uint8_t>(CallPart::Call)        ? "the call"
          : part == static_cast<uint8_t>(CallPart::Agreement) ? "auto's agreement on its times"
-                                                             : "an unknown part";
+                                                             : "a later exchange of the compressed call";
 }
 
 constexpr uint32_t kWireMagic = 0x5343574d;  // "SCWM"

@@ -188,7 +188,7 @@ void AutoSelection::measureCodecs(const float* x, int64_t n, AutoChoice& choice,
 }
 
 int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& state, const CompressComms& comms,
-                       const PowerSgdLayout& layout) {
+                       const PowerSgdLayout& layout, bool average) {
   const int k = static_cast<int>(sites_.size());
   AutoChoice& choice = state.choice;
   if (choice.elements != n || static_cast<int>(choice.candidates.size()) != k) {
@@ -236,6 +236,15 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     commSeconds += s;
     transfers.emplace_back(static_cast<double>(count * elementSize(type)) * 2 * (p - 1) / p, s);
   };
+  if (comms.allreduceResult) {
+    timed.allreduceResult = [&](float* data, int64_t count) {
+      const Clock::time_point t0 = Clock::now();
+      comms.allreduceResult(data, count);
+      const double s = secondsSince(t0);
+      commSeconds += s;
+      transfers.emplace_back(static_cast<double>(count) * 4 * 2 * (p - 1) / p, s);
+    };
+  }
   timed.allgatherBytes = [&](uint8_t* all, int64_t bytes) {
     const Clock::time_point t0 = Clock::now();
     comms.allgatherBytes(all, bytes);
@@ -251,10 +260,16 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
       for (int64_t j = 0; j < n; ++j) x[j] += state.residual[j];
     }
     state.residual.clear();
-    timed.allreduceSum(x, n, DataType::Float32);
+    if (timed.allreduceResult) {
+      timed.allreduceResult(x, n);
+    } else {
+      timed.allreduceSum(x, n, DataType::Float32);
+      if (average) divideInPlace(x, n, comms.size);
+    }
     state.steps += 1;
   } else {
     compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, step, layout);
+    if (average) divideInPlace(x, n, comms.size);
   }
   const double total = secondsSince(t0);
   AutoCandidate& ran = choice.candidates[i];

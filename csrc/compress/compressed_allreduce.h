@@ -42,6 +42,10 @@ namespace scalecomm {
 
 struct CompressComms {
   std::function<void(void* data, int64_t count, DataType type)> allreduceSum;  // in place
+  // The exact float32 sum that is the call's whole result (compress="auto"
+  // running none), in place; where the call averages, divided by the ranks
+  // in the sum's own last pass. Unset: allreduceSum, then the division.
+  std::function<void(float* data, int64_t count)> allreduceResult;
   // all: size x bytes, this rank's payload already at rank x bytes; fills the others'.
   std::function<void(uint8_t* all, int64_t bytes)> allgatherBytes;
   // Element-wise maximum across ranks, in place (compress="auto" agrees its

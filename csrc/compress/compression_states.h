@@ -35,8 +35,10 @@ struct CompressSlot {
 // CallKind::CompressedAllreduce): its prepared site (or, for
 // compress="auto", the group's chooser, which runs its candidates' sites),
 // its state's slot,
-// whether error feedback is on, and PowerSGD's layout (the weights' shapes;
-// empty: one near-square matrix). `body`, when set, runs the call in place
+// whether error feedback is on, PowerSGD's layout (the weights' shapes;
+// empty: one near-square matrix), and whether its result is the average
+// (the sum divided by the ranks: the exact sum of auto's none divides in
+// its own last pass, the codecs' results after them). `body`, when set, runs the call in place
 // of compressedAllreduce on the call's host floats: the same contract, on
 // memory the caller owns (the torch adapter's codecs as torch operations on
 // the tensor's device), over the comms the Group hands it (payloads in
@@ -47,6 +49,7 @@ struct CompressedCall {
   std::shared_ptr<CompressSlot> slot;
   bool errorFeedback = false;
   PowerSgdLayout layout;
+  bool average = false;  // not with `body`: its caller divides its own memory
   std::function<void(CompressState& state, const CompressComms& comms)> body;
 };
 

@@ -59,28 +59,42 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
   // made DDP steps 10 % slower on CPU-bound hosts.
   const bool tunes = c.chooser != nullptr && selector_->online();
   AlgorithmRef ranWith = o.algorithm;
-  cc.allreduceSum = [&](void* data, int64_t count, DataType type) {
+  // The call's exchanges (a codec's rounds, auto's decision) run one after
+  // another under its seq, each under its own part: a rank that finished one
+  // starts the next while a peer may still wait in it (comm/wire.h).
+  int exchanges = 0;
+  const auto nextExchange = [&]() {
+    CollectiveOptions e = coded;
+    e.part = exchangePart(exchanges++);
+    return e;
+  };
+  // A sum, or (op Avg) the average, divided in the sum's own last pass.
+  const auto sum = [&](void* data, int64_t count, DataType type, ReduceOp op) {
     if (!tunes || type != DataType::Float32) {
-      allreduce(ch, data, count, type, ReduceOp::Sum, 1.0, coded);
+      allreduce(ch, data, count, type, op, 1.0, nextExchange());
       return;
     }
     const Selector::Resolved r = selector_->resolve(count * static_cast<int64_t>(elementSize(type)),
                                                     call.deviceIndex >= 0 || call.stager != nullptr);
-    CollectiveOptions a = coded;
+    CollectiveOptions a = nextExchange();
     a.algorithm = ranWith = r.algorithm;
     const Clock::time_point t0 = Clock::now();
-    allreduce(ch, data, count, type, ReduceOp::Sum, 1.0, a);
+    allreduce(ch, data, count, type, op, 1.0, a);
     if (r.pick.measured) recordTuned(r.pick, std::chrono::duration<double>(Clock::now() - t0).count(), a);
+  };
+  cc.allreduceSum = [&](void* data, int64_t count, DataType type) { sum(data, count, type, ReduceOp::Sum); };
+  cc.allreduceResult = [&](float* data, int64_t count) {
+    sum(data, count, DataType::Float32, c.average ? ReduceOp::Avg : ReduceOp::Sum);
   };
   cc.allgatherBytes = [&](uint8_t* all, int64_t bytes) {
     std::vector<void*> blocks;
     for (int q = 0; q < size_; ++q) blocks.push_back(all + q * bytes);
-    CollectiveOptions g = coded;
+    CollectiveOptions g = nextExchange();
     g.algorithm = o.algorithm.is(AlgorithmKind::Native) ? o.algorithm : AlgorithmRef(ringAlgorithm());
     allgather(ch, blocks, bytes, DataType::Opaque, g);
   };
   cc.allreduceMax = [&](double* data, int64_t count) {
-    allreduce(ch, data, count, DataType::Float64, ReduceOp::Max, 1.0, coded);
+    allreduce(ch, data, count, DataType::Float64, ReduceOp::Max, 1.0, nextExchange());
   };
   std::lock_guard<std::mutex> g(c.slot->mu);
   try {
@@ -88,7 +102,8 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
       CompressState& state = c.slot->state;
       const bool decided = state.choice.decided;
       const uint64_t changes = state.choice.changes;
-      const int ran = c.chooser->run(static_cast<float*>(call.data), call.count, c.errorFeedback, state, cc, c.layout);
+      const int ran =
+          c.chooser->run(static_cast<float*>(call.data), call.count, c.errorFeedback, state, cc, c.layout, c.average);
       call.name = c.chooser->title(ranWith, ran);  // stats and profiles show what ran
       if (rank_ == 0 && state.choice.decided && (!decided || state.choice.changes != changes))
         SC_LOG(Info, "rank 0: compress=auto ", decided ? "switches to " : "chooses ",
@@ -99,6 +114,7 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
     } else {
       compressedAllreduce(static_cast<float*>(call.data), call.count, *c.site, c.errorFeedback, c.slot->state, cc,
                           c.slot->state.steps, c.layout);
+      if (c.average) divideInPlace(static_cast<float*>(call.data), call.count, size_);
     }
   } catch (const Error& e) {
     throw asCompressedCall(e, c.site ? c.site->name() : std::string("auto"));

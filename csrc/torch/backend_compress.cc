@@ -82,6 +82,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   const at::Tensor flat = tensor.view({-1});
   const at::Tensor x =
       flat.scalar_type() == at::kFloat ? flat : at::empty({t.numel()}, flat.options().dtype(at::kFloat));
+  // The host paths average in their own passes (auto's none: in its sum);
+  // the torch form's result is divided below.
+  prepared->average = average && !torchOps;
   if (torchOps) {
     prepared->body = [x, site = prepared->site, feedback = prepared->errorFeedback, layout = prepared->layout](
                          CompressState& state, const CompressComms& comms) {
@@ -93,9 +96,9 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   const int size = getSize();
   if (size > 1 && t.numel() > 0) {  // else nothing is sent: the tensor stays exact
     if (!x.is_same(flat)) call.before = [flat, x]() mutable { x.copy_(flat); };
-    call.after = [flat, x, average, size, tensor]() mutable {
+    call.after = [flat, x, divide = average && torchOps, size, tensor]() mutable {
       if (!x.is_same(flat)) flat.copy_(x);
-      if (average) tensor.div_(size);
+      if (divide) tensor.div_(size);
     };
   }
   return run(c10d::OpType::ALLREDUCE, {t}, std::move(call), stage);

@@ -4,12 +4,15 @@
 // the slot the call holds (steps, residuals carried over; forget, restore
 // and reset as promised); ranks with different codecs fail naming the codec;
 // one rank or an empty buffer stays exact; bad calls are refused at submit.
+#include <algorithm>
+#include <cstring>
 #include <future>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "comm/loopback_mesh.h"
+#include "comm/wire.h"
 #include "core/error.h"
 #include "group/group.h"
 #include "harness.h"
@@ -33,17 +36,23 @@ struct Mesh {
   }
 };
 
-// Submits a compressed allreduce of x on g and waits; the error text ("" on success).
+// Submits a compressed allreduce of x on g and waits; the error text ("" on
+// success). spec "auto": compress=auto's choice (layout: its weights' shapes).
 std::string compressed(Group& g, const std::string& spec, std::vector<float>& x, std::shared_ptr<CompressSlot> slot,
-                       bool errorFeedback = true) {
+                       bool errorFeedback = true, PowerSgdLayout layout = {}, bool average = false) {
   auto c = std::make_shared<CompressedCall>();
-  c->site = g.compressedSite(spec);
+  if (spec == "auto")
+    c->chooser = g.autoCompression();
+  else
+    c->site = g.compressedSite(spec);
   c->slot = std::move(slot);
   c->errorFeedback = errorFeedback;
+  c->layout = std::move(layout);
+  c->average = average;
   Call call;
   call.kind = CallKind::CompressedAllreduce;
   call.algorithm = g.algorithmFor(CallKind::CompressedAllreduce, 4 * static_cast<int64_t>(x.size()));
-  call.name = c->site->title(call.algorithm);
+  call.name = c->chooser ? c->chooser->title(call.algorithm, -1) : c->site->title(call.algorithm);
   call.dtype = DataType::Float32;
   call.count = static_cast<int64_t>(x.size());
   call.data = x.data();
@@ -55,7 +64,127 @@ std::string compressed(Group& g, const std::string& spec, std::vector<float>& x,
   return fut.get();
 }
 
+// A loopback link that keeps the header of every message this rank sends
+// over it (the byte stream parsed: header, payload, padding).
+class RecordingLink : public Link {
+ public:
+  RecordingLink(std::unique_ptr<Link> inner, std::vector<WireHeader>& sent)
+      : Link(inner->peer()), inner_(std::move(inner)), sent_(sent) {}
+  size_t trySend(const void* data, size_t bytes) override {
+    const size_t n = inner_->trySend(data, bytes);
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < n;) {
+      if (skip_ > 0) {
+        const size_t k = std::min<size_t>(skip_, n - i);
+        skip_ -= k;
+        i += k;
+        continue;
+      }
+      const size_t k = std::min(sizeof(WireHeader) - have_, n - i);
+      std::memcpy(reinterpret_cast<uint8_t*>(&header_) + have_, p + i, k);
+      have_ += k;
+      i += k;
+      if (have_ == sizeof(WireHeader)) {
+        sent_.push_back(header_);
+        skip_ = paddedMessageBytes(header_.payloadBytes) - sizeof(WireHeader);
+        have_ = 0;
+      }
+    }
+    return n;
+  }
+  size_t tryRecv(RecvConsumer& consumer) override { return inner_->tryRecv(consumer); }
+  void checkPeer() override { inner_->checkPeer(); }
+  void close() override { inner_->close(); }
+  Doorbell* doorbell() override { return inner_->doorbell(); }
+  size_t peek(void* out, size_t n) override { return inner_->peek(out, n); }
+  const char* kind() const override { return inner_->kind(); }
+
+ private:
+  std::unique_ptr<Link> inner_;
+  std::vector<WireHeader>& sent_;
+  WireHeader header_{};
+  size_t have_ = 0;
+  uint64_t skip_ = 0;
+};
+
 }  // namespace
+
+// A compressed call runs several exchanges under its seq (a codec's rounds,
+// auto's decision). A rank that finished one starts the next while a peer
+// may still wait in it and look at its peers' windows and links for a
+// post of its own exchange: the next one must not pass for it. So every
+// message a rank sends under one (seq, part) belongs to one exchange: the
+// same collective, dtype and element count.
+TEST(each_exchange_of_a_compressed_call_is_named_apart_from_the_next) {
+  const int ranks = 3;
+  const int64_t n = 4096;
+  LoopbackFabric fabric(ranks, 1 << 16);
+  std::vector<std::vector<std::vector<WireHeader>>> sent(ranks, std::vector<std::vector<WireHeader>>(ranks));
+  std::vector<std::shared_ptr<Group>> groups;
+  GroupConfig cfg;
+  cfg.timeoutMs = 20000;
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<std::unique_ptr<Link>> links(ranks);
+    for (int q = 0; q < ranks; ++q)
+      if (q != r) links[q] = std::make_unique<RecordingLink>(fabric.link(r, q), sent[r][q]);
+    groups.push_back(Group::create(std::make_unique<Communicator>(r, ranks, std::move(links), 0), cfg));
+  }
+  // auto up to and past its first decision (a dense sum, then its agreement);
+  // PowerSGD's two rounds on a 64 x 64 weight.
+  const PowerSgdLayout layout = {{n, 64}};
+  const auto errors = sctest::onThreads(ranks, [&](int r) {
+    Group& g = *groups[r];
+    for (int call = 0; call < 8; ++call) {
+      std::vector<float> x = gaussian(n, 10 * call + r);
+      const std::string e = compressed(g, "auto", x, g.compressionStates().slot("auto"), true, layout);
+      if (!e.empty()) throw sctest::Failure{e};
+    }
+    std::vector<float> x = gaussian(n, r);
+    const std::string e = compressed(g, "powersgd:2", x, g.compressionStates().slot("psgd"), true, layout);
+    if (!e.empty()) throw sctest::Failure{e};
+  });
+  for (const auto& e : errors) CHECK_EQ(e, std::string());
+  for (auto& g : groups) g->shutdown();
+  int exchanges = 0;
+  for (int r = 0; r < ranks; ++r) {
+    for (int q = 0; q < ranks; ++q) {
+      std::map<std::pair<uint64_t, uint8_t>, WireHeader> first;
+      for (const WireHeader& h : sent[r][q]) {
+        if (isLeave(h)) continue;
+        const auto [it, fresh] = first.emplace(std::make_pair(h.seq, h.part), h);
+        exchanges += fresh;
+        const WireHeader& f = it->second;
+        if (f.collective != h.collective || f.dtype != h.dtype || f.totalCount != h.totalCount)
+          throw sctest::Failure{strCat("rank ", r, " sent rank ", q, " two exchanges under seq ", h.seq, " part ",
+                                       int{h.part}, ": ", f.totalCount, " elements of ",
+                                       dataTypeName(static_cast<DataType>(f.dtype)), ", then ", h.totalCount, " of ",
+                                       dataTypeName(static_cast<DataType>(h.dtype)))};
+      }
+    }
+  }
+  CHECK(exchanges > 9 * ranks);  // more than one exchange per call on some link: decisions and rounds seen
+}
+
+// average: the sum divided by the ranks, by auto running none (in its sum's
+// own pass) and by a codec (after it).
+TEST(an_averaging_call_divides_the_sum_by_the_ranks) {
+  const int ranks = 3;
+  const int64_t n = 2000;
+  Mesh m(ranks);
+  for (const char* spec : {"auto", "fp16"}) {
+    std::vector<std::vector<float>> x(ranks);
+    for (int r = 0; r < ranks; ++r) x[r] = gaussian(n, r);
+    std::vector<float> mean(static_cast<size_t>(n), 0.f);
+    for (int64_t i = 0; i < n; ++i) mean[i] = (x[0][i] + x[1][i] + x[2][i]) / 3;
+    const auto errors = sctest::onThreads(ranks, [&](int r) {
+      Group& g = *m.groups[r];
+      const std::string e = compressed(g, spec, x[r], g.compressionStates().slot(spec), false, {}, true);
+      if (!e.empty()) throw sctest::Failure{e};
+    });
+    for (const auto& e : errors) CHECK_EQ(e, std::string());
+    for (int r = 0; r < ranks; ++r) CHECK(relativeError(x[r], mean) < (std::string(spec) == "auto" ? 1e-6 : 2e-3));
+  }
+}
 
 TEST(every_codec_sums_what_each_rank_kept_and_its_state_lives_in_the_slot) {
   const int ranks = 3;
