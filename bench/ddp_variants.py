@@ -7,8 +7,9 @@ batches, each copy's median step against the first's (paired per round).
     torchrun --nproc-per-node 2 bench/ddp_variants.py --variants none,topk:0.01
 
 A variant is a codec spec for scalecomm's DDP hook (``auto``, ``bf16``,
-``topk:0.01``, ...; ``none``: no hook, DDP's own allreduce), optionally on a
-scalecomm group with a fixed allreduce algorithm (``none@ring``,
+``topk:0.01``, ...; ``none``: no hook, DDP's own allreduce), each on a
+scalecomm group of its own (its own tuning and compression state, as in a
+job of its own), optionally with a fixed allreduce algorithm (``none@ring``,
 ``auto@direct``), ``gloo`` (DDP on a gloo group of the same ranks), or
 ``local`` (the model without DDP: the same steps with no communication). The
 first variant is the reference. Rounds alternate the variants' order, so
@@ -27,6 +28,9 @@ how much the communication running beside the backward slows the compute
 itself (what DDP then waits for after the backward is the rest of the step).
 
     torchrun --nproc-per-node 2 bench/ddp_variants.py --model mlp --width 2048 --variants local,gloo,none
+
+For an ``auto`` variant rank 0 then prints each bucket's codec and why
+(``pyscalecomm.compress.choices``) and how many calls ran each codec.
 """
 
 import argparse
@@ -67,10 +71,9 @@ def make_variant(name: str, model: nn.Module, lr: float):
         if algorithm:
             raise ValueError(f"variant {name!r}: gloo takes no @algorithm")
         group = dist.new_group(backend="gloo")
-    elif algorithm:
-        group = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(algorithm=algorithm))
-    else:
-        group = None
+    else:  # its own group: its own online tuning and compression state (keys per bucket index)
+        options = pyscalecomm.Options(algorithm=algorithm) if algorithm else None
+        group = dist.new_group(backend="scalecomm", pg_options=options)
     ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
     if codec not in ("none", "gloo"):
         ddp.register_comm_hook(group, pyscalecomm.hooks.compressed(codec))

@@ -1,6 +1,7 @@
 #include "compress/auto_select.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -226,7 +227,13 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const bool decides = first || drifted || checks || (choice.decided && (step + 1) % kAutoDecideEvery == 0);
 
   double commSeconds = 0;
-  std::vector<std::pair<double, double>> transfers;  // bus bytes, seconds: each one a sample of the link
+  // Bus bytes and seconds of each transfer, each one a sample of the link:
+  // at most two per call (PowerSGD's), no allocation on the call's path.
+  std::array<std::pair<double, double>, 2> transfers;
+  size_t transferCount = 0;
+  const auto sample = [&](double busBytes, double seconds) {
+    if (transferCount < transfers.size()) transfers[transferCount++] = {busBytes, seconds};
+  };
   const double p = comms.size;
   CompressComms timed = comms;
   timed.allreduceSum = [&](void* data, int64_t count, DataType type) {
@@ -234,7 +241,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     comms.allreduceSum(data, count, type);
     const double s = secondsSince(t0);
     commSeconds += s;
-    transfers.emplace_back(static_cast<double>(count * elementSize(type)) * 2 * (p - 1) / p, s);
+    sample(static_cast<double>(count * elementSize(type)) * 2 * (p - 1) / p, s);
   };
   if (comms.allreduceResult) {
     timed.allreduceResult = [&](float* data, int64_t count) {
@@ -242,7 +249,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
       comms.allreduceResult(data, count);
       const double s = secondsSince(t0);
       commSeconds += s;
-      transfers.emplace_back(static_cast<double>(count) * 4 * 2 * (p - 1) / p, s);
+      sample(static_cast<double>(count) * 4 * 2 * (p - 1) / p, s);
     };
   }
   timed.allgatherBytes = [&](uint8_t* all, int64_t bytes) {
@@ -250,7 +257,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     comms.allgatherBytes(all, bytes);
     const double s = secondsSince(t0);
     commSeconds += s;
-    transfers.emplace_back(static_cast<double>(bytes) * (p - 1), s);
+    sample(static_cast<double>(bytes) * (p - 1), s);
   };
   const Clock::time_point t0 = Clock::now();
   if (i == 0) {
@@ -275,7 +282,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   AutoCandidate& ran = choice.candidates[i];
   if (!warmup) {
     // A probe after drift replaces its size class's times and its own (the link changed).
-    for (const auto& [bytes, seconds] : transfers) link_.add(bytes, seconds, /*fresh=*/drifted);
+    for (size_t t = 0; t < transferCount; ++t) link_.add(transfers[t].first, transfers[t].second, /*fresh=*/drifted);
     if (drifted) {
       ran.total.clear();
       ran.comm.clear();

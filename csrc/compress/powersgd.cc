@@ -141,14 +141,14 @@ PowerSgdPlan powerSgdPlan(int64_t n, int r, const PowerSgdLayout& layout) {
   return plan;
 }
 
-bool powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
+void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
               const std::function<void(float*, int64_t)>& allreduceSum, float* residual) {
   const PowerSgdPlan plan = powerSgdPlan(n, r, layout);
   if (plan.secondCount == 0) {  // nothing gains from factors: the dense sum
     allreduceSum(x, n);
-    if (!allFinite(x, n)) return false;
+    if (!allFinite(x, n)) return;
     if (residual) std::fill(residual, residual + n, 0.f);
-    return true;
+    return;
   }
   if (warm.cols != plan.qCols || warm.q.size() != static_cast<size_t>(plan.secondCount)) {
     warm.q.resize(static_cast<size_t>(plan.secondCount));
@@ -176,7 +176,7 @@ bool powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
   allreduceSum(first.data(), plan.firstCount);
   if (!allFinite(first.data(), plan.firstCount)) {  // some rank's c was not finite: so is the sum
     std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
-    return false;
+    return;
   }
   for (const auto& b : plan.blocks) {
     float* m = x + b.offset;
@@ -213,7 +213,6 @@ bool powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
       for (int t = 0; t < r; ++t) warmQ[j * r + t] = q[t * s.cols + j];
     }
   }
-  return true;
 }
 
 }  // namespace scalecomm

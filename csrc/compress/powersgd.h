@@ -18,8 +18,8 @@
 // rank-deficient M) stay zero.
 // `residual` (nullable, n values, not aliasing x) receives what this rank's
 // approximation left out, for error feedback.
-// Returns false when the first sum is not finite (some rank's c was not):
-// then x is not finite either, and neither the warm start nor the residual
+// When the first sum is not finite (some rank's c was not), x is not
+// finite either, and neither the warm start nor the residual
 // is written, so no infinity or NaN enters the state.
 // Cost: three passes over each matrix (P, Q and the residual), one over x
 // for the sum, plus rows x rank^2 for the orthonormalisation; allreduces of
@@ -78,7 +78,7 @@ struct PowerSgdWarmStart {
   int64_t cols = 0;      // the blocks' cols together
 };
 
-bool powerSgd(float* x, int64_t n, int rank, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
+void powerSgd(float* x, int64_t n, int rank, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
               const std::function<void(float*, int64_t)>& allreduceSum, float* residual);
 
 }  // namespace scalecomm

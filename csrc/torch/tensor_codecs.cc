@@ -286,9 +286,12 @@ void powerSgdTensor(at::Tensor& acc, bool feedback, const at::Tensor& x, int r, 
     }
     st.q = onDevice(q, x).view({plan.qCols, r});
   }
+  // A block as its matrix: a view of acc where its shape holds it exactly (a
+  // weight's own shape), else a zero-padded copy (a flat tensor's near-square matrix).
   const auto matrix = [&](const PowerSgdPlan::Block& b) {
     const at::Tensor a = acc.narrow(0, b.offset, b.count);
-    return at::constant_pad_nd(a, {0, b.shape.rows * b.shape.cols - b.count}).view({b.shape.rows, b.shape.cols});
+    const int64_t padding = b.shape.rows * b.shape.cols - b.count;
+    return (padding == 0 ? a : at::constant_pad_nd(a, {0, padding})).view({b.shape.rows, b.shape.cols});
   };
   std::vector<at::Tensor> firsts;
   for (const auto& b : plan.blocks) {
