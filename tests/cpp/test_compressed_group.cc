@@ -3,7 +3,8 @@
 // bits, equal to the sum of what each rank's codec kept; the state lives in
 // the slot the call holds (steps, residuals carried over; forget, restore
 // and reset as promised); ranks with different codecs fail naming the codec;
-// one rank or an empty buffer stays exact; bad calls are refused at submit.
+// one rank or an empty buffer stays exact; bad calls are refused at submit;
+// a call's exchanges are named apart on the wire; an averaging call divides.
 #include <algorithm>
 #include <cstring>
 #include <future>
@@ -129,8 +130,8 @@ TEST(each_exchange_of_a_compressed_call_is_named_apart_from_the_next) {
       if (q != r) links[q] = std::make_unique<RecordingLink>(fabric.link(r, q), sent[r][q]);
     groups.push_back(Group::create(std::make_unique<Communicator>(r, ranks, std::move(links), 0), cfg));
   }
-  // auto up to and past its first decision (a dense sum, then its agreement);
-  // PowerSGD's two rounds on a 64 x 64 weight.
+  // auto up to and past its first decision (a dense sum, then the decision's
+  // two small allreduces); PowerSGD's two rounds on a 64 x 64 weight.
   const PowerSgdLayout layout = {{n, 64}};
   const auto errors = sctest::onThreads(ranks, [&](int r) {
     Group& g = *groups[r];
