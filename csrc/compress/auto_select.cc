@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "comm/reducer.h"
 #include "core/deadline.h"
 
 namespace scalecomm {
@@ -235,30 +236,29 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     if (transferCount < transfers.size()) transfers[transferCount++] = {busBytes, seconds};
   };
   const double p = comms.size;
-  CompressComms timed = comms;
-  timed.allreduceSum = [&](void* data, int64_t count, DataType type) {
+  const auto reduced = [&](void* data, int64_t count, DataType type, ReduceOp op) {
     const Clock::time_point t0 = Clock::now();
-    comms.allreduceSum(data, count, type);
+    comms.allreduce(data, count, type, op);
     const double s = secondsSince(t0);
     commSeconds += s;
     sample(static_cast<double>(count * elementSize(type)) * 2 * (p - 1) / p, s);
   };
-  if (comms.allreduceResult) {
-    timed.allreduceResult = [&](float* data, int64_t count) {
-      const Clock::time_point t0 = Clock::now();
-      comms.allreduceResult(data, count);
-      const double s = secondsSince(t0);
-      commSeconds += s;
-      sample(static_cast<double>(count) * 4 * 2 * (p - 1) / p, s);
-    };
-  }
-  timed.allgatherBytes = [&](uint8_t* all, int64_t bytes) {
+  const auto gathered = [&](uint8_t* all, int64_t bytes) {
     const Clock::time_point t0 = Clock::now();
     comms.allgatherBytes(all, bytes);
     const double s = secondsSince(t0);
     commSeconds += s;
     sample(static_cast<double>(bytes) * (p - 1), s);
   };
+  // The codecs' exchanges, timed; each function holds one reference (no
+  // allocation per call). The codecs use no maximum.
+  CompressComms timed;
+  timed.rank = comms.rank;
+  timed.size = comms.size;
+  timed.allreduce = [&reduced](void* data, int64_t count, DataType type, ReduceOp op) {
+    reduced(data, count, type, op);
+  };
+  timed.allgatherBytes = [&gathered](uint8_t* all, int64_t bytes) { gathered(all, bytes); };
   const Clock::time_point t0 = Clock::now();
   if (i == 0) {
     // Exact: x + residual, summed as is; nothing is left over (an empty
@@ -267,16 +267,11 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
       for (int64_t j = 0; j < n; ++j) x[j] += state.residual[j];
     }
     state.residual.clear();
-    if (timed.allreduceResult) {
-      timed.allreduceResult(x, n);
-    } else {
-      timed.allreduceSum(x, n, DataType::Float32);
-      if (average) divideInPlace(x, n, comms.size);
-    }
+    timed.allreduce(x, n, DataType::Float32, average ? ReduceOp::Avg : ReduceOp::Sum);
     state.steps += 1;
   } else {
     compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, step, layout);
-    if (average) divideInPlace(x, n, comms.size);
+    if (average) divideInPlace(x, n, DataType::Float32, comms.size);
   }
   const double total = secondsSince(t0);
   AutoCandidate& ran = choice.candidates[i];

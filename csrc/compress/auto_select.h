@@ -138,8 +138,8 @@ class AutoSelection {
   explicit AutoSelection(double residualBound);
   // Runs one compressed allreduce of x[0..n) on `state` (its choice, its
   // residual) and returns the candidate it ran; with `average`, the result
-  // is divided by comms.size (none's sum does it in its own pass through
-  // comms.allreduceResult, where set). `comms.allreduceMax` must be set.
+  // is divided by comms.size (none's sum in its own pass: comms.allreduce
+  // with Avg). `comms.allreduceMax` must be set.
   // `layout`: the weights x holds (PowerSGD's; empty: not a candidate), the
   // same on every rank and every call of the key.
   int run(float* x, int64_t n, bool errorFeedback, CompressState& state, const CompressComms& comms,

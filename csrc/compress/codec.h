@@ -108,13 +108,6 @@ constexpr uint64_t qsgdNoiseStream(uint64_t seed, int rank) {
 // Elements top-k / random-k keep out of n (at least 1).
 int64_t keptElements(int64_t n, double ratio);
 
-// x[i] /= d (nothing for d == 1).
-inline void divideInPlace(float* x, int64_t n, int d) {
-  if (d == 1) return;
-  const auto f = static_cast<float>(d);
-  for (int64_t i = 0; i < n; ++i) x[i] /= f;
-}
-
 // No element of x[0..n) is an infinity or NaN (one pass; vectorises).
 inline bool allFinite(const float* x, int64_t n) {
   uint32_t bad = 0;

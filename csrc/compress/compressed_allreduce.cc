@@ -46,12 +46,14 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
     if (residual) {
       for (int64_t i = 0; i < n; ++i) x[i] += residual[i];
     }
-    const auto allreduce = [&](float* data, int64_t count) { comms.allreduceSum(data, count, DataType::Float32); };
+    const auto allreduce = [&](float* data, int64_t count) {
+      comms.allreduce(data, count, DataType::Float32, ReduceOp::Sum);
+    };
     powerSgd(x, n, site.spec().rank, layout, state.warm, allreduce, residual);
   } else if (const auto type = codec->sumType()) {
     std::vector<uint8_t> payload(static_cast<size_t>(codec->payloadBytes(n)));
     codec->encode(x, residual, n, payload.data(), step, comms.rank);
-    comms.allreduceSum(payload.data(), static_cast<int64_t>(payload.size() / elementSize(*type)), *type);
+    comms.allreduce(payload.data(), static_cast<int64_t>(payload.size() / elementSize(*type)), *type, ReduceOp::Sum);
     std::fill(x, x + n, 0.f);
     codec->decodeAdd(x, n, payload.data(), step);
   } else {

@@ -6,7 +6,7 @@
 //   c_r = x_r + e_r (e_r: this rank's residual, when error feedback is on)
 //   x   = sum_r decode(encode(c_r));   e_r <- c_r - decode(encode(c_r))
 // Routing by algebra: summable codecs allreduce their payloads
-// (comms.allreduceSum, in the codec's sum type); the others allgather them
+// (comms.allreduce with Sum, in the codec's sum type); the others allgather them
 // (comms.allgatherBytes) and decode each into the sum. PowerSGD runs its
 // own two rounds (compress/powersgd.h) over `layout`'s blocks. `state` holds the residual and
 // PowerSGD's warm start for one tensor (a DDP bucket); an empty residual,
@@ -41,11 +41,10 @@
 namespace scalecomm {
 
 struct CompressComms {
-  std::function<void(void* data, int64_t count, DataType type)> allreduceSum;  // in place
-  // The exact float32 sum that is the call's whole result (compress="auto"
-  // running none), in place; where the call averages, divided by the ranks
-  // in the sum's own last pass. Unset: allreduceSum, then the division.
-  std::function<void(float* data, int64_t count)> allreduceResult;
+  // In place: the sum (op Sum; every codec's), or the average (op Avg,
+  // divided by the ranks in the sum's own last pass: compress="auto"
+  // running none on an averaging call).
+  std::function<void(void* data, int64_t count, DataType type, ReduceOp op)> allreduce;
   // all: size x bytes, this rank's payload already at rank x bytes; fills the others'.
   std::function<void(uint8_t* all, int64_t bytes)> allgatherBytes;
   // Element-wise maximum across ranks, in place (compress="auto" agrees its

@@ -5,6 +5,7 @@
 // messages carry the site's codec tag, so a rank with another codec (or
 // ratio, levels, rank) fails naming it.
 #include "algo/registry.h"
+#include "comm/reducer.h"
 #include "core/logging.h"
 #include "group/group.h"
 
@@ -82,20 +83,20 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
     allreduce(ch, data, count, type, op, 1.0, a);
     if (r.pick.measured) recordTuned(r.pick, std::chrono::duration<double>(Clock::now() - t0).count(), a);
   };
-  cc.allreduceSum = [&](void* data, int64_t count, DataType type) { sum(data, count, type, ReduceOp::Sum); };
-  cc.allreduceResult = [&](float* data, int64_t count) {
-    sum(data, count, DataType::Float32, c.average ? ReduceOp::Avg : ReduceOp::Sum);
-  };
-  cc.allgatherBytes = [&](uint8_t* all, int64_t bytes) {
+  const auto gather = [&](uint8_t* all, int64_t bytes) {
     std::vector<void*> blocks;
     for (int q = 0; q < size_; ++q) blocks.push_back(all + q * bytes);
     CollectiveOptions g = nextExchange();
     g.algorithm = o.algorithm.is(AlgorithmKind::Native) ? o.algorithm : AlgorithmRef(ringAlgorithm());
     allgather(ch, blocks, bytes, DataType::Opaque, g);
   };
-  cc.allreduceMax = [&](double* data, int64_t count) {
+  const auto max = [&](double* data, int64_t count) {
     allreduce(ch, data, count, DataType::Float64, ReduceOp::Max, 1.0, nextExchange());
   };
+  // Each function holds one reference (no allocation per call).
+  cc.allreduce = [&sum](void* data, int64_t count, DataType type, ReduceOp op) { sum(data, count, type, op); };
+  cc.allgatherBytes = [&gather](uint8_t* all, int64_t bytes) { gather(all, bytes); };
+  cc.allreduceMax = [&max](double* data, int64_t count) { max(data, count); };
   std::lock_guard<std::mutex> g(c.slot->mu);
   try {
     if (c.chooser) {
@@ -114,7 +115,7 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
     } else {
       compressedAllreduce(static_cast<float*>(call.data), call.count, *c.site, c.errorFeedback, c.slot->state, cc,
                           c.slot->state.steps, c.layout);
-      if (c.average) divideInPlace(static_cast<float*>(call.data), call.count, size_);
+      if (c.average) divideInPlace(call.data, call.count, DataType::Float32, size_);
     }
   } catch (const Error& e) {
     throw asCompressedCall(e, c.site ? c.site->name() : std::string("auto"));

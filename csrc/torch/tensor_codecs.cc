@@ -243,7 +243,7 @@ TensorState& stateOn(CompressState& state, const at::Tensor& x, bool feedback) {
 }
 
 void allreduceSum(const CompressComms& comms, const at::Tensor& t) {
-  comms.allreduceSum(t.data_ptr(), t.numel(), DataType::Float32);
+  comms.allreduce(t.data_ptr(), t.numel(), DataType::Float32, ReduceOp::Sum);
 }
 
 // P's columns made orthonormal as compress/powersgd.cc does (modified
@@ -375,7 +375,7 @@ void compressedAllreduceTensor(const at::Tensor& x, const CompressedSite& site, 
     }
     at::Tensor out = x;
     if (const auto type = codec->sumType()) {
-      comms.allreduceSum(payload.data_ptr(), b / static_cast<int64_t>(elementSize(*type)), *type);
+      comms.allreduce(payload.data_ptr(), b / static_cast<int64_t>(elementSize(*type)), *type, ReduceOp::Sum);
       out.zero_();
       tc.decodeAdd(out, payload, spec, step);
     } else {

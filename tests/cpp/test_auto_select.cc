@@ -40,7 +40,7 @@ struct SimulatedLink {
     CompressComms c;
     c.rank = 0;
     c.size = size;
-    c.allreduceSum = [this](void*, int64_t count, DataType type) {
+    c.allreduce = [this](void*, int64_t count, DataType type, ReduceOp) {
       wait(static_cast<double>(count) * elementSize(type) * 2 * (size - 1) / size);
     };
     c.allgatherBytes = [this](uint8_t* all, int64_t bytes) {
@@ -244,7 +244,7 @@ struct TwoRanks {
     CompressComms c;
     c.rank = rank;
     c.size = 2;
-    c.allreduceSum = [this](void*, int64_t count, DataType type) {
+    c.allreduce = [this](void*, int64_t count, DataType type, ReduceOp) {
       meet(nullptr, 0, static_cast<double>(count) * elementSize(type));
     };
     c.allgatherBytes = [this, rank](uint8_t* all, int64_t bytes) {

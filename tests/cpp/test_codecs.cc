@@ -221,14 +221,15 @@ class Exchange {
     CompressComms c;
     c.rank = rank;
     c.size = size_;
-    c.allreduceSum = [this, rank](void* data, int64_t count, DataType type) {
+    c.allreduce = [this, rank](void* data, int64_t count, DataType type, ReduceOp op) {
       slots_[rank] = data;
       barrier();
       std::vector<double> sum(static_cast<size_t>(count), 0.0);
       for (int q = 0; q < size_; ++q)
         for (int64_t i = 0; i < count; ++i) sum[i] += sctest::loadValue(slots_[q], i, type);
       barrier();
-      for (int64_t i = 0; i < count; ++i) sctest::storeValue(data, i, type, sum[i]);
+      const double divisor = op == ReduceOp::Avg ? size_ : 1;
+      for (int64_t i = 0; i < count; ++i) sctest::storeValue(data, i, type, sum[i] / divisor);
       barrier();
     };
     c.allgatherBytes = [this, rank](uint8_t* all, int64_t b) {

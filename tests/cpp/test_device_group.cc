@@ -369,7 +369,7 @@ TEST(a_compressed_call_with_its_own_body_runs_it_on_the_device_queue_and_its_sta
             dev->residual.resize(count, 0.f);
             fp16->encode(v.data(), dev->residual.data(), count, payload->data(), 0, rank);
           });
-          comms.allreduceSum(payload->data(), count, DataType::Float16);
+          comms.allreduce(payload->data(), count, DataType::Float16, ReduceOp::Sum);
           queue.enqueue([&, payload, count] {
             std::fill(v.begin(), v.end(), 0.f);
             fp16->decodeAdd(v.data(), count, payload->data(), 0);
