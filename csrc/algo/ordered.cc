@@ -239,8 +239,7 @@ void foldAtOwners(Channel& ch, const ExecContext& ctx, const CollectiveOptions& 
   if (c.counts[q] == 0) return;
   std::vector<const void*> in(n);
   for (int p = 0; p < n; ++p) in[p] = p == q ? c.blocks[q] : c.blocks[n + p];
-  // Slot q received nothing: the fold's own output, beside this rank's chunk.
-  foldInto(c.blocks[n + q], c.blocks[q], in.data(), n, c.counts[q], ctx.dtype, ctx.op, ctx.finalizeDivisor);
+  foldInto(c.blocks[q], nullptr, in.data(), n, c.counts[q], ctx.dtype, ctx.op, ctx.finalizeDivisor);  // in place
 }
 
 // Every rank's whole buffer to `root`, which folds them in rank order into
@@ -256,8 +255,7 @@ void foldAtRoot(Channel& ch, const ExecContext& ctx, const CollectiveOptions& op
   if (rank != root) return;
   std::vector<const void*> in(n);
   for (int q = 0; q < n; ++q) in[q] = q == root ? data : blocks[1 + q];
-  // The root's slot received nothing: the fold's own output, beside its data.
-  foldInto(blocks[1 + root], data, in.data(), n, count, ctx.dtype, ctx.op, ctx.finalizeDivisor);
+  foldInto(data, nullptr, in.data(), n, count, ctx.dtype, ctx.op, ctx.finalizeDivisor);  // in place
 }
 
 ExecContext contextFor(const CollectiveOptions& opts, CollectiveKind kind, DataType dtype, int64_t count, ReduceOp op,

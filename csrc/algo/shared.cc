@@ -275,9 +275,7 @@ void reduceScatterOnWindows(Communicator& comm, uint8_t* work, int64_t perRank, 
       continue;
     }
     for (int q = 0; q < n; ++q) inputs[q] = q == rank ? own : w.data(q) + rank * slice * es;
-    // The next call's data is free (as in allreduceInChunks): the fold's scratch output.
-    foldInto(w.nextData(rank, chunkBytes) + rank * slice * es, own, inputs.data(), n, len, ctx.dtype, ctx.op,
-             ctx.finalizeDivisor);
+    foldInto(own, nullptr, inputs.data(), n, len, ctx.dtype, ctx.op, ctx.finalizeDivisor);  // in place
   }
 }
 

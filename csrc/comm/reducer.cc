@@ -100,7 +100,7 @@ void foldInto(void* dst, void* also, const void* const* in, int k, int64_t count
               int64_t divisor) {
   SC_CHECK(k >= 2, "foldInto: ", k, " inputs");
   if (k == 2 && divisor <= 1) {
-    if (also == nullptr) return reduceFrom(dst, in[0], in[1], count, dtype, op);
+    if (also == nullptr && dst != in[1]) return reduceFrom(dst, in[0], in[1], count, dtype, op);
     if (also == in[0]) return reduceLoopTwice<true>(dst, also, in[1], count, dtype, op);
     if (also == in[1]) return reduceLoopTwice<false>(dst, also, in[0], count, dtype, op);
   }

@@ -25,8 +25,9 @@ void reduceFrom(void* dst, const void* a, const void* b, int64_t count, DataType
 // divided by `divisor` where it is over 1 (AVG's finish), and the same into
 // also[i] where `also` is not null: one pass over memory with the bits of
 // reduceFrom, reduceInto for each later input and divideInPlace in that
-// order. k >= 2; `also` is null or one of the inputs (each element is read
-// before it is written); dst overlaps none of them.
+// order. k >= 2; each element of the inputs is read before it is written:
+// `also` is null or one of the inputs, and dst overlaps none of them or, where
+// `also` is null, is one of them (the fold in place).
 void foldInto(void* dst, void* also, const void* const* in, int k, int64_t count, DataType dtype, ReduceOp op,
               int64_t divisor = 1);
 

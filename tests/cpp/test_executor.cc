@@ -335,7 +335,8 @@ TEST(half_conversions_round_to_nearest_even) {
 
 // foldInto equals, bit for bit, reduceFrom then reduceInto for each later
 // input then divideInPlace, for every dtype and op, counts across its tiles,
-// with the second output apart, on one of the inputs, or absent.
+// with the second output apart, on one of the inputs, or absent, and folded
+// in place (the output on the first or the last input).
 TEST(a_fold_in_one_pass_has_the_bits_of_the_pairwise_reductions) {
   const std::vector<DataType> dtypes = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16,
                                         DataType::Int8,    DataType::Int32,   DataType::Int64,   DataType::UInt8};
@@ -367,6 +368,13 @@ TEST(a_fold_in_one_pass_has_the_bits_of_the_pairwise_reductions) {
               CHECK(dst == want);
               if (alsoAt == -1) CHECK(apart == want);
               if (alsoAt >= 0) CHECK(mine[alsoAt] == want);
+            }
+            for (int at : {0, k - 1}) {
+              std::vector<std::vector<uint8_t>> mine = in;
+              std::vector<const void*> ptrs;
+              for (auto& v : mine) ptrs.push_back(v.data());
+              foldInto(mine[at].data(), nullptr, ptrs.data(), k, count, dt, op, divisor);
+              CHECK(mine[at] == want);
             }
           }
         }
