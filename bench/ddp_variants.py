@@ -10,7 +10,9 @@ A variant is a codec spec for scalecomm's DDP hook (``auto``, ``bf16``,
 ``topk:0.01``, ...; ``none``: no hook, DDP's own allreduce), each on a
 scalecomm group of its own (its own tuning and compression state, as in a
 job of its own), optionally with a fixed allreduce algorithm (``none@ring``,
-``auto@direct``), ``gloo`` (DDP on a gloo group of the same ranks), or
+``auto@direct``) and with ``+python`` for the hook as a Python function
+(``auto+python``: ``hooks.compressed``; without it the C++ hook of
+``hooks.register``), ``gloo`` (DDP on a gloo group of the same ranks), or
 ``local`` (the model without DDP: the same steps with no communication). The
 first variant is the reference. Rounds alternate the variants' order, so
 drift on a shared machine reaches every variant alike; the first round is
@@ -62,11 +64,18 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def parse_variant(name: str) -> tuple[str, str, bool]:
+    """'auto@ring+python' -> (codec 'auto', algorithm 'ring', Python hook True)."""
+    spec, python_hook = (name[: -len("+python")], True) if name.endswith("+python") else (name, False)
+    codec, _, algorithm = spec.partition("@")
+    return codec, algorithm, python_hook
+
+
 def make_variant(name: str, model: nn.Module, lr: float):
     """(DDP module, optimizer) for one variant; raises ValueError naming a bad one."""
     if name == "local":  # the same steps with no communication
         return model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    codec, _, algorithm = name.partition("@")
+    codec, algorithm, python_hook = parse_variant(name)
     if codec == "gloo":
         if algorithm:
             raise ValueError(f"variant {name!r}: gloo takes no @algorithm")
@@ -75,8 +84,13 @@ def make_variant(name: str, model: nn.Module, lr: float):
         options = pyscalecomm.Options(algorithm=algorithm) if algorithm else None
         group = dist.new_group(backend="scalecomm", pg_options=options)
     ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
-    if codec not in ("none", "gloo"):
+    if codec in ("none", "gloo"):
+        if python_hook:
+            raise ValueError(f"variant {name!r}: +python names how a codec's hook runs; {codec} has none")
+    elif python_hook:
         ddp.register_comm_hook(group, pyscalecomm.hooks.compressed(codec))
+    else:
+        pyscalecomm.hooks.register(ddp, codec)
     return ddp, torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
 
 
@@ -143,8 +157,7 @@ def main() -> None:
                 f"| {statistics.median(c):.1f} | {slowed} |"
             )
         for name in names:  # what compress=auto chose per bucket, and why
-            codec, _, algorithm = name.partition("@")
-            if codec == "auto":
+            if parse_variant(name)[0] == "auto":
                 group = variants[name][0].process_group
                 for c in pyscalecomm.compress.choices(group):
                     print(f"# {name} {c['key']}: {c['choice']} after {c['changes']} changes; {c['reason']}")

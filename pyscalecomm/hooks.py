@@ -1,10 +1,15 @@
 """DDP communication hooks that use scalecomm's compressed allreduce.
 
+    pyscalecomm.hooks.register(model, "topk:0.01")      # the hook in C++
     model.register_comm_hook(None, pyscalecomm.hooks.compressed("topk:0.01"))
 
-The hook averages each gradient bucket across the group through the codec,
-with error feedback kept by the backend per bucket (see pyscalecomm.compress).
-``state`` may be a process group (a scalecomm group) or None (the default group).
+Either hook averages each gradient bucket across the DDP module's group
+through the codec, with error feedback kept by the backend per bucket (key
+``ddp-bucket-<index>``; see pyscalecomm.compress). ``register`` gives DDP's
+reducer a C++ hook: no Python runs per bucket. ``compressed`` is the same
+call as a Python function for ``register_comm_hook`` (``state`` a scalecomm
+process group or None, the default group), for code that wraps or composes
+hooks.
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations
@@ -81,3 +86,27 @@ def compressed(
 
     hook.__name__ = f"scalecomm_compressed_{spec}"
     return hook
+
+
+def register(ddp, compression: str, *, error_feedback: bool | None = None) -> None:
+    """Gives ``ddp`` (a DistributedDataParallel module on a scalecomm group)
+    scalecomm's compressed allreduce as its comm hook, run in C++ by DDP's
+    reducer: each bucket averaged through ``compression`` (a codec spec, or
+    ``"auto"``). As ``ddp.register_comm_hook``, once per module, before the
+    first backward."""
+    from pyscalecomm import _C
+
+    if not isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
+        raise TypeError(
+            f"pyscalecomm.hooks.register: takes a DistributedDataParallel module, not {type(ddp).__name__}"
+        )
+    if getattr(ddp, "_use_python_reducer", False):
+        raise ValueError(
+            "pyscalecomm.hooks.register: this DDP module reduces in Python (compiled DDP); "
+            "use ddp.register_comm_hook(None, pyscalecomm.hooks.compressed(...))"
+        )
+    spec = codec_spec(compression)
+    ef = -1 if error_feedback is None else int(bool(error_feedback))
+    be = _backend(ddp.process_group, torch.device(ddp.device_type))
+    _C.register_ddp_hook(ddp.reducer, be, spec, ef)
+    ddp.logger._set_comm_hook_name(f"scalecomm_compressed_{spec}")

@@ -225,6 +225,93 @@ def test_the_codec_table_drives_parsing_and_the_hooks():
         pyscalecomm.hooks.compressed(codec="powersgd")
 
 
+def _hooks_side_by_side(rank, n, specs, steps):
+    """For each spec, three copies of one model trained on the same batches:
+    DDP on gloo (the reference), DDP on a scalecomm group with the C++ hook
+    (hooks.register), and on another with the Python hook (hooks.compressed).
+    Returns, per spec, the C++ copy's largest weight difference from gloo's
+    and from the Python copy's."""
+    import copy
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import pyscalecomm.hooks
+
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+    for spec in specs:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        ref, cpp, py = (copy.deepcopy(model) for _ in range(3))
+        ref = DDP(ref, process_group=gloo)
+        cpp = DDP(cpp, process_group=dist.new_group(backend="scalecomm"))
+        pyscalecomm.hooks.register(cpp, spec)
+        py_group = dist.new_group(backend="scalecomm")
+        py = DDP(py, process_group=py_group)
+        py.register_comm_hook(py_group, pyscalecomm.hooks.compressed(spec))
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, cpp, py)]
+        gen = torch.Generator().manual_seed(rank)
+        for _ in range(steps):
+            x, y = torch.randn(16, 32, generator=gen), torch.randint(0, 8, (16,), generator=gen)
+            for m, opt in zip((ref, cpp, py), opts, strict=True):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(m(x), y).backward()
+                opt.step()
+        flat = [torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (ref, cpp, py)]
+        out[spec] = ((flat[1] - flat[0]).abs().max().item(), (flat[1] - flat[2]).abs().max().item())
+    return out
+
+
+def test_the_cpp_ddp_hook_averages_as_gloo_and_as_the_python_hook():
+    # fp16 and bf16 round each bucket: the weights stay within a step's
+    # rounding of gloo's; top-k and PowerSGD (per weight shape, with error
+    # feedback per bucket) must give the Python hook's bits exactly.
+    near = {"fp16": 1e-3, "bf16": 1e-2}
+    for diffs in run_ranks(2, _hooks_side_by_side, ["fp16", "bf16", "topk:0.1", "powersgd:2"], 4):
+        for spec, (vs_gloo, vs_python) in diffs.items():
+            assert vs_python == 0.0, (spec, vs_python)
+            if spec in near:
+                assert vs_gloo <= near[spec], (spec, vs_gloo)
+
+
+def _register_refusals(rank, n):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import pyscalecomm.hooks
+
+    msgs = []
+    ddp = DDP(torch.nn.Linear(4, 4))
+    for bad in (
+        lambda: pyscalecomm.hooks.register(torch.nn.Linear(4, 4), "fp16"),
+        lambda: pyscalecomm.hooks.register(ddp, "powersgd"),
+        lambda: pyscalecomm.hooks.register(
+            DDP(torch.nn.Linear(4, 4), process_group=dist.new_group(backend="gloo")), "fp16"
+        ),
+    ):
+        try:
+            bad()
+        except (TypeError, ValueError) as e:
+            msgs.append(str(e))
+    pyscalecomm.hooks.register(ddp, "fp16")
+    try:
+        pyscalecomm.hooks.register(ddp, "fp16")
+    except RuntimeError as e:
+        msgs.append(str(e))
+    ddp(torch.ones(2, 4)).sum().backward()  # the first hook still runs
+    return msgs, ddp.module.weight.grad.tolist()
+
+
+def test_register_refuses_what_it_cannot_hook_when_called():
+    for msgs, grad in run_ranks(2, _register_refusals):
+        assert "takes a DistributedDataParallel module, not Linear" in msgs[0]
+        assert "give the rank of the approximation" in msgs[1]
+        assert "needs a scalecomm group" in msgs[2]
+        assert "only be called once" in msgs[3]
+        assert grad == [[2.0] * 4] * 4  # two ones per rank, averaged
+
+
 # Relative error of the compressed sum against the exact sum (gaussian inputs).
 BOUNDS = {"fp16": 1e-3, "bf16": 1e-2, "topk:0.1": 0.9, "topk_sampled:0.1": 0.9, "randomk:0.1": 0.99}
 BOUNDS.update({"qsgd:8": 1.5, "sign": 0.85, "powersgd:2": 1.0})

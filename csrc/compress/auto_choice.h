@@ -73,9 +73,9 @@ struct AutoChoice {
   double lastEntry = 0;       // when the key's last call began (steady clock, seconds)
   int lastRan = -1;           // the candidate that call ran (-1: the warm-up, whose period is not a step)
   // This rank's input on the key, summed over its calls with a decay of
-  // 1 - 1/kAutoWindowCalls per call, at every autoSampleStride(elements)-th
-  // element: the recent gradient a codec's residual is measured against
-  // (compress/auto_select.h).
+  // 1 - 1/kAutoWindowCalls per call, at the sample's elements
+  // (forEachSampleRun): the recent gradient a codec's residual is measured
+  // against (compress/auto_select.h).
   std::vector<float> window;
   AutoDecision last;
 };

@@ -88,23 +88,31 @@ namespace {
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The norm of x[0], x[stride], x[2 stride], ... (n of them).
-double sampledNorm(const float* x, int64_t n, int64_t stride) {
+double sumOfSquares(const float* x, int64_t n) {
   double s = 0;
-  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j * stride]) * x[j * stride];
+  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]) * x[j];
+  return s;
+}
+
+// The norm of x's sample (forEachSampleRun over n elements).
+double sampledNorm(const float* x, int64_t n) {
+  double s = 0;
+  forEachSampleRun(n, [&](int64_t, int64_t e, int64_t length) { s += sumOfSquares(x + e, length); });
   return std::sqrt(s);
 }
 
 // Adds this call's input to the key's decayed sum (AutoChoice::window). An
 // input with a non-finite sampled value (an overflowed step) is left out.
 void addToWindow(AutoChoice& c, const float* x, int64_t n) {
-  const int64_t stride = autoSampleStride(n);
-  if (c.window.empty()) c.window.assign(static_cast<size_t>((n + stride - 1) / stride), 0.0f);
-  const int64_t m = static_cast<int64_t>(c.window.size());
-  for (int64_t j = 0; j < m; ++j)
-    if (!std::isfinite(x[j * stride])) return;
+  if (c.window.empty()) c.window.assign(static_cast<size_t>(autoSampleSize(n)), 0.0f);
+  bool finite = true;
+  forEachSampleRun(n, [&](int64_t, int64_t e, int64_t length) { finite &= allFinite(x + e, length); });
+  if (!finite) return;
   constexpr float keep = 1.0f - 1.0f / kAutoWindowCalls;
-  for (int64_t j = 0; j < m; ++j) c.window[j] = keep * c.window[j] + x[j * stride];
+  float* w = c.window.data();
+  forEachSampleRun(n, [&](int64_t i, int64_t e, int64_t length) {
+    for (int64_t j = 0; j < length; ++j) w[i + j] = keep * w[i + j] + x[e + j];
+  });
 }
 
 std::string ms(double seconds) {
@@ -291,8 +299,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     ran.codecSeconds = 0.5 * ran.codecSeconds + 0.5 * codec;
     if (decides && errorFeedback && state.residual.size() == static_cast<size_t>(n)) {
       const auto m = static_cast<int64_t>(choice.window.size());
-      const double r =
-          sampledNorm(state.residual.data(), m, autoSampleStride(n)) / sampledNorm(choice.window.data(), m, 1);
+      const double r = sampledNorm(state.residual.data(), n) / std::sqrt(sumOfSquares(choice.window.data(), m));
       if (std::isfinite(r)) ran.residual = r;
     }
   }

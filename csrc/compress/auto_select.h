@@ -42,8 +42,8 @@
 // The accuracy guard: a codec whose error-feedback residual holds more than
 // `residualBound` of the key's recent gradient (|e| / |window|: the rank's
 // inputs summed over its calls with a decay of 1 - 1/kAutoWindowCalls, both
-// norms over the same strided sample of at most kAutoSampleElements
-// elements; the ranks' maximum) is left out for the key's life once it ran.
+// norms over the same sample of about kAutoSampleElements elements,
+// forEachSampleRun; the ranks' maximum) is left out for the key's life once it ran.
 // What the residual holds is applied late; against one step's gradient it
 // is large both where gradients keep their direction (the update arrives
 // whole, a little late) and where they are noise (it mostly never does);
@@ -97,11 +97,30 @@ constexpr uint64_t kAutoProbeEvery = 1024;
 constexpr double kAutoMargin = 0.10;            // a switch must save this share of the predicted time
 constexpr double kAutoStepShare = 0.02;         // ... and a codec this share of none's step (its period)
 constexpr int kAutoWindowCalls = 64;            // the recent gradient's horizon (its decay: 1 - 1/this per call)
-constexpr int64_t kAutoSampleElements = 65536;  // the guard's norms: at most this many elements, strided
+constexpr int64_t kAutoSampleElements = 65536;  // the guard's norms: at most about this many elements
+constexpr int64_t kAutoSampleRun = 16;          // ... in runs of this many neighbours (a cache line of floats)
 
-// The guard's sample of n elements: every this-many-th, at most kAutoSampleElements of them.
+// The guard's sample of n elements: a run of kAutoSampleRun neighbours at the
+// start of every autoSampleStride(n) runs (all n where n <= kAutoSampleElements),
+// so a call reads a sixteenth of the cache lines a strided sample would.
+// f(sample, element, length) per run: sample is the run's first index in the
+// sample, element its first in the n.
 inline int64_t autoSampleStride(int64_t n) {
   return std::max<int64_t>(1, (n + kAutoSampleElements - 1) / kAutoSampleElements);
+}
+template <typename F>
+int64_t forEachSampleRun(int64_t n, F&& f) {
+  const int64_t step = autoSampleStride(n) * kAutoSampleRun;
+  int64_t sample = 0;
+  for (int64_t e = 0; e < n; e += step) {
+    const int64_t length = std::min(kAutoSampleRun, n - e);
+    f(sample, e, length);
+    sample += length;
+  }
+  return sample;  // the sample's size
+}
+inline int64_t autoSampleSize(int64_t n) {
+  return forEachSampleRun(n, [](int64_t, int64_t, int64_t) {});
 }
 
 // Candidate specs, least to most lossy; "none" first.

@@ -20,6 +20,7 @@ PYBIND11_MODULE(_C, m) {
   sc::bindModels(m);
   sc::bindCodecs(m, testing);
   sc::bindKernels(testing);
+  sc::bindDdpHook(m);
   m.def("_shutdown_all_at_exit", &sc::ScalecommBackend::shutdownAllAtExit,
         "Shuts down every live scalecomm group (registered with atexit by pyscalecomm).");
 }

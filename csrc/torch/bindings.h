@@ -23,6 +23,7 @@ void bindDirect(py::module& m);   // torch/bind_direct.cc: pyscalecomm.allreduce
 void bindModels(py::module& m);   // torch/bind_models.cc: the cost model, tuning caches, the desync verdict
 void bindCodecs(py::module& m, py::module& testing);  // torch/bind_codecs.cc: codec round trips, wire bytes
 void bindKernels(py::module& testing);                // torch/kernel_bindings.cc: the reduction kernels
+void bindDdpHook(py::module& m);                      // torch/ddp_hook.cc: the C++ DDP comm hook
 
 // The cost model's time terms by name (algo/cost_model.h, kModelFields).
 py::dict modelDict(const CostParams& c);

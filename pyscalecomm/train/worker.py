@@ -76,7 +76,7 @@ def _register_hook(cfg: RunConfig, ddp, group) -> None:
     if cfg.backend == "scalecomm":
         import pyscalecomm.hooks
 
-        ddp.register_comm_hook(group, pyscalecomm.hooks.compressed(cfg.compress))
+        pyscalecomm.hooks.register(ddp, cfg.compress)  # on ddp's group; in C++, no Python per bucket
         return
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
