@@ -278,8 +278,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     timed.allreduce(x, n, DataType::Float32, average ? ReduceOp::Avg : ReduceOp::Sum);
     state.steps += 1;
   } else {
-    compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, step, layout);
-    if (average) divideInPlace(x, n, DataType::Float32, comms.size);
+    compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, step, average, layout);
   }
   const double total = secondsSince(t0);
   AutoCandidate& ran = choice.candidates[i];

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "comm/reducer.h"
+
 namespace scalecomm {
 
 CompressedSite::CompressedSite(CodecSpec spec)
@@ -26,7 +28,7 @@ int64_t compressedWireBytes(const CodecSpec& spec, int64_t n) {
 }
 
 void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool errorFeedback, CompressState& state,
-                         const CompressComms& comms, uint64_t step, const PowerSgdLayout& layout) {
+                         const CompressComms& comms, uint64_t step, bool average, const PowerSgdLayout& layout) {
   state.toHost();
   // A key whose tensor changed size (DDP rebuilds its buckets after the first
   // step) starts over: an old residual belongs to other elements.
@@ -64,6 +66,7 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
     std::fill(x, x + n, 0.f);
     for (int q = 0; q < comms.size; ++q) codec->decodeAdd(x, n, all.data() + q * b, step);
   }
+  if (average) divideInPlace(x, n, DataType::Float32, comms.size);
   state.steps += 1;
 }
 

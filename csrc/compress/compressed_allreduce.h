@@ -2,7 +2,8 @@
 // on raw float32 host memory.
 //
 // Contract: compressedAllreduce() replaces x[0..n) by the sum over ranks of
-// each rank's decoded (compressed) contribution:
+// each rank's decoded (compressed) contribution, or with `average` by that
+// sum divided by the ranks (float32, as the reducer's Avg divides):
 //   c_r = x_r + e_r (e_r: this rank's residual, when error feedback is on)
 //   x   = sum_r decode(encode(c_r));   e_r <- c_r - decode(encode(c_r))
 // Routing by algebra: summable codecs allreduce their payloads
@@ -100,7 +101,7 @@ class CompressedSite {
 };
 
 void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool errorFeedback, CompressState& state,
-                         const CompressComms& comms, uint64_t step, const PowerSgdLayout& layout = {});
+                         const CompressComms& comms, uint64_t step, bool average, const PowerSgdLayout& layout = {});
 
 // Bytes one rank sends into compressedAllreduce of `n` elements (codec
 // payload; PowerSGD's two factors, or 4 x n where it falls back to dense).

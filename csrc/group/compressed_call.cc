@@ -114,8 +114,7 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
       c.body(c.slot->state, cc);
     } else {
       compressedAllreduce(static_cast<float*>(call.data), call.count, *c.site, c.errorFeedback, c.slot->state, cc,
-                          c.slot->state.steps, c.layout);
-      if (c.average) divideInPlace(call.data, call.count, DataType::Float32, size_);
+                          c.slot->state.steps, c.average, c.layout);
     }
   } catch (const Error& e) {
     throw asCompressedCall(e, c.site ? c.site->name() : std::string("auto"));

@@ -23,16 +23,18 @@ using sctest::relativeError;
 
 namespace {
 
-// A spec of every codec entry with one round, e.g. "topk:0.1".
-std::vector<std::string> oneRoundSpecs() {
+// A spec of every codec entry (or of those with one round: not PowerSGD),
+// with a test strength for its argument, e.g. "topk:0.1".
+std::vector<std::string> codecSpecs(bool oneRoundOnly) {
   std::vector<std::string> out;
   for (const CodecEntry& c : codecRegistry()) {
-    if (c.make == nullptr) continue;
+    if (oneRoundOnly && c.make == nullptr) continue;
     static const char* args[] = {"", ":0.1", ":8", ":2"};
     out.push_back(std::string(c.name) + args[static_cast<int>(c.arg)]);
   }
   return out;
 }
+std::vector<std::string> oneRoundSpecs() { return codecSpecs(true); }
 
 struct RoundTrip {
   std::vector<uint8_t> payload;
@@ -266,9 +268,7 @@ class Exchange {
 TEST(compressed_allreduce_sums_what_each_rank_kept_for_every_codec) {
   const int ranks = 3;
   const int64_t n = 4000;
-  for (const CodecEntry& c : codecRegistry()) {
-    static const char* args[] = {"", ":0.1", ":8", ":2"};
-    const std::string spec = std::string(c.name) + args[static_cast<int>(c.arg)];
+  for (const std::string& spec : codecSpecs(false)) {
     const CompressedSite site(CodecSpec::parse(spec));
     Exchange ex(ranks);
     std::vector<std::vector<float>> x(ranks), out(ranks);
@@ -283,7 +283,8 @@ TEST(compressed_allreduce_sums_what_each_rank_kept_for_every_codec) {
       const auto errors = sctest::onThreads(ranks, [&](int r) {
         // PowerSGD: two weights and a bias between them (the others ignore the layout)
         const PowerSgdLayout layout{{2400, 40}, {100, kPowerSgdDense}, {1500, 30}};
-        compressedAllreduce(out[r].data(), n, site, /*errorFeedback=*/true, state[r], ex.comms(r), step, layout);
+        compressedAllreduce(out[r].data(), n, site, /*errorFeedback=*/true, state[r], ex.comms(r), step,
+                            /*average=*/false, layout);
       });
       for (const auto& e : errors) CHECK_EQ(e, std::string());
       // kept_r = acc_r - new residual_r; the result is their sum, bit-identical on every rank.
@@ -296,12 +297,39 @@ TEST(compressed_allreduce_sums_what_each_rank_kept_for_every_codec) {
           kept[i] += acc - state[r].residual[i];
         }
       }
-      const double tolerance = c.name == std::string("fp16") || c.name == std::string("bf16") ? 1e-2 : 1e-4;
+      const double tolerance = spec == "fp16" || spec == "bf16" ? 1e-2 : 1e-4;
       if (relativeError(out[0], kept) > tolerance) {
         throw sctest::Failure{spec + ": the result is not the sum of what the ranks kept (relative error " +
                               std::to_string(relativeError(out[0], kept)) + ")"};
       }
     }
+  }
+}
+
+TEST(an_averaging_compressed_allreduce_is_the_sum_divided_by_the_ranks_for_every_codec) {
+  const int ranks = 3;
+  const int64_t n = 4000;
+  for (const std::string& spec : codecSpecs(false)) {
+    const CompressedSite site(CodecSpec::parse(spec));
+    std::vector<std::vector<float>> sum(ranks), mean(ranks);
+    for (int r = 0; r < ranks; ++r) sum[r] = mean[r] = gaussian(n, 40 + r);
+    for (const bool average : {false, true}) {
+      Exchange ex(ranks);
+      std::vector<CompressState> state(ranks);
+      auto& out = average ? mean : sum;
+      const auto errors = sctest::onThreads(ranks, [&](int r) {
+        compressedAllreduce(out[r].data(), n, site, /*errorFeedback=*/true, state[r], ex.comms(r), 0, average,
+                            {{2400, 40}, {1600, 40}});
+      });
+      for (const auto& e : errors) CHECK_EQ(e, std::string());
+    }
+    for (int r = 0; r < ranks; ++r)
+      for (int64_t i = 0; i < n; ++i) {
+        if (mean[r][i] != sum[r][i] / static_cast<float>(ranks))
+          throw sctest::Failure{spec + ": rank " + std::to_string(r) + " element " + std::to_string(i) +
+                                " averaged to " + std::to_string(mean[r][i]) + ", the sum over the ranks " +
+                                std::to_string(sum[r][i] / static_cast<float>(ranks))};
+      }
   }
 }
 
@@ -324,7 +352,8 @@ TEST(powersgd_recovers_a_low_rank_sum_exactly) {
   Exchange ex(ranks);
   std::vector<CompressState> state(ranks);
   const auto errors = sctest::onThreads(ranks, [&](int r) {
-    compressedAllreduce(x[r].data(), rows * cols, site, false, state[r], ex.comms(r), 0, {{rows * cols, rows}});
+    compressedAllreduce(x[r].data(), rows * cols, site, false, state[r], ex.comms(r), 0, /*average=*/false,
+                        {{rows * cols, rows}});
   });
   for (const auto& e : errors) CHECK_EQ(e, std::string());
   CHECK(relativeError(x[0], expect) < 1e-5);
