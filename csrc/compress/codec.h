@@ -16,6 +16,8 @@
 // - encode(x, residual, n, payload, seed, rank): payload <- encode(acc) with
 //   acc = x + *residual (residual == nullptr: acc = x, no error feedback);
 //   with a residual, it becomes acc - decode(payload). `x` is only read.
+//   It writes every one of the payloadBytes(n) bytes (the caller reuses
+//   payload memory between calls without clearing it).
 //   `seed` is the same on every rank for a step (random-k's positions,
 //   top-k's sample), `rank` decorrelates stochastic rounding.
 // - decodeAdd(out, n, payload, seed): out += decode(payload), for one rank's

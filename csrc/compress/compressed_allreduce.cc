@@ -53,18 +53,19 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
     };
     powerSgd(x, n, site.spec().rank, layout, state.warm, allreduce, residual);
   } else if (const auto type = codec->sumType()) {
-    std::vector<uint8_t> payload(static_cast<size_t>(codec->payloadBytes(n)));
-    codec->encode(x, residual, n, payload.data(), step, comms.rank);
-    comms.allreduce(payload.data(), static_cast<int64_t>(payload.size() / elementSize(*type)), *type, ReduceOp::Sum);
+    const int64_t b = codec->payloadBytes(n);
+    uint8_t* payload = state.payloads.get(static_cast<size_t>(b));
+    codec->encode(x, residual, n, payload, step, comms.rank);
+    comms.allreduce(payload, b / static_cast<int64_t>(elementSize(*type)), *type, ReduceOp::Sum);
     std::fill(x, x + n, 0.f);
-    codec->decodeAdd(x, n, payload.data(), step);
+    codec->decodeAdd(x, n, payload, step);
   } else {
     const int64_t b = codec->payloadBytes(n);
-    std::vector<uint8_t> all(static_cast<size_t>(comms.size * b));
-    codec->encode(x, residual, n, all.data() + comms.rank * b, step, comms.rank);
-    comms.allgatherBytes(all.data(), b);
+    uint8_t* all = state.payloads.get(static_cast<size_t>(comms.size * b));
+    codec->encode(x, residual, n, all + comms.rank * b, step, comms.rank);
+    comms.allgatherBytes(all, b);
     std::fill(x, x + n, 0.f);
-    for (int q = 0; q < comms.size; ++q) codec->decodeAdd(x, n, all.data() + q * b, step);
+    for (int q = 0; q < comms.size; ++q) codec->decodeAdd(x, n, all + q * b, step);
   }
   if (average) divideInPlace(x, n, DataType::Float32, comms.size);
   state.steps += 1;

@@ -55,8 +55,29 @@ struct CompressComms {
   int size = 1;
 };
 
+// Bytes a key's calls reuse: get(n) returns at least n of them, as the last
+// call left them (not cleared); copying a state copies none of them.
+class ReusedBytes {
+ public:
+  ReusedBytes() = default;
+  ReusedBytes(const ReusedBytes&) {}
+  ReusedBytes& operator=(const ReusedBytes&) { return *this; }
+  uint8_t* get(size_t n) {
+    if (n > size_) {
+      data_.reset(new uint8_t[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t size_ = 0;
+};
+
 struct CompressState {
   std::vector<float> residual;  // n values; empty: zero
+  ReusedBytes payloads;         // the call's payloads (every rank's, for an allgathered codec)
   PowerSgdWarmStart warm;       // PowerSGD's Q
   uint64_t steps = 0;
   AutoChoice choice;  // compress="auto": the key's codec and why

@@ -41,13 +41,14 @@ struct RoundTrip {
   std::vector<float> decoded, residual;
 };
 
+// The payload starts as `fill` bytes (a reused buffer holds anything).
 RoundTrip roundTrip(const Codec& codec, const std::vector<float>& x, std::vector<float> residual, uint64_t seed,
-                    int rank = 0) {
+                    int rank = 0, uint8_t fill = 0xab) {
   const auto n = static_cast<int64_t>(x.size());
   RoundTrip t;
-  t.payload.assign(static_cast<size_t>(codec.payloadBytes(n)) + 1, 0xab);  // +1: a guard byte
+  t.payload.assign(static_cast<size_t>(codec.payloadBytes(n)) + 1, fill);  // +1: a guard byte
   codec.encode(x.data(), residual.empty() ? nullptr : residual.data(), n, t.payload.data() + 0, seed, rank);
-  CHECK_EQ(static_cast<int>(t.payload.back()), 0xab);  // nothing written past payloadBytes
+  CHECK_EQ(static_cast<int>(t.payload.back()), static_cast<int>(fill));  // nothing written past payloadBytes
   t.payload.pop_back();
   t.decoded.assign(x.size(), 0.f);
   codec.decodeAdd(t.decoded.data(), n, t.payload.data(), seed);
@@ -76,6 +77,8 @@ TEST(every_codec_keeps_what_its_residual_does_not) {
       std::vector<float> acc(x);
       for (int64_t i = 0; i < n; ++i) acc[i] += r0[i];
       CHECK(roundTrip(*codec, acc, {}, 7).payload == t.payload);
+      // Every payload byte is written: the call reuses its payload memory uncleared.
+      CHECK(roundTrip(*codec, x, r0, 7, 0, 0x00).payload == t.payload);
     }
   }
 }
