@@ -110,12 +110,14 @@ TEST(a_slow_link_chooses_a_sparsifier_and_a_fast_one_none) {
 
 namespace {
 
-// `steps` calls of auto (the default bound, a third) on a 20 MB/s simulated
-// link, call s on input(s); after(s, state) looks at each call's state.
+// `steps` calls of auto (the default bound, a third) on a simulated link
+// of `ranks` (20 MB/s of bus bandwidth unless given), call s on input(s);
+// after(s, state) looks at each call's state.
 template <class Input, class After>
-CompressState onSlowLink(int steps, Input input, After after) {
+CompressState onSlowLink(int steps, Input input, After after, int ranks = 4, double bytesPerSecond = 20e6) {
   SimulatedLink link;
-  link.beta = 1.0 / 20e6;
+  link.size = ranks;
+  link.beta = 1.0 / bytesPerSecond;
   AutoSelection sel(0.33);
   CompressState state;
   const CompressComms comms = link.comms();
@@ -146,7 +148,9 @@ TEST(sparsifiers_wait_for_the_window_and_noise_leaves_top_k_1_percent_out) {
 TEST(steady_gradients_keep_a_sparsifier_whose_residual_is_small_against_their_sum) {
   // One direction plus a little noise: the residual is several steps'
   // gradient (far over one step's norm) but a small share of the recent
-  // sum, and a slow link keeps a sparsifier.
+  // sum, and a slow link keeps a sparsifier. Two ranks at 10 MB/s: top-k
+  // 10 %'s allgather sends two fifths of bf16's bus bytes, so the codecs'
+  // times cannot tie them (at 4 ranks and 20 MB/s they could: six fifths).
   const std::vector<float> direction = values(7, 65536);
   const CompressState state = onSlowLink(
       120,
@@ -155,7 +159,7 @@ TEST(steady_gradients_keep_a_sparsifier_whose_residual_is_small_against_their_su
         for (size_t j = 0; j < x.size(); ++j) x[j] = direction[j] + 0.3f * x[j];
         return x;
       },
-      [](int, const CompressState&) {});
+      [](int, const CompressState&) {}, /*ranks=*/2, /*bytesPerSecond=*/10e6);
   const AutoDecision& d = state.choice.last;
   CHECK(chosen(state).rfind("topk", 0) == 0);
   CHECK(d.residual[state.choice.current] > 0 && d.residual[state.choice.current] <= 0.33);
