@@ -139,7 +139,9 @@ def codec_table() -> list[dict]:
     ``topk:0.01``, ``qsgd:8``, ``powersgd:4``, ``sign``), whether it is
     ``biased`` (error feedback on by default), its communication ``rounds``
     per call, whether its payloads are ``summable`` (allreduced rather than
-    allgathered), and a ``summary``."""
+    allgathered), whether it is ``shaped`` (factors each weight in its own
+    matrix shape, so a DDP hook passes its bucket's weight shapes), and a
+    ``summary``."""
     return list(_C.codec_registry())
 
 

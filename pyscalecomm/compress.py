@@ -105,7 +105,7 @@ def allreduce(
     if key is None:
         key = "" if array is None or array is tensor else _key_for_memory(be, tensor, array)
     ef = -1 if error_feedback is None else int(bool(error_feedback))
-    fut = be.allreduce_compressed(tensor, compression, key, ef, average)
+    fut = be.allreduce_compressed(tensor, compression, key, ef, average, blocking=not async_op)
     if async_op:
         return fut
     fut.wait()

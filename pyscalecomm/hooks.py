@@ -70,16 +70,18 @@ def compressed(
         )
     spec = codec_spec(compression)
     ef = -1 if error_feedback is None else int(bool(error_feedback))
+    # PowerSGD (named, or a candidate of auto) factors each weight in its
+    # own shape (a bucket flattened into one matrix mixes layers and loses
+    # the low rank: measured, it diverges); 1-D weights (biases, norms)
+    # are summed exactly, in the same allreduce as the first factors.
+    from pyscalecomm import _C
+
+    shaped = _C.compression_takes_shapes(spec)
 
     def hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         group = state if isinstance(state, dist.ProcessGroup) else None
         buf = bucket.buffer()
         be = _backend(group, buf.device)
-        # PowerSGD (named, or a candidate of auto) factors each weight in its
-        # own shape (a bucket flattened into one matrix mixes layers and loses
-        # the low rank: measured, it diverges); 1-D weights (biases, norms)
-        # are summed exactly, in the same allreduce as the first factors.
-        shaped = spec == "auto" or spec.startswith("powersgd")
         shapes = [list(p.shape) for p in bucket.parameters()] if shaped else []
         fut = be.allreduce_compressed(buf, spec, f"ddp-bucket-{bucket.index()}", ef, True, shapes=shapes)
         return fut.then(lambda f: f.value()[0])

@@ -210,6 +210,14 @@ def test_the_codec_table_drives_parsing_and_the_hooks():
         if c["arg"]:  # a lossy codec's strength is spelled out
             with pytest.raises(ValueError, match=f"compression '{c['name']}': give the"):
                 _C.codec_spec(c["name"])
+    # The hooks list a bucket's weight shapes for the table's shaped codecs and for auto (PowerSGD
+    # among its candidates), for no other.
+    assert [c["name"] for c in table if c["shaped"]] == ["powersgd"]
+    for c in table:
+        assert _C.compression_takes_shapes(c["name"] + _TEST_ARG[c["arg"]]) == c["shaped"]
+    assert _C.compression_takes_shapes("auto")
+    with pytest.raises(ValueError, match="unknown compression 'zip'"):
+        _C.compression_takes_shapes("zip")
     # A hook whose codec lacks its argument fails when it is made, not in the first backward.
     with pytest.raises(ValueError, match="give the rank of the approximation, e.g. powersgd:4"):
         pyscalecomm.hooks.compressed("powersgd")
@@ -225,12 +233,14 @@ def test_the_codec_table_drives_parsing_and_the_hooks():
         pyscalecomm.hooks.compressed(codec="powersgd")
 
 
-def _hooks_side_by_side(rank, n, specs, steps):
+def _hooks_side_by_side(rank, n, specs, steps, device="cpu"):
     """For each spec, three copies of one model trained on the same batches:
     DDP on gloo (the reference), DDP on a scalecomm group with the C++ hook
     (hooks.register), and on another with the Python hook (hooks.compressed).
     Returns, per spec, the C++ copy's largest weight difference from gloo's
-    and from the Python copy's."""
+    and from the Python copy's. device "cuda": the models on this rank's GPU
+    (the codecs' torch form there, over NCCL), both scalecomm groups on one
+    algorithm (fp16/bf16 payloads round at every hop)."""
     import copy
 
     import torch.distributed as dist
@@ -238,22 +248,28 @@ def _hooks_side_by_side(rank, n, specs, steps):
 
     import pyscalecomm.hooks
 
+    dev, options = torch.device("cpu"), None
+    if device == "cuda":
+        from dist_helpers import rank_gpu
+
+        dev, options = torch.device("cuda", rank_gpu(rank)), pyscalecomm.Options(algorithm="ring")
     gloo = dist.new_group(backend="gloo")
     out = {}
     for spec in specs:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(dev)
         ref, cpp, py = (copy.deepcopy(model) for _ in range(3))
         ref = DDP(ref, process_group=gloo)
-        cpp = DDP(cpp, process_group=dist.new_group(backend="scalecomm"))
+        cpp = DDP(cpp, process_group=dist.new_group(backend="scalecomm", pg_options=options))
         pyscalecomm.hooks.register(cpp, spec)
-        py_group = dist.new_group(backend="scalecomm")
+        py_group = dist.new_group(backend="scalecomm", pg_options=options)
         py = DDP(py, process_group=py_group)
         py.register_comm_hook(py_group, pyscalecomm.hooks.compressed(spec))
         opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, cpp, py)]
         gen = torch.Generator().manual_seed(rank)
         for _ in range(steps):
             x, y = torch.randn(16, 32, generator=gen), torch.randint(0, 8, (16,), generator=gen)
+            x, y = x.to(dev), y.to(dev)
             for m, opt in zip((ref, cpp, py), opts, strict=True):
                 opt.zero_grad()
                 torch.nn.functional.cross_entropy(m(x), y).backward()
@@ -263,16 +279,23 @@ def _hooks_side_by_side(rank, n, specs, steps):
     return out
 
 
-def test_the_cpp_ddp_hook_averages_as_gloo_and_as_the_python_hook():
-    # fp16 and bf16 round each bucket: the weights stay within a step's
-    # rounding of gloo's; top-k and PowerSGD (per weight shape, with error
-    # feedback per bucket) must give the Python hook's bits exactly.
+def check_hooks_side_by_side(results):
+    """fp16 and bf16 round each bucket: the weights stay within a step's
+    rounding of gloo's; every codec (top-k and PowerSGD per weight shape,
+    with error feedback per bucket) gives the Python hook's bits exactly."""
     near = {"fp16": 1e-3, "bf16": 1e-2}
-    for diffs in run_ranks(2, _hooks_side_by_side, ["fp16", "bf16", "topk:0.1", "powersgd:2"], 4):
+    for diffs in results:
         for spec, (vs_gloo, vs_python) in diffs.items():
             assert vs_python == 0.0, (spec, vs_python)
             if spec in near:
                 assert vs_gloo <= near[spec], (spec, vs_gloo)
+
+
+HOOK_SPECS = ["fp16", "bf16", "topk:0.1", "powersgd:2"]
+
+
+def test_the_cpp_ddp_hook_averages_as_gloo_and_as_the_python_hook():
+    check_hooks_side_by_side(run_ranks(2, _hooks_side_by_side, HOOK_SPECS, 4))
 
 
 def _register_refusals(rank, n):

@@ -70,6 +70,7 @@ struct AutoChoice {
   bool onTrial = false;       // the current candidate was just switched to; checkAt judges it
   int pending = -1;           // a candidate that led at the last decision; switched to if it leads again
   bool probeNext = false;     // the ranks agreed the link drifted: the next call runs none
+  int noneCallsLeft = 0;      // after drift: calls that run none (its step measured) before the decision
   double lastEntry = 0;       // when the key's last call began (steady clock, seconds)
   int lastRan = -1;           // the candidate that call ran (-1: the warm-up, whose period is not a step)
   // This rank's input on the key, summed over its calls with a decay of

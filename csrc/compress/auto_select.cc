@@ -18,6 +18,12 @@ const std::vector<std::string>& autoCandidates() {
   return table;
 }
 
+bool compressionTakesShapes(const std::string& spec) {
+  if (spec != "auto") return CodecSpec::parse(spec).entry->shaped;
+  return std::any_of(autoCandidates().begin() + 1, autoCandidates().end(),
+                     [](const std::string& c) { return CodecSpec::parse(c).entry->shaped; });
+}
+
 // ---- LinkFit ----
 
 void LinkFit::add(double busBytes, double seconds, bool fresh) {
@@ -186,14 +192,19 @@ void AutoSelection::measureCodecs(const float* x, int64_t n, AutoChoice& choice,
     const Clock::time_point t0 = Clock::now();
     codec.encode(x, nullptr, n, payload.data(), 0, comms.rank);
     const double encode = secondsSince(t0);
+    if (codec.summable()) {  // the call decodes the summed payload once, averaging in the pass
+      const Clock::time_point t1 = Clock::now();
+      codec.decode(out.data(), n, payload.data(), 0, comms.size);
+      choice.candidates[i].codecSeconds = encode + secondsSince(t1);
+      continue;
+    }
+    // The call clears its output and adds every rank's payload into it.
     const Clock::time_point t1 = Clock::now();
     std::fill(out.begin(), out.end(), 0.f);
     const double fill = secondsSince(t1);
     const Clock::time_point t2 = Clock::now();
     codec.decodeAdd(out.data(), n, payload.data(), 0);
-    const double decode = secondsSince(t2);
-    const int decodes = codec.summable() ? 1 : comms.size;
-    choice.candidates[i].codecSeconds = encode + fill + decodes * decode;
+    choice.candidates[i].codecSeconds = encode + fill + comms.size * secondsSince(t2);
   }
 }
 
@@ -225,15 +236,22 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   if (n > 0) addToWindow(choice, x, n);
   choice.calls += 1;
   const uint64_t step = state.steps;
+  // After drift: none runs this call (the link's new sample at its bytes)
+  // and the next kAutoPeriodSamples (its step on the new link), then decides.
   const bool drifted = choice.decided && choice.probeNext;
-  const bool probe =
-      choice.decided && choice.current != 0 && (drifted || step % kAutoProbeEvery == kAutoProbeEvery - 1);
+  const bool remeasuring = choice.decided && choice.noneCallsLeft > 0;
+  const bool probe = choice.decided && choice.current != 0 &&
+                     (drifted || remeasuring || step % kAutoProbeEvery == kAutoProbeEvery - 1);
   choice.probeNext = false;
+  if (drifted) choice.noneCallsLeft = kAutoPeriodSamples;
+  if (remeasuring) choice.noneCallsLeft -= 1;
+  const bool remeasured = remeasuring && choice.noneCallsLeft == 0;
   const int i = choice.decided && !probe ? choice.current : 0;
   choice.lastEntry = entry;
   choice.lastRan = warmup ? -1 : i;
   const bool checks = choice.decided && choice.checkAt != 0 && step + 1 >= choice.checkAt;
-  const bool decides = first || drifted || checks || (choice.decided && (step + 1) % kAutoDecideEvery == 0);
+  const bool decides = first || remeasured ||
+                       (!drifted && !remeasuring && (checks || (choice.decided && (step + 1) % kAutoDecideEvery == 0)));
 
   double commSeconds = 0;
   // Bus bytes and seconds of each transfer, each one a sample of the link:
@@ -283,12 +301,13 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const double total = secondsSince(t0);
   AutoCandidate& ran = choice.candidates[i];
   if (!warmup) {
-    // A probe after drift replaces its size class's times and its own (the link changed).
+    // A probe after drift replaces its size class's times and its own (the
+    // link changed), and every candidate's step (each was on the old link).
     for (size_t t = 0; t < transferCount; ++t) link_.add(transfers[t].first, transfers[t].second, /*fresh=*/drifted);
     if (drifted) {
       ran.total.clear();
       ran.comm.clear();
-      ran.period.clear();
+      for (AutoCandidate& c : choice.candidates) c.period.clear();
     }
     ran.total.add(total);
     ran.comm.add(commSeconds);
@@ -302,7 +321,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
       if (std::isfinite(r)) ran.residual = r;
     }
   }
-  if (decides) decide(n, choice, state.steps, comms, first || drifted || (checks && choice.onTrial));
+  if (decides) decide(n, choice, state.steps, comms, first || remeasured || (checks && choice.onTrial));
   return i;
 }
 

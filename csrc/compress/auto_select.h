@@ -66,9 +66,13 @@
 //
 // Drift. While a codec runs, none's bytes are not re-measured; when the
 // running codec's communication time has moved 2x since it was chosen (any
-// rank), the next call runs none, replaces none's time and the link's at
-// that size, forgets the back-offs, and decides. Every kAutoProbeEvery
-// calls one call runs none anyway.
+// rank), the next call runs none and replaces none's time and the link's at
+// that size; every candidate's step is forgotten (it was the old link's),
+// the next kAutoPeriodSamples calls run none too (its step on the new link:
+// the step guard's reference), then it forgets the back-offs and decides.
+// No decision is made in between, so none's step is never unknown when a
+// codec is chosen after drift. Every kAutoProbeEvery calls one call runs
+// none anyway.
 // Thread safety: an AutoSelection serves every key of a group, from any
 // thread; a key's state is used under its slot's lock.
 #pragma once
@@ -125,6 +129,12 @@ inline int64_t autoSampleSize(int64_t n) {
 
 // Candidate specs, least to most lossy; "none" first.
 const std::vector<std::string>& autoCandidates();
+
+// Whether a compression setting (a codec spec, or "auto") uses the weights'
+// shapes of the tensor it compresses: a shaped codec (CodecEntry::shaped),
+// or auto where one of its candidates is. The DDP hooks list a bucket's
+// shapes only for these. InvalidArgument for a spec the parser refuses.
+bool compressionTakesShapes(const std::string& spec);
 
 // Seconds of communication against bus bytes, t = alpha + beta x bytes,
 // fitted (least squares, alpha, beta >= 0) over each power-of-two size

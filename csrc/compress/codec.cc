@@ -115,6 +115,14 @@ std::string CodecSpec::str() const {
   return os.str();
 }
 
+void Codec::decode(float* out, int64_t n, const uint8_t* payload, uint64_t seed, int64_t divisor) const {
+  std::fill(out, out + n, 0.f);
+  decodeAdd(out, n, payload, seed);
+  if (divisor == 1) return;
+  const auto d = static_cast<float>(divisor);
+  for (int64_t i = 0; i < n; ++i) out[i] /= d;
+}
+
 std::unique_ptr<Codec> makeCodec(const CodecSpec& spec) {
   if (spec.entry->make == nullptr) {
     fail(ErrorKind::InvalidArgument, "scalecomm: compression '", spec.str(), "' has no single-round codec");

@@ -6,8 +6,8 @@
 // make it. CodecSpec::parse reads "<name>" or "<name>:<argument>" ("fp16",
 // "topk:0.01", "qsgd:8", "powersgd:4", ...) against that table
 // (Error(InvalidArgument) naming the choices otherwise); the parser, str(),
-// biased(), makeCodec, the compressed allreduce, the hooks and
-// pyscalecomm.codec_table() read it. Adding a codec is its file (which
+// biased(), makeCodec, the compressed allreduce, the hooks (which pass a
+// shaped codec their weights' shapes) and pyscalecomm.codec_table() read it. Adding a codec is its file (which
 // defines `CodecEntry <name>Codec()`) plus one line of the table in codec.cc.
 //
 // A Codec works on raw host memory: float32 values in, a byte payload out,
@@ -22,6 +22,11 @@
 //   top-k's sample), `rank` decorrelates stochastic rounding.
 // - decodeAdd(out, n, payload, seed): out += decode(payload), for one rank's
 //   payload or, for a summable codec, the sum of all ranks' payloads.
+// - decode(out, n, payload, seed, divisor): out = decode(payload) / divisor,
+//   out's contents before unread: the bits that clearing out, decodeAdd and
+//   dividing each value by float(divisor) give (divisor 1: no divide; a -0
+//   comes out +0). A codec may override it to write in one pass (the casts
+//   do); the compressed allreduce decodes a summed payload with it.
 // - sumType(): summable codecs (fp16, bf16, random-k with positions from the
 //   shared seed) return the element type their payloads are summed in, so
 //   the collective allreduces payloads; the others return nullopt, and their
@@ -67,6 +72,10 @@ struct CodecEntry {
   // null for a codec of its own protocol (powersgd: compress/powersgd.h).
   std::unique_ptr<Codec> (*make)(const CodecSpec& spec);
   const char* summary;
+  // Factors each weight in its own matrix shape: a caller that knows its
+  // tensor's weights passes their shapes (PowerSgdLayout), and without them
+  // the tensor is one matrix (2-D) or sent dense (flat).
+  bool shaped = false;
 };
 
 const std::vector<CodecEntry>& codecRegistry();
@@ -91,6 +100,7 @@ class Codec {
   virtual std::optional<DataType> sumType() const = 0;
   virtual void encode(const float* x, float* residual, int64_t n, uint8_t* payload, uint64_t seed, int rank) const = 0;
   virtual void decodeAdd(float* out, int64_t n, const uint8_t* payload, uint64_t seed) const = 0;
+  virtual void decode(float* out, int64_t n, const uint8_t* payload, uint64_t seed, int64_t divisor) const;
   bool summable() const { return sumType().has_value(); }
 };
 

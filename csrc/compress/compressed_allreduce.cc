@@ -44,6 +44,7 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
     residual = nullptr;
   }
   const Codec* codec = site.codec();
+  bool averaged = false;
   if (codec == nullptr) {  // powersgd: its own two rounds, in place on x (the sum replaces c)
     if (residual) {
       for (int64_t i = 0; i < n; ++i) x[i] += residual[i];
@@ -57,8 +58,8 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
     uint8_t* payload = state.payloads.get(static_cast<size_t>(b));
     codec->encode(x, residual, n, payload, step, comms.rank);
     comms.allreduce(payload, b / static_cast<int64_t>(elementSize(*type)), *type, ReduceOp::Sum);
-    std::fill(x, x + n, 0.f);
-    codec->decodeAdd(x, n, payload, step);
+    codec->decode(x, n, payload, step, average ? comms.size : 1);  // the average in the same pass
+    averaged = average;
   } else {
     const int64_t b = codec->payloadBytes(n);
     uint8_t* all = state.payloads.get(static_cast<size_t>(comms.size * b));
@@ -67,7 +68,7 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
     std::fill(x, x + n, 0.f);
     for (int q = 0; q < comms.size; ++q) codec->decodeAdd(x, n, all + q * b, step);
   }
-  if (average) divideInPlace(x, n, DataType::Float32, comms.size);
+  if (average && !averaged) divideInPlace(x, n, DataType::Float32, comms.size);
   state.steps += 1;
 }
 

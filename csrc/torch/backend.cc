@@ -214,7 +214,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduce(std::vector<at::Tenso
     }
     // The group's default codec; state per tensor memory (a DDP bucket keeps
     // its buffer), which ends with the memory's storage.
-    return allreduceCompressed(t, codec, "", -1, r.op.op == ReduceOp::Avg, opts.timeout);
+    return allreduceCompressed(t, codec, "", -1, r.op.op == ReduceOp::Avg, opts.timeout, {}, !opts.asyncOp);
   }
   auto stage = stageFor("allreduce", {t}, reducesOnDevice());
   Call call = preparedCall(CallKind::Allreduce, "allreduce", static_cast<int64_t>(t.nbytes()), opts);

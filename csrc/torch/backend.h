@@ -151,11 +151,14 @@ class ScalecommBackend : public c10d::Backend {
   // memory, for as long as its storage lives (CompressionStore::slotOwnedBy).
   // `shapes`: the shapes of the weights t holds, in order (a DDP bucket's),
   // which PowerSGD factors one by one (1-D ones summed exactly); empty: t's
-  // own shape. Validates like allreduce.
+  // own shape. `blocking`: the caller waits on the Work at once, so a CPU
+  // tensor's call may run on its thread when the group is idle (as a
+  // synchronous allreduce does). Validates like allreduce.
   c10::intrusive_ptr<c10d::Work> allreduceCompressed(const at::Tensor& t, const std::string& spec,
                                                      const std::string& key, int errorFeedback, bool average,
                                                      std::chrono::milliseconds timeout,
-                                                     const std::vector<std::vector<int64_t>>& shapes = {});
+                                                     const std::vector<std::vector<int64_t>>& shapes = {},
+                                                     bool blocking = false);
   CompressionStore& compressionState() { return *compression_; }
 
   // The direct API's allreduce (pyscalecomm.allreduce on a host array):

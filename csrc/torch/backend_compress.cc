@@ -18,7 +18,8 @@ namespace scalecomm {
 c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::Tensor& t, const std::string& spec,
                                                                      const std::string& key, int errorFeedback,
                                                                      bool average, std::chrono::milliseconds timeout,
-                                                                     const std::vector<std::vector<int64_t>>& shapes) {
+                                                                     const std::vector<std::vector<int64_t>>& shapes,
+                                                                     bool blocking) {
   const char* what = "compressed allreduce";
   checkDense(what, getRank(), t);
   TORCH_CHECK_VALUE(at::isFloatingType(t.scalar_type()), "scalecomm ", what, " (rank ", getRank(), "): dtype ",
@@ -76,6 +77,7 @@ c10::intrusive_ptr<c10d::Work> ScalecommBackend::allreduceCompressed(const at::T
   call.name = chosen ? prepared->chooser->title(algo, -1) : prepared->site->title(algo);
   call.algorithm = algo;
   call.timeoutMs = timeout.count();
+  call.blocking = blocking;  // Group::dispatch runs it inline only for host memory on an idle group
   call.dtype = DataType::Float32;
   call.count = t.numel();
   // The codecs take float32: another dtype runs on a float32 copy.

@@ -203,19 +203,22 @@ void defineCompression(BackendClass& cls) {
   cls.def(
          "allreduce_compressed",
          [](ScalecommBackend& b, const at::Tensor& t, const std::string& spec, const std::string& key,
-            int errorFeedback, bool average, int64_t timeoutMs, const std::vector<std::vector<int64_t>>& shapes) {
+            int errorFeedback, bool average, int64_t timeoutMs, const std::vector<std::vector<int64_t>>& shapes,
+            bool blocking) {
            c10::intrusive_ptr<c10d::Work> work;
            {
              py::gil_scoped_release noGil;
              work = b.allreduceCompressed(t, spec, key, errorFeedback, average, std::chrono::milliseconds(timeoutMs),
-                                          shapes);
+                                          shapes, blocking);
            }
            return torch::jit::toPyObject(c10::IValue(work->getFuture()));
          },
          py::arg("tensor"), py::arg("compression"), py::arg("key"), py::arg("error_feedback") = -1,
          py::arg("average") = false, py::arg("timeout_ms") = 0, py::arg("shapes") = std::vector<std::vector<int64_t>>{},
+         py::arg("blocking") = false,
          "Queues a compressed allreduce; returns a torch.futures.Future of [tensor] (see pyscalecomm.allreduce). "
-         "shapes: the weights' shapes the tensor holds, in order (PowerSGD factors each).")
+         "shapes: the weights' shapes the tensor holds, in order (PowerSGD factors each). blocking: the caller "
+         "waits on the future at once (a CPU tensor's call may then run on this thread).")
       .def(
           "compression_state",
           [](ScalecommBackend& b) {

@@ -3,6 +3,7 @@
 
 #include "algo/registry.h"
 #include "comm/communicator.h"
+#include "compress/auto_select.h"
 #include "compress/codec.h"
 #include "core/params.h"
 #include "core/version.h"
@@ -121,12 +122,14 @@ void bindCodecTable(py::module& m) {
           CodecSpec defaults;
           defaults.entry = &c;
           d["summable"] = c.make != nullptr && c.make(defaults)->summable();
+          d["shaped"] = c.shaped;
           d["summary"] = c.summary;
           out.append(d);
         }
         return out;
       },
-      "Every codec's registry entry (compress/codec.cc): name, argument, biased, rounds, summable, summary.");
+      "Every codec's registry entry (compress/codec.cc): name, argument, biased, rounds, summable, shaped, "
+      "summary.");
   m.def(
       "codec_spec",
       [](const std::string& spec) {
@@ -135,6 +138,12 @@ void bindCodecTable(py::module& m) {
       py::arg("spec"),
       "The canonical form of a compression spec (or auto: a codec chosen per tensor by measurement); ValueError "
       "naming the choices for a bad one.");
+  m.def(
+      "compression_takes_shapes",
+      [](const std::string& spec) { return valueErrors([&] { return compressionTakesShapes(spec); }); },
+      py::arg("spec"),
+      "Whether a compression spec (or auto) factors each weight in its own shape, so a hook passes the "
+      "weights' shapes of its tensor.");
 }
 
 // This build and this host: what it was built with, the bench's factors, shm housekeeping.

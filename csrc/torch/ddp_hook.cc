@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
+#include "compress/auto_select.h"
 #include "torch/backend.h"
 #include "torch/bindings.h"
 
@@ -26,7 +27,7 @@ class CompressedDdpHook final : public c10d::CommHookInterface {
       : backend_(std::move(backend)),
         spec_(std::move(spec)),
         errorFeedback_(errorFeedback),
-        shaped_(spec_ == "auto" || spec_.rfind("powersgd", 0) == 0) {}
+        shaped_(compressionTakesShapes(spec_)) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     std::vector<std::vector<int64_t>> shapes;
@@ -46,7 +47,7 @@ class CompressedDdpHook final : public c10d::CommHookInterface {
   const c10::intrusive_ptr<ScalecommBackend> backend_;
   const std::string spec_;
   const int errorFeedback_;
-  const bool shaped_;  // PowerSGD factors each weight in its own shape
+  const bool shaped_;  // the spec factors each weight in its own shape (PowerSGD, or auto with it)
 };
 
 }  // namespace

@@ -7,8 +7,9 @@
 // still a sparsifier on a slow one, the same choice on both), and a link
 // that speeds up noticed, with none then sending what the residual held
 // (nothing lost), a codec whose call is shorter but whose step is longer
-// left (the step guard), one that would save too little of the step not
-// tried, and PowerSGD a candidate only where the weights' shapes are known.
+// left (the step guard), also after the link drifts, one that would save
+// too little of the step not tried, and PowerSGD a candidate only where the
+// weights' shapes are known.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -388,6 +389,39 @@ TEST(a_codec_whose_call_is_shorter_but_whose_step_is_longer_is_left) {
   CHECK(codecCalls <= steps / 4);  // a few trials, each a handful of calls
   const std::vector<double>& period = state.choice.last.period;
   CHECK(period[0] > 0);
+}
+
+TEST(after_the_link_drifts_none_s_step_is_measured_again_and_guards_the_choice) {
+  // bf16 halves none's call (~10 ms) on a slow link and runs. Then the link
+  // turns 2.5x slower (drift: none's call ~25 ms) and from then on the
+  // compute after a codec's call takes 30 ms longer: every codec's call is
+  // still shorter than none's, its step longer.
+  // After the drift none's step must be measured again, so the step guard
+  // leaves bf16. (Had none's step been forgotten and not measured, the
+  // guard would have no reference and bf16 would run to the end.)
+  const int64_t n = 16384;
+  SimulatedLink link;
+  link.beta = 1.0 / 10e6;
+  AutoSelection sel(0);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  const int before = 30, steps = before + 70;
+  int codecBefore = 0, lateCodecCalls = 0, ran = 0;
+  for (int s = 0; s < steps; ++s) {
+    const bool slowStep = s >= before && ran != 0;  // the compute after a call that ran a codec
+    if (s == before) link.beta = 2.5 / 10e6;
+    std::this_thread::sleep_for(std::chrono::milliseconds(slowStep ? 32 : 2));
+    std::vector<float> x = values(700 + s, n);
+    ran = sel.run(x.data(), n, true, state, comms);
+    codecBefore += ran != 0 && s < before;
+    lateCodecCalls += ran != 0 && s >= steps - 20;
+  }
+  std::printf("  codec calls before the drift %d of %d, in the last 20 %d; last: %s\n", codecBefore, before,
+              lateCodecCalls, state.choice.last.reason.c_str());
+  CHECK(codecBefore >= before / 2);  // bf16 ran on the first link
+  CHECK_EQ(chosen(state), std::string("none"));
+  CHECK(lateCodecCalls <= 4);
+  CHECK(state.choice.last.period[0] > 0);
 }
 
 TEST(a_codec_that_saves_less_than_two_percent_of_the_step_is_not_tried) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <string>
@@ -79,6 +80,30 @@ TEST(every_codec_keeps_what_its_residual_does_not) {
       CHECK(roundTrip(*codec, acc, {}, 7).payload == t.payload);
       // Every payload byte is written: the call reuses its payload memory uncleared.
       CHECK(roundTrip(*codec, x, r0, 7, 0, 0x00).payload == t.payload);
+    }
+  }
+}
+
+TEST(decode_writes_the_bits_of_clearing_adding_and_dividing) {
+  // decode() overwrites (a reused output holds anything) and divides in its
+  // pass; its bits are those of clearing, decodeAdd, then / float(divisor),
+  // -0 included (it comes out +0, as adding onto cleared memory gives).
+  for (const std::string& spec : oneRoundSpecs()) {
+    const auto codec = makeCodec(CodecSpec::parse(spec));
+    for (int64_t n : {1, 257, 70001}) {
+      std::vector<float> x = gaussian(n, 8);
+      for (int64_t i = 0; i < n; i += 5) x[static_cast<size_t>(i)] = -0.f;
+      const RoundTrip t = roundTrip(*codec, x, {}, 9);
+      for (int64_t divisor : {1, 3, 4}) {
+        std::vector<float> want(t.decoded);
+        for (float& v : want) v /= static_cast<float>(divisor);
+        std::vector<float> got(x.size(), std::numeric_limits<float>::quiet_NaN());
+        codec->decode(got.data(), n, t.payload.data(), 9, divisor);
+        if (std::memcmp(got.data(), want.data(), x.size() * sizeof(float)) != 0) {
+          throw sctest::Failure{spec + " n=" + std::to_string(n) + " divisor=" + std::to_string(divisor) +
+                                ": decode differs from clear + decodeAdd + divide"};
+        }
+      }
     }
   }
 }

@@ -2,7 +2,8 @@
 host codecs send (the same random draws, computed on the device), and a
 compressed allreduce of CUDA tensors, encoded on the GPU and sent over NCCL,
 sums as the host codecs do after staging (tests/test_tensor_codecs.py runs
-the same checks on the CPU). Skipped without a GPU."""
+the same checks on the CPU), and DDP's C++ comm hook (hooks.register) on a
+GPU averages as the Python hook does. Skipped without a GPU."""
 
 import os
 import sys
@@ -12,7 +13,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from dist_helpers import run_ranks  # noqa: E402
-from test_compress import CODECS  # noqa: E402
+from test_compress import CODECS, HOOK_SPECS, _hooks_side_by_side, check_hooks_side_by_side  # noqa: E402
 from test_cuda_collectives import needs_two, pytestmark  # noqa: E402, F401  (the GPU marks)
 from test_tensor_codecs import _both_forms, check_both_forms  # noqa: E402
 
@@ -53,3 +54,9 @@ def test_the_draws_on_a_gpu_are_the_codecs_own():
 @needs_two
 def test_compressed_allreduce_of_cuda_tensors_on_the_gpu_sums_as_the_host_codecs_do():
     check_both_forms(run_ranks(2, _both_forms, "cuda", timeout_s=300))
+
+
+@needs_two
+def test_the_cpp_ddp_hook_on_cuda_ddp_averages_as_the_python_hook():
+    # hooks.register on a DDP module on the GPU: the codecs' torch form over NCCL per bucket.
+    check_hooks_side_by_side(run_ranks(2, _hooks_side_by_side, HOOK_SPECS, 4, "cuda", timeout_s=300))

@@ -24,6 +24,16 @@ class CastCodec final : public Codec {
   void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t) const override {
     for (int64_t i = 0; i < n; ++i) out[i] += fromHalf(loadField<uint16_t>(payload + 2 * i));
   }
+  // One pass; 0.f + v turns -0 into +0, as adding onto cleared memory does.
+  void decode(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t,
+              int64_t divisor) const override {
+    if (divisor == 1) {
+      for (int64_t i = 0; i < n; ++i) out[i] = 0.f + fromHalf(loadField<uint16_t>(payload + 2 * i));
+      return;
+    }
+    const auto d = static_cast<float>(divisor);
+    for (int64_t i = 0; i < n; ++i) out[i] = (0.f + fromHalf(loadField<uint16_t>(payload + 2 * i))) / d;
+  }
 };
 
 }  // namespace

@@ -5,8 +5,12 @@
 namespace scalecomm {
 
 CodecEntry powersgdCodec() {
-  return {"powersgd", CodecArg::Rank, true, nullptr,
-          "low-rank approximation P Q^T of each weight's matrix, two allreduces of the factors per call"};
+  return {"powersgd",
+          CodecArg::Rank,
+          true,
+          nullptr,
+          "low-rank approximation P Q^T of each weight's matrix, two allreduces of the factors per call",
+          /*shaped=*/true};
 }
 
 }  // namespace scalecomm
