@@ -7,8 +7,9 @@
 // "topk:0.01", "qsgd:8", "powersgd:4", ...) against that table
 // (Error(InvalidArgument) naming the choices otherwise); the parser, str(),
 // biased(), makeCodec, the compressed allreduce, the hooks (which pass a
-// shaped codec their weights' shapes) and pyscalecomm.codec_table() read it. Adding a codec is its file (which
-// defines `CodecEntry <name>Codec()`) plus one line of the table in codec.cc.
+// shaped codec their weights' shapes) and pyscalecomm.codec_table() read
+// it. Adding a codec is its file (which defines `CodecEntry <name>Codec()`)
+// plus one line of the table in codec.cc.
 //
 // A Codec works on raw host memory: float32 values in, a byte payload out,
 // with no dependency beyond the standard library (the C++ tests build and

@@ -34,15 +34,15 @@ struct CompressSlot {
 // What a compressed allreduce call carries (group/group.h,
 // CallKind::CompressedAllreduce): its prepared site (or, for
 // compress="auto", the group's chooser, which runs its candidates' sites),
-// its state's slot,
-// whether error feedback is on, PowerSGD's layout (the weights' shapes;
-// empty: one near-square matrix), and whether its result is the average
-// (the sum divided by the ranks: the exact sum of auto's none divides in
-// its own last pass, the codecs' results after them). `body`, when set, runs the call in place
-// of compressedAllreduce on the call's host floats: the same contract, on
-// memory the caller owns (the torch adapter's codecs as torch operations on
-// the tensor's device), over the comms the Group hands it (payloads in
-// that memory), under the slot's lock; it advances state.steps.
+// its state's slot, whether error feedback is on, PowerSGD's layout (the
+// weights' shapes; empty: one near-square matrix), and whether its result
+// is the average (the sum divided by the ranks: auto's none divides in its
+// sum's last pass, a codec in compressedAllreduce). `body`, when set, runs
+// the call in place of compressedAllreduce on the call's host floats: the
+// same contract, on memory the caller owns (the torch adapter's codecs as
+// torch operations on the tensor's device), over the comms the Group hands
+// it (payloads in that memory), under the slot's lock; it advances
+// state.steps.
 struct CompressedCall {
   std::shared_ptr<const CompressedSite> site;  // null when `chooser` is set
   std::shared_ptr<AutoSelection> chooser;
