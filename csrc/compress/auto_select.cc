@@ -390,11 +390,15 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // periods) replaces the group's; otherwise the group's agreed charge
   // stands. It is charged to every codec: one codec that lengthened the
   // step warns off the others by their codec time, untried, on every key.
+  // Only a codec whose own time is above the step's noise (kAutoStepShare
+  // of none's step) measures it: below, a step lengthened by noise or by
+  // another key's choice would read as a large charge per second of a
+  // small codec time (the step guard still leaves that codec).
   double charge = v[4 * k + 3];
   bool charged = false;
   for (int i = 1; i < k; ++i) {
     const double measured = -v[i], codec = v[k + i];
-    if (period[i] > 0 && period[0] > 0 && measured > 0 && -v[0] > 0 && codec > 0) {
+    if (period[i] > 0 && period[0] > 0 && measured > 0 && -v[0] > 0 && codec >= kAutoStepShare * period[0]) {
       const double hidden = (period[i] - period[0]) - (measured - est[0]);
       const double c = hidden > kAutoStepShare * period[0] ? hidden / codec : 0;  // smaller: the step's noise
       charge = charged ? std::max(charge, c) : c;

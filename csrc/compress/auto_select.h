@@ -36,7 +36,10 @@
 // time (a property of the host: how much of a codec's CPU the step pays), is
 // charged to every codec's prediction on every key of the group (the
 // latest measured, halving every kAutoBackoff calls per key served; the
-// ranks agree on it), so the others are not each tried. A codec must also
+// ranks agree on it), so the others are not each tried; it is measured only
+// from a codec whose own time is above the step's noise (kAutoStepShare of
+// none's step), so a step lengthened by noise or by another key's choice is
+// not read as a large charge on a small codec. A codec must also
 // promise to save kAutoStepShare of none's step: a smaller saving is within
 // the step's noise, where the guard could not tell it from a loss.
 // The accuracy guard: a codec whose error-feedback residual holds more than

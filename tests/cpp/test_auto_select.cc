@@ -7,9 +7,10 @@
 // still a sparsifier on a slow one, the same choice on both), and a link
 // that speeds up noticed, with none then sending what the residual held
 // (nothing lost), a codec whose call is shorter but whose step is longer
-// left (the step guard), also after the link drifts, one that would save
-// too little of the step not tried, and PowerSGD a candidate only where the
-// weights' shapes are known.
+// left (the step guard), also after the link drifts, a small key's noisy
+// step not charged to a large key's codecs, one that would save too little
+// of the step not tried, and PowerSGD a candidate only where the weights'
+// shapes are known.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -449,6 +450,37 @@ TEST(a_codec_that_saves_less_than_two_percent_of_the_step_is_not_tried) {
       CHECK(state.choice.last.reason.find("% of the step") != std::string::npos);
     }
   }
+}
+
+TEST(a_small_key_s_step_noise_does_not_price_out_a_large_key_s_codec) {
+  // A small key (bf16: tens of us of codec time) runs alone first; after
+  // each call that ran its codec the step takes 20 ms longer (noise, or
+  // another key's doing: so small a codec cannot cost 20 ms). Its bf16 is
+  // left by the step guard. Then a large key starts, whose dense bytes cost ~80 ms and
+  // bf16's half: its codec must still be chosen. (Charged at the small
+  // key's ratio, 1000 s of step per s of codec time, every codec of the
+  // large key would be priced out.)
+  SimulatedLink link;
+  link.beta = 1.0 / 20e6;
+  AutoSelection sel(0);
+  CompressState small, large;
+  const CompressComms comms = link.comms();
+  const int64_t nSmall = 4096, nLarge = 262144;
+  int ran = 0, largeCodecCalls = 0;
+  for (int s = 0; s < 45; ++s) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ran != 0 ? 30 : 10));
+    std::vector<float> x = values(800 + s, nSmall);
+    ran = sel.run(x.data(), nSmall, true, small, comms);
+    if (s >= 30) {
+      std::vector<float> y = values(900 + s, nLarge);
+      largeCodecCalls += sel.run(y.data(), nLarge, true, large, comms) != 0;
+    }
+  }
+  std::printf("  small key: %s\n  large key (%d codec calls of 15): %s\n", small.choice.last.reason.c_str(),
+              largeCodecCalls, large.choice.last.reason.c_str());
+  CHECK(small.choice.changes >= 1);  // its bf16 ran, and was left
+  CHECK_EQ(chosen(large), std::string("bf16"));
+  CHECK(largeCodecCalls >= 8);
 }
 
 TEST(the_first_decision_comes_after_two_steps_of_none) {
