@@ -457,10 +457,10 @@ TEST(a_small_key_s_step_noise_does_not_price_out_a_large_key_s_codec) {
   // A small key (bf16: tens of us of codec time) runs alone first; after
   // each call that ran its codec the step takes 20 ms longer (noise, or
   // another key's doing: so small a codec cannot cost 20 ms). Its bf16 is
-  // left by the step guard. Then a large key starts, whose dense bytes cost ~80 ms and
-  // bf16's half: its codec must still be chosen. (Charged at the small
-  // key's ratio, 1000 s of step per s of codec time, every codec of the
-  // large key would be priced out.)
+  // left by the step guard. Then a large key starts, whose dense bytes
+  // cost ~80 ms and bf16's half: its codec must still be chosen. (Charged
+  // at the small key's ratio, hundreds of seconds of step per second of
+  // codec time, every codec of the large key would be priced out.)
   SimulatedLink link;
   link.beta = 1.0 / 20e6;
   AutoSelection sel(0);
