@@ -127,6 +127,38 @@ std::string ms(double seconds) {
   return buf;
 }
 
+// The leading part of a PowerSGD layout of n values that holds at most
+// `budget` of them, a matrix cut after a whole row (a matrix's rows are its
+// leading values); `count` receives its values. The whole layout where
+// no matrix of the part would gain from factors (its time would be a
+// dense block's, not PowerSGD's).
+PowerSgdLayout leadingRows(int64_t n, int rank, const PowerSgdLayout& layout, int64_t budget, int64_t& count) {
+  const PowerSgdPlan plan = powerSgdPlan(n, rank, layout);
+  PowerSgdLayout part;
+  bool gains = false;
+  count = 0;
+  for (size_t b = 0; b < plan.blocks.size() && count < budget; ++b) {
+    const PowerSgdPlan::Block& block = plan.blocks[b];
+    const int64_t left = budget - count;
+    if (block.count <= left) {
+      part.push_back(layout.empty() ? PowerSgdBlock{n, 0} : layout[b]);
+      gains |= block.shape.gains;
+      count += block.count;
+      continue;
+    }
+    const int64_t rows = block.shape.gains ? left / block.shape.cols : 0;
+    if (rows > 0 && powerSgdShape(rows * block.shape.cols, rank, rows).gains) {
+      part.push_back({rows * block.shape.cols, rows});
+      gains = true;
+      count += rows * block.shape.cols;
+    }
+    break;
+  }
+  if (gains) return part;
+  count = n;
+  return layout;
+}
+
 }  // namespace
 
 AutoSelection::AutoSelection(double residualBound) : bound_(residualBound) {
@@ -174,28 +206,34 @@ double AutoSelection::busBytes(int i, const AutoChoice& choice, int size) const 
 
 void AutoSelection::measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms,
                                   const PowerSgdLayout& layout) const {
-  std::vector<float> out(static_cast<size_t>(n));
+  // Timed on the key's leading values and scaled to n (a codec's passes are
+  // linear in the values; the codec's own calls update the estimate).
+  const int64_t m = std::min(n, kAutoCodecSample);
+  const double scale = m > 0 ? static_cast<double>(n) / static_cast<double>(m) : 1.0;
+  std::vector<float> out(static_cast<size_t>(m));
   std::vector<uint8_t> payload;
   for (size_t i = 1; i < sites_.size(); ++i) {
     if (factors(static_cast<int>(i))) {  // both products and the residual, on a copy, with no one to sum with
       if (choice.factorValues == 0) continue;
-      std::vector<float> residual(static_cast<size_t>(n));
-      std::copy(x, x + n, out.begin());
+      const int rank = sites_[i]->spec().rank;
+      int64_t count = 0;
+      PowerSgdLayout part = leadingRows(n, rank, layout, kAutoCodecSample, count);
+      std::vector<float> values(x, x + count), residual(static_cast<size_t>(count));
       PowerSgdWarmStart warm;
       const Clock::time_point t0 = Clock::now();
-      powerSgd(out.data(), n, sites_[i]->spec().rank, layout, warm, [](float*, int64_t) {}, residual.data());
-      choice.candidates[i].codecSeconds = secondsSince(t0);
+      powerSgd(values.data(), count, rank, part, warm, [](float*, int64_t) {}, residual.data());
+      choice.candidates[i].codecSeconds = secondsSince(t0) * static_cast<double>(n) / static_cast<double>(count);
       continue;
     }
     const Codec& codec = *sites_[i]->codec();
-    payload.resize(static_cast<size_t>(codec.payloadBytes(n)));
+    payload.resize(static_cast<size_t>(codec.payloadBytes(m)));
     const Clock::time_point t0 = Clock::now();
-    codec.encode(x, nullptr, n, payload.data(), 0, comms.rank);
+    codec.encode(x, nullptr, m, payload.data(), 0, comms.rank);
     const double encode = secondsSince(t0);
     if (codec.summable()) {  // the call decodes the summed payload once, averaging in the pass
       const Clock::time_point t1 = Clock::now();
-      codec.decode(out.data(), n, payload.data(), 0, comms.size);
-      choice.candidates[i].codecSeconds = encode + secondsSince(t1);
+      codec.decode(out.data(), m, payload.data(), 0, comms.size);
+      choice.candidates[i].codecSeconds = (encode + secondsSince(t1)) * scale;
       continue;
     }
     // The call clears its output and adds every rank's payload into it.
@@ -203,8 +241,8 @@ void AutoSelection::measureCodecs(const float* x, int64_t n, AutoChoice& choice,
     std::fill(out.begin(), out.end(), 0.f);
     const double fill = secondsSince(t1);
     const Clock::time_point t2 = Clock::now();
-    codec.decodeAdd(out.data(), n, payload.data(), 0);
-    choice.candidates[i].codecSeconds = encode + fill + comms.size * secondsSince(t2);
+    codec.decodeAdd(out.data(), m, payload.data(), 0);
+    choice.candidates[i].codecSeconds = (encode + fill + comms.size * secondsSince(t2)) * scale;
   }
 }
 

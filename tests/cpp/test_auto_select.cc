@@ -9,8 +9,8 @@
 // (nothing lost), a codec whose call is shorter but whose step is longer
 // left (the step guard), also after the link drifts, a small key's noisy
 // step not charged to a large key's codecs, one that would save too little
-// of the step not tried, and PowerSGD a candidate only where the weights'
-// shapes are known.
+// of the step not tried, PowerSGD a candidate only where the weights'
+// shapes are known, and a large key's codecs timed on a sample.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -492,6 +492,70 @@ TEST(the_first_decision_comes_after_two_steps_of_none) {
   }
   CHECK(state.choice.decided);
   CHECK(state.choice.last.period[0] > 0);  // none's step, from calls 1 and 2
+}
+
+namespace {
+
+// A codec's encode and decode of all n values, timed once (the first call's
+// estimate is of these passes).
+double fullCodecSeconds(const std::string& spec, const std::vector<float>& x, const PowerSgdLayout& layout) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  const CodecSpec parsed = CodecSpec::parse(spec);
+  std::vector<float> out(x);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (parsed.entry->make == nullptr) {
+    std::vector<float> residual(x.size());
+    PowerSgdWarmStart warm;
+    powerSgd(out.data(), n, parsed.rank, layout, warm, [](float*, int64_t) {}, residual.data());
+  } else {
+    const auto codec = parsed.entry->make(parsed);
+    std::vector<uint8_t> payload(static_cast<size_t>(codec->payloadBytes(n)));
+    codec->encode(x.data(), nullptr, n, payload.data(), 0, 0);
+    codec->decode(out.data(), n, payload.data(), 0, 4);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST(a_large_key_s_first_call_times_its_codecs_on_a_sample) {
+  // 16 x kAutoCodecSample values (a 1024 x 4096 weight and its bias): the
+  // first call times every codec on its leading values (PowerSGD on the
+  // weight's first rows) and scales; timing them on all values, as the
+  // call once did, takes many times longer than the whole call now.
+  const int64_t rows = 1024, cols = 16 * kAutoCodecSample / rows, bias = rows, n = rows * cols + bias;
+  const PowerSgdLayout layout{{rows * cols, rows}, {bias, kPowerSgdDense}};
+  const std::vector<float> x = values(600, n);
+  double full = 0;
+  std::vector<double> each(autoCandidates().size(), 0.0);
+  for (size_t i = 1; i < each.size(); ++i) {
+    each[i] = fullCodecSeconds(autoCandidates()[i], x, layout);
+    for (int again = 0; again < 2; ++again)
+      each[i] = std::min(each[i], fullCodecSeconds(autoCandidates()[i], x, layout));
+    full += each[i];
+  }
+  SimulatedLink link;  // no sleep: the call is the codecs' timing and none's sum
+  const CompressComms comms = link.comms();
+  double first = 1e9;
+  std::vector<std::vector<double>> estimates(each.size());
+  for (int again = 0; again < 3; ++again) {
+    AutoSelection sel(0.33);
+    CompressState state;
+    std::vector<float> y(x);
+    const auto t0 = std::chrono::steady_clock::now();
+    sel.run(y.data(), n, true, state, comms, layout);
+    first = std::min(first, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (size_t i = 1; i < each.size(); ++i) estimates[i].push_back(state.choice.candidates[i].codecSeconds);
+  }
+  for (size_t i = 1; i < each.size(); ++i) {  // the median of three: one timing may meet the machine's noise
+    std::sort(estimates[i].begin(), estimates[i].end());
+    const double estimate = estimates[i][1];
+    std::printf("  %-10s estimate %.2f ms, all values %.2f ms\n", autoCandidates()[i].c_str(), estimate * 1e3,
+                each[i] * 1e3);
+    CHECK(estimate > each[i] / 4 && estimate < each[i] * 4);
+  }
+  std::printf("  first call %.2f ms, the codecs on all values %.2f ms\n", first * 1e3, full * 1e3);
+  CHECK(first < full / 2);
 }
 
 TEST_MAIN()
