@@ -103,6 +103,7 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
       CompressState& state = c.slot->state;
       const bool decided = state.choice.decided;
       const uint64_t changes = state.choice.changes;
+      const double commWas = state.choice.commAtDecision;
       const int ran =
           c.chooser->run(static_cast<float*>(call.data), call.count, c.errorFeedback, state, cc, c.layout, c.average);
       call.name = c.chooser->title(ranWith, ran);  // stats and profiles show what ran
@@ -110,6 +111,13 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
         SC_LOG(Info, "rank 0: compress=auto ", decided ? "switches to " : "chooses ",
                autoCandidates()[state.choice.current], " at step ", state.steps,
                " of a key: ", state.choice.last.reason);
+      if (rank_ == 0 && state.choice.probeNext) {
+        const AutoCandidate& running = state.choice.candidates[state.choice.current];
+        SC_LOG(Info, "rank 0: compress=auto: the link drifted at step ", state.steps, " of a key (", call.count,
+               " elements): ", autoCandidates()[state.choice.current], "'s communication ", commWas * 1e3,
+               " ms when chosen, ", running.comm.low() * 1e3, " ms now (2x or more on some rank); none runs the next ",
+               1 + kAutoPeriodSamples, " calls, every candidate's step is measured again, then it decides");
+      }
     } else if (c.body) {
       c.body(c.slot->state, cc);
     } else {
