@@ -100,13 +100,6 @@ double sumOfSquares(const float* x, int64_t n) {
   return s;
 }
 
-// The norm of x's sample (forEachSampleRun over n elements).
-double sampledNorm(const float* x, int64_t n) {
-  double s = 0;
-  forEachSampleRun(n, [&](int64_t, int64_t e, int64_t length) { s += sumOfSquares(x + e, length); });
-  return std::sqrt(s);
-}
-
 // Adds this call's input to the key's decayed sum (AutoChoice::window). An
 // input with a non-finite sampled value (an overflowed step) is left out.
 void addToWindow(AutoChoice& c, const float* x, int64_t n) {
@@ -119,6 +112,39 @@ void addToWindow(AutoChoice& c, const float* x, int64_t n) {
   forEachSampleRun(n, [&](int64_t i, int64_t e, int64_t length) {
     for (int64_t j = 0; j < length; ++j) w[i + j] = keep * w[i + j] + x[e + j];
   });
+}
+
+// The guard's ratio |e| / |window| over the sample: the largest of the whole
+// tensor's and each of the layout's weights' (those with at least
+// kAutoSampleRun sampled values). A sparsifier over a bucket sends the
+// largest values, so a weight whose values are small (a norm's gain, a
+// bias, a layer whose gradient is an order smaller) can hold back all of its
+// recent gradient while the bucket as a whole holds little.
+double residualRatio(const float* e, int64_t n, const float* window, const PowerSgdLayout& layout) {
+  const size_t blocks = std::max<size_t>(layout.size(), 1);
+  std::vector<double> ee(blocks), ww(blocks);
+  std::vector<int64_t> counts(blocks);
+  size_t b = 0;
+  int64_t end = layout.empty() ? n : layout[0].count;
+  forEachSampleRun(n, [&](int64_t i, int64_t el, int64_t length) {
+    while (length > 0) {
+      while (el >= end && b + 1 < blocks) end += layout[++b].count;
+      const int64_t part = el < end ? std::min(length, end - el) : length;
+      ee[b] += sumOfSquares(e + el, part);
+      ww[b] += sumOfSquares(window + i, part);
+      counts[b] += part;
+      el += part;
+      i += part;
+      length -= part;
+    }
+  });
+  double eAll = 0, wAll = 0, worst = 0;
+  for (size_t j = 0; j < blocks; ++j) {
+    eAll += ee[j];
+    wAll += ww[j];
+    if (counts[j] >= kAutoSampleRun && ww[j] > 0) worst = std::max(worst, std::sqrt(ee[j] / ww[j]));
+  }
+  return std::max(worst, std::sqrt(eAll / wAll));
 }
 
 std::string ms(double seconds) {
@@ -354,8 +380,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     const double codec = std::max(total - commSeconds, 0.0);
     ran.codecSeconds = 0.5 * ran.codecSeconds + 0.5 * codec;
     if (decides && errorFeedback && state.residual.size() == static_cast<size_t>(n)) {
-      const auto m = static_cast<int64_t>(choice.window.size());
-      const double r = sampledNorm(state.residual.data(), n) / std::sqrt(sumOfSquares(choice.window.data(), m));
+      const double r = residualRatio(state.residual.data(), n, choice.window.data(), layout);
       if (std::isfinite(r)) ran.residual = r;
     }
   }
@@ -517,7 +542,8 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     char buf[112];
     if (!applies(i)) continue;
     if (!within(i)) {
-      std::snprintf(buf, sizeof buf, "; %s left out: its residual holds %.0f %% of the recent gradient > %.0f %%",
+      std::snprintf(buf, sizeof buf,
+                    "; %s left out: its residual holds %.0f %% of a weight's recent gradient > %.0f %%",
                     autoCandidates()[i].c_str(), 100 * residual[i], 100 * bound_);
       reason += buf;
     } else if (waits(i)) {

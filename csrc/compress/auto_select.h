@@ -49,7 +49,11 @@
 // `residualBound` of the key's recent gradient (|e| / |window|: the rank's
 // inputs summed over its calls with a decay of 1 - 1/kAutoWindowCalls, both
 // norms over the same sample of about kAutoSampleElements elements,
-// forEachSampleRun; the ranks' maximum) is left out for the key's life once it ran.
+// forEachSampleRun; the largest of the whole tensor's and each of its
+// layout's weights'; the ranks' maximum) is left out for the key's life once
+// it ran. Per weight: a sparsifier sends a bucket's largest values, and a
+// weight whose values are small can hold back all of its gradient while the
+// bucket as a whole holds little.
 // What the residual holds is applied late; against one step's gradient it
 // is large both where gradients keep their direction (the update arrives
 // whole, a little late) and where they are noise (it mostly never does);
@@ -176,8 +180,9 @@ class AutoSelection {
   // residual) and returns the candidate it ran; with `average`, the result
   // is divided by comms.size (none's sum in its own pass: comms.allreduce
   // with Avg). `comms.allreduceMax` must be set.
-  // `layout`: the weights x holds (PowerSGD's; empty: not a candidate), the
-  // same on every rank and every call of the key.
+  // `layout`: the weights x holds (PowerSGD's, and the accuracy guard's
+  // weights; empty: one weight, and PowerSGD no candidate), the same on
+  // every rank and every call of the key.
   int run(float* x, int64_t n, bool errorFeedback, CompressState& state, const CompressComms& comms,
           const PowerSgdLayout& layout = {}, bool average = false);
   const LinkFit& link() const { return link_; }

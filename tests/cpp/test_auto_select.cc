@@ -1,8 +1,8 @@
 // compress="auto" without torch: the link fit, and the choice on a simulated
 // link (communication that sleeps for its bytes): a sparsifier when the link
 // is slow, none when it is fast, sparsifiers only after the warm-up, a codec
-// whose residual holds too much of the recent gradient left out (noise) or
-// kept (steady gradients), two ranks whose compute differs from step to step
+// whose residual holds too much of the recent gradient left out (noise, or
+// one weight of a bucket starved) or kept (steady gradients), two ranks whose compute differs from step to step
 // (waits for a late peer are not the link's: no flapping on a fast link,
 // still a sparsifier on a slow one, the same choice on both), and a link
 // that speeds up noticed, with none then sending what the residual held
@@ -126,7 +126,8 @@ namespace {
 // of `ranks` (20 MB/s of bus bandwidth unless given), call s on input(s);
 // after(s, state) looks at each call's state.
 template <class Input, class After>
-CompressState onSlowLink(int steps, Input input, After after, int ranks = 4, double bytesPerSecond = 20e6) {
+CompressState onSlowLink(int steps, Input input, After after, int ranks = 4, double bytesPerSecond = 20e6,
+                         const PowerSgdLayout& layout = {}) {
   SimulatedLink link;
   link.size = ranks;
   link.beta = 1.0 / bytesPerSecond;
@@ -135,7 +136,7 @@ CompressState onSlowLink(int steps, Input input, After after, int ranks = 4, dou
   const CompressComms comms = link.comms();
   for (int s = 0; s < steps; ++s) {
     std::vector<float> x = input(s);
-    sel.run(x.data(), static_cast<int64_t>(x.size()), true, state, comms);
+    sel.run(x.data(), static_cast<int64_t>(x.size()), true, state, comms, layout);
     after(s, state);
   }
   return state;
@@ -175,6 +176,34 @@ TEST(steady_gradients_keep_a_sparsifier_whose_residual_is_small_against_their_su
   const AutoDecision& d = state.choice.last;
   CHECK(chosen(state).rfind("topk", 0) == 0);
   CHECK(d.residual[state.choice.current] > 0 && d.residual[state.choice.current] <= 0.33);
+}
+
+TEST(a_sparsifier_that_starves_one_weight_of_a_bucket_is_left_out) {
+  // The steady gradients above in a bucket of two weights: 61,440 values
+  // and 4,096 a hundred times smaller (a norm's gains, a bias). Top-k never
+  // reaches the small weight's values: its residual holds all of that
+  // weight's recent gradient, while the bucket's as a whole stays small.
+  const int64_t large = 61440, small = 4096;
+  const std::vector<float> direction = values(7, large + small);
+  const auto input = [&](int s) {
+    std::vector<float> x = values(200 + s, large + small);
+    for (int64_t j = 0; j < large + small; ++j) x[j] = (direction[j] + 0.3f * x[j]) * (j < large ? 1.0f : 0.01f);
+    return x;
+  };
+  const PowerSgdLayout weights{{large, kPowerSgdDense}, {small, kPowerSgdDense}};
+  int sparsified = 0;
+  const CompressState state = onSlowLink(
+      200, input, [&](int, const CompressState& st) { sparsified += chosen(st).rfind("topk", 0) == 0; },
+      /*ranks=*/2, /*bytesPerSecond=*/10e6, weights);
+  const AutoDecision& d = state.choice.last;
+  CHECK(sparsified > 0);  // a sparsifier ran, and its residual was measured
+  CHECK(chosen(state).rfind("topk", 0) != 0);
+  for (const char* spec : {"topk:0.1", "topk:0.03", "topk:0.01"}) {
+    const double r = d.residual[candidate(spec)];
+    CHECK(r == 0 || r > 0.33);  // not run, or left out
+  }
+  CHECK(d.reason.find("left out: its residual holds") != std::string::npos);
+  std::printf("  sparsified %d of 200 calls; ended on %s: %s\n", sparsified, chosen(state).c_str(), d.reason.c_str());
 }
 
 TEST(powersgd_is_a_candidate_only_where_the_weights_shapes_are_known_and_wins_on_low_rank_ones) {
