@@ -65,7 +65,9 @@ struct AutoChoice {
   bool decided = false;
   uint64_t changes = 0;
   std::vector<AutoCandidate> candidates;
-  double commAtDecision = 0;  // the current candidate's communication time (low) when last decided
+  double commAtDecision = 0;  // the current candidate's communication time (low, the ranks' least): the drift reference
+  double commNow = 0;         // ... at the last decision
+  int commMoved = 0;          // +1 / -1: it had moved 2x up / down at the last decision (drift, if again)
   uint64_t checkAt = 0;       // an extra decision at this step: a trial's end, or a lead to confirm (0: none)
   bool onTrial = false;       // the current candidate was just switched to; checkAt judges it
   int pending = -1;           // a candidate that led at the last decision; switched to if it leads again

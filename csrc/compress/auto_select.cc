@@ -410,21 +410,37 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     v[3 * k + 3 + i] = cand[i].period.count >= kAutoPeriodSamples ? cand[i].period.low() : 0;
   }
   v[4 * k + 3] = stepCharge();
-  // Drift: the running codec's communication time moved by 2x or more since
-  // it was chosen; none's bytes, not measured meanwhile, need a new sample.
-  const double was = choice.commAtDecision, now = cand[choice.current].comm.low();
-  v[3 * k] = choice.decided && choice.current != 0 && was > 0 && now > 0 && (now > 2 * was || 2 * now < was);
+  // Drift: the running codec's communication time, the ranks' least (a rank
+  // that waited for a late peer measured the peer; the last to arrive did
+  // not wait), against its reference.
+  v[3 * k] = choice.decided && choice.current != 0 ? -cand[choice.current].comm.low() : 0;
   v[3 * k + 1] = -link_.alpha();
   v[3 * k + 2] = -link_.beta();
   const Clock::time_point t0 = Clock::now();
   comms.allreduceMax(v.data(), static_cast<int64_t>(v.size()));  // identical numbers on every rank from here
   link_.add(8.0 * static_cast<double>(v.size()) * 2 * (p - 1) / p, secondsSince(t0));
   const double alpha = -v[3 * k + 1], beta = -v[3 * k + 2];
-  if (v[3 * k] > 0) {  // decide after none's new sample; the back-offs were for the old link
+  // Moved by 2x or more (and by kAutoStepShare of none's step: less is
+  // within the step's noise), seen again on the next window of calls, the
+  // same way: none's bytes, not measured meanwhile, need a new sample. One
+  // window's move may be a phase of the machine (a link that changed stays
+  // changed); nothing is decided in between, since a changed link would
+  // make every step measured on the old one look wrong.
+  const double was = choice.commAtDecision, now = -v[3 * k];
+  const bool far = was > 0 && now > 0 && std::fabs(now - was) >= kAutoStepShare * v[3 * k + 3];
+  const int moved = far ? (now > 2 * was ? 1 : 2 * now < was ? -1 : 0) : 0;
+  choice.commNow = now;
+  if (moved != 0 && moved == choice.commMoved) {  // decide after none's new sample; the back-offs were for the old link
     choice.probeNext = true;
     choice.commAtDecision = 0;
+    choice.commMoved = 0;
     choice.pending = -1;
     for (AutoCandidate& c : cand) c.losses = c.retryAt = 0;
+    return;
+  }
+  choice.commMoved = moved;
+  if (moved != 0) {
+    choice.checkAt = step + TimeWindow::kSize;
     return;
   }
   // A candidate that ran is judged by its measured time per call, the others
@@ -572,7 +588,9 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     choice.onTrial = true;
     choice.checkAt = step + kAutoTrialCalls;
   }
-  choice.commAtDecision = cand[best].comm.low();
+  // The reference: the running codec's agreed time; a new choice takes its
+  // own at its next decision.
+  choice.commAtDecision = best == current ? now : 0;
   choice.current = best;
   choice.decided = true;
   choice.last.step = step;

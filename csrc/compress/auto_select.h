@@ -75,9 +75,14 @@
 // once.
 //
 // Drift. While a codec runs, none's bytes are not re-measured; when the
-// running codec's communication time has moved 2x since it was chosen (any
-// rank), the next call runs none and replaces none's time and the link's at
-// that size; every candidate's step is forgotten (it was the old link's),
+// running codec's communication time (the ranks' least: a rank that waited
+// for a late peer measured the peer) has moved 2x against its time at the
+// last decision (and by kAutoStepShare of none's step: a smaller move is
+// within the step's noise), and again the same way on the next window of calls
+// (TimeWindow::kSize later; nothing is decided in between: one window may
+// be a phase of the machine, and a changed link would make the steps
+// measured on the old one mislead), the next call runs none and replaces
+// none's time and the link's at that size; every candidate's step is forgotten (it was the old link's),
 // the next kAutoPeriodSamples calls run none too (its step on the new link:
 // the step guard's reference), then it forgets the back-offs and decides.
 // No decision is made in between, so none's step is never unknown when a

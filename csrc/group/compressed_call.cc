@@ -112,10 +112,10 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
                autoCandidates()[state.choice.current], " at step ", state.steps,
                " of a key: ", state.choice.last.reason);
       if (rank_ == 0 && state.choice.probeNext) {
-        const AutoCandidate& running = state.choice.candidates[state.choice.current];
         SC_LOG(Info, "rank 0: compress=auto: the link drifted at step ", state.steps, " of a key (", call.count,
-               " elements): ", autoCandidates()[state.choice.current], "'s communication ", commWas * 1e3,
-               " ms when chosen, ", running.comm.low() * 1e3, " ms now (2x or more on some rank); none runs the next ",
+               " elements): ", autoCandidates()[state.choice.current], "'s communication ", commWas * 1e3, " ms, ",
+               state.choice.commNow * 1e3,
+               " ms now (the ranks' least; moved 2x or more at two decisions in a row); none runs the next ",
                1 + kAutoPeriodSamples, " calls, every candidate's step is measured again, then it decides");
       }
     } else if (c.body) {

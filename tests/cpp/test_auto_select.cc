@@ -6,7 +6,9 @@
 // (waits for a late peer are not the link's: no flapping on a fast link,
 // still a sparsifier on a slow one, the same choice on both), and a link
 // that speeds up noticed, with none then sending what the residual held
-// (nothing lost), a codec whose call is shorter but whose step is longer
+// (nothing lost), while a peer's changing lateness, or a small codec's
+// time moving within the step's noise, is not taken for the link
+// drifting, a codec whose call is shorter but whose step is longer
 // left (the step guard), also after the link drifts, a small key's noisy
 // step not charged to a large key's codecs, one that would save too little
 // of the step not tried, PowerSGD a candidate only where the weights'
@@ -506,6 +508,65 @@ TEST(a_small_key_s_step_noise_does_not_price_out_a_large_key_s_codec) {
   CHECK(small.choice.changes >= 1);  // its bf16 ran, and was left
   CHECK_EQ(chosen(large), std::string("bf16"));
   CHECK(largeCodecCalls >= 8);
+}
+
+TEST(a_peer_s_changing_lateness_is_not_taken_for_the_link_drifting) {
+  // Two ranks on a slow link (none's dense bytes ~13 ms, bf16's half): rank 1
+  // computes 20 ms before every call, rank 0 19 ms or 5 ms in turns of 16
+  // calls, so rank 0's communication time (its wait for rank 1, then the
+  // link's) moves ~3x between decisions while the link and the step do not.
+  // Rank 1 never waits: its time is the link's. No drift probe (three calls
+  // of none each); bf16 runs throughout.
+  TwoRanks link;
+  link.beta = 1.0 / 20e6;
+  const int64_t n = 65536;
+  const int steps = kAutoWindowCalls;  // before the sparsifiers: bf16 against none only
+  int probes[2] = {0, 0}, codecCalls[2] = {0, 0};
+  std::vector<CompressState> states(2);
+  AutoSelection sel[2] = {AutoSelection(0), AutoSelection(0)};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      const CompressComms comms = link.comms(r);
+      for (int s = 0; s < steps; ++s) {
+        const int computeMs = r == 1 ? 20 : ((s / 16) % 2 == 0 ? 19 : 5);
+        codecCalls[r] += trainingStep(sel[r], states[r], comms, n, 1000 + 2 * s + r, computeMs) != 0;
+        probes[r] += states[r].choice.probeNext;
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  std::printf("  drift probes %d, %d; codec calls %d of %d; last: %s\n", probes[0], probes[1], codecCalls[0], steps,
+              states[0].choice.last.reason.c_str());
+  CHECK_EQ(states[0].choice.last.reason, states[1].choice.last.reason);
+  CHECK_EQ(probes[0] + probes[1], 0);
+  CHECK_EQ(chosen(states[0]), std::string("bf16"));
+  CHECK(codecCalls[0] >= steps - 8);
+}
+
+TEST(a_small_codec_s_communication_moving_2x_within_the_step_s_noise_is_no_drift) {
+  // top-k 1 %'s call (~0.25 ms) beside 30 ms of compute: the link's latency
+  // turns from 50 us to 0.6 ms for good, so its time moves ~3x, by less
+  // than 2 % of the step (~35 ms): no drift probe (three calls of none,
+  // ~5 ms each), since a move that small is within the step's noise.
+  const int64_t n = 16384;
+  SimulatedLink link;
+  link.beta = 1.0 / 20e6;
+  AutoSelection sel(0);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  const int steps = kAutoWindowCalls + 48;
+  int probes = 0, sparsified = 0;
+  for (int s = 0; s < steps; ++s) {
+    link.alpha = s >= kAutoWindowCalls + 16 ? 0.6e-3 : 50e-6;
+    const int ran = trainingStep(sel, state, comms, n, 1200 + s, 30);
+    sparsified += s >= kAutoWindowCalls && autoCandidates()[ran].rfind("topk", 0) == 0;
+    probes += state.choice.probeNext;
+  }
+  std::printf("  drift probes %d; top-k calls %d of the last %d; last: %s\n", probes, sparsified,
+              steps - kAutoWindowCalls, state.choice.last.reason.c_str());
+  CHECK_EQ(probes, 0);
+  CHECK(sparsified >= (steps - kAutoWindowCalls) / 2);
 }
 
 TEST(the_first_decision_comes_after_two_steps_of_none) {
