@@ -59,6 +59,20 @@ struct SimulatedLink {
   }
 };
 
+// One rank on a simulated link of 20 MB/s of bus bandwidth, and auto
+// without the accuracy guard.
+struct OnSlowLink {
+  SimulatedLink link;
+  AutoSelection sel{0};
+  CompressState state;
+  CompressComms comms;
+  OnSlowLink() {
+    link.beta = 1.0 / 20e6;
+    comms = link.comms();
+  }
+  OnSlowLink(const OnSlowLink&) = delete;  // comms holds the link's address
+};
+
 std::vector<float> values(int seed, int64_t n) { return gaussian(n, static_cast<unsigned>(seed)); }
 
 const std::string& chosen(const CompressState& s) { return autoCandidates()[s.choice.current]; }
@@ -407,26 +421,22 @@ TEST(a_codec_whose_call_is_shorter_but_whose_step_is_longer_is_left) {
   // step guard leaves the codecs, none ends chosen, and the reason says so.
   // Without the guard, top-k or bf16 would be chosen by its call time.
   const int64_t n = 16384;
-  SimulatedLink link;
-  link.beta = 1.0 / 20e6;
-  AutoSelection sel(0);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OnSlowLink r;
   int codecCalls = 0, lateCodecCalls = 0;
   const int steps = kAutoWindowCalls + 40;
   bool left = false;
   for (int s = 0, ran = 0; s < steps; ++s) {
-    ran = trainingStep(sel, state, comms, n, 300 + s, ran != 0 ? 14 : 2);
+    ran = trainingStep(r.sel, r.state, r.comms, n, 300 + s, ran != 0 ? 14 : 2);
     codecCalls += ran != 0;
     lateCodecCalls += ran != 0 && s >= steps - 20;
-    left = left || state.choice.last.reason.find("left: the key's calls came every") != std::string::npos;
+    left = left || r.state.choice.last.reason.find("left: the key's calls came every") != std::string::npos;
   }
-  std::printf("  codec calls %d of %d, last: %s\n", codecCalls, steps, state.choice.last.reason.c_str());
-  CHECK(chosen(state) == "none" || state.choice.onTrial);  // none, or a retry that began near the end
+  std::printf("  codec calls %d of %d, last: %s\n", codecCalls, steps, r.state.choice.last.reason.c_str());
+  CHECK(chosen(r.state) == "none" || r.state.choice.onTrial);  // none, or a retry that began near the end
   CHECK(left);
   CHECK(lateCodecCalls <= 4);      // backed off: at most a retried trial near the end
   CHECK(codecCalls <= steps / 4);  // a few trials, each a handful of calls
-  const std::vector<double>& period = state.choice.last.period;
+  const std::vector<double>& period = r.state.choice.last.period;
   CHECK(period[0] > 0);
 }
 
@@ -550,38 +560,30 @@ TEST(a_small_codec_s_communication_moving_2x_within_the_step_s_noise_is_no_drift
   // than 2 % of the step (~35 ms): no drift probe (three calls of none,
   // ~5 ms each), since a move that small is within the step's noise.
   const int64_t n = 16384;
-  SimulatedLink link;
-  link.beta = 1.0 / 20e6;
-  AutoSelection sel(0);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OnSlowLink r;
   const int steps = kAutoWindowCalls + 48;
   int probes = 0, sparsified = 0;
   for (int s = 0; s < steps; ++s) {
-    link.alpha = s >= kAutoWindowCalls + 16 ? 0.6e-3 : 50e-6;
-    const int ran = trainingStep(sel, state, comms, n, 1200 + s, 30);
+    r.link.alpha = s >= kAutoWindowCalls + 16 ? 0.6e-3 : 50e-6;
+    const int ran = trainingStep(r.sel, r.state, r.comms, n, 1200 + s, 30);
     sparsified += s >= kAutoWindowCalls && autoCandidates()[ran].rfind("topk", 0) == 0;
-    probes += state.choice.probeNext;
+    probes += r.state.choice.probeNext;
   }
   std::printf("  drift probes %d; top-k calls %d of the last %d; last: %s\n", probes, sparsified,
-              steps - kAutoWindowCalls, state.choice.last.reason.c_str());
+              steps - kAutoWindowCalls, r.state.choice.last.reason.c_str());
   CHECK_EQ(probes, 0);
   CHECK(sparsified >= (steps - kAutoWindowCalls) / 2);
 }
 
 TEST(the_first_decision_comes_after_two_steps_of_none) {
-  SimulatedLink link;
-  link.beta = 1.0 / 20e6;
-  AutoSelection sel(0);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OnSlowLink r;
   for (uint64_t s = 0; s <= kAutoFirstDecision; ++s) {
-    CHECK(!state.choice.decided);
+    CHECK(!r.state.choice.decided);
     std::vector<float> x = values(500 + static_cast<int>(s), 16384);
-    CHECK_EQ(sel.run(x.data(), 16384, true, state, comms), 0);
+    CHECK_EQ(r.sel.run(x.data(), 16384, true, r.state, r.comms), 0);
   }
-  CHECK(state.choice.decided);
-  CHECK(state.choice.last.period[0] > 0);  // none's step, from calls 1 and 2
+  CHECK(r.state.choice.decided);
+  CHECK(r.state.choice.last.period[0] > 0);  // none's step, from calls 1 and 2
 }
 
 namespace {
