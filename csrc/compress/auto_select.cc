@@ -392,6 +392,10 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   const int k = static_cast<int>(sites_.size());
   const double p = comms.size;
   std::vector<AutoCandidate>& cand = choice.candidates;
+  // A held move is looked at again on a window of calls made after the hold
+  // (its checkAt): a regular decision before it would read a window that
+  // overlaps the one that moved. Every rank holds at the same step.
+  if (choice.commMoved != 0 && step < choice.checkAt) return;
   if (!choice.decided) {  // the link's latency before the first prediction (one small allreduce)
     double one = 0;
     const Clock::time_point t0 = Clock::now();
@@ -488,7 +492,16 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   for (int i = 1; i < k; ++i) est[i] += charge * v[k + i];
 
   const int current = choice.decided ? choice.current : 0;
-  const auto within = [&](int i) { return i == 0 || bound_ <= 0 || residual[i] <= bound_; };
+  // The residual carries over between codecs: at its trial's end a codec
+  // still holds part of what the one before it held back. One over the
+  // bound but below what it inherited is draining it, not starving a
+  // weight: its trial runs kAutoDecideEvery calls more, then the bound
+  // judges it.
+  const bool draining = choice.decided && choice.onTrial && current != 0 && bound_ > 0 && residual[current] > bound_ &&
+                        residual[current] < choice.inherited && (choice.drainUntil == 0 || step < choice.drainUntil);
+  const auto within = [&](int i) {
+    return i == 0 || bound_ <= 0 || residual[i] <= bound_ || (draining && i == current);
+  };
   const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
   const auto waits = [&](int i) { return warming && waitsForWindow(i); };
   // A codec is kept only while the key's calls come at least as often with
@@ -571,6 +584,14 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
       reason += buf;
     }
   }
+  if (draining && best == current) {
+    char buf[128];
+    std::snprintf(
+        buf, sizeof buf, "; %s holds %.0f %% > %.0f %%, less than the %.0f %% it inherited: on trial to step %llu",
+        autoCandidates()[current].c_str(), 100 * residual[current], 100 * bound_, 100 * choice.inherited,
+        static_cast<unsigned long long>(choice.drainUntil != 0 ? choice.drainUntil : step + kAutoDecideEvery));
+    reason += buf;
+  }
   if (charge > 0.05) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "; codecs charged %.2g s of step per s of codec time", charge);
@@ -587,6 +608,12 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     cand[best].comm.clear();
     choice.onTrial = true;
     choice.checkAt = step + kAutoTrialCalls;
+    choice.inherited = current != 0 && choice.lastRan == current ? residual[current] : 0;
+    choice.drainUntil = 0;
+  } else if (draining) {  // still on trial, to its end
+    if (choice.drainUntil == 0) choice.drainUntil = step + kAutoDecideEvery;
+    choice.onTrial = true;
+    choice.checkAt = choice.drainUntil;
   }
   // The reference: the running codec's agreed time; a new choice takes its
   // own at its next decision.

@@ -51,18 +51,18 @@
 // norms over the same sample of about kAutoSampleElements elements,
 // forEachSampleRun; the largest of the whole tensor's and each of its
 // layout's weights'; the ranks' maximum) is left out for the key's life once
-// it ran. Per weight: a sparsifier sends a bucket's largest values, and a
-// weight whose values are small can hold back all of its gradient while the
-// bucket as a whole holds little.
-// What the residual holds is applied late; against one step's gradient it
-// is large both where gradients keep their direction (the update arrives
-// whole, a little late) and where they are noise (it mostly never does);
-// against the recent sum only the second stays large. Sparsifiers and
-// PowerSGD wait for the key's kAutoWindowCalls-th call: a delayed update costs most early
-// in training, and by then the window holds the recent gradient (the first
-// calls choose between none and bf16). All of it travels in
-// one small allreduce, so every rank picks from identical numbers: the same
-// choice and reason.
+// it ran. The residual carries over between codecs, so a codec that took
+// over from a lossy one holds part of its predecessor's residual at its
+// trial's end: one over the bound there but below the ratio it inherited
+// (the predecessor's at the switch) stays on trial kAutoDecideEvery calls
+// more while it stays below it, and is then judged on what it holds. Per weight: a sparsifier sends a bucket's largest
+// values, and a weight whose values are small can hold back all of its gradient while the bucket as a whole holds
+// little. What the residual holds is applied late; against one step's gradient it is large both where gradients keep
+// their direction (the update arrives whole, a little late) and where they are noise (it mostly never does); against
+// the recent sum only the second stays large. Sparsifiers and PowerSGD wait for the key's kAutoWindowCalls-th call: a
+// delayed update costs most early in training, and by then the window holds the recent gradient (the first calls choose
+// between none and bf16). All of it travels in one small allreduce, so every rank picks from identical numbers: the
+// same choice and reason.
 //
 // When it switches. Decisions come at call kAutoFirstDecision, every
 // kAutoDecideEvery calls, and at a scheduled check kAutoTrialCalls after a
@@ -79,7 +79,8 @@
 // for a late peer measured the peer) has moved 2x against its time at the
 // last decision (and by kAutoStepShare of none's step: a smaller move is
 // within the step's noise), and again the same way on the next window of calls
-// (TimeWindow::kSize later; nothing is decided in between: one window may
+// (a decision at least TimeWindow::kSize calls later: its window holds only
+// calls made after the first move; nothing is decided in between: one window may
 // be a phase of the machine, and a changed link would make the steps
 // measured on the old one mislead), the next call runs none and replaces
 // none's time and the link's at that size; every candidate's step is forgotten (it was the old link's),

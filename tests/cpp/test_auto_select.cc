@@ -650,4 +650,38 @@ TEST(a_large_key_s_first_call_times_its_codecs_on_a_sample) {
   CHECK(first < full / 2);
 }
 
+TEST(a_codec_draining_the_residual_it_inherited_is_not_judged_by_it) {
+  // One weight of 4096 x 64 whose gradient is a steady rank-one direction
+  // under noise twice its size. Top-k 1 % (the fewest bytes) runs from the
+  // key's call 64 until its residual passes the bound; then PowerSGD, whose
+  // own residual is within it, starts from top-k's: at its trial's end it
+  // still holds over a third (over the bound, less than it inherited). It
+  // must run on and be judged on its own residual, not left out for good.
+  const int64_t rows = 4096, cols = 64, n = rows * cols;
+  const PowerSgdLayout layout{{n, cols}};
+  const std::vector<float> u = values(21, rows), v = values(22, cols);
+  bool drained = false;
+  int powerSgdCalls = 0;
+  const CompressState state = onSlowLink(
+      kAutoWindowCalls + 80,
+      [&](int s) {
+        std::vector<float> x = values(500 + s, n);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = u[i] * v[j] + 2.0f * x[i * cols + j];
+        return x;
+      },
+      [&](int, const CompressState& st) {
+        drained = drained || st.choice.last.reason.find("it inherited") != std::string::npos;
+        powerSgdCalls += chosen(st) == "powersgd:4";
+      },
+      /*ranks=*/4, /*bytesPerSecond=*/10e6, layout);
+  const AutoDecision& d = state.choice.last;
+  std::printf("  powersgd chosen on %d calls; last: %s\n", powerSgdCalls, d.reason.c_str());
+  CHECK(d.residual[candidate("topk:0.01")] > 0.33);  // top-k ran first and was left out
+  CHECK(drained);
+  CHECK_EQ(chosen(state), std::string("powersgd:4"));
+  CHECK(d.residual[candidate("powersgd:4")] <= 0.33);
+  CHECK(powerSgdCalls >= 20);
+}
+
 TEST_MAIN()
