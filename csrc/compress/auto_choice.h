@@ -76,7 +76,8 @@ struct AutoChoice {
   bool probeNext = false;     // the ranks agreed the link drifted: the next call runs none
   int noneCallsLeft = 0;      // after drift: calls that run none (its step measured) before the decision
   double lastEntry = 0;       // when the key's last call began (steady clock, seconds)
-  int lastRan = -1;           // the candidate that call ran (-1: the warm-up, whose period is not a step)
+  int lastRan = -1;           // the candidate that call ran (-1: no call yet)
+  bool lastWarm = true;       // that call was a warm-up, whose period is not a step (AutoSelection::run)
   // This rank's input on the key, summed over its calls with a decay of
   // 1 - 1/kAutoWindowCalls per call, at the sample's elements
   // (forEachSampleRun): the recent gradient a codec's residual is measured

@@ -293,7 +293,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const bool warmup = !choice.decided && choice.calls == 0;
   const bool first = !choice.decided && choice.calls == kAutoFirstDecision;
   const double entry = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  if (choice.lastRan >= 0) choice.candidates[choice.lastRan].period.add(entry - choice.lastEntry);
+  if (choice.lastRan >= 0 && !choice.lastWarm) choice.candidates[choice.lastRan].period.add(entry - choice.lastEntry);
   if (warmup) measureCodecs(x, n, choice, comms, layout);
   calls_.fetch_add(1, std::memory_order_relaxed);
   if (warmup) keys_.fetch_add(1, std::memory_order_relaxed);
@@ -312,7 +312,11 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const bool remeasured = remeasuring && choice.noneCallsLeft == 0;
   const int i = choice.decided && !probe ? choice.current : 0;
   choice.lastEntry = entry;
-  choice.lastRan = warmup ? -1 : i;
+  // A codec's first call after another candidate ran is its warm-up (its
+  // buffers, its plans, its first transfers at its sizes), as the key's
+  // first call is none's: the step that follows it is not its step.
+  choice.lastWarm = warmup || (i != 0 && i != choice.lastRan);
+  choice.lastRan = i;
   const bool checks = choice.decided && choice.checkAt != 0 && step + 1 >= choice.checkAt;
   const bool decides = first || remeasured ||
                        (!drifted && !remeasuring && (checks || (choice.decided && (step + 1) % kAutoDecideEvery == 0)));

@@ -29,7 +29,11 @@
 // adds its own time and bus bytes to the link fit.
 // The step guard: every call also records the time from the key's previous
 // call to it against the candidate that previous call ran (the key's
-// period: in training, the step); a codec whose agreed period (the ranks'
+// period: in training, the step), except after a warm-up: the key's first
+// call, and a codec's first call after another candidate ran (its buffers,
+// plans and first transfers at its sizes are one-off costs, not its step;
+// a trial of kAutoTrialCalls calls leaves kAutoPeriodSamples periods to
+// judge); a codec whose agreed period (the ranks'
 // maximum, from kAutoPeriodSamples calls on) is longer than none's is left
 // and backed off as a lost trial, whatever its own time per call: on a
 // CPU-bound host a codec's call can be shorter while the step it is part of
@@ -111,7 +115,7 @@ namespace scalecomm {
 constexpr uint64_t kAutoFirstDecision = 3;  // calls 1-3 run none: two step periods of none before a codec runs
 constexpr int kAutoPeriodSamples = 2;       // step periods a candidate needs before the step guard judges it
 constexpr uint64_t kAutoDecideEvery = 16;
-constexpr uint64_t kAutoTrialCalls = 3;  // a new choice, or a lead, is checked after this many calls
+constexpr uint64_t kAutoTrialCalls = 4;  // a new choice, or a lead, is checked after this many calls
 constexpr uint64_t kAutoBackoff = 64;    // calls before a codec that lost a trial is tried again (doubling)
 constexpr uint64_t kAutoProbeEvery = 1024;
 constexpr double kAutoMargin = 0.10;            // a switch must save this share of the predicted time

@@ -575,6 +575,29 @@ TEST(a_small_codec_s_communication_moving_2x_within_the_step_s_noise_is_no_drift
   CHECK(sparsified >= (steps - kAutoWindowCalls) / 2);
 }
 
+TEST(a_codec_s_first_call_after_a_switch_is_its_warm_up_not_its_step) {
+  // bf16 halves none's call (~5 ms) on a slow link, and its steps are
+  // shorter than none's, except the first two after it is switched to:
+  // the first call's one-off costs (buffers, plans, first transfers) and
+  // one more slow step (noise) make them 40 ms. The trial must judge bf16
+  // by its steps after the warm-up: it is kept. (Judged on its first two
+  // periods, it would be left and backed off for 64 calls.)
+  const int64_t n = 16384;
+  OnSlowLink r;
+  const int steps = kAutoWindowCalls - 4;  // before the sparsifiers: bf16 against none
+  int codecCalls = 0, streak = 0, ran = 0;
+  for (int s = 0; s < steps; ++s) {
+    const bool warming = streak == 1 || streak == 2;  // the steps after a codec's first two calls
+    const int now = trainingStep(r.sel, r.state, r.comms, n, 1300 + s, warming ? 40 : 2);
+    streak = now != 0 && now == ran ? streak + 1 : now != 0 ? 1 : 0;
+    ran = now;
+    codecCalls += now != 0;
+  }
+  std::printf("  codec calls %d of %d; last: %s\n", codecCalls, steps, r.state.choice.last.reason.c_str());
+  CHECK_EQ(chosen(r.state), std::string("bf16"));
+  CHECK(codecCalls >= steps - 8);
+}
+
 TEST(the_first_decision_comes_after_two_steps_of_none) {
   OnSlowLink r;
   for (uint64_t s = 0; s <= kAutoFirstDecision; ++s) {
