@@ -59,14 +59,19 @@
 // over from a lossy one holds part of its predecessor's residual at its
 // trial's end: one over the bound there but below the ratio it inherited
 // (the predecessor's at the switch) stays on trial kAutoDecideEvery calls
-// more while it stays below it, and is then judged on what it holds. Per weight: a sparsifier sends a bucket's largest
-// values, and a weight whose values are small can hold back all of its gradient while the bucket as a whole holds
-// little. What the residual holds is applied late; against one step's gradient it is large both where gradients keep
-// their direction (the update arrives whole, a little late) and where they are noise (it mostly never does); against
-// the recent sum only the second stays large. Sparsifiers and PowerSGD wait for the key's kAutoWindowCalls-th call: a
-// delayed update costs most early in training, and by then the window holds the recent gradient (the first calls choose
-// between none and bf16). All of it travels in one small allreduce, so every rank picks from identical numbers: the
-// same choice and reason.
+// more while it stays below it, and is then judged on what it holds. Per
+// weight: a sparsifier sends a bucket's largest values, and a weight whose
+// values are small can hold back all of its gradient while the bucket as a
+// whole holds little.
+// What the residual holds is applied late; against one step's gradient it is
+// large both where gradients keep their direction (the update arrives whole,
+// a little late) and where they are noise (it mostly never does); against
+// the recent sum only the second stays large. Sparsifiers and PowerSGD wait
+// for the key's kAutoWindowCalls-th call: a delayed update costs most early
+// in training, and by then the window holds the recent gradient (the first
+// calls choose between none and bf16). All of it travels in one small
+// allreduce, so every rank picks from identical numbers: the same choice and
+// reason.
 //
 // When it switches. Decisions come at call kAutoFirstDecision, every
 // kAutoDecideEvery calls, and at a scheduled check kAutoTrialCalls after a
