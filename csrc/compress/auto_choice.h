@@ -24,12 +24,17 @@ struct TimeWindow {
     next = (next + 1) % kSize;
     count = std::min(count + 1, kSize);
   }
-  double low() const {  // 0: no sample
-    if (count == 0) return 0;
+  double low() const { return lowOfLast(count); }  // 0: no sample
+  // The lower quartile of the last m samples (all where fewer): two windows
+  // compared on as many samples each, since the quartile of more samples
+  // reaches further into a time's fast tail.
+  double lowOfLast(int m) const {
+    m = std::min(m, count);
+    if (m <= 0) return 0;
     double s[kSize];
-    std::copy(v, v + count, s);
-    std::nth_element(s, s + (count - 1) / 4, s + count);
-    return s[(count - 1) / 4];
+    for (int j = 0; j < m; ++j) s[j] = v[(next - 1 - j + kSize) % kSize];
+    std::nth_element(s, s + (m - 1) / 4, s + m);
+    return s[(m - 1) / 4];
   }
   void clear() { count = next = 0; }
 };

@@ -409,13 +409,18 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // One MAX allreduce agrees on everything; a minimum travels negated.
   // v: k measured times (min), k codec costs (max), k residual ratios (max),
   // the drift flag, the link fit's alpha and beta (min), k step periods
-  // (max; 0 below kAutoPeriodSamples), the step charge (max).
-  std::vector<double> v(4 * static_cast<size_t>(k) + 4);
+  // (max; 0 below kAutoPeriodSamples), the step charge (max), and per codec
+  // none's step over as many of its last periods as the codec has (max).
+  std::vector<double> v(5 * static_cast<size_t>(k) + 4);
+  const auto measuredStep = [](const TimeWindow& w, int m) {
+    return w.count >= kAutoPeriodSamples && m >= kAutoPeriodSamples ? w.lowOfLast(m) : 0;
+  };
   for (int i = 0; i < k; ++i) {
     v[i] = -cand[i].total.low();
     v[k + i] = cand[i].codecSeconds;
     v[2 * k + i] = cand[i].residual;
-    v[3 * k + 3 + i] = cand[i].period.count >= kAutoPeriodSamples ? cand[i].period.low() : 0;
+    v[3 * k + 3 + i] = measuredStep(cand[i].period, cand[i].period.count);
+    v[4 * k + 4 + i] = i == 0 ? 0 : measuredStep(cand[0].period, cand[i].period.count);
   }
   v[4 * k + 3] = stepCharge();
   // Drift: the running codec's communication time, the ranks' least (a rank
@@ -457,6 +462,10 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // the cores with the other ranks' work; timed alone they look cheaper).
   std::vector<double> est(k), residual(v.begin() + 2 * k, v.begin() + 3 * k),
       period(v.begin() + 3 * k + 3, v.begin() + 4 * k + 3);
+  // none's step as codec i's is compared with it: on as many samples, the
+  // last none made (the lower quartile of 8 samples is a faster one than
+  // that of 2, a bias against a codec on trial).
+  const std::vector<double> noneStep(v.begin() + 4 * k + 4, v.end());
   double shortfall = 1;
   for (int i = 0; i < k; ++i) {
     const double rounds = factors(i) ? 2 : 1;
@@ -485,8 +494,8 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   bool charged = false;
   for (int i = 1; i < k; ++i) {
     const double measured = -v[i], codec = v[k + i];
-    if (period[i] > 0 && period[0] > 0 && measured > 0 && -v[0] > 0 && codec >= kAutoStepShare * period[0]) {
-      const double hidden = (period[i] - period[0]) - (measured - est[0]);
+    if (period[i] > 0 && noneStep[i] > 0 && measured > 0 && -v[0] > 0 && codec >= kAutoStepShare * period[0]) {
+      const double hidden = (period[i] - noneStep[i]) - (measured - est[0]);
       const double c = hidden > kAutoStepShare * period[0] ? hidden / codec : 0;  // smaller: the step's noise
       charge = charged ? std::max(charge, c) : c;
       charged = true;
@@ -503,15 +512,20 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // judges it.
   const bool draining = choice.decided && choice.onTrial && current != 0 && bound_ > 0 && residual[current] > bound_ &&
                         residual[current] < choice.inherited && (choice.drainUntil == 0 || step < choice.drainUntil);
+  const uint64_t drainEnd = choice.drainUntil != 0 ? choice.drainUntil : step + kAutoDecideEvery;
   const auto within = [&](int i) {
     return i == 0 || bound_ <= 0 || residual[i] <= bound_ || (draining && i == current);
   };
   const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
   const auto waits = [&](int i) { return warming && waitsForWindow(i); };
-  // A codec is kept only while the key's calls come at least as often with
-  // it as with none: its call may be shorter while the step is longer (its
-  // CPU taken from the backward that overlaps it, on a CPU-bound host).
-  const auto slower = [&](int i) { return i != 0 && period[i] > 0 && period[0] > 0 && period[i] > period[0]; };
+  // A codec is kept only while the key's calls come about as often with it
+  // as with none: its call may be shorter while the step is longer (its CPU
+  // taken from the backward that overlaps it, on a CPU-bound host). Steps
+  // within kAutoStepShare of none's are within the step's noise: there the
+  // call's time decides.
+  const auto slower = [&](int i) {
+    return i != 0 && period[i] > 0 && noneStep[i] > 0 && period[i] > (1 + kAutoStepShare) * noneStep[i];
+  };
   const bool vetoed = choice.decided && slower(current);
   if (vetoed) freeChoice = true;
   const auto eligible = [&](int i) {
@@ -555,7 +569,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   }
   if (vetoed) {
     why = "; " + autoCandidates()[current] + " left: the key's calls came every " + ms(period[current]) +
-          " with it, every " + ms(period[0]) + " with none" + why;
+          " with it, every " + ms(noneStep[current]) + " with none" + why;
   }
   if (best != current && current != 0)
     cand[current].period.clear();  // its steps are measured afresh when it runs again
@@ -590,10 +604,10 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   }
   if (draining && best == current) {
     char buf[128];
-    std::snprintf(
-        buf, sizeof buf, "; %s holds %.0f %% > %.0f %%, less than the %.0f %% it inherited: on trial to step %llu",
-        autoCandidates()[current].c_str(), 100 * residual[current], 100 * bound_, 100 * choice.inherited,
-        static_cast<unsigned long long>(choice.drainUntil != 0 ? choice.drainUntil : step + kAutoDecideEvery));
+    std::snprintf(buf, sizeof buf,
+                  "; %s holds %.0f %% > %.0f %%, less than the %.0f %% it inherited: on trial to step %llu",
+                  autoCandidates()[current].c_str(), 100 * residual[current], 100 * bound_, 100 * choice.inherited,
+                  static_cast<unsigned long long>(drainEnd));
     reason += buf;
   }
   if (charge > 0.05) {
@@ -615,9 +629,9 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     choice.inherited = current != 0 && choice.lastRan == current ? residual[current] : 0;
     choice.drainUntil = 0;
   } else if (draining) {  // still on trial, to its end
-    if (choice.drainUntil == 0) choice.drainUntil = step + kAutoDecideEvery;
+    choice.drainUntil = drainEnd;
     choice.onTrial = true;
-    choice.checkAt = choice.drainUntil;
+    choice.checkAt = drainEnd;
   }
   // The reference: the running codec's agreed time; a new choice takes its
   // own at its next decision.

@@ -34,7 +34,9 @@
 // plans and first transfers at its sizes are one-off costs, not its step;
 // a trial of kAutoTrialCalls calls leaves kAutoPeriodSamples periods to
 // judge); a codec whose agreed period (the ranks'
-// maximum, from kAutoPeriodSamples calls on) is longer than none's is left
+// maximum, from kAutoPeriodSamples calls on) is longer than none's by more
+// than kAutoStepShare (the step's noise), none's taken over as many of its
+// last periods as the codec has, is left
 // and backed off as a lost trial, whatever its own time per call: on a
 // CPU-bound host a codec's call can be shorter while the step it is part of
 // is longer (its CPU comes out of the backward it overlaps). None's

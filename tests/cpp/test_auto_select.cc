@@ -9,7 +9,9 @@
 // (nothing lost), while a peer's changing lateness, or a small codec's
 // time moving within the step's noise, is not taken for the link
 // drifting, a codec whose call is shorter but whose step is longer
-// left (the step guard), also after the link drifts, a small key's noisy
+// left (the step guard), also after the link drifts, but not one whose
+// step is within the step's noise of none's, nor one on trial against
+// more of none's steps than it has, a small key's noisy
 // step not charged to a large key's codecs, one that would save too little
 // of the step not tried, PowerSGD a candidate only where the weights'
 // shapes are known, and a large key's codecs timed on a sample.
@@ -596,6 +598,92 @@ TEST(a_codec_s_first_call_after_a_switch_is_its_warm_up_not_its_step) {
   std::printf("  codec calls %d of %d; last: %s\n", codecCalls, steps, r.state.choice.last.reason.c_str());
   CHECK_EQ(chosen(r.state), std::string("bf16"));
   CHECK(codecCalls >= steps - 8);
+}
+
+namespace {
+
+// A key whose calls come at a pace set elsewhere (a CPU-bound backward that
+// the call overlaps): each call starts `gapMs` after the previous one
+// started, whatever the link (or later, if a sleep overran: no catching up,
+// so an overrun lengthens one step and shortens none); returns the
+// candidate the call ran.
+struct Paced {
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  int step(AutoSelection& sel, CompressState& state, const CompressComms& comms, int64_t n, int seed, double gapMs) {
+    std::vector<float> x = values(seed, n);
+    std::this_thread::sleep_until(last + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(gapMs * 1e-3)));
+    last = std::chrono::steady_clock::now();
+    return sel.run(x.data(), n, true, state, comms);
+  }
+};
+
+}  // namespace
+
+TEST(a_time_window_s_quartile_of_its_last_samples) {
+  TimeWindow w;
+  for (double t : {5.0, 1.0, 9.0, 8.0, 7.0, 6.0}) w.add(t);
+  CHECK_EQ(w.low(), 5.0);  // the 2nd smallest of 6
+  CHECK_EQ(w.lowOfLast(2), 6.0);
+  CHECK_EQ(w.lowOfLast(4), 6.0);
+  CHECK_EQ(w.lowOfLast(5), 6.0);  // 1, 9, 8, 7, 6: the 2nd smallest
+  CHECK_EQ(w.lowOfLast(99), w.low());
+  for (double t : {4.0, 3.0, 2.0}) w.add(t);  // past kSize: the oldest (5) is gone
+  CHECK_EQ(w.count, TimeWindow::kSize);
+  CHECK_EQ(w.low(), 2.0);
+  CHECK_EQ(w.lowOfLast(3), 2.0);
+  CHECK_EQ(TimeWindow{}.lowOfLast(2), 0.0);
+}
+
+TEST(a_codec_s_step_within_the_step_s_noise_of_none_s_is_judged_by_its_call) {
+  // The key's calls come every 60 ms whatever runs (a backward that the
+  // call overlaps sets the pace), 0.3 ms later after a bf16 call: its step
+  // is 0.5 % longer than none's, within the step's noise, while its call
+  // (~3 ms) is half none's on a slow link. The call decides: bf16 runs.
+  // (Judged strictly by the step, it would be left after every trial.)
+  const int64_t n = 16384;
+  SimulatedLink link;
+  link.beta = 6e-3 / (4.0 * n * 2 * 3 / 4);
+  AutoSelection sel(0);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  const int steps = 48;
+  Paced pace;
+  int codecCalls = 0, ran = 0;
+  for (int s = 0; s < steps; ++s) {
+    ran = pace.step(sel, state, comms, n, 1400 + s, ran != 0 ? 60.3 : 60.0);
+    codecCalls += ran != 0;
+  }
+  std::printf("  codec calls %d of %d; last: %s\n", codecCalls, steps, state.choice.last.reason.c_str());
+  CHECK_EQ(chosen(state), std::string("bf16"));
+  CHECK(codecCalls >= steps - 8);
+}
+
+TEST(a_codec_on_trial_is_compared_with_as_many_of_none_s_steps) {
+  // The key's calls come every 60 ms (the pace set elsewhere), on a link
+  // that turns slow at call 12 (none's call 0.5 -> 6 ms; bf16's is half):
+  // bf16 leads at the decision of call 31 and runs from call 36 on. Two of
+  // none's steps in between came 20 % early (calls 29 and 30). bf16's
+  // trial (2 steps) is compared with none's last 2: the same pace, so bf16
+  // is kept. (Against the lower quartile of none's 8, one of the early
+  // steps, it would be left.)
+  const int64_t n = 16384;
+  SimulatedLink link;
+  AutoSelection sel(0);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  Paced pace;
+  bool tried = false, kept = false;
+  for (int s = 0; s < 42; ++s) {
+    link.beta = (s < 12 ? 0.5e-3 : 6e-3) / (4.0 * n * 2 * 3 / 4);
+    const bool wasOnTrial = state.choice.onTrial;
+    pace.step(sel, state, comms, n, 1500 + s, s == 30 || s == 31 ? 48.0 : 60.0);
+    tried = tried || state.choice.onTrial;
+    if (wasOnTrial && !state.choice.onTrial) kept = chosen(state) == "bf16";
+  }
+  std::printf("  tried %d, kept %d; last: %s\n", tried, kept, state.choice.last.reason.c_str());
+  CHECK(tried);
+  CHECK(kept);
 }
 
 TEST(the_first_decision_comes_after_two_steps_of_none) {
