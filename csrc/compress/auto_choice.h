@@ -75,8 +75,7 @@ struct AutoChoice {
   int commMoved = 0;          // +1 / -1: it had moved 2x up / down at the last decision (drift, if again)
   uint64_t checkAt = 0;       // an extra decision at this step: a trial's end, or a lead to confirm (0: none)
   bool onTrial = false;       // the current candidate was just switched to; checkAt judges it
-  double inherited = 0;       // the residual ratio the trial's codec started from (its predecessor's, agreed)
-  uint64_t drainUntil = 0;    // the trial of a codec draining what it inherited ends here (0: not extended)
+  bool flushNext = false;     // the next call runs none: it sends what the codec that ran left in the residual
   int pending = -1;           // a candidate that led at the last decision; switched to if it leads again
   bool probeNext = false;     // the ranks agreed the link drifted: the next call runs none
   int noneCallsLeft = 0;      // after drift: calls that run none (its step measured) before the decision

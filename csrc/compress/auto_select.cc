@@ -302,11 +302,15 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const uint64_t step = state.steps;
   // After drift: none runs this call (the link's new sample at its bytes)
   // and the next kAutoPeriodSamples (its step on the new link), then decides.
+  // Between two codecs that hold a residual, none runs one call: it sends
+  // what the first held, so the next codec's residual is its own.
   const bool drifted = choice.decided && choice.probeNext;
   const bool remeasuring = choice.decided && choice.noneCallsLeft > 0;
+  const bool flush = choice.flushNext && !state.residual.empty();
   const bool probe = choice.decided && choice.current != 0 &&
-                     (drifted || remeasuring || step % kAutoProbeEvery == kAutoProbeEvery - 1);
+                     (drifted || remeasuring || flush || step % kAutoProbeEvery == kAutoProbeEvery - 1);
   choice.probeNext = false;
+  choice.flushNext = false;
   if (drifted) choice.noneCallsLeft = kAutoPeriodSamples;
   if (remeasuring) choice.noneCallsLeft -= 1;
   const bool remeasured = remeasuring && choice.noneCallsLeft == 0;
@@ -505,17 +509,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   for (int i = 1; i < k; ++i) est[i] += charge * v[k + i];
 
   const int current = choice.decided ? choice.current : 0;
-  // The residual carries over between codecs: at its trial's end a codec
-  // still holds part of what the one before it held back. One over the
-  // bound but below what it inherited is draining it, not starving a
-  // weight: its trial runs kAutoDecideEvery calls more, then the bound
-  // judges it.
-  const bool draining = choice.decided && choice.onTrial && current != 0 && bound_ > 0 && residual[current] > bound_ &&
-                        residual[current] < choice.inherited && (choice.drainUntil == 0 || step < choice.drainUntil);
-  const uint64_t drainEnd = choice.drainUntil != 0 ? choice.drainUntil : step + kAutoDecideEvery;
-  const auto within = [&](int i) {
-    return i == 0 || bound_ <= 0 || residual[i] <= bound_ || (draining && i == current);
-  };
+  const auto within = [&](int i) { return i == 0 || bound_ <= 0 || residual[i] <= bound_; };
   const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
   const auto waits = [&](int i) { return warming && waitsForWindow(i); };
   // A codec is kept only while the key's calls come about as often with it
@@ -602,14 +596,10 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
       reason += buf;
     }
   }
-  if (draining && best == current) {
-    char buf[128];
-    std::snprintf(buf, sizeof buf,
-                  "; %s holds %.0f %% > %.0f %%, less than the %.0f %% it inherited: on trial to step %llu",
-                  autoCandidates()[current].c_str(), 100 * residual[current], 100 * bound_, 100 * choice.inherited,
-                  static_cast<unsigned long long>(drainEnd));
-    reason += buf;
-  }
+  // From one codec to another: the call between runs none (its residual
+  // sent), and the trial counts from the next.
+  const bool flushes = best != current && best != 0 && choice.lastRan != 0 && choice.lastRan != best;
+  if (flushes) reason += "; one call of none first sends " + autoCandidates()[choice.lastRan] + "'s residual";
   if (charge > 0.05) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "; codecs charged %.2g s of step per s of codec time", charge);
@@ -625,13 +615,8 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     cand[best].total.clear();
     cand[best].comm.clear();
     choice.onTrial = true;
-    choice.checkAt = step + kAutoTrialCalls;
-    choice.inherited = current != 0 && choice.lastRan == current ? residual[current] : 0;
-    choice.drainUntil = 0;
-  } else if (draining) {  // still on trial, to its end
-    choice.drainUntil = drainEnd;
-    choice.onTrial = true;
-    choice.checkAt = drainEnd;
+    choice.checkAt = step + kAutoTrialCalls + (flushes ? 1 : 0);
+    choice.flushNext = flushes;
   }
   // The reference: the running codec's agreed time; a new choice takes its
   // own at its next decision.

@@ -57,11 +57,10 @@
 // norms over the same sample of about kAutoSampleElements elements,
 // forEachSampleRun; the largest of the whole tensor's and each of its
 // layout's weights'; the ranks' maximum) is left out for the key's life once
-// it ran. The residual carries over between codecs, so a codec that took
-// over from a lossy one holds part of its predecessor's residual at its
-// trial's end: one over the bound there but below the ratio it inherited
-// (the predecessor's at the switch) stays on trial kAutoDecideEvery calls
-// more while it stays below it, and is then judged on what it holds. Per
+// it ran. Each codec's residual is its own: between two codecs one call
+// runs none, which sends what the first held (the trial of the second
+// counts from the call after it), so no codec is judged on, or keeps back,
+// what another left. Per
 // weight: a sparsifier sends a bucket's largest values, and a weight whose
 // values are small can hold back all of its gradient while the bucket as a
 // whole holds little.
