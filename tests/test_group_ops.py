@@ -36,10 +36,15 @@ def test_monitored_barrier_names_the_missing_ranks(wait_all):
 
 def _split(rank, n):
     mine = [0, 2] if rank % 2 == 0 else [1, 3]
+    if rank % 2:
+        time.sleep(1.0)  # one half splits while the other has finished with its group
     sub = dist.group.WORLD.split_group(mine, timeout=timedelta(seconds=30), group_name=f"split{mine[0]}")
     t = torch.full((5,), float(rank))
     sub.allreduce(t).wait()
     be = sub._get_backend(torch.device("cpu"))
+    # The world's store lives in rank 0's process: rank 0 stays until every
+    # rank has met its group (as any env:// job must).
+    dist.barrier()
     return t[0].item(), sub.rank(), sub.size(), be.config.group_name
 
 
