@@ -35,32 +35,36 @@
 // a trial of kAutoTrialCalls calls leaves kAutoPeriodSamples periods to
 // judge); a codec whose agreed period (the ranks'
 // maximum, from kAutoPeriodSamples calls on) is longer than none's by more
-// than kAutoStepShare (the step's noise), none's taken over as many of its
-// last periods as the codec has, is left
-// and backed off as a lost trial, whatever its own time per call: on a
-// CPU-bound host a codec's call can be shorter while the step it is part of
-// is longer (its CPU comes out of the backward it overlaps). None's
+// than the step's noise, none's taken over as many of its last periods as
+// the codec has, is left at once and backed off as a lost trial, whatever
+// its own time per call: on a CPU-bound host a codec's call can be shorter
+// while the step it is part of is longer (its CPU comes out of the backward
+// it overlaps). The step's noise is measured: kAutoNoiseShare of how far
+// none's own periods move (TimeWindow::spread, the ranks' maximum, kept as
+// last measured), at least kAutoStepShare; a quiet host keeps a tight band,
+// a busy one a wide one (a band tighter than the steps' own movement loses
+// trials of codecs that change nothing). None's
 // period is the reference: kept while codecs run, refreshed by its probes.
 // What a codec added to the step beyond its call, per second of its codec
 // time (a property of the host: how much of a codec's CPU the step pays), is
 // charged to every codec's prediction on every key of the group (the
 // latest measured, halving every kAutoBackoff calls per key served; the
 // ranks agree on it), so the others are not each tried; it is measured only
-// from a codec whose own time is above the step's noise (kAutoStepShare of
-// none's step), so a step lengthened by noise or by another key's choice is
-// not read as a large charge on a small codec. A codec must also
-// promise to save kAutoStepShare of none's step: a smaller saving is within
-// the step's noise, where the guard could not tell it from a loss.
+// from a codec whose own time, and whose step's excess over its call, are
+// above the step's noise (of none's step), so a step lengthened by noise or
+// by another key's choice is not read as a charge. A codec must also
+// promise to save kAutoStepShare of none's step: a smaller saving is not
+// worth a trial.
 // The accuracy guard: a codec whose error-feedback residual holds more than
 // `residualBound` of the key's recent gradient (|e| / |window|: the rank's
 // inputs summed over its calls with a decay of 1 - 1/kAutoWindowCalls, both
 // norms over the same sample of about kAutoSampleElements elements,
 // forEachSampleRun; the largest of the whole tensor's and each of its
 // layout's weights'; the ranks' maximum) is left out for the key's life once
-// it ran. Each codec's residual is its own: between two codecs one call
-// runs none, which sends what the first held (the trial of the second
-// counts from the call after it), so no codec is judged on, or keeps back,
-// what another left. Per
+// it ran (the running codec at once, at the decision that reads it). Each
+// codec's residual is its own: between two codecs one call runs none, which
+// sends what the first held (the trial of the second counts from the call
+// after it), so no codec is judged on, or keeps back, what another left. Per
 // weight: a sparsifier sends a bucket's largest values, and a weight whose
 // values are small can hold back all of its gradient while the bucket as a
 // whole holds little.
@@ -75,12 +79,14 @@
 // reason.
 //
 // When it switches. Decisions come at call kAutoFirstDecision, every
-// kAutoDecideEvery calls, and at a scheduled check kAutoTrialCalls after a
-// switch or a lead. A codec must beat none by kAutoMargin, and the current
-// choice is kept unless another is faster by that margin. At the first
-// decision and at a trial's end the fastest is taken at once (a trial that
-// lost is left, and its codec is not tried again for kAutoBackoff x 2^losses
-// calls); otherwise a challenger must lead at two decisions in a row. So
+// kAutoDecideEvery calls (none inside a trial), and at a scheduled check
+// kAutoTrialCalls after a switch or a lead. A codec must beat none by
+// kAutoMargin. At a free choice (the first decision, a trial's end, after
+// drift, a codec left by the step guard or the accuracy guard) the fastest
+// is taken at once (a trial that lost is left, and its codec is not tried
+// again for kAutoBackoff x 2^losses calls); otherwise the current choice is
+// kept unless another is faster by the margin, and a challenger must lead
+// at two decisions in a row. So
 // near-equal candidates do not flap, and a wrong estimate costs a few calls
 // once.
 //
@@ -126,6 +132,7 @@ constexpr uint64_t kAutoBackoff = 64;    // calls before a codec that lost a tri
 constexpr uint64_t kAutoProbeEvery = 1024;
 constexpr double kAutoMargin = 0.10;            // a switch must save this share of the predicted time
 constexpr double kAutoStepShare = 0.02;         // ... and a codec this share of none's step (its period)
+constexpr double kAutoNoiseShare = 0.5;         // the step's noise: this share of none's steps' spread (or the above)
 constexpr int kAutoWindowCalls = 64;            // the recent gradient's horizon (its decay: 1 - 1/this per call)
 constexpr int64_t kAutoSampleElements = 65536;  // the guard's norms: at most about this many elements
 constexpr int64_t kAutoSampleRun = 16;          // ... in runs of this many neighbours (a cache line of floats)
