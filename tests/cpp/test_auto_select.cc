@@ -144,7 +144,9 @@ namespace {
 
 // `steps` calls of auto (the default bound, a third) on a simulated link
 // of `ranks` (20 MB/s of bus bandwidth unless given), call s on input(s);
-// after(s, state) looks at each call's state.
+// after(s, state) looks at each call's state. After every call the running
+// codec's residual, as last measured, is within the bound: a decision that
+// reads it over the bound leaves the codec at once.
 template <class Input, class After>
 CompressState onSlowLink(int steps, Input input, After after, int ranks = 4, double bytesPerSecond = 20e6,
                          const PowerSgdLayout& layout = {}) {
@@ -157,6 +159,7 @@ CompressState onSlowLink(int steps, Input input, After after, int ranks = 4, dou
   for (int s = 0; s < steps; ++s) {
     std::vector<float> x = input(s);
     sel.run(x.data(), static_cast<int64_t>(x.size()), true, state, comms, layout);
+    if (state.choice.decided) CHECK(state.choice.last.residual[state.choice.current] <= 0.33);
     after(s, state);
   }
   return state;
@@ -829,6 +832,7 @@ TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = u[i] * v[j] + noise * x[i * cols + j];
       const int ran = sel.run(x.data(), n, true, state, comms, layout);
+      CHECK(state.choice.last.residual.empty() || state.choice.last.residual[state.choice.current] <= 0.33);
       powerSgdCalls += ran == candidate("powersgd:4");
       unflushed += ran != 0 && previous != 0 && ran != previous;  // one codec straight after another
       previous = ran;
