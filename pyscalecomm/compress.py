@@ -131,9 +131,7 @@ def choices(group=None, device: str = "cpu") -> list[dict]:
     ``compression_auto_bound`` percent is left out), ``period_s`` (the
     time from one of the key's calls to the next with each candidate, where
     measured: the training step it makes; a codec whose period is longer
-    than none's by more than ``step_noise`` is left), ``step_noise`` (the
-    share of none's step within which steps count as alike: half of how far
-    none's own steps move, at least 0.02), ``link_alpha_s``,
+    than none's is left), ``link_alpha_s``,
     ``link_bus_gbps``, ``step``, ``changes`` and ``reason`` (one line)."""
     return _backend(group, torch.device(device)).compression_choices()
 

@@ -58,7 +58,6 @@ def test_auto_loses_nothing_whatever_it_ran_and_every_rank_agrees():
         assert c["key"] == "g" and c["choice"] in c["predicted_s"], c
         assert set(c["predicted_s"]) == {"none", "bf16", "topk:0.1", "topk:0.03", "topk:0.01"}
         assert "predicted" in c["reason"] and "GB/s" in c["reason"]
-        assert 0.02 <= c["step_noise"] < 10, c  # the step guard's band: at least 2 %
         assert all(e == every[0] for e in every)  # the same numbers and words, bit for bit, on every rank
         # stats say what ran, call by call (the first two calls run none)
         assert sum(calls.values()) == 40 and calls.get("none", 0) >= 2, (calls, operations)

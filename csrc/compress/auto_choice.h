@@ -29,30 +29,14 @@ struct TimeWindow {
   // compared on as many samples each, since the quartile of more samples
   // reaches further into a time's fast tail.
   double lowOfLast(int m) const {
+    m = std::min(m, count);
+    if (m <= 0) return 0;
     double s[kSize];
-    m = lastSorted(m, s);
-    return m > 0 ? s[(m - 1) / 4] : 0;
-  }
-  // How far the samples move: their upper quartile over their lower one,
-  // less one (with fewer than 4 samples, the largest over the smallest); 0
-  // with fewer than 2.
-  double spread() const {
-    double s[kSize];
-    const int m = lastSorted(count, s);
-    if (m < 2 || !(s[0] > 0)) return 0;
-    const int q = m < 4 ? 0 : (m - 1) / 4;
-    return s[m - 1 - q] / s[q] - 1;
+    for (int j = 0; j < m; ++j) s[j] = v[(next - 1 - j + kSize) % kSize];
+    std::nth_element(s, s + (m - 1) / 4, s + m);
+    return s[(m - 1) / 4];
   }
   void clear() { count = next = 0; }
-
- private:
-  // The last m samples (all where fewer), sorted into s; returns how many.
-  int lastSorted(int m, double* s) const {
-    m = std::max(0, std::min(m, count));
-    for (int j = 0; j < m; ++j) s[j] = v[(next - 1 - j + kSize) % kSize];
-    std::sort(s, s + m);
-    return m;
-  }
 };
 
 // What one decision saw and chose (kept per key; pyscalecomm.compress.choices()).
@@ -63,7 +47,6 @@ struct AutoDecision {
   std::vector<double> residual;        // |e| / |window| per candidate (least-served weight), ranks' max (0: not run)
   std::vector<double> period;          // seconds between the key's calls per candidate, the ranks' maximum (0: unknown)
   double linkAlpha = 0, linkBeta = 0;  // the link fit when deciding, the ranks' minimum
-  double stepNoise = 0;                // the share of none's step within which steps are alike (the step guard's)
   std::string reason;
 };
 
@@ -96,7 +79,6 @@ struct AutoChoice {
   int pending = -1;           // a candidate that led at the last decision; switched to if it leads again
   bool probeNext = false;     // the ranks agreed the link drifted: the next call runs none
   int noneCallsLeft = 0;      // after drift: calls that run none (its step measured) before the decision
-  double noneSpread = 0;      // how far none's steps move (TimeWindow::spread, the ranks' max), as last measured
   double lastEntry = 0;       // when the key's last call began (steady clock, seconds)
   int lastRan = -1;           // the candidate that call ran (-1: no call yet)
   bool lastWarm = true;       // that call was a warm-up, whose period is not a step (AutoSelection::run)

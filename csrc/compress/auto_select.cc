@@ -415,10 +415,9 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // One MAX allreduce agrees on everything; a minimum travels negated.
   // v: k measured times (min), k codec costs (max), k residual ratios (max),
   // the drift flag, the link fit's alpha and beta (min), k step periods
-  // (max; 0 below kAutoPeriodSamples), the step charge (max), per codec
-  // none's step over as many of its last periods as the codec has (max),
-  // and how far none's steps move (max).
-  std::vector<double> v(5 * static_cast<size_t>(k) + 5);
+  // (max; 0 below kAutoPeriodSamples), the step charge (max), and per codec
+  // none's step over as many of its last periods as the codec has (max).
+  std::vector<double> v(5 * static_cast<size_t>(k) + 4);
   const auto measuredStep = [](const TimeWindow& w, int m) {
     return w.count >= kAutoPeriodSamples && m >= kAutoPeriodSamples ? w.lowOfLast(m) : 0;
   };
@@ -430,7 +429,6 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     v[4 * k + 4 + i] = i == 0 ? 0 : measuredStep(cand[0].period, cand[i].period.count);
   }
   v[4 * k + 3] = stepCharge();
-  v[5 * k + 4] = cand[0].period.spread();
   // Drift: the running codec's communication time, the ranks' least (a rank
   // that waited for a late peer measured the peer; the last to arrive did
   // not wait), against its reference.
@@ -473,12 +471,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // none's step as codec i's is compared with it: on as many samples, the
   // last none made (the lower quartile of 8 samples is a faster one than
   // that of 2, a bias against a codec on trial).
-  const std::vector<double> noneStep(v.begin() + 4 * k + 4, v.begin() + 5 * k + 4);
-  // The step's noise: steps within this share of none's are alike. Half of
-  // how far none's own steps move (kept as last measured: right after drift
-  // none's window holds few), at least kAutoStepShare.
-  if (v[5 * k + 4] > 0) choice.noneSpread = v[5 * k + 4];
-  const double noise = std::max(kAutoStepShare, kAutoNoiseShare * choice.noneSpread);
+  const std::vector<double> noneStep(v.begin() + 4 * k + 4, v.end());
   double shortfall = 1;
   for (int i = 0; i < k; ++i) {
     const double rounds = factors(i) ? 2 : 1;
@@ -499,18 +492,17 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // periods) replaces the group's; otherwise the group's agreed charge
   // stands. It is charged to every codec: one codec that lengthened the
   // step warns off the others by their codec time, untried, on every key.
-  // Only a codec whose own time is above the step's noise (of none's step)
-  // measures it, and only from a step longer than the call explains by more
-  // than that noise: below, a step lengthened by noise or by another key's
-  // choice would read as a large charge per second of codec time (the step
-  // guard still leaves that codec).
+  // Only a codec whose own time is above the step's noise (kAutoStepShare
+  // of none's step) measures it: below, a step lengthened by noise or by
+  // another key's choice would read as a large charge per second of a
+  // small codec time (the step guard still leaves that codec).
   double charge = v[4 * k + 3];
   bool charged = false;
   for (int i = 1; i < k; ++i) {
     const double measured = -v[i], codec = v[k + i];
-    if (period[i] > 0 && noneStep[i] > 0 && measured > 0 && -v[0] > 0 && codec >= noise * period[0]) {
+    if (period[i] > 0 && noneStep[i] > 0 && measured > 0 && -v[0] > 0 && codec >= kAutoStepShare * period[0]) {
       const double hidden = (period[i] - noneStep[i]) - (measured - est[0]);
-      const double c = hidden > noise * period[0] ? hidden / codec : 0;  // smaller: the step's noise
+      const double c = hidden > kAutoStepShare * period[0] ? hidden / codec : 0;  // smaller: the step's noise
       charge = charged ? std::max(charge, c) : c;
       charged = true;
     }
@@ -525,10 +517,10 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // A codec is kept only while the key's calls come about as often with it
   // as with none: its call may be shorter while the step is longer (its CPU
   // taken from the backward that overlaps it, on a CPU-bound host). Steps
-  // within the step's noise of none's are alike: there the call's time
-  // decides.
+  // within kAutoStepShare of none's are within the step's noise: there the
+  // call's time decides.
   const auto slower = [&](int i) {
-    return i != 0 && period[i] > 0 && noneStep[i] > 0 && period[i] > (1 + noise) * noneStep[i];
+    return i != 0 && period[i] > 0 && noneStep[i] > 0 && period[i] > (1 + kAutoStepShare) * noneStep[i];
   };
   const bool vetoed = choice.decided && slower(current);
   // A current codec that is vetoed, or whose residual passed the bound, is
@@ -578,8 +570,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   }
   if (vetoed) {
     why = "; " + autoCandidates()[current] + " left: the key's calls came every " + ms(period[current]) +
-          " with it, every " + ms(noneStep[current]) +
-          " with none (the step's noise: " + std::to_string(static_cast<int>(std::lround(100 * noise))) + " %)" + why;
+          " with it, every " + ms(noneStep[current]) + " with none" + why;
   }
   if (best != current && current != 0)
     cand[current].period.clear();  // its steps are measured afresh when it runs again
@@ -646,7 +637,6 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   choice.last.period = std::move(period);
   choice.last.linkAlpha = alpha;
   choice.last.linkBeta = beta;
-  choice.last.stepNoise = noise;
   choice.last.reason = std::move(reason);
 }
 

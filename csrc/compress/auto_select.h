@@ -35,26 +35,22 @@
 // a trial of kAutoTrialCalls calls leaves kAutoPeriodSamples periods to
 // judge); a codec whose agreed period (the ranks'
 // maximum, from kAutoPeriodSamples calls on) is longer than none's by more
-// than the step's noise, none's taken over as many of its last periods as
-// the codec has, is left at once and backed off as a lost trial, whatever
-// its own time per call: on a CPU-bound host a codec's call can be shorter
-// while the step it is part of is longer (its CPU comes out of the backward
-// it overlaps). The step's noise is measured: kAutoNoiseShare of how far
-// none's own periods move (TimeWindow::spread, the ranks' maximum, kept as
-// last measured), at least kAutoStepShare; a quiet host keeps a tight band,
-// a busy one a wide one (a band tighter than the steps' own movement loses
-// trials of codecs that change nothing). None's
+// than kAutoStepShare (the step's noise), none's taken over as many of its
+// last periods as the codec has, is left
+// and backed off as a lost trial, whatever its own time per call: on a
+// CPU-bound host a codec's call can be shorter while the step it is part of
+// is longer (its CPU comes out of the backward it overlaps). None's
 // period is the reference: kept while codecs run, refreshed by its probes.
 // What a codec added to the step beyond its call, per second of its codec
 // time (a property of the host: how much of a codec's CPU the step pays), is
 // charged to every codec's prediction on every key of the group (the
 // latest measured, halving every kAutoBackoff calls per key served; the
 // ranks agree on it), so the others are not each tried; it is measured only
-// from a codec whose own time, and whose step's excess over its call, are
-// above the step's noise (of none's step), so a step lengthened by noise or
-// by another key's choice is not read as a charge. A codec must also
-// promise to save kAutoStepShare of none's step: a smaller saving is not
-// worth a trial.
+// from a codec whose own time is above the step's noise (kAutoStepShare of
+// none's step), so a step lengthened by noise or by another key's choice is
+// not read as a large charge on a small codec. A codec must also
+// promise to save kAutoStepShare of none's step: a smaller saving is within
+// the step's noise, where the guard could not tell it from a loss.
 // The accuracy guard: a codec whose error-feedback residual holds more than
 // `residualBound` of the key's recent gradient (|e| / |window|: the rank's
 // inputs summed over its calls with a decay of 1 - 1/kAutoWindowCalls, both
@@ -132,7 +128,6 @@ constexpr uint64_t kAutoBackoff = 64;    // calls before a codec that lost a tri
 constexpr uint64_t kAutoProbeEvery = 1024;
 constexpr double kAutoMargin = 0.10;            // a switch must save this share of the predicted time
 constexpr double kAutoStepShare = 0.02;         // ... and a codec this share of none's step (its period)
-constexpr double kAutoNoiseShare = 0.5;         // the step's noise: this share of none's steps' spread (or the above)
 constexpr int kAutoWindowCalls = 64;            // the recent gradient's horizon (its decay: 1 - 1/this per call)
 constexpr int64_t kAutoSampleElements = 65536;  // the guard's norms: at most about this many elements
 constexpr int64_t kAutoSampleRun = 16;          // ... in runs of this many neighbours (a cache line of floats)

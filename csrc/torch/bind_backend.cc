@@ -255,7 +255,6 @@ void defineCompression(BackendClass& cls) {
               d["predicted_s"] = predicted;
               d["residual_ratio"] = residual;
               d["period_s"] = period;
-              d["step_noise"] = c.last.stepNoise;
               d["link_alpha_s"] = c.last.linkAlpha;
               d["link_bus_gbps"] = c.last.linkBeta > 0 ? 1e-9 / c.last.linkBeta : 0.0;
               d["reason"] = c.last.reason;
@@ -264,8 +263,7 @@ void defineCompression(BackendClass& cls) {
             return out;
           },
           "compress=auto's latest decision per tensor key (agreed by every rank): the codec, the predicted time of "
-          "every candidate, their error-feedback residual ratios and step periods, the step's noise, the link fit, and "
-          "why.")
+          "every candidate, their error-feedback residual ratios and step periods, the link fit, and why.")
       .def(
           "load_compression_state",
           [](ScalecommBackend& b, const py::dict& states) {
