@@ -90,6 +90,12 @@ int trainingStep(AutoSelection& sel, CompressState& state, const CompressComms& 
   return sel.run(x.data(), n, true, state, comms);
 }
 
+// The running codec's residual, as last measured, is within the tests'
+// bound of a third: a decision that reads it over the bound leaves it.
+bool runningCodecWithinBound(const CompressState& s) {
+  return !s.choice.decided || s.choice.last.residual[s.choice.current] <= 0.33;
+}
+
 int candidate(const std::string& spec) {
   const auto& c = autoCandidates();
   return static_cast<int>(std::find(c.begin(), c.end(), spec) - c.begin());
@@ -143,9 +149,8 @@ namespace {
 
 // `steps` calls of auto (the default bound, a third) on a simulated link
 // of `ranks` (20 MB/s of bus bandwidth unless given), call s on input(s);
-// after(s, state) looks at each call's state. After every call the running
-// codec's residual, as last measured, is within the bound: a decision that
-// reads it over the bound leaves the codec at once.
+// after(s, state) looks at each call's state; after every call the running
+// codec is within the bound (runningCodecWithinBound).
 template <class Input, class After>
 CompressState onSlowLink(int steps, Input input, After after, int ranks = 4, double bytesPerSecond = 20e6,
                          const PowerSgdLayout& layout = {}) {
@@ -158,7 +163,7 @@ CompressState onSlowLink(int steps, Input input, After after, int ranks = 4, dou
   for (int s = 0; s < steps; ++s) {
     std::vector<float> x = input(s);
     sel.run(x.data(), static_cast<int64_t>(x.size()), true, state, comms, layout);
-    if (state.choice.decided) CHECK(state.choice.last.residual[state.choice.current] <= 0.33);
+    CHECK(runningCodecWithinBound(state));
     after(s, state);
   }
   return state;
@@ -792,7 +797,7 @@ TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = u[i] * v[j] + noise * x[i * cols + j];
       const int ran = sel.run(x.data(), n, true, state, comms, layout);
-      CHECK(state.choice.last.residual.empty() || state.choice.last.residual[state.choice.current] <= 0.33);
+      CHECK(runningCodecWithinBound(state));
       powerSgdCalls += ran == candidate("powersgd:4");
       unflushed += ran != 0 && previous != 0 && ran != previous;  // one codec straight after another
       previous = ran;
