@@ -454,7 +454,10 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     choice.commAtDecision = 0;
     choice.commMoved = 0;
     choice.pending = -1;
-    for (AutoCandidate& c : cand) c.losses = c.retryAt = 0;
+    for (AutoCandidate& c : cand) {
+      c.losses = c.retryAt = 0;
+      c.lostTo = -1;
+    }
     return;
   }
   choice.commMoved = moved;
@@ -526,6 +529,20 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // A current codec that is vetoed, or whose residual passed the bound, is
   // left at once (no lead to confirm, no hysteresis): a free choice.
   if (vetoed || !within(current)) freeChoice = true;
+  // A codec that lost its trial to another codec is tried again once that
+  // codec is left out (by either guard): its back-off kept it from a winner
+  // that no longer runs, not from none.
+  const auto leftOut = [&](int i) { return !within(i) || (vetoed && i == current); };
+  std::string released;
+  for (int i = 1; i < k; ++i) {
+    AutoCandidate& c = cand[i];
+    if (c.lostTo <= 0 || step >= c.retryAt || !leftOut(c.lostTo)) continue;
+    released += "; " + autoCandidates()[i] + " tried again: " + autoCandidates()[c.lostTo] +
+                ", which its trial lost to, is left out";
+    c.retryAt = 0;
+    c.losses -= std::min<uint64_t>(c.losses, 1);
+    c.lostTo = -1;
+  }
   const auto eligible = [&](int i) {
     return applies(i) && within(i) && !waits(i) && !slower(i) && (i == current || step >= cand[i].retryAt);
   };
@@ -567,6 +584,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     AutoCandidate& lost = cand[current];
     lost.retryAt = step + (kAutoBackoff << std::min<uint64_t>(lost.losses, 6));
     lost.losses += 1;
+    lost.lostTo = vetoed ? -1 : best;
   }
   if (vetoed) {
     why = "; " + autoCandidates()[current] + " left: the key's calls came every " + ms(period[current]) +
@@ -578,7 +596,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
 
   std::string reason = "predicted " + ms(est[best]);
   if (best != 0) reason += " against none's " + ms(est[0]);
-  reason += why;
+  reason += why + released;
   if (why.empty()) {
     int runnerUp = -1;
     for (int i = 0; i < k; ++i)
