@@ -529,16 +529,20 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // A current codec that is vetoed, or whose residual passed the bound, is
   // left at once (no lead to confirm, no hysteresis): a free choice.
   if (vetoed || !within(current)) freeChoice = true;
-  // A codec that lost its trial to another codec is tried again once that
-  // codec is left out (by either guard): its back-off kept it from a winner
-  // that no longer runs, not from none.
-  const auto leftOut = [&](int i) { return !within(i) || (vetoed && i == current); };
+  // A codec that lost its trial to another codec's prediction is free again
+  // once that codec is left out (by either guard), or once it has run and
+  // measured slower than the loser by the margin (the prediction was wrong):
+  // the back-off kept the loser from a winner that is not one.
   std::string released;
   for (int i = 1; i < k; ++i) {
     AutoCandidate& c = cand[i];
-    if (c.lostTo <= 0 || step >= c.retryAt || !leftOut(c.lostTo)) continue;
-    released += "; " + autoCandidates()[i] + " tried again: " + autoCandidates()[c.lostTo] +
-                ", which its trial lost to, is left out";
+    if (c.lostTo <= 0 || step >= c.retryAt) continue;
+    const int w = c.lostTo;
+    const bool out = !within(w) || (vetoed && w == current);
+    const bool slowerThanLoser = -v[w] > 0 && -v[i] > 0 && (1 - kAutoMargin) * -v[w] > -v[i];
+    if (!out && !slowerThanLoser) continue;
+    released += "; " + autoCandidates()[i] + " free again: " + autoCandidates()[w] + ", which its trial lost to, " +
+                (out ? "is left out" : "measured " + ms(-v[w]) + " against its " + ms(-v[i]));
     c.retryAt = 0;
     c.losses -= std::min<uint64_t>(c.losses, 1);
     c.lostTo = -1;

@@ -81,7 +81,8 @@
 // drift, a codec left by the step guard or the accuracy guard) the fastest
 // is taken at once (a trial that lost is left, and its codec is not tried
 // again for kAutoBackoff x 2^losses calls, or, where it lost to another
-// codec, until that codec is left out by a guard); otherwise the current choice is
+// codec's prediction, until that codec is left out by a guard or has run
+// and measured slower than it by the margin); otherwise the current choice is
 // kept unless another is faster by the margin, and a challenger must lead
 // at two decisions in a row. So
 // near-equal candidates do not flap, and a wrong estimate costs a few calls
