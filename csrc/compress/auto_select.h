@@ -10,8 +10,8 @@
 // error feedback (the residual carries over between candidates; running
 // none sends x + residual exactly and empties it). The key's first call
 // times each codec's encode and decode on its first kAutoCodecSample values
-// (PowerSGD: its layout's leading blocks, a matrix cut after a whole row),
-// scaled to the key's size (a codec's passes are linear in the values; a
+// (PowerSGD: its layout's leading blocks, a matrix cut after a whole row;
+// the least of kAutoCodecTimings timings), scaled to the key's size (a codec's passes are linear in the values; a
 // codec's own calls update the estimate once it runs), and runs none as a
 // warm-up; the next ones run none, and the call numbered kAutoFirstDecision
 // (from 0) decides.
@@ -134,6 +134,7 @@ constexpr int kAutoWindowCalls = 64;            // the recent gradient's horizon
 constexpr int64_t kAutoSampleElements = 65536;  // the guard's norms: at most about this many elements
 constexpr int64_t kAutoSampleRun = 16;          // ... in runs of this many neighbours (a cache line of floats)
 constexpr int64_t kAutoCodecSample = 1 << 18;   // a key's first call times the codecs on its first this many values
+constexpr int kAutoCodecTimings = 3;            // ... this many times each, taking the least
 
 // The guard's sample of n elements: a run of kAutoSampleRun neighbours at the
 // start of every autoSampleStride(n) runs (all n where n <= kAutoSampleElements),
