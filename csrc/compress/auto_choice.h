@@ -59,7 +59,7 @@ struct AutoCandidate {
   double residual = 0;      // the last |e| / |window|, the least-served weight's (0: not run)
   uint64_t losses = 0;      // trials it lost since the link last drifted
   uint64_t retryAt = 0;     // not chosen again before this step (back-off after a lost trial)
-  int lostTo = -1;          // the codec chosen over it when it lost its last trial (-1: none, or the step guard)
+  int lostTo = -1;          // chosen over it at its last lost trial (0: none; -1: the step guard, or no loss)
 };
 
 // Per key: the current candidate and what it was chosen from.
