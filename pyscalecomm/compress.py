@@ -125,9 +125,10 @@ def choices(group=None, device: str = "cpu") -> list[dict]:
     """``compression="auto"``'s latest decision per key, the same on every
     rank: ``choice`` (the codec it runs), ``predicted_s`` (every candidate's
     predicted seconds per call: measured codec cost plus the group's link fit
-    at its bytes), ``residual_ratio`` (each codec's error-feedback residual
-    over the key's recent gradient, where it ran: its least-served weight's
-    where the key's weights are known; a codec above
+    at its bytes), ``residual_ratio`` (the share of the key's recent
+    gradient that each codec's error-feedback residual holds back along it,
+    where it ran: its least-served weight's where the key's weights are
+    known; a codec above
     ``compression_auto_bound`` percent is left out), ``period_s`` (the
     time from one of the key's calls to the next with each candidate, where
     measured: the training step it makes; a codec whose period is longer

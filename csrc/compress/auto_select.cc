@@ -94,11 +94,13 @@ namespace {
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double sumOfSquares(const float* x, int64_t n) {
+double dot(const float* x, const float* y, int64_t n) {
   double s = 0;
-  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]) * x[j];
+  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]) * y[j];
   return s;
 }
+
+double sumOfSquares(const float* x, int64_t n) { return dot(x, x, n); }
 
 // Adds this call's input to the key's decayed sum (AutoChoice::window). An
 // input with a non-finite sampled value (an overflowed step) is left out.
@@ -114,15 +116,20 @@ void addToWindow(AutoChoice& c, const float* x, int64_t n) {
   });
 }
 
-// The guard's ratio |e| / |window| over the sample: the largest of the whole
-// tensor's and each of the layout's weights' (those with at least
-// kAutoSampleRun sampled values). A sparsifier over a bucket sends the
-// largest values, so a weight whose values are small (a norm's gain, a
-// bias, a layer whose gradient is an order smaller) can hold back all of its
-// recent gradient while the bucket as a whole holds little.
+// The guard's share <e, w> / |w|^2 over the sample: the part of the recent
+// gradient's direction (the window w) that the residual e holds back, the
+// largest of the whole tensor's and each of the layout's weights' (those
+// with at least kAutoSampleRun sampled values). A residual that points
+// along the recent gradient lags the training where it has been heading; a
+// residual across it (noise that error feedback sends within a few calls)
+// does not. A sparsifier over a bucket sends the largest values, so a
+// weight whose values are small (a norm's gain, a bias, a layer whose
+// gradient is an order smaller) can hold back all of its recent gradient
+// while the bucket as a whole holds little. A residual pointing against the
+// window holds nothing back (0).
 double residualRatio(const float* e, int64_t n, const float* window, const PowerSgdLayout& layout) {
   const size_t blocks = std::max<size_t>(layout.size(), 1);
-  std::vector<double> ee(blocks), ww(blocks);
+  std::vector<double> ew(blocks), ww(blocks);
   std::vector<int64_t> counts(blocks);
   size_t b = 0;
   int64_t end = layout.empty() ? n : layout[0].count;
@@ -130,7 +137,7 @@ double residualRatio(const float* e, int64_t n, const float* window, const Power
     while (length > 0) {
       while (el >= end && b + 1 < blocks) end += layout[++b].count;
       const int64_t part = el < end ? std::min(length, end - el) : length;
-      ee[b] += sumOfSquares(e + el, part);
+      ew[b] += dot(e + el, window + i, part);
       ww[b] += sumOfSquares(window + i, part);
       counts[b] += part;
       el += part;
@@ -138,13 +145,13 @@ double residualRatio(const float* e, int64_t n, const float* window, const Power
       length -= part;
     }
   });
-  double eAll = 0, wAll = 0, worst = 0;
+  double ewAll = 0, wwAll = 0, worst = 0;
   for (size_t j = 0; j < blocks; ++j) {
-    eAll += ee[j];
-    wAll += ww[j];
-    if (counts[j] >= kAutoSampleRun && ww[j] > 0) worst = std::max(worst, std::sqrt(ee[j] / ww[j]));
+    ewAll += ew[j];
+    wwAll += ww[j];
+    if (counts[j] >= kAutoSampleRun && ww[j] > 0) worst = std::max(worst, ew[j] / ww[j]);
   }
-  return std::max(worst, std::sqrt(eAll / wAll));
+  return std::max({worst, wwAll > 0 ? ewAll / wwAll : 0.0, 0.0});
 }
 
 std::string ms(double seconds) {
@@ -623,11 +630,11 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
   for (int i = 1; i < k; ++i) {
-    char buf[112];
+    char buf[160];
     if (!applies(i)) continue;
     if (!within(i)) {
       std::snprintf(buf, sizeof buf,
-                    "; %s left out: its residual holds %.0f %% of a weight's recent gradient > %.0f %%",
+                    "; %s left out: its residual holds back %.0f %% of a weight's recent gradient, along it, > %.0f %%",
                     autoCandidates()[i].c_str(), 100 * residual[i], 100 * bound_);
       reason += buf;
     } else if (waits(i)) {

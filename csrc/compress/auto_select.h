@@ -51,23 +51,27 @@
 // not read as a large charge on a small codec. A codec must also
 // promise to save kAutoStepShare of none's step: a smaller saving is within
 // the step's noise, where the guard could not tell it from a loss.
-// The accuracy guard: a codec whose error-feedback residual holds more than
-// `residualBound` of the key's recent gradient (|e| / |window|: the rank's
-// inputs summed over its calls with a decay of 1 - 1/kAutoWindowCalls, both
-// norms over the same sample of about kAutoSampleElements elements,
-// forEachSampleRun; the largest of the whole tensor's and each of its
-// layout's weights'; the ranks' maximum) is left out for the key's life once
-// it ran (the running codec at once, at the decision that reads it). Each
+// The accuracy guard: a codec whose error-feedback residual e holds back
+// more than `residualBound` of the key's recent gradient along it
+// (<e, w> / |w|^2, w the window: the rank's inputs summed over its calls
+// with a decay of 1 - 1/kAutoWindowCalls; both over the same sample of
+// about kAutoSampleElements elements, forEachSampleRun; the largest of the
+// whole tensor's and each of its layout's weights'; the ranks' maximum) is
+// left out for the key's life once it ran (the running codec at once, at
+// the decision that reads it). Each
 // codec's residual is its own: between two codecs one call runs none, which
 // sends what the first held (the trial of the second counts from the call
 // after it), so no codec is judged on, or keeps back, what another left. Per
 // weight: a sparsifier sends a bucket's largest values, and a weight whose
 // values are small can hold back all of its gradient while the bucket as a
 // whole holds little.
-// What the residual holds is applied late; against one step's gradient it is
-// large both where gradients keep their direction (the update arrives whole,
-// a little late) and where they are noise (it mostly never does); against
-// the recent sum only the second stays large. Sparsifiers and PowerSGD wait
+// What the residual holds is applied late. Only its part along the recent
+// gradient lags the training where it has been heading (a weight starved
+// by a sparsifier, a direction a low-rank codec cannot reach); a residual
+// of noise, which error feedback sends within a few calls, lies mostly
+// across it, however large its norm (PowerSGD's residual on a noisy
+// gradient: its norm two fifths of the window's, its part along it a seventh).
+// Sparsifiers and PowerSGD wait
 // for the key's kAutoWindowCalls-th call: a delayed update costs most early
 // in training, and by then the window holds the recent gradient (the first
 // calls choose between none and bf16). All of it travels in one small
@@ -194,8 +198,8 @@ class LinkFit {
 
 class AutoSelection {
  public:
-  // residualBound: the guard's largest |e| / |window| (0.33: a third of
-  // the recent gradient held back); 0: no guard.
+  // residualBound: the guard's largest <e, w> / |w|^2 (0.33: a third of
+  // the recent gradient held back along it); 0: no guard.
   explicit AutoSelection(double residualBound);
   // Runs one compressed allreduce of x[0..n) on `state` (its choice, its
   // residual) and returns the candidate it ran; with `average`, the result

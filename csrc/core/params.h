@@ -89,9 +89,9 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "tensor's device, CPU tensors too), host (scalecomm's loops on the CPU; CUDA tensors staged through host "     \
     "memory). Same codecs and wire formats either way.")                                                             \
   X(Int, compressionAutoBound, "compression_auto_bound", "SCALECOMM_COMPRESSION_AUTO_BOUND", 33, 0, 100, "",        \
-    "compression=auto leaves out a codec whose error-feedback residual holds more than this percentage of the "     \
-    "key's recent gradient (its inputs of about the last 64 calls, summed with a decay): the share of the update " \
-    "it delays; 0: no bound.")                                                                                     \
+    "compression=auto leaves out a codec whose error-feedback residual holds back more than this percentage of "   \
+    "the key's recent gradient (its inputs of about the last 64 calls, summed with a decay), along that "          \
+    "gradient: the share of the update it delays; 0: no bound.")                                                   \
   X(Int, compressionMinBytes, "compression_min_bytes", "SCALECOMM_COMPRESSION_MIN_BYTES", 65536, 0, kNoLimit, "",     \
     "The group default codec compresses only allreduces of at least this many bytes; smaller ones (a loss, a "     \
     "metric, a small bucket) go exact, where compressing saves little time and costs their accuracy.")             \
