@@ -198,8 +198,9 @@ class LinkFit {
 
 class AutoSelection {
  public:
-  // residualBound: the guard's largest <e, w> / |w|^2 (0.33: a third of
-  // the recent gradient held back along it); 0: no guard.
+  // residualBound: the guard's largest <e, w> / |w|^2 (the group's
+  // default 0.2: a fifth of the recent gradient held back along it); 0: no
+  // guard.
   explicit AutoSelection(double residualBound);
   // Runs one compressed allreduce of x[0..n) on `state` (its choice, its
   // residual) and returns the candidate it ran; with `average`, the result

@@ -88,7 +88,7 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "NCCL, when cuda_transport allows it; CPU tensors in scalecomm's own loops), torch (torch operations on the "   \
     "tensor's device, CPU tensors too), host (scalecomm's loops on the CPU; CUDA tensors staged through host "     \
     "memory). Same codecs and wire formats either way.")                                                             \
-  X(Int, compressionAutoBound, "compression_auto_bound", "SCALECOMM_COMPRESSION_AUTO_BOUND", 33, 0, 100, "",        \
+  X(Int, compressionAutoBound, "compression_auto_bound", "SCALECOMM_COMPRESSION_AUTO_BOUND", 20, 0, 100, "",        \
     "compression=auto leaves out a codec whose error-feedback residual holds back more than this percentage of "   \
     "the key's recent gradient (its inputs of about the last 64 calls, summed with a decay), along that "          \
     "gradient: the share of the update it delays; 0: no bound.")                                                   \
