@@ -293,7 +293,7 @@ TEST(powersgd_whose_residual_is_noise_across_the_recent_gradient_is_kept) {
   // its norm is over a third of the recent gradient's, its part along that
   // gradient far under. Kept: the residual delays nothing the training was
   // heading for. (A guard that read the residual's norm would leave it out,
-  // and the key would run bf16 at twice PowerSGD's time per call.)
+  // and the key would run top-k 10 % at twenty times PowerSGD's time per call.)
   const int64_t side = 512, a = side * side, bias = side, n = a + bias;
   const PowerSgdLayout layout{{a, side}, {bias, kPowerSgdDense}};
   const std::vector<float> v = values(12, side);
