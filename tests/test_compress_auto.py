@@ -61,6 +61,8 @@ def test_auto_loses_nothing_whatever_it_ran_and_every_rank_agrees():
         assert all(e == every[0] for e in every)  # the same numbers and words, bit for bit, on every rank
         # stats say what ran, call by call (the first two calls run none)
         assert sum(calls.values()) == 40 and calls.get("none", 0) >= 2, (calls, operations)
+        # a residual is read only where a codec ran (none holds none back)
+        assert set(c["residual_ratio"]) <= set(calls) - {"none"}, (c["residual_ratio"], calls)
         # nothing a codec held back was lost: only bf16's rounding of the sum
         # itself (it sums in bf16), at most half a bf16 ulp per call that ran it
         assert lost <= 1e-5 * total + calls.get("bf16", 0) * 2**-8 * largest_sum, (lost, calls)

@@ -41,11 +41,11 @@ struct TimeWindow {
 
 // What one decision saw and chose (kept per key; pyscalecomm.compress.choices()).
 struct AutoDecision {
-  uint64_t step = 0;                   // the key's calls when it was made
-  int choice = 0;                      // index into autoCandidates()
-  std::vector<double> predicted;       // seconds per call per candidate, agreed by the ranks
-  std::vector<double> residual;        // <e, w> / |w|^2 per candidate (least-served weight), ranks' max (0: not run)
-  std::vector<double> period;          // seconds between the key's calls per candidate, the ranks' maximum (0: unknown)
+  uint64_t step = 0;              // the key's calls when it was made
+  int choice = 0;                 // index into autoCandidates()
+  std::vector<double> predicted;  // seconds per call per candidate, agreed by the ranks
+  std::vector<double> residual;   // <e, w> / |w|^2 per candidate (least-served weight), ranks' max (< 0: not measured)
+  std::vector<double> period;     // seconds between the key's calls per candidate, the ranks' maximum (0: unknown)
   double linkAlpha = 0, linkBeta = 0;  // the link fit when deciding, the ranks' minimum
   std::string reason;
 };
@@ -56,7 +56,7 @@ struct AutoCandidate {
   TimeWindow total;         // time per call while it ran (since it was last chosen)
   TimeWindow comm;          // ... of which communication
   TimeWindow period;        // seconds from one of the key's calls to the next while it ran: the step it makes
-  double residual = 0;      // the last <e, w> / |w|^2, the least-served weight's (0: not run)
+  double residual = -1;     // the last <e, w> / |w|^2, the least-served weight's (< 0: not measured)
   uint64_t losses = 0;      // trials it lost since the link last drifted
   uint64_t retryAt = 0;     // not chosen again before this step (back-off after a lost trial)
   int lostTo = -1;          // chosen over it at its last lost trial (0: none; -1: the step guard, or no loss)

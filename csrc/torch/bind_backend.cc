@@ -249,7 +249,7 @@ void defineCompression(BackendClass& cls) {
               for (size_t i = 0; i < names.size() && i < c.last.predicted.size(); ++i) {
                 if (!std::isfinite(c.last.predicted[i])) continue;  // no candidate on this key
                 predicted[py::str(names[i])] = c.last.predicted[i];
-                residual[py::str(names[i])] = c.last.residual[i];
+                if (c.last.residual[i] >= 0) residual[py::str(names[i])] = c.last.residual[i];  // where measured
                 period[py::str(names[i])] = i < c.last.period.size() ? c.last.period[i] : 0.0;
               }
               d["predicted_s"] = predicted;
