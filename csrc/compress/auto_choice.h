@@ -52,14 +52,16 @@ struct AutoDecision {
 
 // One candidate on one key, as this rank saw it.
 struct AutoCandidate {
-  double codecSeconds = 0;  // encode + decode (timed alone at the first call, then in place)
-  TimeWindow total;         // time per call while it ran (since it was last chosen)
-  TimeWindow comm;          // ... of which communication
-  TimeWindow period;        // seconds from one of the key's calls to the next while it ran: the step it makes
-  double residual = -1;     // the last <e, w> / |w|^2, the least-served weight's (< 0: not measured)
-  uint64_t losses = 0;      // trials it lost since the link last drifted
-  uint64_t retryAt = 0;     // not chosen again before this step (back-off after a lost trial)
-  int lostTo = -1;          // chosen over it at its last lost trial (0: none; -1: the step guard, or no loss)
+  double codecSeconds = 0;    // encode + decode (timed alone at the first call, then in place)
+  TimeWindow total;           // time per call while it ran (since it was last chosen)
+  TimeWindow comm;            // ... of which communication
+  TimeWindow period;          // seconds from one of the key's calls to the next while it ran: the step it makes
+  double residual = -1;       // the last <e, w> / |w|^2, the least-served weight's (< 0: not measured)
+  uint64_t losses = 0;        // trials it lost since the link last drifted
+  uint64_t retryAt = 0;       // not chosen again before this step (back-off after a lost trial)
+  int lostTo = -1;            // chosen over it at its last lost trial (0: none; -1: the step guard, or no loss)
+  bool hasRun = false;        // it ran a call on the key (the same calls on every rank)
+  std::vector<float> replay;  // before it first runs: its error feedback replayed at the guard's sample
 };
 
 // Per key: the current candidate and what it was chosen from.

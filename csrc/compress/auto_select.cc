@@ -127,7 +127,8 @@ void addToWindow(AutoChoice& c, const float* x, int64_t n) {
 // gradient is an order smaller) can hold back all of its recent gradient
 // while the bucket as a whole holds little. A residual pointing against the
 // window holds nothing back (0).
-double residualRatio(const float* e, int64_t n, const float* window, const PowerSgdLayout& layout) {
+template <typename ResidualAt>
+double residualRatioAt(int64_t n, const float* window, const PowerSgdLayout& layout, ResidualAt eAt) {
   const size_t blocks = std::max<size_t>(layout.size(), 1);
   std::vector<double> ew(blocks), ww(blocks);
   std::vector<int64_t> counts(blocks);
@@ -137,7 +138,7 @@ double residualRatio(const float* e, int64_t n, const float* window, const Power
     while (length > 0) {
       while (el >= end && b + 1 < blocks) end += layout[++b].count;
       const int64_t part = el < end ? std::min(length, end - el) : length;
-      ew[b] += dot(e + el, window + i, part);
+      ew[b] += dot(eAt(i, el), window + i, part);
       ww[b] += sumOfSquares(window + i, part);
       counts[b] += part;
       el += part;
@@ -152,6 +153,16 @@ double residualRatio(const float* e, int64_t n, const float* window, const Power
     if (counts[j] >= kAutoSampleRun && ww[j] > 0) worst = std::max(worst, ew[j] / ww[j]);
   }
   return std::max({worst, wwAll > 0 ? ewAll / wwAll : 0.0, 0.0});
+}
+
+// e: the key's residual, n values.
+double residualRatio(const float* e, int64_t n, const float* window, const PowerSgdLayout& layout) {
+  return residualRatioAt(n, window, layout, [e](int64_t, int64_t element) { return e + element; });
+}
+
+// e: a residual at the sample's values only (side by side, as the window).
+double sampleResidualRatio(const float* e, int64_t n, const float* window, const PowerSgdLayout& layout) {
+  return residualRatioAt(n, window, layout, [e](int64_t sample, int64_t) { return e + sample; });
 }
 
 std::string ms(double seconds) {
@@ -320,6 +331,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   if (warmup) keys_.fetch_add(1, std::memory_order_relaxed);
   if (n > 0) addToWindow(choice, x, n);
   choice.calls += 1;
+  if (errorFeedback && n > 0) replayUntried(x, n, choice, layout, state.steps, comms.rank);
   const uint64_t step = state.steps;
   // After drift: none runs this call (the link's new sample at its bytes)
   // and the next kAutoPeriodSamples (its step on the new link), then decides.
@@ -336,6 +348,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   if (remeasuring) choice.noneCallsLeft -= 1;
   const bool remeasured = remeasuring && choice.noneCallsLeft == 0;
   const int i = choice.decided && !probe ? choice.current : 0;
+  choice.candidates[i].hasRun = true;
   choice.lastEntry = entry;
   // A codec's first call after another candidate ran is its warm-up (its
   // buffers, its plans, its first transfers at its sizes), as the key's
@@ -417,6 +430,43 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   }
   if (decides) decide(n, choice, state.steps, comms, first || remeasured || (checks && choice.onTrial));
   return i;
+}
+
+// Each sparsifier not yet measured, over the kAutoDecideEvery calls that end
+// as the window fills: its codec's encode on this call's sampled values,
+// with the replayed residual as its error feedback (the payload is dropped);
+// at the window's last call the guard's reading of that residual becomes
+// its own (compress/auto_select.h, the accuracy guard).
+void AutoSelection::replayUntried(const float* x, int64_t n, AutoChoice& choice, const PowerSgdLayout& layout,
+                                  uint64_t seed, int rank) const {
+  if (choice.calls + kAutoDecideEvery <= static_cast<uint64_t>(kAutoWindowCalls) ||
+      choice.calls > static_cast<uint64_t>(kAutoWindowCalls))
+    return;
+  std::vector<float> sample;
+  bool finite = true;
+  for (size_t i = 1; i < sites_.size(); ++i) {
+    AutoCandidate& c = choice.candidates[i];
+    const Codec* codec = sites_[i] ? sites_[i]->codec() : nullptr;
+    if (codec == nullptr || !waitsForWindow(static_cast<int>(i)) || c.residual >= 0) continue;
+    if (sample.empty()) {
+      sample.resize(choice.window.size());
+      forEachSampleRun(n, [&](int64_t j, int64_t e, int64_t length) {
+        std::copy(x + e, x + e + length, sample.data() + j);
+        finite &= allFinite(x + e, length);
+      });
+    }
+    const auto count = static_cast<int64_t>(sample.size());
+    if (finite) {  // an overflowed step is left out, as the window leaves it out
+      if (c.replay.size() != sample.size()) c.replay.assign(sample.size(), 0.0f);
+      std::vector<uint8_t> payload(static_cast<size_t>(codec->payloadBytes(count)));
+      codec->encode(sample.data(), c.replay.data(), count, payload.data(), seed, rank);
+    }
+    if (choice.calls == static_cast<uint64_t>(kAutoWindowCalls) && !c.replay.empty()) {
+      const double r = sampleResidualRatio(c.replay.data(), n, choice.window.data(), layout);
+      if (std::isfinite(r)) c.residual = r;  // else not measured: it is tried, as before the replay
+      std::vector<float>().swap(c.replay);
+    }
+  }
 }
 
 void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice) {
@@ -630,12 +680,14 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
   for (int i = 1; i < k; ++i) {
-    char buf[160];
+    char buf[200];
     if (!applies(i)) continue;
     if (!within(i)) {
-      std::snprintf(buf, sizeof buf,
-                    "; %s left out: its residual holds back %.0f %% of a weight's recent gradient, along it, > %.0f %%",
-                    autoCandidates()[i].c_str(), 100 * residual[i], 100 * bound_);
+      std::snprintf(
+          buf, sizeof buf,
+          "; %s left out%s: its residual holds back %.0f %% of a weight's recent gradient, along it, > %.0f %%",
+          autoCandidates()[i].c_str(), cand[i].hasRun ? "" : " before it ran (replayed on a sample)", 100 * residual[i],
+          100 * bound_);
       reason += buf;
     } else if (waits(i)) {
       std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d", autoCandidates()[i].c_str(), kAutoWindowCalls);

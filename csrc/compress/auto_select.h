@@ -65,6 +65,16 @@
 // weight: a sparsifier sends a bucket's largest values, and a weight whose
 // values are small can hold back all of its gradient while the bucket as a
 // whole holds little.
+// A sparsifier's trial is predicted before it runs: over the
+// kAutoDecideEvery calls that end as the window fills (when it may first
+// run), its codec replays its error feedback on the guard's sample of the
+// key's inputs (the sampled values side by side: top-k keeps the sample's
+// largest share, as it keeps the tensor's), and the guard reads that
+// residual at the window's last call as it reads a running codec's: about
+// what the codec would hold when a regular decision first read it. One
+// predicted over the bound is left out without a call (on a model that a
+// sparsifier harms, its trial's calls alone cost accuracy); one predicted
+// within is tried, and judged on its own residual from then on.
 // What the residual holds is applied late. Only its part along the recent
 // gradient lags the training where it has been heading (a weight starved
 // by a sparsifier, a direction a low-rank codec cannot reach); a residual
@@ -220,6 +230,9 @@ class AutoSelection {
  private:
   void measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms,
                      const PowerSgdLayout& layout) const;
+  // A sparsifier's trial, predicted (see the accuracy guard above).
+  void replayUntried(const float* x, int64_t n, AutoChoice& choice, const PowerSgdLayout& layout, uint64_t seed,
+                     int rank) const;
   void decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice);
   double busBytes(int i, const AutoChoice& choice, int size) const;
   bool factors(int i) const;         // PowerSGD (no codec: its own two rounds)

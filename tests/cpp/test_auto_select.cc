@@ -2,7 +2,8 @@
 // link (communication that sleeps for its bytes): a sparsifier when the link
 // is slow, none when it is fast, sparsifiers only after the warm-up, a codec
 // whose residual holds too much of the recent gradient left out (noise, or
-// one weight of a bucket starved) or kept (steady gradients), two ranks whose compute differs from step to step
+// one weight of a bucket starved: before it runs where its replay on the
+// sample already reads it) or kept (steady gradients), two ranks whose compute differs from step to step
 // (waits for a late peer are not the link's: no flapping on a fast link,
 // still a sparsifier on a slow one, the same choice on both), and a link
 // that speeds up noticed, with none then sending what the residual held
@@ -25,6 +26,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <string>
@@ -100,15 +102,18 @@ int trainingStep(AutoSelection& sel, CompressState& state, const CompressComms& 
 
 // One step's gradient of a weight whose gradient is a steady rank-one
 // direction u v^T under `noise` times fresh Gaussian noise, followed by a
-// bias whose gradient is steady and a hundred times smaller than b: top-k
-// at a small ratio never reaches the bias, PowerSGD sends it whole.
+// bias whose gradient is steady and a hundred times smaller than b from the
+// key's call `biasFrom` on (zero before; from kAutoWindowCalls + 1, a
+// sparsifier's replay before it may run sees none of it): top-k at a small
+// ratio never reaches the bias, PowerSGD sends it whole.
 std::vector<float> rankOneWithBias(const std::vector<float>& u, const std::vector<float>& v,
-                                   const std::vector<float>& b, float noise, int seed) {
+                                   const std::vector<float>& b, float noise, int call, int biasFrom, int seed) {
   const int64_t rows = static_cast<int64_t>(u.size()), cols = static_cast<int64_t>(v.size()), n = rows * cols;
   std::vector<float> x = values(seed, n + static_cast<int64_t>(b.size()));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = u[i] * v[j] + noise * x[i * cols + j];
-  for (size_t j = 0; j < b.size(); ++j) x[n + static_cast<int64_t>(j)] = 0.01f * b[j];
+  const float scale = call >= biasFrom ? 0.01f : 0.0f;
+  for (size_t j = 0; j < b.size(); ++j) x[n + static_cast<int64_t>(j)] = scale * b[j];
   return x;
 }
 
@@ -227,23 +232,53 @@ TEST(steady_gradients_keep_a_sparsifier_whose_residual_is_small_against_their_su
   CHECK(d.residual[state.choice.current] > 0 && d.residual[state.choice.current] <= 0.33);
 }
 
-TEST(a_sparsifier_that_starves_one_weight_of_a_bucket_is_left_out) {
-  // The steady gradients above in a bucket of two weights: 61,440 values
-  // and 4,096 a hundred times smaller (a norm's gains, a bias). Top-k never
-  // reaches the small weight's values: its residual holds all of that
-  // weight's recent gradient, while the bucket's as a whole stays small.
+namespace {
+
+// The steady gradients above in a bucket of two weights: 61,440 values and
+// 4,096 a hundred times smaller (a norm's gains, a bias), the small one's
+// from call `smallFrom` on (zero before), two ranks on a 10 MB/s link. Top-k
+// never reaches the small weight's values: its residual holds all of that
+// weight's recent gradient, while the bucket's as a whole stays small.
+// Returns the state; `sparsified`: calls a sparsifier ran.
+CompressState starvedSmallWeight(int smallFrom, int& sparsified) {
   const int64_t large = 61440, small = 4096;
   const std::vector<float> direction = values(7, large + small);
   const auto input = [&](int s) {
     std::vector<float> x = values(200 + s, large + small);
-    for (int64_t j = 0; j < large + small; ++j) x[j] = (direction[j] + 0.3f * x[j]) * (j < large ? 1.0f : 0.01f);
+    const float gain = s + 1 >= smallFrom ? 0.01f : 0.0f;
+    for (int64_t j = 0; j < large + small; ++j) x[j] = (direction[j] + 0.3f * x[j]) * (j < large ? 1.0f : gain);
     return x;
   };
   const PowerSgdLayout weights{{large, kPowerSgdDense}, {small, kPowerSgdDense}};
-  int sparsified = 0;
-  const CompressState state = onSlowLink(
+  sparsified = 0;
+  CompressState state = onSlowLink(
       200, input, [&](int, const CompressState& st) { sparsified += chosen(st).rfind("topk", 0) == 0; },
       /*ranks=*/2, /*bytesPerSecond=*/10e6, weights);
+  std::printf("  small weight from call %d: sparsified %d of 200 calls; ended on %s: %s\n", smallFrom, sparsified,
+              chosen(state).c_str(), state.choice.last.reason.c_str());
+  return state;
+}
+
+}  // namespace
+
+TEST(a_sparsifier_that_would_starve_one_weight_of_a_bucket_is_left_out_before_it_runs) {
+  // Starved from the first call: each sparsifier's replay on the sample,
+  // over the kAutoDecideEvery calls before the window fills, reads the
+  // small weight's residual over the bound, and none is ever tried.
+  int sparsified = 0;
+  const CompressState state = starvedSmallWeight(1, sparsified);
+  const AutoDecision& d = state.choice.last;
+  CHECK_EQ(sparsified, 0);
+  for (const char* spec : {"topk:0.1", "topk:0.03", "topk:0.01"}) CHECK(d.residual[candidate(spec)] > 0.33);
+  CHECK(d.reason.find("topk:0.01 left out before it ran") != std::string::npos);
+}
+
+TEST(a_sparsifier_that_starves_one_weight_of_a_bucket_is_left_out) {
+  // The small weight's gradient starts after the window has filled: the
+  // replays see only the large weight's, a sparsifier runs, and the guard
+  // reads its own residual over the bound and leaves it.
+  int sparsified = 0;
+  const CompressState state = starvedSmallWeight(kAutoWindowCalls + 1, sparsified);
   const AutoDecision& d = state.choice.last;
   CHECK(sparsified > 0);  // a sparsifier ran, and its residual was measured
   CHECK(chosen(state).rfind("topk", 0) != 0);
@@ -252,7 +287,6 @@ TEST(a_sparsifier_that_starves_one_weight_of_a_bucket_is_left_out) {
     CHECK(r < 0 || r > 0.33);  // not measured, or left out
   }
   CHECK(d.reason.find("left out: its residual holds") != std::string::npos);
-  std::printf("  sparsified %d of 200 calls; ended on %s: %s\n", sparsified, chosen(state).c_str(), d.reason.c_str());
 }
 
 TEST(powersgd_is_a_candidate_only_where_the_weights_shapes_are_known_and_wins_on_low_rank_ones) {
@@ -863,7 +897,8 @@ TEST(a_large_key_s_first_call_times_its_codecs_on_a_sample) {
 TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
   // One weight of 4096 x 64 whose gradient is a steady rank-one direction
   // under noise 2-3x its size, and a bias of 512 values whose gradient is
-  // steady and a hundred times smaller, on a link that turns slow (2.5 MB/s
+  // steady and a hundred times smaller from the window's end on (before, a
+  // replay would leave top-k out unrun), on a link that turns slow (2.5 MB/s
   // of bus bandwidth) as the sparsifiers' warm-up ends. Top-k 1 % (the
   // fewest bytes) never reaches the bias's values: it runs until its
   // residual there passes the bound of a third; then PowerSGD, which sends
@@ -885,7 +920,7 @@ TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
     int powerSgdCalls = 0, unflushed = 0, previous = 0;
     for (int s = 0; s < kAutoWindowCalls + 80; ++s) {
       link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 400e6 : 1.0 / 2.5e6;
-      std::vector<float> x = rankOneWithBias(u, v, b, noise, 500 + s);
+      std::vector<float> x = rankOneWithBias(u, v, b, noise, s + 1, kAutoWindowCalls + 1, 500 + s);
       const int ran = sel.run(x.data(), n + bias, true, state, comms, layout);
       CHECK(runningCodecWithinBound(state));
       powerSgdCalls += ran == candidate("powersgd:4");
@@ -906,9 +941,10 @@ TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
 namespace {
 
 // One 512 x 512 weight whose gradient is a steady rank-one direction under
-// `noise`, and a bias of 512 values a hundred times smaller, steady, which
-// top-k 1 % never reaches (its residual there passes the accuracy guard's
-// bound a few decisions after it runs), 8 ranks, on a link that turns slow as the sparsifiers' warm-up
+// `noise`, and a bias of 512 values a hundred times smaller, steady from
+// call `biasFrom` on, which top-k 1 % never reaches (its residual there
+// passes the accuracy guard's bound after it runs: the bias starts after
+// the sparsifiers' replays), 8 ranks, on a link that turns slow as the sparsifiers' warm-up
 // ends: slow enough that PowerSGD (the fewest bytes) is predicted 5 ms
 // faster than top-k 1 % with this build's codec times, and where an
 // allreduce of under 64 KiB takes 30 ms more than the link's fit of the
@@ -923,7 +959,7 @@ struct LostToAnother {
   uint64_t againAt = 0;              // PowerSGD ran again
 };
 
-LostToAnother powerSgdLosesAndRunsAgain(float noise, double gatherExtra) {
+LostToAnother powerSgdLosesAndRunsAgain(float noise, double gatherExtra, int biasFrom) {
   const int64_t side = 512, bias = 512, n = side * side + bias;
   const int ranks = 8;
   const PowerSgdLayout layout{{side * side, side}, {bias, kPowerSgdDense}};
@@ -953,7 +989,7 @@ LostToAnother powerSgdLosesAndRunsAgain(float noise, double gatherExtra) {
     link.beta = slow ? beta : 0;
     link.smallExtra = slow ? 30e-3 : 0;
     link.gatherExtra = slow ? gatherExtra : 0;
-    std::vector<float> x = rankOneWithBias(u, v, b, noise, 700 + s);
+    std::vector<float> x = rankOneWithBias(u, v, b, noise, s + 1, biasFrom, 700 + s);
     const int ran = sel.run(x.data(), n, true, state, comms, layout);
     const AutoChoice& c = state.choice;
     if (r.lostAt == 0 && c.candidates[psgd].retryAt != 0 && c.current != psgd && c.current != 0) {
@@ -985,7 +1021,7 @@ TEST(a_codec_that_lost_its_trial_to_another_is_tried_again_once_that_one_is_left
   // Three noise levels: the residual's last digits differ between builds.
   int scenarios = 0;
   for (const float noise : {2.0f, 2.5f, 3.0f}) {
-    const LostToAnother r = powerSgdLosesAndRunsAgain(noise, 0);
+    const LostToAnother r = powerSgdLosesAndRunsAgain(noise, 0, kAutoWindowCalls + 1);
     if (r.winner != candidate("topk:0.01") || r.leftOutAt == 0) continue;  // this noise did not make the scenario
     scenarios += 1;
     CHECK(r.againAt != 0 && r.againAt < r.retryAt);
@@ -998,7 +1034,7 @@ TEST(a_codec_that_lost_its_trial_to_a_prediction_that_proved_wrong_is_tried_agai
   // Top-k 1 %'s allgathers take 120 ms more than predicted: its trial
   // measures it slower than PowerSGD by more than the margin, and PowerSGD
   // runs again after that trial, not after its back-off.
-  const LostToAnother r = powerSgdLosesAndRunsAgain(2.0f, 120e-3);
+  const LostToAnother r = powerSgdLosesAndRunsAgain(2.0f, 120e-3, std::numeric_limits<int>::max());
   CHECK_EQ(r.winner, candidate("topk:0.01"));
   CHECK(r.againAt != 0 && r.againAt < r.retryAt);
   CHECK(r.againAt <= r.lostAt + kAutoTrialCalls + 3);  // a flush call, the winner's trial, a flush call
