@@ -41,7 +41,11 @@ core. cgroup v1 (``/sys/fs/cgroup/cpu``) and v2 (``cpu.max``) both work.
 
 Everything is torn down on exit, on failure and on Ctrl-C (namespaces and the
 veth pairs in them, the hosts' cgroups); stale namespaces of an earlier killed run with the same
-``--id`` are removed first. Needs root (CAP_NET_ADMIN): without it, it says so
+``--id`` are removed first. An id belongs to one running job (a lock file
+in /run/lock, released when the job ends however it ends): a second job on
+the same ``--id`` is refused before it touches anything, naming the first;
+the training driver's ``--cluster-rate`` takes the first free id from 7, so
+two of its jobs at once each get their own hosts. Needs root (CAP_NET_ADMIN): without it, it says so
 and exits with status 2, touching nothing. All traffic stays inside the
 namespaces it created. The command is bounded by ``--timeout``.
 """
@@ -49,6 +53,8 @@ namespaces it created. The command is bounded by ``--timeout``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -65,6 +71,13 @@ else:  # run as a file (an unprivileged user may not read torch): its siblings, 
 
 def _interrupted(signum, frame):  # SIGTERM: the same clean teardown as Ctrl-C
     raise KeyboardInterrupt
+
+
+LOCK_DIR = "/run/lock" if os.path.isdir("/run/lock") else "/tmp"
+
+
+class ClusterBusy(RuntimeError):
+    """Another running job holds this cluster id."""
 
 
 class Cluster:
@@ -92,6 +105,8 @@ class Cluster:
         self.cpus = dict(cpus or {})  # host -> cores of CPU time per period
         self.cgroups: dict[int, str] = {}  # host -> its cgroup directory
         self.runs = 0
+        self.cluster_id = cluster_id
+        self._lock: int | None = None  # the id's lock file, held while the cluster lives
 
     def host_ns(self, i: int) -> str:
         return f"{self.prefix}h{i}"
@@ -172,7 +187,26 @@ class Cluster:
 
         return join
 
+    def _take_id(self) -> None:
+        """Holds the id's lock (released by the kernel when this process
+        ends, however it ends); ClusterBusy where a live job holds it."""
+        path = os.path.join(LOCK_DIR, f"scalecomm-cluster-{self.prefix}.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise ClusterBusy(
+                f"cluster id {self.cluster_id} (namespaces {self.prefix}h0..) is in use by a running job "
+                f"(pid {owner}); wait for it, or give this cluster another --id"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock = fd
+
     def remove_stale(self) -> None:
+        """Deletes this id's namespaces left by a job that died (this one holds the id)."""
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
         for line in out.splitlines():
             name = line.split()[0] if line.strip() else ""
@@ -187,6 +221,11 @@ class Cluster:
         self._old_term = None
         if threading.current_thread() is threading.main_thread():
             self._old_term = signal.signal(signal.SIGTERM, _interrupted)
+        try:
+            self._take_id()  # before anything is removed: a live job's namespaces are its own
+        except BaseException:
+            self._restore_term()
+            raise
         self.remove_stale()
         try:
             self._ip("ip", "netns", "add", self.bridge_ns)
@@ -223,8 +262,15 @@ class Cluster:
             except OSError as e:
                 print(f"cluster: cannot remove the cgroup {path}: {e}", file=sys.stderr)
         self.cgroups.clear()
+        if self._lock is not None:
+            os.close(self._lock)  # releases the id
+            self._lock = None
+        self._restore_term()
+
+    def _restore_term(self) -> None:
         if self._old_term is not None:
             signal.signal(signal.SIGTERM, self._old_term)
+            self._old_term = None
 
     def _job_vars(self, base: dict) -> dict:
         """What every rank of a run gets on top of `base`: a fresh rendezvous
@@ -354,6 +400,23 @@ class Cluster:
             for k in forwarded:
                 cmd += ["-x", k]
             return wait_ranks([subprocess.Popen([*cmd, *command], env=env)], timeout, "cluster mpirun")
+
+
+@contextlib.contextmanager
+def free_cluster(hosts: int, rate: str | None, first_id: int, **kwargs):
+    """A Cluster on the first id from `first_id` that no running job holds
+    (two jobs at once each get their own namespaces)."""
+    for cluster_id in range(first_id, 100):
+        try:
+            cluster = Cluster(hosts, rate, cluster_id, **kwargs).__enter__()
+        except ClusterBusy:
+            continue
+        try:
+            yield cluster
+        finally:
+            cluster.__exit__(None, None, None)
+        return
+    raise RuntimeError(f"every cluster id from {first_id} to 99 is in use by a running job")
 
 
 def host_cpus(hosts: int, per_host: float | None, overrides: str) -> dict[int, float]:

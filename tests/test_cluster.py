@@ -162,6 +162,45 @@ def test_clusters_of_one_rate_share_a_tuning_cache_and_other_rates_do_not(tmp_pa
 
 
 @needs_root
+def test_a_second_job_on_a_cluster_id_in_use_is_refused_and_leaves_the_first_alone(tmp_path):
+    # The first job's hosts live while its command runs (6 s); a second job
+    # on the same id must not delete them (its namespaces' names are the same).
+    import time
+
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    base = [sys.executable, "-m", "pyscalecomm.cluster", "--id", "43", "--hosts", "1"]
+    first = subprocess.Popen([*base, "--logdir", str(tmp_path), "--", "sleep", "6"], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while "sc43h0" not in _namespaces() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "sc43h0" in _namespaces(), "the first cluster never came up"
+        second = subprocess.run([*base, "--", "true"], capture_output=True, text=True, timeout=60, env=env)
+        assert second.returncode != 0, second.stdout
+        assert "cluster id 43" in second.stderr and "in use by a running job" in second.stderr, second.stderr
+        assert f"pid {first.pid}" in second.stderr, second.stderr
+        assert "sc43h0" in _namespaces()  # the first job's host is still there
+        out, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert not [ns for ns in _namespaces() if ns.startswith("sc43")]
+
+
+@needs_root
+def test_the_drivers_clusters_take_the_first_free_id():
+    from pyscalecomm.cluster import free_cluster
+
+    with free_cluster(1, None, 44) as a, free_cluster(1, None, 44) as b:
+        assert (a.prefix, b.prefix) == ("sc44", "sc45")
+        assert {"sc44h0", "sc45h0"} <= set(_namespaces())
+    assert not [ns for ns in _namespaces() if ns.startswith(("sc44", "sc45"))]
+
+
+@needs_root
 def test_failing_rank_fails_the_run_and_still_tears_down(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text("import os, sys; sys.exit(3 if os.environ['RANK'] == '1' else 0)\n")

@@ -63,11 +63,11 @@ def run(
             code = run_local(command, c.world, timeout, f"train job of {c.world} ranks")
             worst = max(worst, code, key=abs)
         return worst
-    from pyscalecomm.cluster import Cluster
+    from pyscalecomm.cluster import free_cluster
 
     hosts = max(c.world for c in configs)
     cpus = {h: c for h, c in (cpus or {}).items() if h < hosts}
-    with Cluster(hosts, cluster_rate, cluster_id=7, cpus=cpus) as cluster:
+    with free_cluster(hosts, cluster_rate, first_id=7, cpus=cpus) as cluster:
         shares = ", ".join(f"host {h} {c:g}" for h, c in sorted(cpus.items()))
         print(
             f"# emulated cluster: {hosts} hosts, one rank each, {cluster_rate} links each way"
