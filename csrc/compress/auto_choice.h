@@ -88,7 +88,7 @@ struct AutoChoice {
   // This rank's input on the key, summed over its calls with a decay of
   // 1 - 1/kAutoWindowCalls per call, at the sample's elements
   // (forEachSampleRun): the recent gradient a codec's residual is measured
-  // against (compress/auto_select.h).
+  // against (compress/auto_guard.h).
   std::vector<float> window;
   AutoDecision last;
 };

@@ -24,146 +24,11 @@ bool compressionTakesShapes(const std::string& spec) {
                      [](const std::string& c) { return CodecSpec::parse(c).entry->shaped; });
 }
 
-// ---- LinkFit ----
-
-void LinkFit::add(double busBytes, double seconds, bool fresh) {
-  if (!(seconds > 0) || !std::isfinite(seconds)) return;
-  const double b = std::max(busBytes, 1.0);
-  const int cls = static_cast<int>(std::floor(std::log2(b)));
-  std::lock_guard<std::mutex> g(mu_);
-  SizeClass& c = classes_[cls];
-  if (c.seconds.count == 0 || fresh) {
-    c.bytes = b;
-    c.seconds.clear();
-  } else {
-    c.bytes = 0.7 * c.bytes + 0.3 * b;
-  }
-  c.seconds.add(seconds);
-  refit();
-}
-
-void LinkFit::refit() {
-  const double k = static_cast<double>(classes_.size());
-  if (classes_.size() == 1) {
-    alpha_ = 0;
-    beta_ = classes_.begin()->second.seconds.low() / classes_.begin()->second.bytes;
-    return;
-  }
-  double mx = 0, mt = 0;
-  for (const auto& [cls, c] : classes_) {
-    mx += c.bytes / k;
-    mt += c.seconds.low() / k;
-  }
-  double cov = 0, var = 0, xt = 0, xx = 0;
-  for (const auto& [cls, c] : classes_) {
-    const double t = c.seconds.low();
-    cov += (c.bytes - mx) * (t - mt);
-    var += (c.bytes - mx) * (c.bytes - mx);
-    xt += c.bytes * t;
-    xx += c.bytes * c.bytes;
-  }
-  beta_ = var > 0 ? cov / var : 0;
-  alpha_ = mt - beta_ * mx;
-  if (beta_ < 0) {  // times that fall with size: noise; a flat link
-    beta_ = 0;
-    alpha_ = mt;
-  } else if (alpha_ < 0) {  // through the origin
-    alpha_ = 0;
-    beta_ = xx > 0 ? xt / xx : 0;
-  }
-}
-
-double LinkFit::predict(double busBytes) const {
-  std::lock_guard<std::mutex> g(mu_);
-  return alpha_ + beta_ * std::max(busBytes, 0.0);
-}
-
-double LinkFit::alpha() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return alpha_;
-}
-
-double LinkFit::beta() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return beta_;
-}
-
 // ---- AutoSelection ----
 
 namespace {
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double dot(const float* x, const float* y, int64_t n) {
-  double s = 0;
-  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[j]) * y[j];
-  return s;
-}
-
-double sumOfSquares(const float* x, int64_t n) { return dot(x, x, n); }
-
-// Adds this call's input to the key's decayed sum (AutoChoice::window). An
-// input with a non-finite sampled value (an overflowed step) is left out.
-void addToWindow(AutoChoice& c, const float* x, int64_t n) {
-  if (c.window.empty()) c.window.assign(static_cast<size_t>(autoSampleSize(n)), 0.0f);
-  bool finite = true;
-  forEachSampleRun(n, [&](int64_t, int64_t e, int64_t length) { finite &= allFinite(x + e, length); });
-  if (!finite) return;
-  constexpr float keep = 1.0f - 1.0f / kAutoWindowCalls;
-  float* w = c.window.data();
-  forEachSampleRun(n, [&](int64_t i, int64_t e, int64_t length) {
-    for (int64_t j = 0; j < length; ++j) w[i + j] = keep * w[i + j] + x[e + j];
-  });
-}
-
-// The guard's share <e, w> / |w|^2 over the sample: the part of the recent
-// gradient's direction (the window w) that the residual e holds back, the
-// largest of the whole tensor's and each of the layout's weights' (those
-// with at least kAutoSampleRun sampled values). A residual that points
-// along the recent gradient lags the training where it has been heading; a
-// residual across it (noise that error feedback sends within a few calls)
-// does not. A sparsifier over a bucket sends the largest values, so a
-// weight whose values are small (a norm's gain, a bias, a layer whose
-// gradient is an order smaller) can hold back all of its recent gradient
-// while the bucket as a whole holds little. A residual pointing against the
-// window holds nothing back (0).
-template <typename ResidualAt>
-double residualRatioAt(int64_t n, const float* window, const PowerSgdLayout& layout, ResidualAt eAt) {
-  const size_t blocks = std::max<size_t>(layout.size(), 1);
-  std::vector<double> ew(blocks), ww(blocks);
-  std::vector<int64_t> counts(blocks);
-  size_t b = 0;
-  int64_t end = layout.empty() ? n : layout[0].count;
-  forEachSampleRun(n, [&](int64_t i, int64_t el, int64_t length) {
-    while (length > 0) {
-      while (el >= end && b + 1 < blocks) end += layout[++b].count;
-      const int64_t part = el < end ? std::min(length, end - el) : length;
-      ew[b] += dot(eAt(i, el), window + i, part);
-      ww[b] += sumOfSquares(window + i, part);
-      counts[b] += part;
-      el += part;
-      i += part;
-      length -= part;
-    }
-  });
-  double ewAll = 0, wwAll = 0, worst = 0;
-  for (size_t j = 0; j < blocks; ++j) {
-    ewAll += ew[j];
-    wwAll += ww[j];
-    if (counts[j] >= kAutoSampleRun && ww[j] > 0) worst = std::max(worst, ew[j] / ww[j]);
-  }
-  return std::max({worst, wwAll > 0 ? ewAll / wwAll : 0.0, 0.0});
-}
-
-// e: the key's residual, n values.
-double residualRatio(const float* e, int64_t n, const float* window, const PowerSgdLayout& layout) {
-  return residualRatioAt(n, window, layout, [e](int64_t, int64_t element) { return e + element; });
-}
-
-// e: a residual at the sample's values only (side by side, as the window).
-double sampleResidualRatio(const float* e, int64_t n, const float* window, const PowerSgdLayout& layout) {
-  return residualRatioAt(n, window, layout, [e](int64_t sample, int64_t) { return e + sample; });
-}
 
 std::string ms(double seconds) {
   char buf[32];
@@ -448,13 +313,7 @@ void AutoSelection::replayUntried(const float* x, int64_t n, AutoChoice& choice,
     AutoCandidate& c = choice.candidates[i];
     const Codec* codec = sites_[i] ? sites_[i]->codec() : nullptr;
     if (codec == nullptr || !waitsForWindow(static_cast<int>(i)) || c.residual >= 0) continue;
-    if (sample.empty()) {
-      sample.resize(choice.window.size());
-      forEachSampleRun(n, [&](int64_t j, int64_t e, int64_t length) {
-        std::copy(x + e, x + e + length, sample.data() + j);
-        finite &= allFinite(x + e, length);
-      });
-    }
+    if (sample.empty()) finite = gatherSample(x, n, sample);
     const auto count = static_cast<int64_t>(sample.size());
     if (finite) {  // an overflowed step is left out, as the window leaves it out
       if (c.replay.size() != sample.size()) c.replay.assign(sample.size(), 0.0f);
@@ -469,25 +328,93 @@ void AutoSelection::replayUntried(const float* x, int64_t n, AutoChoice& choice,
   }
 }
 
+// What a decision reads, identical on every rank once agreed (one MAX
+// allreduce; a minimum travels negated), and the rules every step of the
+// decision applies to it.
+struct AutoSelection::Agreed {
+  std::vector<double> measured;  // time per call while it ran, the ranks' least (0: it did not run)
+  std::vector<double> codec;     // codec seconds per call, the ranks' most
+  std::vector<double> residual;  // the guard's reading, the ranks' most (< 0: not measured)
+  std::vector<double> period;    // seconds between the key's calls while it ran, the ranks' most (0: unknown)
+  std::vector<double> noneStep;  // none's period over as many of its last as candidate i has (0 for none)
+  double comm = 0;               // the running codec's communication time, the ranks' least (0: none runs)
+  double alpha = 0, beta = 0;    // the link fit, the ranks' least
+  double charge = 0;             // the group's step charge, the ranks' most
+  double bound = 0;              // the accuracy guard's (0: no guard)
+  std::vector<char> applies;     // a candidate on this key (PowerSGD: only with a layout)
+  std::vector<char> waits;       // it waits for the window, which is not yet full
+
+  bool within(int i) const { return i == 0 || bound <= 0 || residual[i] <= bound; }
+  // A codec is kept only while the key's calls come about as often with it
+  // as with none: its call may be shorter while the step is longer (its CPU
+  // taken from the backward that overlaps it, on a CPU-bound host). Steps
+  // within kAutoStepShare of none's are within the step's noise: there the
+  // call's time decides.
+  bool slower(int i) const {
+    return i != 0 && period[i] > 0 && noneStep[i] > 0 && period[i] > (1 + kAutoStepShare) * noneStep[i];
+  }
+};
+
+// What a decision chose, and why in words.
+struct AutoSelection::Verdict {
+  int best = 0;
+  bool vetoed = false;   // the current codec made the step longer (the step guard)
+  bool flushes = false;  // from one codec to another: one call of none first sends the first's residual
+  std::string why;       // what kept the fastest from being chosen, or the current codec from being kept
+  std::string released;  // back-offs cleared, with their cause
+};
+
 void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice) {
-  const int k = static_cast<int>(sites_.size());
-  const double p = comms.size;
-  std::vector<AutoCandidate>& cand = choice.candidates;
   // A held move is looked at again on a window of calls made after the hold
   // (its checkAt): a regular decision before it would read a window that
   // overlaps the one that moved. Every rank holds at the same step.
   if (choice.commMoved != 0 && step < choice.checkAt) return;
+  const Agreed a = agree(choice, comms);
+  if (holdsForDrift(choice, a, step)) return;
+  double charge = 0;
+  std::vector<double> est = predict(choice, a, comms.size, charge);
+  const Verdict verdict = choose(choice, a, est, step, freeChoice);
+  std::string reason = explain(n, choice, a, est, charge, verdict, step);
+
+  const int current = choice.decided ? choice.current : 0, best = verdict.best;
+  if (best != choice.current || !choice.decided) {  // a new choice: its trial starts afresh
+    if (choice.decided) choice.changes += 1;
+    choice.candidates[best].total.clear();
+    choice.candidates[best].comm.clear();
+    choice.onTrial = true;
+    choice.checkAt = step + kAutoTrialCalls + (verdict.flushes ? 1 : 0);
+    choice.flushNext = verdict.flushes;
+  }
+  // The reference: the running codec's agreed time; a new choice takes its
+  // own at its next decision.
+  choice.commAtDecision = best == current ? choice.commNow : 0;
+  choice.current = best;
+  choice.decided = true;
+  choice.last.step = step;
+  choice.last.choice = best;
+  choice.last.predicted = std::move(est);
+  choice.last.residual = a.residual;
+  choice.last.period = a.period;
+  choice.last.linkAlpha = a.alpha;
+  choice.last.linkBeta = a.beta;
+  choice.last.reason = std::move(reason);
+}
+
+AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const CompressComms& comms) {
+  const int k = static_cast<int>(sites_.size());
+  const double p = comms.size;
+  const std::vector<AutoCandidate>& cand = choice.candidates;
   if (!choice.decided) {  // the link's latency before the first prediction (one small allreduce)
     double one = 0;
     const Clock::time_point t0 = Clock::now();
     comms.allreduceMax(&one, 1);
     link_.add(8.0 * 2 * (p - 1) / p, secondsSince(t0));
   }
-  // One MAX allreduce agrees on everything; a minimum travels negated.
   // v: k measured times (min), k codec costs (max), k residual ratios (max),
-  // the drift flag, the link fit's alpha and beta (min), k step periods
-  // (max; 0 below kAutoPeriodSamples), the step charge (max), and per codec
-  // none's step over as many of its last periods as the codec has (max).
+  // the running codec's communication time (min), the link fit's alpha and
+  // beta (min), k step periods (max; 0 below kAutoPeriodSamples), the step
+  // charge (max), and per codec none's step over as many of its last
+  // periods as the codec has (max).
   std::vector<double> v(5 * static_cast<size_t>(k) + 4);
   const auto measuredStep = [](const TimeWindow& w, int m) {
     return w.count >= kAutoPeriodSamples && m >= kAutoPeriodSamples ? w.lowOfLast(m) : 0;
@@ -507,17 +434,41 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   v[3 * k + 1] = -link_.alpha();
   v[3 * k + 2] = -link_.beta();
   const Clock::time_point t0 = Clock::now();
-  comms.allreduceMax(v.data(), static_cast<int64_t>(v.size()));  // identical numbers on every rank from here
+  comms.allreduceMax(v.data(), static_cast<int64_t>(v.size()));
   link_.add(8.0 * static_cast<double>(v.size()) * 2 * (p - 1) / p, secondsSince(t0));
-  const double alpha = -v[3 * k + 1], beta = -v[3 * k + 2];
+
+  Agreed a;
+  const auto at = [&v](int from, int count) { return std::vector<double>(v.begin() + from, v.begin() + from + count); };
+  a.measured = at(0, k);
+  for (double& t : a.measured) t = -t;
+  a.codec = at(k, k);
+  a.residual = at(2 * k, k);
+  a.comm = -v[3 * k];
+  a.alpha = -v[3 * k + 1];
+  a.beta = -v[3 * k + 2];
+  a.period = at(3 * k + 3, k);
+  a.charge = v[4 * k + 3];
+  a.noneStep = at(4 * k + 4, k);
+  a.bound = bound_;
+  const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
+  a.applies.resize(k);
+  a.waits.resize(k);
+  for (int i = 0; i < k; ++i) {
+    a.applies[i] = !factors(i) || choice.factorValues > 0;
+    a.waits[i] = warming && waitsForWindow(i);
+  }
+  return a;
+}
+
+bool AutoSelection::holdsForDrift(AutoChoice& choice, const Agreed& a, uint64_t step) {
   // Moved by 2x or more (and by kAutoStepShare of none's step: less is
   // within the step's noise), seen again on the next window of calls, the
   // same way: none's bytes, not measured meanwhile, need a new sample. One
   // window's move may be a phase of the machine (a link that changed stays
   // changed); nothing is decided in between, since a changed link would
   // make every step measured on the old one look wrong.
-  const double was = choice.commAtDecision, now = -v[3 * k];
-  const bool far = was > 0 && now > 0 && std::fabs(now - was) >= kAutoStepShare * v[3 * k + 3];
+  const double was = choice.commAtDecision, now = a.comm;
+  const bool far = was > 0 && now > 0 && std::fabs(now - was) >= kAutoStepShare * a.period[0];
   const int moved = far ? (now > 2 * was ? 1 : 2 * now < was ? -1 : 0) : 0;
   choice.commNow = now;
   if (moved != 0 && moved == choice.commMoved) {  // decide after none's new sample; the back-offs were for the old link
@@ -525,40 +476,38 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     choice.commAtDecision = 0;
     choice.commMoved = 0;
     choice.pending = -1;
-    for (AutoCandidate& c : cand) {
+    for (AutoCandidate& c : choice.candidates) {
       c.losses = c.retryAt = 0;
       c.lostTo = -1;
     }
-    return;
+    return true;
   }
   choice.commMoved = moved;
   if (moved != 0) {
     choice.checkAt = step + TimeWindow::kSize;
-    return;
+    return true;
   }
+  return false;
+}
+
+std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agreed& a, int size, double& charge) {
+  const int k = static_cast<int>(sites_.size());
   // A candidate that ran is judged by its measured time per call, the others
   // by the model (codec cost + the link fit at their bytes), scaled by how
   // far the model fell short for the codecs that ran (in place, codecs share
   // the cores with the other ranks' work; timed alone they look cheaper).
-  std::vector<double> est(k), residual(v.begin() + 2 * k, v.begin() + 3 * k),
-      period(v.begin() + 3 * k + 3, v.begin() + 4 * k + 3);
-  // none's step as codec i's is compared with it: on as many samples, the
-  // last none made (the lower quartile of 8 samples is a faster one than
-  // that of 2, a bias against a codec on trial).
-  const std::vector<double> noneStep(v.begin() + 4 * k + 4, v.end());
+  std::vector<double> est(k);
   double shortfall = 1;
   for (int i = 0; i < k; ++i) {
     const double rounds = factors(i) ? 2 : 1;
-    const double measured = -v[i], model = v[k + i] + rounds * alpha + beta * busBytes(i, choice, comms.size);
+    const double measured = a.measured[i], model = a.codec[i] + rounds * a.alpha + a.beta * busBytes(i, choice, size);
     est[i] = measured > 0 ? measured : model;
     if (i != 0 && measured > 0 && model > 0) shortfall = std::max(shortfall, measured / model);
   }
   for (int i = 1; i < k; ++i)
-    if (!(-v[i] > 0)) est[i] *= shortfall;
-  // PowerSGD without the key's layout: no candidate.
-  const auto applies = [&](int i) { return !factors(i) || choice.factorValues > 0; };
+    if (!(a.measured[i] > 0)) est[i] *= shortfall;
   for (int i = 1; i < k; ++i)
-    if (!applies(i)) est[i] = std::numeric_limits<double>::infinity();
+    if (!a.applies[i]) est[i] = std::numeric_limits<double>::infinity();
   // The step a codec adds beyond its call (its period over none's, less
   // what its call saved or cost), per second of its codec time: on a
   // CPU-bound host, what each second of encode and decode costs the step.
@@ -570,82 +519,78 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // of none's step) measures it: below, a step lengthened by noise or by
   // another key's choice would read as a large charge per second of a
   // small codec time (the step guard still leaves that codec).
-  double charge = v[4 * k + 3];
+  charge = a.charge;
   bool charged = false;
   for (int i = 1; i < k; ++i) {
-    const double measured = -v[i], codec = v[k + i];
-    if (period[i] > 0 && noneStep[i] > 0 && measured > 0 && -v[0] > 0 && codec >= kAutoStepShare * period[0]) {
-      const double hidden = (period[i] - noneStep[i]) - (measured - est[0]);
-      const double c = hidden > kAutoStepShare * period[0] ? hidden / codec : 0;  // smaller: the step's noise
+    const double measured = a.measured[i], codec = a.codec[i];
+    if (a.period[i] > 0 && a.noneStep[i] > 0 && measured > 0 && a.measured[0] > 0 &&
+        codec >= kAutoStepShare * a.period[0]) {
+      const double hidden = (a.period[i] - a.noneStep[i]) - (measured - est[0]);
+      const double c = hidden > kAutoStepShare * a.period[0] ? hidden / codec : 0;  // smaller: the step's noise
       charge = charged ? std::max(charge, c) : c;
       charged = true;
     }
   }
   setStepCharge(charge);
-  for (int i = 1; i < k; ++i) est[i] += charge * v[k + i];
+  for (int i = 1; i < k; ++i) est[i] += charge * a.codec[i];
+  return est;
+}
 
+AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a, const std::vector<double>& est,
+                                             uint64_t step, bool freeChoice) {
+  const int k = static_cast<int>(est.size());
+  std::vector<AutoCandidate>& cand = choice.candidates;
   const int current = choice.decided ? choice.current : 0;
-  const auto within = [&](int i) { return i == 0 || bound_ <= 0 || residual[i] <= bound_; };
-  const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
-  const auto waits = [&](int i) { return warming && waitsForWindow(i); };
-  // A codec is kept only while the key's calls come about as often with it
-  // as with none: its call may be shorter while the step is longer (its CPU
-  // taken from the backward that overlaps it, on a CPU-bound host). Steps
-  // within kAutoStepShare of none's are within the step's noise: there the
-  // call's time decides.
-  const auto slower = [&](int i) {
-    return i != 0 && period[i] > 0 && noneStep[i] > 0 && period[i] > (1 + kAutoStepShare) * noneStep[i];
-  };
-  const bool vetoed = choice.decided && slower(current);
+  Verdict out;
+  out.vetoed = choice.decided && a.slower(current);
   // A current codec that is vetoed, or whose residual passed the bound, is
   // left at once (no lead to confirm, no hysteresis): a free choice.
-  if (vetoed || !within(current)) freeChoice = true;
+  if (out.vetoed || !a.within(current)) freeChoice = true;
   // A codec that lost its trial to another codec's prediction is free again
   // once that codec is left out (by either guard), or once it has run and
   // measured slower than the loser by the margin (the prediction was wrong):
   // the back-off kept the loser from a winner that is not one.
-  std::string released;
   for (int i = 1; i < k; ++i) {
     AutoCandidate& c = cand[i];
     if (c.lostTo <= 0 || step >= c.retryAt) continue;
     const int w = c.lostTo;
-    const bool out = !within(w) || (vetoed && w == current);
-    const bool slowerThanLoser = -v[w] > 0 && -v[i] > 0 && (1 - kAutoMargin) * -v[w] > -v[i];
-    if (!out && !slowerThanLoser) continue;
-    released += "; " + autoCandidates()[i] + " free again: " + autoCandidates()[w] + ", which its trial lost to, " +
-                (out ? "is left out" : "measured " + ms(-v[w]) + " against its " + ms(-v[i]));
+    const bool left = !a.within(w) || (out.vetoed && w == current);
+    const bool slowerThanLoser =
+        a.measured[w] > 0 && a.measured[i] > 0 && (1 - kAutoMargin) * a.measured[w] > a.measured[i];
+    if (!left && !slowerThanLoser) continue;
+    out.released += "; " + autoCandidates()[i] + " free again: " + autoCandidates()[w] + ", which its trial lost to, " +
+                    (left ? "is left out" : "measured " + ms(a.measured[w]) + " against its " + ms(a.measured[i]));
     c.retryAt = 0;
     c.losses -= std::min<uint64_t>(c.losses, 1);
     c.lostTo = -1;
   }
   const auto eligible = [&](int i) {
-    return applies(i) && within(i) && !waits(i) && !slower(i) && (i == current || step >= cand[i].retryAt);
+    return a.applies[i] && a.within(i) && !a.waits[i] && !a.slower(i) && (i == current || step >= cand[i].retryAt);
   };
   int fastest = 0;
   for (int i = 1; i < k; ++i)
     if (eligible(i) && est[i] < est[fastest]) fastest = i;
   int best = fastest;
-  std::string why;
   if (best != 0 && est[best] > (1 - kAutoMargin) * est[0]) {
     best = 0;
-    why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than the margin";
-  } else if (best != 0 && est[0] - est[best] < kAutoStepShare * period[0]) {
+    out.why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than the margin";
+  } else if (best != 0 && est[0] - est[best] < kAutoStepShare * a.period[0]) {
     best = 0;
-    why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than " +
-          std::to_string(static_cast<int>(100 * kAutoStepShare)) + " % of the step (" + ms(period[0]) + ")";
+    out.why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than " +
+              std::to_string(static_cast<int>(100 * kAutoStepShare)) + " % of the step (" + ms(a.period[0]) + ")";
   }
   // Outside a free choice the current codec is kept unless another is
   // faster by the margin; at a free choice (a trial's end included: a codec
   // on trial must show its margin against none) the fastest is taken.
   if (best != current && !freeChoice && est[best] > (1 - kAutoMargin) * est[current]) {
-    why = "; kept: " + autoCandidates()[best] + " (" + ms(est[best]) + ") saves less than the margin";
+    out.why = "; kept: " + autoCandidates()[best] + " (" + ms(est[best]) + ") saves less than the margin";
     best = current;
   }
   // Outside a free choice (the first, a trial's end, after drift) a
   // challenger must lead twice in a row: one lead may be the machine's noise.
   if (best != current && !freeChoice && choice.pending != best) {
-    why = "; " + autoCandidates()[best] + " (" + ms(est[best]) + ") leads: checked again in " +
-          std::to_string(kAutoTrialCalls) + " calls";
+    out.why = "; " + autoCandidates()[best] + " (" + ms(est[best]) + ") leads: checked again in " +
+              std::to_string(kAutoTrialCalls) + " calls";
     choice.pending = best;
     choice.checkAt = step + kAutoTrialCalls;
     best = current;
@@ -655,41 +600,52 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   }
   // A trial that lost, or a codec that made the step longer: it waits
   // before it is tried again, longer each time.
-  if (choice.decided && (choice.onTrial || vetoed) && best != current && current != 0) {
+  if (choice.decided && (choice.onTrial || out.vetoed) && best != current && current != 0) {
     AutoCandidate& lost = cand[current];
     lost.retryAt = step + (kAutoBackoff << std::min<uint64_t>(lost.losses, 6));
     lost.losses += 1;
-    lost.lostTo = vetoed ? -1 : best;
+    lost.lostTo = out.vetoed ? -1 : best;
   }
-  if (vetoed) {
-    why = "; " + autoCandidates()[current] + " left: the key's calls came every " + ms(period[current]) +
-          " with it, every " + ms(noneStep[current]) + " with none" + why;
+  if (out.vetoed) {
+    out.why = "; " + autoCandidates()[current] + " left: the key's calls came every " + ms(a.period[current]) +
+              " with it, every " + ms(a.noneStep[current]) + " with none" + out.why;
   }
   if (best != current && current != 0)
     cand[current].period.clear();  // its steps are measured afresh when it runs again
   choice.onTrial = false;
+  // From one codec to another: the call between runs none (its residual
+  // sent), and the trial counts from the next.
+  out.flushes = best != current && best != 0 && choice.lastRan != 0 && choice.lastRan != best;
+  out.best = best;
+  return out;
+}
 
+std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Agreed& a, const std::vector<double>& est,
+                                   double charge, const Verdict& verdict, uint64_t step) {
+  const int k = static_cast<int>(est.size()), best = verdict.best;
+  const std::vector<AutoCandidate>& cand = choice.candidates;
   std::string reason = "predicted " + ms(est[best]);
   if (best != 0) reason += " against none's " + ms(est[0]);
-  reason += why + released;
-  if (why.empty()) {
+  reason += verdict.why + verdict.released;
+  if (verdict.why.empty()) {
     int runnerUp = -1;
     for (int i = 0; i < k; ++i)
-      if (i != best && applies(i) && within(i) && !waits(i) && !slower(i) && (runnerUp < 0 || est[i] < est[runnerUp]))
+      if (i != best && a.applies[i] && a.within(i) && !a.waits[i] && !a.slower(i) &&
+          (runnerUp < 0 || est[i] < est[runnerUp]))
         runnerUp = i;
     if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
   for (int i = 1; i < k; ++i) {
     char buf[200];
-    if (!applies(i)) continue;
-    if (!within(i)) {
+    if (!a.applies[i]) continue;
+    if (!a.within(i)) {
       std::snprintf(
           buf, sizeof buf,
           "; %s left out%s: its residual holds back %.0f %% of a weight's recent gradient, along it, > %.0f %%",
-          autoCandidates()[i].c_str(), cand[i].hasRun ? "" : " before it ran (replayed on a sample)", 100 * residual[i],
-          100 * bound_);
+          autoCandidates()[i].c_str(), cand[i].hasRun ? "" : " before it ran (replayed on a sample)",
+          100 * a.residual[i], 100 * a.bound);
       reason += buf;
-    } else if (waits(i)) {
+    } else if (a.waits[i]) {
       std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d", autoCandidates()[i].c_str(), kAutoWindowCalls);
       reason += buf;
     } else if (i != best && step < cand[i].retryAt) {
@@ -698,41 +654,17 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
       reason += buf;
     }
   }
-  // From one codec to another: the call between runs none (its residual
-  // sent), and the trial counts from the next.
-  const bool flushes = best != current && best != 0 && choice.lastRan != 0 && choice.lastRan != best;
-  if (flushes) reason += "; one call of none first sends " + autoCandidates()[choice.lastRan] + "'s residual";
+  if (verdict.flushes) reason += "; one call of none first sends " + autoCandidates()[choice.lastRan] + "'s residual";
   if (charge > 0.05) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "; codecs charged %.2g s of step per s of codec time", charge);
     reason += buf;
   }
   char link[96];
-  std::snprintf(link, sizeof link, " (link %.3g us + %.3g GB/s bus; %lld elements)", alpha * 1e6,
-                beta > 0 ? 1e-9 / beta : 0.0, static_cast<long long>(n));
+  std::snprintf(link, sizeof link, " (link %.3g us + %.3g GB/s bus; %lld elements)", a.alpha * 1e6,
+                a.beta > 0 ? 1e-9 / a.beta : 0.0, static_cast<long long>(n));
   reason += link;
-
-  if (best != choice.current || !choice.decided) {  // a new choice: its trial starts afresh
-    if (choice.decided) choice.changes += 1;
-    cand[best].total.clear();
-    cand[best].comm.clear();
-    choice.onTrial = true;
-    choice.checkAt = step + kAutoTrialCalls + (flushes ? 1 : 0);
-    choice.flushNext = flushes;
-  }
-  // The reference: the running codec's agreed time; a new choice takes its
-  // own at its next decision.
-  choice.commAtDecision = best == current ? now : 0;
-  choice.current = best;
-  choice.decided = true;
-  choice.last.step = step;
-  choice.last.choice = best;
-  choice.last.predicted = std::move(est);
-  choice.last.residual = std::move(residual);
-  choice.last.period = std::move(period);
-  choice.last.linkAlpha = alpha;
-  choice.last.linkBeta = beta;
-  choice.last.reason = std::move(reason);
+  return reason;
 }
 
 }  // namespace scalecomm

@@ -51,20 +51,15 @@
 // not read as a large charge on a small codec. A codec must also
 // promise to save kAutoStepShare of none's step: a smaller saving is within
 // the step's noise, where the guard could not tell it from a loss.
-// The accuracy guard: a codec whose error-feedback residual e holds back
-// more than `residualBound` of the key's recent gradient along it
-// (<e, w> / |w|^2, w the window: the rank's inputs summed over its calls
-// with a decay of 1 - 1/kAutoWindowCalls; both over the same sample of
-// about kAutoSampleElements elements, forEachSampleRun; the largest of the
-// whole tensor's and each of its layout's weights'; the ranks' maximum) is
-// left out for the key's life once it ran (the running codec at once, at
-// the decision that reads it). Each
-// codec's residual is its own: between two codecs one call runs none, which
-// sends what the first held (the trial of the second counts from the call
-// after it), so no codec is judged on, or keeps back, what another left. Per
-// weight: a sparsifier sends a bucket's largest values, and a weight whose
-// values are small can hold back all of its gradient while the bucket as a
-// whole holds little.
+// The accuracy guard: a codec whose error-feedback residual holds back
+// more than `residualBound` of the key's recent gradient along it (the
+// guard's share, compress/auto_guard.h: the largest of the whole tensor's
+// and each of its weights'; the ranks' maximum) is left out for the key's
+// life once it ran (the running codec at once, at the decision that reads
+// it). Each codec's residual is its own: between two codecs one call runs
+// none, which sends what the first held (the trial of the second counts
+// from the call after it), so no codec is judged on, or keeps back, what
+// another left.
 // A sparsifier's trial is predicted before it runs: over the
 // kAutoDecideEvery calls that end as the window fills (when it may first
 // run), its codec replays its error feedback on the guard's sample of the
@@ -75,12 +70,6 @@
 // predicted over the bound is left out without a call (on a model that a
 // sparsifier harms, its trial's calls alone cost accuracy); one predicted
 // within is tried, and judged on its own residual from then on.
-// What the residual holds is applied late. Only its part along the recent
-// gradient lags the training where it has been heading (a weight starved
-// by a sparsifier, a direction a low-rank codec cannot reach); a residual
-// of noise, which error feedback sends within a few calls, lies mostly
-// across it, however large its norm (PowerSGD's residual on a noisy
-// gradient: its norm two fifths of the window's, its part along it a seventh).
 // Sparsifiers and PowerSGD wait
 // for the key's kAutoWindowCalls-th call: a delayed update costs most early
 // in training, and by then the window holds the recent gradient (the first
@@ -124,7 +113,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -132,7 +120,9 @@
 #include <vector>
 
 #include "compress/auto_choice.h"
+#include "compress/auto_guard.h"
 #include "compress/compressed_allreduce.h"
+#include "compress/link_fit.h"
 
 namespace scalecomm {
 
@@ -142,36 +132,10 @@ constexpr uint64_t kAutoDecideEvery = 16;
 constexpr uint64_t kAutoTrialCalls = 4;  // a new choice, or a lead, is checked after this many calls
 constexpr uint64_t kAutoBackoff = 64;    // calls before a codec that lost a trial is tried again (doubling)
 constexpr uint64_t kAutoProbeEvery = 1024;
-constexpr double kAutoMargin = 0.10;            // a switch must save this share of the predicted time
-constexpr double kAutoStepShare = 0.02;         // ... and a codec this share of none's step (its period)
-constexpr int kAutoWindowCalls = 64;            // the recent gradient's horizon (its decay: 1 - 1/this per call)
-constexpr int64_t kAutoSampleElements = 65536;  // the guard's norms: at most about this many elements
-constexpr int64_t kAutoSampleRun = 16;          // ... in runs of this many neighbours (a cache line of floats)
-constexpr int64_t kAutoCodecSample = 1 << 18;   // a key's first call times the codecs on its first this many values
-constexpr int kAutoCodecTimings = 3;            // ... this many times each, taking the least
-
-// The guard's sample of n elements: a run of kAutoSampleRun neighbours at the
-// start of every autoSampleStride(n) runs (all n where n <= kAutoSampleElements),
-// so a call reads a sixteenth of the cache lines a strided sample would.
-// f(sample, element, length) per run: sample is the run's first index in the
-// sample, element its first in the n.
-inline int64_t autoSampleStride(int64_t n) {
-  return std::max<int64_t>(1, (n + kAutoSampleElements - 1) / kAutoSampleElements);
-}
-template <typename F>
-int64_t forEachSampleRun(int64_t n, F&& f) {
-  const int64_t step = autoSampleStride(n) * kAutoSampleRun;
-  int64_t sample = 0;
-  for (int64_t e = 0; e < n; e += step) {
-    const int64_t length = std::min(kAutoSampleRun, n - e);
-    f(sample, e, length);
-    sample += length;
-  }
-  return sample;  // the sample's size
-}
-inline int64_t autoSampleSize(int64_t n) {
-  return forEachSampleRun(n, [](int64_t, int64_t, int64_t) {});
-}
+constexpr double kAutoMargin = 0.10;           // a switch must save this share of the predicted time
+constexpr double kAutoStepShare = 0.02;        // ... and a codec this share of none's step (its period)
+constexpr int64_t kAutoCodecSample = 1 << 18;  // a key's first call times the codecs on its first this many values
+constexpr int kAutoCodecTimings = 3;           // ... this many times each, taking the least
 
 // Candidate specs, least to most lossy; "none" first.
 const std::vector<std::string>& autoCandidates();
@@ -181,30 +145,6 @@ const std::vector<std::string>& autoCandidates();
 // or auto where one of its candidates is. The DDP hooks list a bucket's
 // shapes only for these. InvalidArgument for a spec the parser refuses.
 bool compressionTakesShapes(const std::string& spec);
-
-// Seconds of communication against bus bytes, t = alpha + beta x bytes,
-// fitted (least squares, alpha, beta >= 0) over each power-of-two size
-// class of the group's own compressed calls: the class's mean bytes and the
-// lower quartile of its recent times (a TimeWindow, so the fit follows the
-// link and not the waits for late peers). Thread safe.
-class LinkFit {
- public:
-  // fresh: the sample replaces its class's times (a link known to have changed).
-  void add(double busBytes, double seconds, bool fresh = false);
-  double predict(double busBytes) const;
-  double alpha() const;
-  double beta() const;  // seconds per bus byte
-
- private:
-  void refit();  // under mu_
-  mutable std::mutex mu_;
-  struct SizeClass {
-    double bytes = 0;    // mean (EWMA) of the class's calls
-    TimeWindow seconds;  // their recent times
-  };
-  std::map<int, SizeClass> classes_;  // by log2(bus bytes)
-  double alpha_ = 0, beta_ = 0;
-};
 
 class AutoSelection {
  public:
@@ -233,7 +173,19 @@ class AutoSelection {
   // A sparsifier's trial, predicted (see the accuracy guard above).
   void replayUntried(const float* x, int64_t n, AutoChoice& choice, const PowerSgdLayout& layout, uint64_t seed,
                      int rank) const;
+  // A decision: the ranks agree on what they measured; a move of the link
+  // is held or taken as drift; otherwise each candidate's time is predicted,
+  // the guards and the margins choose, and the reason is written.
   void decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice);
+  struct Agreed;   // what the ranks agreed at a decision
+  struct Verdict;  // what it chose
+  Agreed agree(const AutoChoice& choice, const CompressComms& comms);
+  static bool holdsForDrift(AutoChoice& choice, const Agreed& agreed, uint64_t step);  // true: no choice now
+  std::vector<double> predict(const AutoChoice& choice, const Agreed& agreed, int size, double& charge);
+  static Verdict choose(AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est, uint64_t step,
+                        bool freeChoice);
+  static std::string explain(int64_t n, const AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est,
+                             double charge, const Verdict& verdict, uint64_t step);
   double busBytes(int i, const AutoChoice& choice, int size) const;
   bool factors(int i) const;         // PowerSGD (no codec: its own two rounds)
   bool waitsForWindow(int i) const;  // a sparsifier (it keeps a share of the values) or PowerSGD
