@@ -50,26 +50,23 @@ double residualRatioAt(int64_t n, const float* window, const PowerSgdLayout& lay
 
 }  // namespace
 
-void addToWindow(AutoChoice& c, const float* x, int64_t n) {
+bool addToWindow(AutoChoice& c, const float* x, int64_t n) {
   if (c.window.empty()) c.window.assign(static_cast<size_t>(autoSampleSize(n)), 0.0f);
   bool finite = true;
   forEachSampleRun(n, [&](int64_t, int64_t e, int64_t length) { finite &= allFinite(x + e, length); });
-  if (!finite) return;
+  if (!finite) return false;
   constexpr float keep = 1.0f - 1.0f / kAutoWindowCalls;
   float* w = c.window.data();
   forEachSampleRun(n, [&](int64_t i, int64_t e, int64_t length) {
     for (int64_t j = 0; j < length; ++j) w[i + j] = keep * w[i + j] + x[e + j];
   });
+  return true;
 }
 
-bool gatherSample(const float* x, int64_t n, std::vector<float>& sample) {
+void gatherSample(const float* x, int64_t n, std::vector<float>& sample) {
   sample.resize(static_cast<size_t>(autoSampleSize(n)));
-  bool finite = true;
-  forEachSampleRun(n, [&](int64_t j, int64_t e, int64_t length) {
-    std::copy(x + e, x + e + length, sample.data() + j);
-    finite &= allFinite(x + e, length);
-  });
-  return finite;
+  forEachSampleRun(n,
+                   [&](int64_t j, int64_t e, int64_t length) { std::copy(x + e, x + e + length, sample.data() + j); });
 }
 
 double residualRatio(const float* e, int64_t n, const float* window, const PowerSgdLayout& layout) {

@@ -56,12 +56,13 @@ inline int64_t autoSampleSize(int64_t n) {
   return forEachSampleRun(n, [](int64_t, int64_t, int64_t) {});
 }
 
-// Adds this call's input x[0..n) to the key's window (sized at the first call).
-void addToWindow(AutoChoice& choice, const float* x, int64_t n);
+// Adds this call's input x[0..n) to the key's window (sized at the first
+// call); false, and nothing added, where a sampled value is not finite.
+bool addToWindow(AutoChoice& choice, const float* x, int64_t n);
 
 // The sample's values of x[0..n), side by side, into `sample` (resized to
-// autoSampleSize(n)); false where one of them is not finite.
-bool gatherSample(const float* x, int64_t n, std::vector<float>& sample);
+// autoSampleSize(n)).
+void gatherSample(const float* x, int64_t n, std::vector<float>& sample);
 
 // The guard's share for a residual e of the key's n values.
 double residualRatio(const float* e, int64_t n, const float* window, const PowerSgdLayout& layout);

@@ -194,9 +194,9 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   if (warmup) measureCodecs(x, n, choice, comms, layout);
   calls_.fetch_add(1, std::memory_order_relaxed);
   if (warmup) keys_.fetch_add(1, std::memory_order_relaxed);
-  if (n > 0) addToWindow(choice, x, n);
+  const bool finite = n > 0 && addToWindow(choice, x, n);
   choice.calls += 1;
-  if (errorFeedback && n > 0) replayUntried(x, n, choice, layout, state.steps, comms.rank);
+  if (errorFeedback && n > 0) replayUntried(x, n, finite, choice, layout, state.steps, comms.rank);
   const uint64_t step = state.steps;
   // After drift: none runs this call (the link's new sample at its bytes)
   // and the next kAutoPeriodSamples (its step on the new link), then decides.
@@ -302,22 +302,22 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
 // with the replayed residual as its error feedback (the payload is dropped);
 // at the window's last call the guard's reading of that residual becomes
 // its own (compress/auto_select.h, the accuracy guard).
-void AutoSelection::replayUntried(const float* x, int64_t n, AutoChoice& choice, const PowerSgdLayout& layout,
-                                  uint64_t seed, int rank) const {
+void AutoSelection::replayUntried(const float* x, int64_t n, bool finite, AutoChoice& choice,
+                                  const PowerSgdLayout& layout, uint64_t seed, int rank) const {
   if (choice.calls + kAutoDecideEvery <= static_cast<uint64_t>(kAutoWindowCalls) ||
       choice.calls > static_cast<uint64_t>(kAutoWindowCalls))
     return;
   std::vector<float> sample;
-  bool finite = true;
+  std::vector<uint8_t> payload;  // dropped: only the replayed residual is kept
   for (size_t i = 1; i < sites_.size(); ++i) {
     AutoCandidate& c = choice.candidates[i];
     const Codec* codec = sites_[i] ? sites_[i]->codec() : nullptr;
     if (codec == nullptr || !waitsForWindow(static_cast<int>(i)) || c.residual >= 0) continue;
-    if (sample.empty()) finite = gatherSample(x, n, sample);
-    const auto count = static_cast<int64_t>(sample.size());
     if (finite) {  // an overflowed step is left out, as the window leaves it out
+      if (sample.empty()) gatherSample(x, n, sample);
+      const auto count = static_cast<int64_t>(sample.size());
       if (c.replay.size() != sample.size()) c.replay.assign(sample.size(), 0.0f);
-      std::vector<uint8_t> payload(static_cast<size_t>(codec->payloadBytes(count)));
+      payload.resize(static_cast<size_t>(codec->payloadBytes(count)));
       codec->encode(sample.data(), c.replay.data(), count, payload.data(), seed, rank);
     }
     if (choice.calls == static_cast<uint64_t>(kAutoWindowCalls) && !c.replay.empty()) {

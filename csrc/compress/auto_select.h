@@ -171,8 +171,10 @@ class AutoSelection {
   void measureCodecs(const float* x, int64_t n, AutoChoice& choice, const CompressComms& comms,
                      const PowerSgdLayout& layout) const;
   // A sparsifier's trial, predicted (see the accuracy guard above).
-  void replayUntried(const float* x, int64_t n, AutoChoice& choice, const PowerSgdLayout& layout, uint64_t seed,
-                     int rank) const;
+  // finite: the call's input joined the window (an overflowed step is left
+  // out of the replay too).
+  void replayUntried(const float* x, int64_t n, bool finite, AutoChoice& choice, const PowerSgdLayout& layout,
+                     uint64_t seed, int rank) const;
   // A decision: the ranks agree on what they measured; a move of the link
   // is held or taken as drift; otherwise each candidate's time is predicted,
   // the guards and the margins choose, and the reason is written.
