@@ -301,26 +301,31 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
 // as the window fills: its codec's encode on this call's sampled values,
 // with the replayed residual as its error feedback (the payload is dropped);
 // at the window's last call the guard's reading of that residual becomes
-// its own (compress/auto_select.h, the accuracy guard).
+// its own (compress/auto_select.h, the accuracy guard). Only one that the
+// decision before the replay's first call predicted faster than none is
+// replayed (the ranks' agreed numbers: every rank replays the same).
 void AutoSelection::replayUntried(const float* x, int64_t n, bool finite, AutoChoice& choice,
                                   const PowerSgdLayout& layout, uint64_t seed, int rank) const {
-  if (choice.calls + kAutoDecideEvery <= static_cast<uint64_t>(kAutoWindowCalls) ||
-      choice.calls > static_cast<uint64_t>(kAutoWindowCalls))
-    return;
+  const auto window = static_cast<uint64_t>(kAutoWindowCalls);
+  if (choice.calls + kAutoDecideEvery <= window || choice.calls > window) return;
+  const bool starts = choice.calls + kAutoDecideEvery == window + 1;
+  const std::vector<double>& predicted = choice.last.predicted;
   std::vector<float> sample;
   std::vector<uint8_t> payload;  // dropped: only the replayed residual is kept
   for (size_t i = 1; i < sites_.size(); ++i) {
     AutoCandidate& c = choice.candidates[i];
     const Codec* codec = sites_[i] ? sites_[i]->codec() : nullptr;
     if (codec == nullptr || !waitsForWindow(static_cast<int>(i)) || c.residual >= 0) continue;
-    if (finite) {  // an overflowed step is left out, as the window leaves it out
+    if (starts && (predicted.size() != sites_.size() || predicted[i] < predicted[0]))
+      c.replay.assign(choice.window.size(), 0.0f);
+    if (c.replay.empty()) continue;  // not replayed: tried, if ever chosen, and judged on its own residual
+    if (finite) {                    // an overflowed step is left out, as the window leaves it out
       if (sample.empty()) gatherSample(x, n, sample);
       const auto count = static_cast<int64_t>(sample.size());
-      if (c.replay.size() != sample.size()) c.replay.assign(sample.size(), 0.0f);
       payload.resize(static_cast<size_t>(codec->payloadBytes(count)));
       codec->encode(sample.data(), c.replay.data(), count, payload.data(), seed, rank);
     }
-    if (choice.calls == static_cast<uint64_t>(kAutoWindowCalls) && !c.replay.empty()) {
+    if (choice.calls == window) {
       const double r = sampleResidualRatio(c.replay.data(), n, choice.window.data(), layout);
       if (std::isfinite(r)) c.residual = r;  // else not measured: it is tried, as before the replay
       std::vector<float>().swap(c.replay);

@@ -69,7 +69,11 @@
 // what the codec would hold when a regular decision first read it. One
 // predicted over the bound is left out without a call (on a model that a
 // sparsifier harms, its trial's calls alone cost accuracy); one predicted
-// within is tried, and judged on its own residual from then on.
+// within is tried, and judged on its own residual from then on. Only a
+// sparsifier that the decision before the replay predicted faster than
+// none is replayed (on a link where it cannot pay, the replay's encodes
+// would be spent for nothing); one not replayed that a later decision
+// chooses (the link slowed) is tried, and judged on its own residual.
 // Sparsifiers and PowerSGD wait
 // for the key's kAutoWindowCalls-th call: a delayed update costs most early
 // in training, and by then the window holds the recent gradient (the first

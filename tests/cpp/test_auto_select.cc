@@ -3,7 +3,8 @@
 // is slow, none when it is fast, sparsifiers only after the warm-up, a codec
 // whose residual holds too much of the recent gradient left out (noise, or
 // one weight of a bucket starved: before it runs where its replay on the
-// sample already reads it) or kept (steady gradients), two ranks whose compute differs from step to step
+// sample already reads it; no replay where it cannot pay) or kept (steady
+// gradients), two ranks whose compute differs from step to step
 // (waits for a late peer are not the link's: no flapping on a fast link,
 // still a sparsifier on a slow one, the same choice on both), and a link
 // that speeds up noticed, with none then sending what the residual held
@@ -271,6 +272,34 @@ TEST(a_sparsifier_that_would_starve_one_weight_of_a_bucket_is_left_out_before_it
   CHECK_EQ(sparsified, 0);
   for (const char* spec : {"topk:0.1", "topk:0.03", "topk:0.01"}) CHECK(d.residual[candidate(spec)] > 0.33);
   CHECK(d.reason.find("topk:0.01 left out before it ran") != std::string::npos);
+}
+
+TEST(a_sparsifier_that_cannot_pay_on_the_link_is_not_replayed) {
+  // The starved bucket above on a link that costs nothing: every sparsifier
+  // is predicted slower than none (its codec time against none's free
+  // call), so none is replayed (its residual stays unmeasured, and none
+  // runs); on the slow link the same inputs replay them all (the test above).
+  const int64_t large = 61440, small = 4096;
+  const std::vector<float> direction = values(7, large + small);
+  const PowerSgdLayout weights{{large, kPowerSgdDense}, {small, kPowerSgdDense}};
+  SimulatedLink link;  // beta 0: no sleep
+  link.size = 2;
+  AutoSelection sel(0.33);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  int sparsified = 0;
+  for (int s = 0; s < kAutoWindowCalls + 16; ++s) {
+    std::vector<float> x = values(200 + s, large + small);
+    for (int64_t j = 0; j < large + small; ++j) x[j] = (direction[j] + 0.3f * x[j]) * (j < large ? 1.0f : 0.01f);
+    sparsified += autoCandidates()[sel.run(x.data(), large + small, true, state, comms, weights)].rfind("topk", 0) == 0;
+  }
+  const AutoDecision& d = state.choice.last;
+  std::printf("  free link: sparsified %d calls; %s\n", sparsified, d.reason.c_str());
+  CHECK_EQ(sparsified, 0);
+  for (const char* spec : {"topk:0.1", "topk:0.03", "topk:0.01"}) {
+    CHECK(d.predicted[candidate(spec)] > d.predicted[0]);
+    CHECK(d.residual[candidate(spec)] < 0);  // not replayed, not run
+  }
 }
 
 TEST(a_sparsifier_that_starves_one_weight_of_a_bucket_is_left_out) {
