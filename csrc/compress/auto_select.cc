@@ -24,8 +24,6 @@ bool compressionTakesShapes(const std::string& spec) {
                      [](const std::string& c) { return CodecSpec::parse(c).entry->shaped; });
 }
 
-// ---- AutoSelection ----
-
 namespace {
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
