@@ -407,15 +407,13 @@ def free_cluster(hosts: int, rate: str | None, first_id: int, **kwargs):
     """A Cluster on the first id from `first_id` that no running job holds
     (two jobs at once each get their own namespaces)."""
     for cluster_id in range(first_id, 100):
-        try:
-            cluster = Cluster(hosts, rate, cluster_id, **kwargs).__enter__()
-        except ClusterBusy:
-            continue
-        try:
+        with contextlib.ExitStack() as stack:
+            try:
+                cluster = stack.enter_context(Cluster(hosts, rate, cluster_id, **kwargs))
+            except ClusterBusy:
+                continue
             yield cluster
-        finally:
-            cluster.__exit__(None, None, None)
-        return
+            return
     raise RuntimeError(f"every cluster id from {first_id} to 99 is in use by a running job")
 
 
