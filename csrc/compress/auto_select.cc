@@ -356,6 +356,8 @@ struct AutoSelection::Agreed {
   bool slower(int i) const {
     return i != 0 && period[i] > 0 && noneStep[i] > 0 && period[i] > (1 + kAutoStepShare) * noneStep[i];
   }
+  // Neither guard nor the window keeps it out (a back-off may still).
+  bool open(int i) const { return applies[i] && within(i) && !waits[i] && !slower(i); }
 };
 
 // What a decision chose, and why in words.
@@ -567,9 +569,7 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
     c.losses -= std::min<uint64_t>(c.losses, 1);
     c.lostTo = -1;
   }
-  const auto eligible = [&](int i) {
-    return a.applies[i] && a.within(i) && !a.waits[i] && !a.slower(i) && (i == current || step >= cand[i].retryAt);
-  };
+  const auto eligible = [&](int i) { return a.open(i) && (i == current || step >= cand[i].retryAt); };
   int fastest = 0;
   for (int i = 1; i < k; ++i)
     if (eligible(i) && est[i] < est[fastest]) fastest = i;
@@ -633,9 +633,7 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
   if (verdict.why.empty()) {
     int runnerUp = -1;
     for (int i = 0; i < k; ++i)
-      if (i != best && a.applies[i] && a.within(i) && !a.waits[i] && !a.slower(i) &&
-          (runnerUp < 0 || est[i] < est[runnerUp]))
-        runnerUp = i;
+      if (i != best && a.open(i) && (runnerUp < 0 || est[i] < est[runnerUp])) runnerUp = i;
     if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
   for (int i = 1; i < k; ++i) {
