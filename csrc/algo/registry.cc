@@ -114,7 +114,8 @@ std::vector<Algorithm> makeTable() {
   t.push_back(shared);
 
   Algorithm nccl{"nccl", AlgorithmKind::Native, kSelectable & ~collectiveBit(CollectiveKind::Barrier),
-                 "NCCL's own collective on CUDA tensors (allgather into separate tensors runs ring over NCCL)"};
+                 "NCCL's own collective on CUDA tensors, their default unless a schedule is named (allgather into "
+                 "separate tensors runs ring over NCCL)"};
   nccl.run = &ncclNative;
   nccl.memory = AlgorithmMemory::Device;
   t.push_back(nccl);
@@ -203,9 +204,11 @@ bool runsOnWindows(const std::string& name) {
   return a != nullptr && a->onWindows();
 }
 
-AlgorithmRef deviceAlgorithm(AlgorithmRef selected) {
-  const bool hostOnly = selected.is(AlgorithmKind::Auto) || (selected && selected->memory == AlgorithmMemory::Host);
-  return hostOnly ? AlgorithmRef() : selected;
+AlgorithmRef deviceAlgorithm(AlgorithmRef selected, bool nativeTakes) {
+  const bool hostOnly = !selected || selected.is(AlgorithmKind::Auto) || selected->memory == AlgorithmMemory::Host;
+  if (!hostOnly) return selected;
+  static const Algorithm* const native = findAlgorithm("nccl");
+  return nativeTakes ? AlgorithmRef(native) : AlgorithmRef();
 }
 
 bool allreduceServes(const std::string& name, int n, int64_t bytes, const AlgoParams& params) {

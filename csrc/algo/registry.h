@@ -159,9 +159,11 @@ const Algorithm& findRootedAlgorithm(const std::string& name);
 bool runsOnWindows(const std::string& name);
 // The algorithm a collective on device memory (a queued channel) runs for
 // the group's selection `selected`: the selection where it has a device form
-// (a schedule, or nccl); for auto, whose cost model describes CPUs, not GPUs,
-// and for host-only choices (mpi, shared windows), none (the collective's default).
-AlgorithmRef deviceAlgorithm(AlgorithmRef selected);
+// (a schedule, or nccl). Auto (whose cost model describes CPUs, not GPUs) and
+// host-only choices (mpi, shared windows) give way to the transport's own
+// collective (the nccl entry) where `nativeTakes` (the channel has it for this
+// collective, dtype and op), else to none (the collective's default schedule).
+AlgorithmRef deviceAlgorithm(AlgorithmRef selected, bool nativeTakes);
 
 // Whether `name` exists and serves a group of n ranks (and, with bytes >= 0,
 // a message of that many bytes, given the group's windows in params).

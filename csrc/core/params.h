@@ -71,8 +71,9 @@ constexpr int64_t kWorld = std::numeric_limits<int64_t>::max() - 1;  // hi bound
     "0 turns MPI off: at build time builds without it, at run time never uses it (no MPI communicator, transport "   \
     "or mpi algorithm). auto or 1: used when the ranks were started by an MPI launcher.")                            \
   X(Text, cudaTransport, "cuda_transport", "SCALECOMM_CUDA_TRANSPORT", "auto", 0, 0, "auto|host",                     \
-    "CUDA tensors: auto (every collective runs scalecomm's schedules over NCCL on the GPU when the build has NCCL; "  \
-    "staged through pinned host memory otherwise), host (stage everything through host memory).")                    \
+    "CUDA tensors: auto (every collective runs on the GPU over NCCL when the build has NCCL: NCCL's own collective " \
+    "where it has one for the dtype and op and no scalecomm schedule is named, the schedule over NCCL send/recv "     \
+    "otherwise; staged through pinned host memory without NCCL), host (stage everything through host memory).")     \
   X(Int, stageChunkBytes, "stage_chunk_bytes", "SCALECOMM_STAGE_CHUNK_BYTES", 4194304, 4096, int64_t{1} << 40, "",   \
     "CUDA tensors staged through host memory: allreduce, broadcast and reduce of tensors larger than this move in "  \
     "chunks of this many bytes through two pinned host buffers, so that the copies of one chunk overlap the "         \

@@ -4,10 +4,6 @@
 
 namespace scalecomm {
 
-namespace {
-
-// The collective whose selection a call kind follows; SendRecv (none) for
-// the kinds that have no selection of their own.
 CollectiveKind selectedAs(CallKind kind) {
   switch (kind) {
     case CallKind::Allreduce:
@@ -20,8 +16,6 @@ CollectiveKind selectedAs(CallKind kind) {
     default: return CollectiveKind::SendRecv;
   }
 }
-
-}  // namespace
 
 AlgorithmRef Group::algorithmFor(CallKind kind, int64_t bytes, const std::string& override) {
   return selector_->algorithmFor(selectedAs(kind), bytes, override);

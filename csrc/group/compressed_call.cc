@@ -57,8 +57,9 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
   // and times its algorithm as a plain allreduce of its bytes would (the
   // online tuner's pick; an exploration trial included), so running none
   // costs what the uncompressed call costs: the cost model's static pick
-  // made DDP steps 10 % slower on CPU-bound hosts.
-  const bool tunes = c.chooser != nullptr && selector_->online();
+  // made DDP steps 10 % slower on CPU-bound hosts. On a device's channel the
+  // sum runs the call's device algorithm (group/device_path.cc).
+  const bool tunes = c.chooser != nullptr && selector_->online() && call.deviceIndex < 0;
   AlgorithmRef ranWith = o.algorithm;
   // The call's exchanges (a codec's rounds, auto's decision) run one after
   // another under its seq, each under its own part: a rank that finished one
@@ -75,8 +76,8 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
       allreduce(ch, data, count, type, op, 1.0, nextExchange());
       return;
     }
-    const Selector::Resolved r = selector_->resolve(count * static_cast<int64_t>(elementSize(type)),
-                                                    call.deviceIndex >= 0 || call.stager != nullptr);
+    const Selector::Resolved r =
+        selector_->resolve(count * static_cast<int64_t>(elementSize(type)), call.stager != nullptr);
     CollectiveOptions a = nextExchange();
     a.algorithm = ranWith = r.algorithm;
     const Clock::time_point t0 = Clock::now();

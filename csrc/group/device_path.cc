@@ -9,6 +9,21 @@
 
 namespace scalecomm {
 
+namespace {
+
+// Whether the channel's own collective takes `call` (for a compressed
+// allreduce: its payloads' sums). A deterministic group folds its reductions
+// in rank order, which no transport's own reduction promises.
+bool nativeTakes(const QueuedChannel& ch, const Call& call, bool deterministic) {
+  const CollectiveKind kind = selectedAs(call.kind);
+  const bool reduces =
+      kind == CollectiveKind::Allreduce || kind == CollectiveKind::Reduce || kind == CollectiveKind::ReduceScatter;
+  if (reduces && deterministic) return false;
+  return ch.hasNative(kind, call.dtype, reduces ? call.op : ReduceOp::None);
+}
+
+}  // namespace
+
 void Group::runOnDevice(Call& call, CollectiveOptions& o) {
   if (!deviceChannels_) {
     fail(ErrorKind::InvalidArgument, "scalecomm ", call.name, " (rank ", rank_,
@@ -22,7 +37,7 @@ void Group::runOnDevice(Call& call, CollectiveOptions& o) {
          " folds in rank order on host memory; a deterministic group stages device memory through the host");
   }
   QueuedChannel& ch = deviceChannels_(call.deviceIndex, o.deadline);
-  o.algorithm = deviceAlgorithm(o.algorithm);
+  o.algorithm = deviceAlgorithm(o.algorithm, nativeTakes(ch, call, config_.deterministic != 0));
   // A queued channel issues a step as one group and queues its reductions
   // behind the whole group, so segments inside a step overlap nothing; each
   // only adds a message (for NCCL a point-to-point operation with its own

@@ -418,8 +418,10 @@ std::optional<Error> Group::execute(Call& call, uint64_t number, uint64_t record
     return e;
   }
   OnlineTuner::Pick tuned;
-  const bool resolve =
-      selector_->online() && call.kind == CallKind::Allreduce && call.algorithm.is(AlgorithmKind::Auto);
+  // Auto on a device's channel is the device's choice (group/device_path.cc):
+  // the online tuner measures host calls.
+  const bool resolve = selector_->online() && call.kind == CallKind::Allreduce &&
+                       call.algorithm.is(AlgorithmKind::Auto) && call.deviceIndex < 0;
   if (resolve) tuned = resolveTuned(call);
   if (recordStart || resolve) watchStarted(recordId, call.algorithm.str(), start);
   const uint64_t abandonedBefore = mpiRequestsAbandoned();

@@ -98,6 +98,10 @@ enum class CallKind : uint8_t {
   CompressedAllreduce,
 };
 
+// The collective whose algorithm selection a call kind follows; SendRecv for
+// the kinds that have no selection of their own.
+CollectiveKind selectedAs(CallKind kind);
+
 // One call, described as data. Fields a kind does not use are ignored.
 struct Call {
   CallKind kind = CallKind::Barrier;  // every caller sets it

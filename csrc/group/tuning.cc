@@ -154,7 +154,7 @@ int Group::setAutoExplorePercent(int percent) {
 
 OnlineTuner::Pick Group::resolveTuned(Call& call) {
   const int64_t bytes = call.count * static_cast<int64_t>(elementSize(call.dtype));
-  Selector::Resolved r = selector_->resolve(bytes, call.deviceIndex >= 0 || call.stager != nullptr);
+  Selector::Resolved r = selector_->resolve(bytes, call.stager != nullptr);
   call.algorithm = r.algorithm;
   if (call.name == SC_LABEL("allreduce")) call.name = r.title;
   return r.pick;
