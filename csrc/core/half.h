@@ -1,14 +1,16 @@
 // scalecomm core: fp16 and bf16 <-> fp32 conversions.
 //
 // Contract: bit-exact IEEE round-to-nearest-even conversions, identical on host
-// and device (SC_HOST_DEVICE), so CPU tests run the arithmetic the GPU runs.
-// Values are raw uint16_t bit patterns. NaN stays NaN; overflow gives inf.
+// and device (SC_HOST_DEVICE) for every value but NaN, so CPU tests run the
+// arithmetic the GPU runs. Values are raw uint16_t bit patterns. NaN stays NaN
+// (its payload may differ between host and device); overflow gives inf.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #if defined(__CUDACC__)
+#include <cuda_fp16.h>
 #define SC_HOST_DEVICE __host__ __device__
 #else
 #define SC_HOST_DEVICE
@@ -39,7 +41,7 @@ SC_HOST_DEVICE inline uint16_t floatToBf16(float f) {
 
 // Both conversions are written without branches (every case is computed and
 // one selected), so the compiler vectorises the reduction loops around them.
-SC_HOST_DEVICE inline float fp16ToFloat(uint16_t h) {
+SC_HOST_DEVICE inline float fp16ToFloatBits(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t em = h & 0x7fffu;                 // exponent and mantissa
   const uint32_t shifted = em << 13;               // in float's place
@@ -51,7 +53,7 @@ SC_HOST_DEVICE inline float fp16ToFloat(uint16_t h) {
   return bitsFloat(sign | bits);
 }
 
-SC_HOST_DEVICE inline uint16_t floatToFp16(float f) {
+SC_HOST_DEVICE inline uint16_t floatToFp16Bits(float f) {
   const uint32_t u = floatBits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t absu = u & 0x7fffffffu;
@@ -66,6 +68,25 @@ SC_HOST_DEVICE inline uint16_t floatToFp16(float f) {
                         : absu < 0x38800000u  ? subnormal
                                               : normal;
   return static_cast<uint16_t>(sign | bits);
+}
+
+// fp16 conversions: on the host the integer code above; on the device the
+// hardware's (one instruction each way, IEEE round-to-nearest-even: the same
+// bits for every value but NaN, which stays NaN with the hardware's payload).
+SC_HOST_DEVICE inline float fp16ToFloat(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));
+#else
+  return fp16ToFloatBits(h);
+#endif
+}
+
+SC_HOST_DEVICE inline uint16_t floatToFp16(float f) {
+#if defined(__CUDA_ARCH__)
+  return __half_as_ushort(__float2half_rn(f));
+#else
+  return floatToFp16Bits(f);
+#endif
 }
 
 }  // namespace scalecomm
