@@ -15,6 +15,12 @@ over `--rounds` rounds with [min-max]:
 - torch sum / avg: ``dst.add_(src)`` (avg: ``.div_(2)``), what the kernel replaces;
 - pinned host-to-device and device-to-host copies (``non_blocking`` from and
   to page-locked memory), the limit of host staging;
+- staged allreduce: a one-rank scalecomm group staging CUDA tensors through
+  host memory (``SCALECOMM_CUDA_TRANSPORT=host``); with one rank there is
+  nothing to send, so its time is the staging alone: the tensor down to
+  pinned memory and back up, in overlapped chunks. Its "of copy" is the
+  pinned h2d plus d2h copies' time of the same bytes over its own, per round
+  (the goal: >= 0.8);
 - codecs (``--codecs``, on ``--codec-mib`` of fp32): one rank's encode with
   error feedback and the decode of its payload, as a compressed allreduce
   runs them on a CUDA tensor (the codecs' torch form, on the device) against
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -114,6 +121,21 @@ def _pinned(host, devb, mib: int):
     ]
 
 
+def _staged(devb, mib: int):
+    """(row, fn): a one-rank group's allreduce of devb, staged through host memory."""
+    import torch.distributed as dist
+
+    try:  # a failure here costs these rows, not the table
+        if not dist.is_initialized():
+            os.environ["SCALECOMM_CUDA_TRANSPORT"] = "host"
+            dist.init_process_group("scalecomm", store=dist.HashStore(), rank=0, world_size=1)
+        dist.all_reduce(devb)
+    except Exception as e:  # noqa: BLE001
+        print(f"# staged allreduce {mib} MiB: not timed: {type(e).__name__}: {e}", file=sys.stderr)
+        return []
+    return [(f"staged allreduce {mib} MiB", lambda: dist.all_reduce(devb))]
+
+
 def _codecs(spec: str, x, residual, mib: int):
     """(row, fn): the codec's torch form on x's device, and staged through the host."""
     enc_dev, enc_host = _C._testing.tensor_codec_encode, _C._testing.codec_encode
@@ -153,6 +175,7 @@ def rows(args) -> list[tuple[str, str, int, object]]:
             host = torch.empty(mib << 18, pin_memory=True)
             devb = torch.empty(mib << 18, device=dev)
             out += [(row, "fp32", mib << 20, fn) for row, fn in _pinned(host, devb, mib)]
+            out += [(row, "fp32", 2 * (mib << 20), fn) for row, fn in _staged(devb, mib)]
     if args.codecs:
         x = torch.randn(args.codec_mib << 18, device=dev)
         residual = torch.randn(args.codec_mib << 18, device=dev) * 0.1
@@ -210,11 +233,14 @@ def main(argv=None) -> int:
         med = statistics.median(ts)
         bw = nbytes / med / 1e9
         # Per round: this row's bandwidth over the copy's in the same round.
-        of_copy = (
-            statistics.median(nbytes / t / c for t, c in zip(ts, copy_bw, strict=True))
-            if "pinned" not in name and not name.startswith("codec")
-            else None
-        )
+        if name.startswith("staged"):  # the pinned copies it is made of, per round
+            mib = name.split()[-2]
+            h2d, d2h = times[(f"pinned h2d {mib} MiB", dt)], times[(f"pinned d2h {mib} MiB", dt)]
+            of_copy = statistics.median((a + b) / t for a, b, t in zip(h2d, d2h, ts, strict=True))
+        elif "pinned" not in name and not name.startswith("codec"):
+            of_copy = statistics.median(nbytes / t / c for t, c in zip(ts, copy_bw, strict=True))
+        else:
+            of_copy = None
         vs = ""
         if name.startswith("scalecomm"):
             other = times[("torch" + name[len("scalecomm") :], dt)]
@@ -231,7 +257,8 @@ def main(argv=None) -> int:
         "\nGB/s: the fewest bytes the row must move over its median time (copy and reductions: "
         "reads plus writes); of copy: over the copy's bandwidth in the same round; vs torch: "
         "torch's time over ours, paired per round (> 1: ours faster); codec rows: GB/s of the "
-        "gradient encoded, and on device against staged through the host, paired per round."
+        "gradient encoded, and on device against staged through the host, paired per round; "
+        "staged allreduce: its bytes down and up, of copy: the pinned h2d + d2h copies' time over its own."
     )
     if args.json:
         with open(args.json, "w") as f:
