@@ -167,6 +167,11 @@ def test_runs_are_compared_only_with_runs_of_the_same_setting():
     assert len(fits) == 4 and {f["setting"] for f in fits} == {"lr=0.1", "lr=0.01"}
     assert "gloo (lr=0.1)" in report.fit_table(fits)
     assert "| setting |" not in report.markdown_table(runs[:2])  # nothing varies: no column
+    # The story names each run's own baseline, at its lr (the runs of a setting share labels).
+    story = [s for s in report.verdict(runs).splitlines() if s.startswith("world=2 backend=scalecomm")]
+    for line, lr, ratio in zip(story, ("0.1", "0.01"), ("2.00x", "4.00x"), strict=True):
+        want = f"world=2 backend=scalecomm lr={lr}: {ratio} the speed of world=2 backend=gloo lr={lr} "
+        assert line.startswith(want), line
 
 
 def test_repeats_fold_into_the_median_run_and_pair_with_the_baseline():

@@ -322,13 +322,15 @@ def verdict(results: list[dict]) -> str:
     words): how much faster per epoch, the accuracy it ended at, and whether
     and how much sooner it reached the baseline's accuracy."""
     lines = []
-    by_label = {r["label"]: r for r in results}
     for r in results:
         if r.get("vs_baseline") is None or r["baseline"] == r["label"]:
             continue
         rng = r.get("vs_baseline_range")
         spread = f" [{rng[0]:.2f}-{rng[1]:.2f}]" if rng else ""
-        base = short_label(by_label[r["baseline"]], results)
+        # The run it was compared with: its label, at the same setting (a sweep's seeds share labels).
+        at = _setting(r["config"])
+        compared = next(o for o in results if o["label"] == r["baseline"] and _setting(o["config"]) == at)
+        base = short_label(compared, results)
         line = f"{short_label(r, results)}: {r['vs_baseline']:.2f}x{spread} the speed of {base} per epoch"
         if r["acc_delta"] is not None:
             line += f", accuracy {r['acc_delta']:+.1f} points"
