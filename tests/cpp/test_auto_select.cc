@@ -677,7 +677,9 @@ TEST(a_peer_s_changing_lateness_is_not_taken_for_the_link_drifting) {
   TwoRanks link;
   link.beta = 1.0 / 20e6;
   const int64_t n = 65536;
-  const int steps = kAutoWindowCalls;  // before the sparsifiers: bf16 against none only
+  // Before any sparsifier is replayed (the last kAutoDecideEvery calls before
+  // the window fills) or tried: bf16 against none only.
+  const int steps = kAutoWindowCalls - static_cast<int>(kAutoDecideEvery);
   int probes[2] = {0, 0}, codecCalls[2] = {0, 0};
   std::vector<CompressState> states(2);
   AutoSelection sel[2] = {AutoSelection(0), AutoSelection(0)};
