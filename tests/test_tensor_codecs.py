@@ -202,7 +202,8 @@ def test_powersgd_factors_each_weight_of_a_bucket_in_its_own_shape():
 
 def _overflowed_step(rank, n, bad):
     """Each codec, with error feedback, on a group of each form: step 1's
-    gradient on the last rank holds `bad` (inf or nan) in one element."""
+    gradient on the last rank holds `bad` (inf or nan) in one element, or
+    ("sum") a value that overflows with what its residual holds there."""
     import torch.distributed as dist
 
     import pyscalecomm
@@ -217,7 +218,13 @@ def _overflowed_step(rank, n, bad):
                 x = torch.randn(64, 80, generator=gen)
                 if not spec.startswith("powersgd"):
                     x = x.view(-1)
-                if step == 1 and rank == n - 1:
+                if step == 1 and rank == n - 1 and bad == "sum":
+                    big = torch.finfo(torch.float32).max
+                    x.view(-1)[17] = big
+                    states = pyscalecomm.compress.state_dict(group=group)
+                    states[spec]["residual"].view(-1)[17] = big
+                    pyscalecomm.compress.load_state_dict(states, group=group)
+                elif step == 1 and rank == n - 1:
                     x.view(-1)[17] = float(bad)
                 pyscalecomm.allreduce(x, spec, group=group, key=spec, error_feedback=True)
                 state = pyscalecomm.compress.state_dict(group=group)[spec]
@@ -227,7 +234,7 @@ def _overflowed_step(rank, n, bad):
     return out
 
 
-@pytest.mark.parametrize("bad", ["inf", "nan"])
+@pytest.mark.parametrize("bad", ["inf", "nan", "sum"])
 def test_an_overflowed_gradient_shows_in_every_ranks_sum_and_never_enters_the_state(bad):
     # A mixed-precision step whose gradient overflowed: the loss scaler skips
     # it when the sum is not finite, and the next step must start clean.

@@ -18,7 +18,10 @@
 //   acc = x + *residual (residual == nullptr: acc = x, no error feedback);
 //   with a residual, it becomes acc - decode(payload). `x` is only read.
 //   It writes every one of the payloadBytes(n) bytes (the caller reuses
-//   payload memory between calls without clearing it).
+//   payload memory between calls without clearing it). It returns whether
+//   every value of acc is finite, checked in the pass that reads acc (no
+//   pass of its own); on false, payload and residual hold whatever the pass
+//   left: the caller starts the residual afresh and encodes again.
 //   `seed` is the same on every rank for a step (random-k's positions,
 //   top-k's sample), `rank` decorrelates stochastic rounding.
 // - decodeAdd(out, n, payload, seed): out += decode(payload), for one rank's
@@ -99,7 +102,7 @@ class Codec {
   virtual ~Codec() = default;
   virtual int64_t payloadBytes(int64_t n) const = 0;
   virtual std::optional<DataType> sumType() const = 0;
-  virtual void encode(const float* x, float* residual, int64_t n, uint8_t* payload, uint64_t seed, int rank) const = 0;
+  virtual bool encode(const float* x, float* residual, int64_t n, uint8_t* payload, uint64_t seed, int rank) const = 0;
   virtual void decodeAdd(float* out, int64_t n, const uint8_t* payload, uint64_t seed) const = 0;
   virtual void decode(float* out, int64_t n, const uint8_t* payload, uint64_t seed, int64_t divisor) const;
   bool summable() const { return sumType().has_value(); }
@@ -121,14 +124,18 @@ constexpr uint64_t qsgdNoiseStream(uint64_t seed, int rank) {
 // Elements top-k / random-k keep out of n (at least 1).
 int64_t keptElements(int64_t n, double ratio);
 
+// 1 if v is an infinity or NaN, else 0 (branch-free: a codec ORs it over
+// the values its pass reads, and the loop still vectorises).
+inline uint32_t nonFinite(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+}
+
 // No element of x[0..n) is an infinity or NaN (one pass; vectorises).
 inline bool allFinite(const float* x, int64_t n) {
   uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, x + i, sizeof bits);
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
+  for (int64_t i = 0; i < n; ++i) bad |= nonFinite(x[i]);
   return bad == 0;
 }
 

@@ -34,21 +34,26 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
   // step) starts over: an old residual belongs to other elements.
   if (state.residual.size() != static_cast<size_t>(n)) state.residual.assign(errorFeedback ? n : 0, 0.f);
   float* residual = errorFeedback ? state.residual.data() : nullptr;
-  if (!allFinite(x, n)) {
-    // An overflowed gradient (a mixed-precision step the loss scaler will
-    // skip): every rank's result must show it, and no state may keep it.
-    // Infinity in every element survives every codec; the residual starts
-    // afresh.
+  // An overflowed gradient (a mixed-precision step the loss scaler will
+  // skip): every rank's result must show it, and no state may keep it.
+  // Infinity in every element survives every codec; the residual starts
+  // afresh. A codec finds it in its encode's own pass (acc = x + residual,
+  // so a sum that overflowed counts too) and encodes again from here.
+  const auto overflowed = [&] {
     std::fill(x, x + n, std::numeric_limits<float>::infinity());
     if (residual) std::fill(residual, residual + n, 0.f);
     residual = nullptr;
-  }
+  };
   const Codec* codec = site.codec();
   bool averaged = false;
   if (codec == nullptr) {  // powersgd: its own two rounds, in place on x (the sum replaces c)
+    uint32_t bad = 0;      // acc = x + residual, in x
     if (residual) {
-      for (int64_t i = 0; i < n; ++i) x[i] += residual[i];
+      for (int64_t i = 0; i < n; ++i) bad |= nonFinite(x[i] += residual[i]);
+    } else {
+      bad = !allFinite(x, n);
     }
+    if (bad != 0) overflowed();
     const auto allreduce = [&](float* data, int64_t count) {
       comms.allreduce(data, count, DataType::Float32, ReduceOp::Sum);
     };
@@ -56,14 +61,21 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
   } else if (const auto type = codec->sumType()) {
     const int64_t b = codec->payloadBytes(n);
     uint8_t* payload = state.payloads.get(static_cast<size_t>(b));
-    codec->encode(x, residual, n, payload, step, comms.rank);
+    if (!codec->encode(x, residual, n, payload, step, comms.rank)) {
+      overflowed();
+      codec->encode(x, nullptr, n, payload, step, comms.rank);
+    }
     comms.allreduce(payload, b / static_cast<int64_t>(elementSize(*type)), *type, ReduceOp::Sum);
     codec->decode(x, n, payload, step, average ? comms.size : 1);  // the average in the same pass
     averaged = average;
   } else {
     const int64_t b = codec->payloadBytes(n);
     uint8_t* all = state.payloads.get(static_cast<size_t>(comms.size * b));
-    codec->encode(x, residual, n, all + comms.rank * b, step, comms.rank);
+    uint8_t* mine = all + comms.rank * b;
+    if (!codec->encode(x, residual, n, mine, step, comms.rank)) {
+      overflowed();
+      codec->encode(x, nullptr, n, mine, step, comms.rank);
+    }
     comms.allgatherBytes(all, b);
     std::fill(x, x + n, 0.f);
     for (int q = 0; q < comms.size; ++q) codec->decodeAdd(x, n, all + q * b, step);

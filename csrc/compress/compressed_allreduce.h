@@ -14,11 +14,14 @@
 // or one of another size (the key's tensor changed), starts at zero.
 // `step` must be equal on every rank (the codecs' shared seed) and advance
 // per call. Non-finite input (an overflowed mixed-precision gradient): a
-// rank whose x holds an infinity or NaN sends infinity in every element
-// (every codec carries it), so every rank's result is non-finite, as an
-// uncompressed sum's would be; that rank's residual starts afresh, the
-// others' keep only their finite part, and PowerSGD keeps its warm start
-// and residuals as they were, so no infinity or NaN enters the state.
+// rank whose acc = x + residual holds an infinity or NaN (x did, or the sum
+// overflowed), or whose residual would keep one (a value above fp16's
+// range), sends infinity in every element (every codec carries it), so
+// every rank's result is non-finite, as an uncompressed sum's would be;
+// that rank's residual starts afresh, the others' keep only their finite
+// part, and PowerSGD keeps its warm start and residuals as they were, so
+// no infinity or NaN enters the state. The codec's encode finds it in the
+// pass that reads acc (Codec::encode) and the call encodes again.
 // Errors from comms propagate; `x` and `state` are then unspecified.
 // (The Group skips all of this on a group of one rank or for an empty
 // buffer: nothing is sent, so the values stay exact; group/compressed_call.cc.)

@@ -354,12 +354,14 @@ void compressedAllreduceTensor(const at::Tensor& x, const CompressedSite& site, 
                                CompressState& state, const CompressComms& comms, const PowerSgdLayout& layout) {
   TensorState& st = stateOn(state, x, errorFeedback);
   const uint64_t step = state.steps;
-  // An overflowed gradient (compress/compressed_allreduce.h): infinity in
-  // every element, and a residual that starts afresh; no sync with the host.
-  const at::Tensor notFinite = at::isfinite(x).all().logical_not();
-  x.masked_fill_(notFinite, std::numeric_limits<float>::infinity());
-  if (errorFeedback) st.residual.masked_fill_(notFinite, 0.f);
+  // An overflowed gradient (compress/compressed_allreduce.h): acc = x +
+  // residual not finite (an infinity or NaN in x, or a sum that overflowed)
+  // sends infinity in every element, and the residual starts afresh; no
+  // sync with the host.
   at::Tensor acc = errorFeedback ? st.residual.add_(x) : x;
+  const at::Tensor notFinite = at::isfinite(acc).all().logical_not();
+  x.masked_fill_(notFinite, std::numeric_limits<float>::infinity());
+  if (errorFeedback) acc.masked_fill_(notFinite, std::numeric_limits<float>::infinity());
   const Codec* codec = site.codec();
   const CodecSpec& spec = site.spec();
   if (codec == nullptr) {
@@ -386,7 +388,9 @@ void compressedAllreduceTensor(const at::Tensor& x, const CompressedSite& site, 
       for (int q = 0; q < comms.size; ++q) tc.decodeAdd(out, sliceForViews(all, q * b, b), spec, step);
     }
   }
-  if (errorFeedback) st.residual.masked_fill_(notFinite, 0.f);
+  // Afresh, too, where the residual itself came out not finite (acc above
+  // a 2-byte type's range, as fp16's 65504: the payload showed it).
+  if (errorFeedback) st.residual.masked_fill_(at::isfinite(st.residual).all().logical_not(), 0.f);
   state.steps += 1;
 }
 

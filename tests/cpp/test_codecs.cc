@@ -361,6 +361,70 @@ TEST(an_averaging_compressed_allreduce_is_the_sum_divided_by_the_ranks_for_every
   }
 }
 
+TEST(every_codec_says_whether_what_it_encoded_was_finite) {
+  // encode reads acc = x + residual in its one pass and says whether all of
+  // it was finite: an infinity or NaN in x, or a sum with the residual that
+  // overflowed. A NaN must not upset top-k's selections (ASan, UBSan).
+  const int64_t n = 5000;
+  const float big = std::numeric_limits<float>::max();
+  for (const std::string& spec : oneRoundSpecs()) {
+    const auto codec = makeCodec(CodecSpec::parse(spec));
+    std::vector<uint8_t> payload(static_cast<size_t>(codec->payloadBytes(n)));
+    for (const bool feedback : {false, true}) {
+      // none, an infinity, a NaN, x + residual overflows, fp16's range exceeded with a residual to keep
+      for (const int bad : {0, 1, 2, 3, 4}) {
+        if ((bad == 3 || bad == 4) && !feedback) continue;
+        if (bad == 4 && spec != "fp16") continue;
+        std::vector<float> x = gaussian(n, 7), residual(feedback ? n : 0, 0.f);
+        if (bad == 1) x[4321] = -std::numeric_limits<float>::infinity();
+        if (bad == 2) x[17] = std::numeric_limits<float>::quiet_NaN();
+        if (bad == 3) x[2500] = residual[2500] = big;
+        if (bad == 4) x[99] = 70000.f;
+        const bool finite = codec->encode(x.data(), feedback ? residual.data() : nullptr, n, payload.data(), 3, 0);
+        if (finite != (bad == 0))
+          throw sctest::Failure{spec + (feedback ? " with" : " without") + " a residual, case " + std::to_string(bad) +
+                                ": encode said " + (finite ? "finite" : "not finite")};
+      }
+    }
+  }
+}
+
+TEST(a_sum_that_overflows_with_the_residual_shows_in_the_result_and_is_not_kept) {
+  // A residual near the float range plus a gradient that pushes it over: the
+  // call is an overflowed step (every rank's result shows it, the residual
+  // starts afresh), not a residual of inf - inf = NaN kept for every later
+  // call.
+  const int ranks = 2;
+  const int64_t n = 4000;
+  for (const std::string& spec : codecSpecs(false)) {
+    const CompressedSite site(CodecSpec::parse(spec));
+    Exchange ex(ranks);
+    std::vector<std::vector<float>> out(ranks);
+    std::vector<CompressState> state(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      out[r] = gaussian(n, 60 + r);
+      state[r].residual.assign(n, 0.f);
+    }
+    out[1][123] = state[1].residual[123] = std::numeric_limits<float>::max();
+    const auto errors = sctest::onThreads(ranks, [&](int r) {
+      compressedAllreduce(out[r].data(), n, site, /*errorFeedback=*/true, state[r], ex.comms(r), 0,
+                          /*average=*/false, {});
+    });
+    for (const auto& e : errors) CHECK_EQ(e, std::string());
+    for (int r = 0; r < ranks; ++r) {
+      bool shows = false, kept = false;
+      for (int64_t i = 0; i < n; ++i) {
+        shows |= !std::isfinite(out[r][i]);
+        // the overflowed rank starts afresh; the other keeps its own, finite
+        kept |= !std::isfinite(state[r].residual[i]) || (r == 1 && state[r].residual[i] != 0.f);
+      }
+      if (!shows || kept)
+        throw sctest::Failure{spec + ": rank " + std::to_string(r) + (shows ? "" : "'s result is all finite") +
+                              (kept ? "'s residual kept the overflowed step" : "")};
+    }
+  }
+}
+
 TEST(powersgd_recovers_a_low_rank_sum_exactly) {
   // Every rank holds u_r v^T (40 x 50): the sum is rank one, which rank 2 recovers.
   const int ranks = 2, rows = 40, cols = 50;

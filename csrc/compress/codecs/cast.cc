@@ -12,14 +12,23 @@ class CastCodec final : public Codec {
  public:
   int64_t payloadBytes(int64_t n) const override { return 2 * n; }
   std::optional<DataType> sumType() const override { return kType; }
-  void encode(const float* __restrict__ x, float* __restrict__ residual, int64_t n, uint8_t* __restrict__ payload,
+  bool encode(const float* __restrict__ x, float* __restrict__ residual, int64_t n, uint8_t* __restrict__ payload,
               uint64_t, int) const override {
+    // Finite: acc, and with a residual what it keeps (acc above the 2-byte
+    // type's range, as fp16's 65504, would keep an infinity in it).
+    uint32_t bad = 0;
     for (int64_t i = 0; i < n; ++i) {
       const float acc = residual ? x[i] + residual[i] : x[i];
       const uint16_t h = toHalf(acc);
       storeField<uint16_t>(payload + 2 * i, h);
-      if (residual) residual[i] = acc - fromHalf(h);
+      if (residual) {
+        residual[i] = acc - fromHalf(h);
+        bad |= nonFinite(residual[i]);
+      } else {
+        bad |= nonFinite(acc);
+      }
     }
+    return bad == 0;
   }
   void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t) const override {
     for (int64_t i = 0; i < n; ++i) out[i] += fromHalf(loadField<uint16_t>(payload + 2 * i));

@@ -18,17 +18,19 @@ class QsgdCodec final : public Codec {
   int64_t payloadBytes(int64_t n) const override { return 4 * buckets(n) + n; }
   std::optional<DataType> sumType() const override { return std::nullopt; }
 
-  void encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload,
+  bool encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload,
               uint64_t seed, int rank) const override {
     const uint64_t noise = qsgdNoiseStream(seed, rank);
     const auto s = static_cast<float>(levels_);
     uint8_t* levels = payload + 4 * buckets(n);
     float acc[kQsgdBucket];
+    uint32_t bad = 0;
     for (int64_t b = 0; b < buckets(n); ++b) {
       const int64_t lo = b * kQsgdBucket, len = std::min<int64_t>(kQsgdBucket, n - lo);
       double squares = 0;
       for (int64_t j = 0; j < len; ++j) {
         acc[j] = r ? x[lo + j] + r[lo + j] : x[lo + j];
+        bad |= nonFinite(acc[j]);
         squares += static_cast<double>(acc[j]) * acc[j];
       }
       const auto norm = static_cast<float>(std::sqrt(squares));
@@ -45,6 +47,7 @@ class QsgdCodec final : public Codec {
         if (r) r[lo + j] = acc[j] - unit * level;
       }
     }
+    return bad == 0;
   }
 
   void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t) const override {

@@ -17,11 +17,17 @@ class RandomkCodec final : public Codec {
   int64_t payloadBytes(int64_t n) const override { return 4 * keptElements(n, ratio_); }
   std::optional<DataType> sumType() const override { return DataType::Float32; }
 
-  void encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload,
+  bool encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload,
               uint64_t seed, int) const override {
     const int64_t k = keptElements(n, ratio_);
+    uint32_t bad = 0;
     if (r) {
-      for (int64_t i = 0; i < n; ++i) r[i] += x[i];
+      for (int64_t i = 0; i < n; ++i) {
+        r[i] += x[i];
+        bad |= nonFinite(r[i]);
+      }
+    } else {
+      bad = !allFinite(x, n);  // it reads only k values: an unsent one must show too
     }
     const float* acc = r ? r : x;
     for (int64_t j = 0; j < k; ++j) storeField<float>(payload + 4 * j, acc[position(seed, j, n)]);
@@ -31,6 +37,7 @@ class RandomkCodec final : public Codec {
     if (r) {
       for (int64_t j = 0; j < k; ++j) r[position(seed, j, n)] = 0.f;  // sent exactly
     }
+    return bad == 0;
   }
 
   void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload,

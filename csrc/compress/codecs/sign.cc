@@ -24,15 +24,17 @@ class SignCodec final : public Codec {
   int64_t payloadBytes(int64_t n) const override { return 4 * blocks(n) + (n + 7) / 8; }
   std::optional<DataType> sumType() const override { return std::nullopt; }
 
-  void encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload, uint64_t,
+  bool encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload, uint64_t,
               int) const override {
     uint8_t* bits = payload + 4 * blocks(n);
     float acc[kSignBlock];
+    uint32_t bad = 0;
     for (int64_t b = 0; b < blocks(n); ++b) {
       const int64_t lo = b * kSignBlock, len = std::min<int64_t>(kSignBlock, n - lo);
       float sum = 0.f;
       for (int64_t j = 0; j < len; ++j) {
         acc[j] = r ? x[lo + j] + r[lo + j] : x[lo + j];
+        bad |= nonFinite(acc[j]);
         sum += std::fabs(acc[j]);
       }
       const float scale = sum / static_cast<float>(len);
@@ -47,6 +49,7 @@ class SignCodec final : public Codec {
         bits[(lo + j) >> 3] = byte;
       }
     }
+    return bad == 0;
   }
 
   void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t) const override {

@@ -11,7 +11,10 @@
 // (index 0, value 0). A zero threshold admits only nonzero elements (the
 // rest decode to the same zero).
 // Cost: one read of x and the residual and one write of the residual, plus
-// O(sample + candidates) work; single-threaded (a rank per core).
+// O(sample + candidates) work, and a read of x for its finiteness (the scan
+// does not vectorise, and testing there cost more than the read); single-
+// threaded (a rank per core). A NaN orders as an infinity wherever
+// magnitudes are ranked.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -27,6 +30,12 @@ namespace scalecomm {
 namespace {
 
 constexpr int64_t kExactUpTo = 65536;  // topk_sampled is exact up to this n
+
+// |v|, with NaN as an infinity: a strict weak order for the selections.
+inline float magnitude(float v) {
+  const float m = std::fabs(v);
+  return m == m ? m : std::numeric_limits<float>::infinity();
+}
 
 // A sample of max(8192, n / 100) positions (with replacement, at most n).
 int64_t sampleSize(int64_t n) { return std::min<int64_t>(n, std::max<int64_t>(8192, n / 100)); }
@@ -44,7 +53,7 @@ float sampledThreshold(const float* x, const float* r, int64_t n, double ratio, 
   std::vector<float> mag(static_cast<size_t>(s));
   for (int64_t j = 0; j < s; ++j) {
     const int64_t p = codec_random::index(seed, static_cast<uint64_t>(j), n);
-    mag[j] = std::fabs(r ? x[p] + r[p] : x[p]);
+    mag[j] = magnitude(r ? x[p] + r[p] : x[p]);
   }
   const int64_t ks = sampleRank(s, ratio);
   std::nth_element(mag.begin(), mag.begin() + (ks - 1), mag.end(), std::greater<float>());
@@ -101,7 +110,7 @@ Candidates scan(const float* x, float* r, int64_t n, float thr, size_t expect) {
 // The exact k-th largest |acc| (acc already materialised), for the shortfall.
 float exactThreshold(const float* acc, int64_t n, int64_t k) {
   std::vector<float> mag(acc, acc + n);
-  for (float& v : mag) v = std::fabs(v);
+  for (float& v : mag) v = magnitude(v);
   std::nth_element(mag.begin(), mag.begin() + (k - 1), mag.end(), std::greater<float>());
   return mag[k - 1];
 }
@@ -112,15 +121,21 @@ class TopkCodec final : public Codec {
   int64_t payloadBytes(int64_t n) const override { return 8 * keptElements(n, ratio_); }
   std::optional<DataType> sumType() const override { return std::nullopt; }
 
-  void encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload,
+  bool encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload,
               uint64_t seed, int) const override {
     if (n > std::numeric_limits<int32_t>::max()) {
       fail(ErrorKind::InvalidArgument, "scalecomm top-k: ", n, " values exceed the int32 indices of its payload");
     }
+    // x finite and the residual finite (it always is) give a finite acc
+    // but where the sum overflowed: such an infinity passes any threshold,
+    // so the candidates show it.
+    bool finite = allFinite(x, n);
+    if (!finite && r) return false;  // the caller starts the residual afresh and encodes again
     const int64_t k = keptElements(n, ratio_);
     const bool exact = !sampled_ || n <= kExactUpTo;
     float thr = sampledThreshold(x, r, n, ratio_, seed);
     Candidates c = scan(x, r, n, thr, static_cast<size_t>(2 * k + 16));
+    finite = finite && allFinite(c.value.data(), static_cast<int64_t>(c.value.size()));
     if (exact && static_cast<int64_t>(c.index.size()) < k) {
       const float* acc = r ? r : x;  // the scan materialised acc in r
       thr = exactThreshold(acc, n, k);
@@ -134,7 +149,7 @@ class TopkCodec final : public Codec {
     const int64_t kept = std::min<int64_t>(k, static_cast<int64_t>(order.size()));
     if (kept < static_cast<int64_t>(order.size())) {
       std::nth_element(order.begin(), order.begin() + kept, order.end(), [&](int32_t a, int32_t b) {
-        const float fa = std::fabs(c.value[a]), fb = std::fabs(c.value[b]);
+        const float fa = magnitude(c.value[a]), fb = magnitude(c.value[b]);
         return fa > fb || (fa == fb && a < b);
       });
     }
@@ -145,6 +160,7 @@ class TopkCodec final : public Codec {
       storeField<float>(payload + 4 * (k + j), c.value[at]);
       if (r) r[c.index[at]] = 0.f;  // sent exactly: no residual
     }
+    return finite;
   }
 
   void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t) const override {
