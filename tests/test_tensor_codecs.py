@@ -203,7 +203,9 @@ def test_powersgd_factors_each_weight_of_a_bucket_in_its_own_shape():
 def _overflowed_step(rank, n, bad):
     """Each codec, with error feedback, on a group of each form: step 1's
     gradient on the last rank holds `bad` (inf or nan) in one element, or
-    ("sum") a value that overflows with what its residual holds there."""
+    ("sum") a value that overflows with what its residual holds there, or
+    ("range", fp16 only) a value above fp16's range, which its residual
+    cannot keep."""
     import torch.distributed as dist
 
     import pyscalecomm
@@ -212,6 +214,8 @@ def _overflowed_step(rank, n, bad):
     for kernels in ("host", "torch"):
         group = dist.new_group(backend="scalecomm", pg_options=pyscalecomm.Options(codec_kernels=kernels))
         for spec in CODECS:
+            if bad == "range" and spec != "fp16":
+                continue
             seen = []
             for step in range(3):
                 gen = torch.Generator().manual_seed(100 * rank + step)
@@ -225,7 +229,7 @@ def _overflowed_step(rank, n, bad):
                     states[spec]["residual"].view(-1)[17] = big
                     pyscalecomm.compress.load_state_dict(states, group=group)
                 elif step == 1 and rank == n - 1:
-                    x.view(-1)[17] = float(bad)
+                    x.view(-1)[17] = 70000.0 if bad == "range" else float(bad)
                 pyscalecomm.allreduce(x, spec, group=group, key=spec, error_feedback=True)
                 state = pyscalecomm.compress.state_dict(group=group)[spec]
                 kept = [t for t in (state["residual"], state["q"]) if t is not None]
@@ -234,7 +238,7 @@ def _overflowed_step(rank, n, bad):
     return out
 
 
-@pytest.mark.parametrize("bad", ["inf", "nan", "sum"])
+@pytest.mark.parametrize("bad", ["inf", "nan", "sum", "range"])
 def test_an_overflowed_gradient_shows_in_every_ranks_sum_and_never_enters_the_state(bad):
     # A mixed-precision step whose gradient overflowed: the loss scaler skips
     # it when the sum is not finite, and the next step must start clean.
