@@ -19,8 +19,9 @@
 //   with a residual, it becomes acc - decode(payload). `x` is only read.
 //   It writes every one of the payloadBytes(n) bytes (the caller reuses
 //   payload memory between calls without clearing it). It returns whether
-//   every value of acc is finite, checked in the pass that reads acc (no
-//   pass of its own); on false, payload and residual hold whatever the pass
+//   every value of acc, and of what the residual keeps, is finite (tested
+//   in the pass that reads acc, or in a pass of its own where that costs
+//   less: top-k); on false, payload and residual hold whatever the pass
 //   left: the caller starts the residual afresh and encodes again.
 //   `seed` is the same on every rank for a step (random-k's positions,
 //   top-k's sample), `rank` decorrelates stochastic rounding.
