@@ -66,8 +66,8 @@ struct Candidates {
 };
 
 // The one pass: acc = x + r into r (when r), candidates |acc| >= thr (!= 0
-// when thr is 0). Blocks of kBlock elements: the arithmetic and the "any
-// candidate here?" test vectorise; only blocks with one are scanned again.
+// when thr is 0). Blocks of kBlock elements: only blocks with a candidate
+// are scanned again (gcc 12 does not vectorise the block's test).
 constexpr int64_t kBlock = 16;
 
 Candidates scan(const float* x, float* r, int64_t n, float thr, size_t expect) {
