@@ -44,6 +44,11 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
     if (residual) std::fill(residual, residual + n, 0.f);
     residual = nullptr;
   };
+  const auto encodeInto = [&](const Codec& codec, uint8_t* payload) {
+    if (codec.encode(x, residual, n, payload, step, comms.rank)) return;
+    overflowed();
+    codec.encode(x, nullptr, n, payload, step, comms.rank);
+  };
   const Codec* codec = site.codec();
   bool averaged = false;
   if (codec == nullptr) {  // powersgd: its own two rounds, in place on x (the sum replaces c)
@@ -61,21 +66,14 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
   } else if (const auto type = codec->sumType()) {
     const int64_t b = codec->payloadBytes(n);
     uint8_t* payload = state.payloads.get(static_cast<size_t>(b));
-    if (!codec->encode(x, residual, n, payload, step, comms.rank)) {
-      overflowed();
-      codec->encode(x, nullptr, n, payload, step, comms.rank);
-    }
+    encodeInto(*codec, payload);
     comms.allreduce(payload, b / static_cast<int64_t>(elementSize(*type)), *type, ReduceOp::Sum);
     codec->decode(x, n, payload, step, average ? comms.size : 1);  // the average in the same pass
     averaged = average;
   } else {
     const int64_t b = codec->payloadBytes(n);
     uint8_t* all = state.payloads.get(static_cast<size_t>(comms.size * b));
-    uint8_t* mine = all + comms.rank * b;
-    if (!codec->encode(x, residual, n, mine, step, comms.rank)) {
-      overflowed();
-      codec->encode(x, nullptr, n, mine, step, comms.rank);
-    }
+    encodeInto(*codec, all + comms.rank * b);
     comms.allgatherBytes(all, b);
     std::fill(x, x + n, 0.f);
     for (int q = 0; q < comms.size; ++q) codec->decodeAdd(x, n, all + q * b, step);
