@@ -11,10 +11,9 @@
 // (index 0, value 0). A zero threshold admits only nonzero elements (the
 // rest decode to the same zero).
 // Cost: one read of x and the residual and one write of the residual, plus
-// O(sample + candidates) work, and a read of x for its finiteness (the scan
-// does not vectorise, and testing there cost more than the read); single-
-// threaded (a rank per core). A NaN orders as an infinity wherever
-// magnitudes are ranked.
+// O(sample + candidates) work; single-threaded (a rank per core). Every
+// infinity and NaN of acc is a candidate, so the candidates say whether acc
+// was finite; a NaN orders as an infinity wherever magnitudes are ranked.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -51,9 +50,18 @@ int64_t sampleRank(int64_t size, double ratio) {
 float sampledThreshold(const float* x, const float* r, int64_t n, double ratio, uint64_t seed) {
   const int64_t s = sampleSize(n);
   std::vector<float> mag(static_cast<size_t>(s));
-  for (int64_t j = 0; j < s; ++j) {
-    const int64_t p = codec_random::index(seed, static_cast<uint64_t>(j), n);
-    mag[j] = magnitude(r ? x[p] + r[p] : x[p]);
+  // Positions in batches, each prefetched before any is read: the reads are
+  // cache misses, and this keeps more of them in flight.
+  constexpr int64_t kBatch = 32;
+  int64_t at[kBatch];
+  for (int64_t j0 = 0; j0 < s; j0 += kBatch) {
+    const int64_t m = std::min(kBatch, s - j0);
+    for (int64_t q = 0; q < m; ++q) {
+      at[q] = codec_random::index(seed, static_cast<uint64_t>(j0 + q), n);
+      __builtin_prefetch(x + at[q]);
+      if (r) __builtin_prefetch(r + at[q]);
+    }
+    for (int64_t q = 0; q < m; ++q) mag[j0 + q] = magnitude(r ? x[at[q]] + r[at[q]] : x[at[q]]);
   }
   const int64_t ks = sampleRank(s, ratio);
   std::nth_element(mag.begin(), mag.begin() + (ks - 1), mag.end(), std::greater<float>());
@@ -65,44 +73,95 @@ struct Candidates {
   std::vector<float> value;
 };
 
-// The one pass: acc = x + r into r (when r), candidates |acc| >= thr (!= 0
-// when thr is 0). Blocks of kBlock elements: only blocks with a candidate
-// are scanned again (gcc 12 does not vectorise the block's test).
+// The one pass: acc = x + r into r (when r), candidates: |acc| >= thr, or
+// acc != 0 when thr is 0, and every infinity and NaN (so the candidates
+// alone say whether acc was finite). Blocks of kBlock values, tested four at
+// a time in GCC/Clang vector types (SSE2 or NEON: gcc 12 does not vectorise
+// the scalar form); only blocks with a candidate are read again.
 constexpr int64_t kBlock = 16;
+using Floats4 = float __attribute__((vector_size(16)));
+using Mask4 = int32_t __attribute__((vector_size(16)));
+
+inline Floats4 load4(const float* p) {
+  Floats4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store4(float* p, Floats4 v) { std::memcpy(p, &v, sizeof v); }
+
+// The candidate test, per value and four at a time (the same answers: an
+// unordered compare lets a NaN pass).
+template <bool Zero>
+inline bool passes(float a, float thr) {
+  return Zero ? a != 0.f : !(std::fabs(a) < thr);
+}
+template <bool Zero>
+inline Mask4 passes4(Floats4 a, Floats4 thr) {
+  if constexpr (Zero) {
+    return a != 0.f;
+  } else {
+    const Floats4 m = reinterpret_cast<Floats4>(reinterpret_cast<Mask4>(a) & 0x7fffffff);
+    return ~(m < thr);
+  }
+}
+inline bool any4(Mask4 m) {
+  uint64_t half[2];
+  std::memcpy(half, &m, sizeof half);
+  return (half[0] | half[1]) != 0;
+}
+
+template <bool Zero>
+void scanBlocks(const float* __restrict__ x, float* __restrict__ r, int64_t n, float thr, Candidates& c) {
+  const Floats4 t = {thr, thr, thr, thr};
+  const float* acc = r ? r : x;
+  size_t count = 0;
+  // A block's candidates are written without a branch: every value of the
+  // block is stored at `count`, which moves past the ones that pass.
+  const auto keep = [&](int64_t i, int64_t m) {
+    if (count + static_cast<size_t>(m) > c.index.size()) {
+      const size_t grown = std::max(2 * c.index.size(), count + static_cast<size_t>(m));
+      c.index.resize(grown);
+      c.value.resize(grown);
+    }
+    int32_t* index = c.index.data();
+    float* value = c.value.data();
+    for (int64_t j = 0; j < m; ++j) {
+      const float a = acc[i + j];
+      index[count] = static_cast<int32_t>(i + j);
+      value[count] = a;
+      count += passes<Zero>(a, thr);
+    }
+  };
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    Mask4 hit = {0, 0, 0, 0};
+    if (r) {
+      for (int64_t j = 0; j < kBlock; j += 4) {
+        const Floats4 a = load4(x + i + j) + load4(r + i + j);
+        store4(r + i + j, a);
+        hit |= passes4<Zero>(a, t);
+      }
+    } else {
+      for (int64_t j = 0; j < kBlock; j += 4) hit |= passes4<Zero>(load4(x + i + j), t);
+    }
+    if (any4(hit)) keep(i, kBlock);
+  }
+  if (r) {
+    for (int64_t j = i; j < n; ++j) r[j] = x[j] + r[j];
+  }
+  keep(i, n - i);
+  c.index.resize(count);
+  c.value.resize(count);
+}
 
 Candidates scan(const float* x, float* r, int64_t n, float thr, size_t expect) {
   Candidates c;
-  c.index.reserve(expect);
-  c.value.reserve(expect);
-  const bool zero = thr <= 0.f;
-  auto passes = [&](float a) { return zero ? a != 0.f : std::fabs(a) >= thr; };
-  const float* acc = r ? r : x;
-  int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    int hits = 0;
-    if (r) {
-      for (int64_t j = 0; j < kBlock; ++j) {
-        const float a = x[i + j] + r[i + j];
-        r[i + j] = a;
-        hits += passes(a);
-      }
-    } else {
-      for (int64_t j = 0; j < kBlock; ++j) hits += passes(x[i + j]);
-    }
-    if (hits == 0) continue;
-    for (int64_t j = 0; j < kBlock; ++j) {
-      if (passes(acc[i + j])) {
-        c.index.push_back(static_cast<int32_t>(i + j));
-        c.value.push_back(acc[i + j]);
-      }
-    }
-  }
-  for (; i < n; ++i) {
-    const float a = r ? (r[i] = x[i] + r[i]) : x[i];
-    if (passes(a)) {
-      c.index.push_back(static_cast<int32_t>(i));
-      c.value.push_back(a);
-    }
+  c.index.resize(expect);
+  c.value.resize(expect);
+  if (thr <= 0.f) {
+    scanBlocks<true>(x, r, n, thr, c);
+  } else {
+    scanBlocks<false>(x, r, n, thr, c);
   }
   return c;
 }
@@ -126,36 +185,38 @@ class TopkCodec final : public Codec {
     if (n > std::numeric_limits<int32_t>::max()) {
       fail(ErrorKind::InvalidArgument, "scalecomm top-k: ", n, " values exceed the int32 indices of its payload");
     }
-    // x finite and the residual finite (it always is) give a finite acc
-    // but where the sum overflowed: such an infinity passes any threshold,
-    // so the candidates show it.
-    bool finite = allFinite(x, n);
-    if (!finite && r) return false;  // the caller starts the residual afresh and encodes again
     const int64_t k = keptElements(n, ratio_);
     const bool exact = !sampled_ || n <= kExactUpTo;
     float thr = sampledThreshold(x, r, n, ratio_, seed);
     Candidates c = scan(x, r, n, thr, static_cast<size_t>(2 * k + 16));
-    finite = finite && allFinite(c.value.data(), static_cast<int64_t>(c.value.size()));
+    // Every infinity and NaN of acc is a candidate.
+    const bool finite = allFinite(c.value.data(), static_cast<int64_t>(c.value.size()));
+    if (!finite && r) return false;  // the caller starts the residual afresh and encodes again
     if (exact && static_cast<int64_t>(c.index.size()) < k) {
       const float* acc = r ? r : x;  // the scan materialised acc in r
       thr = exactThreshold(acc, n, k);
       c = scan(acc, nullptr, n, thr, static_cast<size_t>(2 * k + 16));
     }
-    // The k largest |acc| among the candidates, by position in c; of equal
-    // magnitudes the lower index (candidates are in index order), so the
-    // kept set is a function of acc alone.
-    std::vector<int32_t> order(c.index.size());
-    for (size_t j = 0; j < order.size(); ++j) order[j] = static_cast<int32_t>(j);
-    const int64_t kept = std::min<int64_t>(k, static_cast<int64_t>(order.size()));
-    if (kept < static_cast<int64_t>(order.size())) {
-      std::nth_element(order.begin(), order.begin() + kept, order.end(), [&](int32_t a, int32_t b) {
-        const float fa = magnitude(c.value[a]), fb = magnitude(c.value[b]);
-        return fa > fb || (fa == fb && a < b);
-      });
+    // The k largest |acc| among the candidates; of equal magnitudes the
+    // lower index (candidates are in index order), so the kept set is a
+    // function of acc alone. One integer key per candidate orders both:
+    // a magnitude's bits order as it does (NaN as an infinity), inverted so
+    // the largest comes first, then the candidate's position.
+    const auto candidates = static_cast<int64_t>(c.index.size());
+    std::vector<uint64_t> order(static_cast<size_t>(candidates));
+    for (int64_t j = 0; j < candidates; ++j) {
+      uint32_t bits;
+      const float m = magnitude(c.value[j]);
+      std::memcpy(&bits, &m, sizeof bits);
+      order[j] = (static_cast<uint64_t>(0x7fffffffu - bits) << 32) | static_cast<uint64_t>(j);
     }
-    std::memset(payload, 0, static_cast<size_t>(8 * k));  // padding: (0, 0.0)
+    const int64_t kept = std::min<int64_t>(k, candidates);
+    if (kept < candidates) std::nth_element(order.begin(), order.begin() + kept, order.end());
+    const auto padding = static_cast<size_t>(4 * (k - kept));  // (index 0, value 0.0) pairs
+    std::memset(payload + 4 * kept, 0, padding);
+    std::memset(payload + 4 * (k + kept), 0, padding);
     for (int64_t j = 0; j < kept; ++j) {
-      const int32_t at = order[j];
+      const auto at = static_cast<size_t>(order[j] & 0xffffffffu);
       storeField<int32_t>(payload + 4 * j, c.index[at]);
       storeField<float>(payload + 4 * (k + j), c.value[at]);
       if (r) r[c.index[at]] = 0.f;  // sent exactly: no residual

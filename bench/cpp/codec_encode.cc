@@ -1,0 +1,108 @@
+// Host codec costs, one process, one thread: encode (with and without error
+// feedback) and decodeAdd of n float32 values per codec, the codecs
+// interleaved in rounds. Prints, per codec, the median and range over the
+// rounds of each round's least time, and encode's rate over x's bytes.
+// Usage:
+//   codec_encode [values=4M] [rounds=7] [iters=5] [codecs=fp16,bf16,topk:0.01,...]
+// The values are standard normal (the same every run); a codec with error
+// feedback carries its residual from call to call, as a training run does.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "compress/codec.h"
+#include "compress/random.h"
+
+using namespace scalecomm;
+
+namespace {
+
+int64_t parseCount(const std::string& s) {
+  int64_t mult = 1;
+  std::string t = s;
+  const char last = t.empty() ? '0' : t.back();
+  if (last == 'K' || last == 'k') mult = 1 << 10;
+  if (last == 'M' || last == 'm') mult = 1 << 20;
+  if (mult > 1) t.pop_back();
+  return std::atoll(t.c_str()) * mult;
+}
+
+double nowMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Row {
+  std::string spec;
+  std::unique_ptr<Codec> codec;
+  std::vector<float> residual;
+  std::vector<uint8_t> payload;
+  std::vector<double> plain, feedback, decode;  // per round: least of iters
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t n = argc > 1 ? parseCount(argv[1]) : 4 << 20;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 7;
+  const int iters = argc > 3 ? std::atoi(argv[3]) : 5;
+  const std::string list = argc > 4 ? argv[4] : "fp16,bf16,topk:0.01,topk_sampled:0.01,randomk:0.01,qsgd:8,sign";
+  if (n < 1 || rounds < 1 || iters < 1) {
+    std::fprintf(stderr, "usage: codec_encode [values>=1] [rounds>=1] [iters>=1] [codecs]\n");
+    return 2;
+  }
+  std::vector<float> x(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = codec_random::normal(7, static_cast<uint64_t>(i));
+  std::vector<Row> rows;
+  std::stringstream names(list);
+  for (std::string spec; std::getline(names, spec, ',');) {
+    Row row;
+    row.spec = spec;
+    row.codec = makeCodec(CodecSpec::parse(spec));
+    row.residual.assign(static_cast<size_t>(n), 0.f);
+    row.payload.resize(static_cast<size_t>(row.codec->payloadBytes(n)));
+    rows.push_back(std::move(row));
+  }
+  uint64_t seed = 1;
+  for (int round = 0; round < rounds; ++round) {
+    for (Row& row : rows) {
+      double plain = 1e30, feedback = 1e30, decode = 1e30;
+      for (int it = 0; it < iters; ++it, ++seed) {
+        double t0 = nowMs();
+        row.codec->encode(x.data(), nullptr, n, row.payload.data(), seed, 0);
+        plain = std::min(plain, nowMs() - t0);
+        t0 = nowMs();
+        row.codec->decodeAdd(out.data(), n, row.payload.data(), seed);
+        decode = std::min(decode, nowMs() - t0);
+        t0 = nowMs();
+        row.codec->encode(x.data(), row.residual.data(), n, row.payload.data(), seed, 0);
+        feedback = std::min(feedback, nowMs() - t0);
+      }
+      row.plain.push_back(plain);
+      row.feedback.push_back(feedback);
+      row.decode.push_back(decode);
+    }
+  }
+  std::printf("%lld values (%.1f MiB), %d rounds of %d calls; ms: median [min-max] over rounds\n",
+              static_cast<long long>(n), n * 4.0 / (1 << 20), rounds, iters);
+  std::printf("%-20s %24s %24s %24s %10s\n", "codec", "encode", "encode+residual", "decodeAdd", "enc GB/s");
+  for (Row& row : rows) {
+    auto cell = [](const std::vector<double>& v) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.3f [%.3f-%.3f]", median(v), *std::min_element(v.begin(), v.end()),
+                    *std::max_element(v.begin(), v.end()));
+      return std::string(buf);
+    };
+    std::printf("%-20s %24s %24s %24s %10.2f\n", row.spec.c_str(), cell(row.plain).c_str(), cell(row.feedback).c_str(),
+                cell(row.decode).c_str(), n * 4.0 / 1e6 / median(row.plain));
+  }
+  return 0;
+}
