@@ -5,11 +5,23 @@
 
 #include "core/elementwise.h"
 #include "core/error.h"
+#include "core/half_x86.h"
 #include "core/type_dispatch.h"
 
 namespace scalecomm {
 
 namespace {
+
+// fp16 sums (Sum, Avg, PremulSum add) with the hardware's conversions where
+// the CPU has them (core/half_x86.h: the same bits but a NaN's payload); the
+// portable loops below convert in integer code, three times slower.
+bool fp16Hardware(DataType dtype, ReduceOp op) {
+  static const bool available = f16cAvailable();
+  return available && dtype == DataType::Float16 &&
+         (op == ReduceOp::Sum || op == ReduceOp::Avg || op == ReduceOp::PremulSum);
+}
+uint16_t* halves(void* p) { return static_cast<uint16_t*>(p); }
+const uint16_t* halves(const void* p) { return static_cast<const uint16_t*>(p); }
 
 // The loops' functions start on a cache line, so where their hot loops fall
 // does not move with unrelated changes elsewhere in the library: measured, a
@@ -23,6 +35,10 @@ template <bool kInPlace>
 [[gnu::aligned(64)]] void reduceLoop(void* dst, const void* a, const void* b, int64_t count, DataType dtype,
                                      ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
+  if (fp16Hardware(dtype, op)) {
+    const uint16_t* in[] = {halves(a), halves(b)};
+    return fp16Fold(halves(dst), nullptr, in, 2, count, 1);
+  }
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
     using E = typename Storage<Tag>::Elem;
@@ -45,6 +61,10 @@ template <bool kEIsA>
 [[gnu::aligned(64)]] void reduceLoopTwice(void* dst, void* also, const void* other, int64_t count, DataType dtype,
                                           ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
+  if (fp16Hardware(dtype, op)) {
+    const uint16_t* in[] = {kEIsA ? halves(also) : halves(other), kEIsA ? halves(other) : halves(also)};
+    return fp16Fold(halves(dst), halves(also), in, 2, count, 1);
+  }
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
     using E = typename Storage<Tag>::Elem;
@@ -74,6 +94,9 @@ template <typename Tag, ReduceOp Op>
 [[gnu::aligned(64)]] void foldLoop(void* dst, void* also, const void* const* in, int k, int64_t count, DataType dtype,
                                    ReduceOp op, int64_t divisor) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
+  if (fp16Hardware(dtype, op)) {
+    return fp16Fold(halves(dst), halves(also), reinterpret_cast<const uint16_t* const*>(in), k, count, divisor);
+  }
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
     using E = typename Storage<Tag>::Elem;
@@ -126,6 +149,7 @@ void scaleInPlace(void* data, int64_t count, DataType dtype, double factor) {
 }
 
 void divideInPlace(void* data, int64_t count, DataType dtype, int64_t divisor) {
+  if (fp16Hardware(dtype, ReduceOp::Avg)) return fp16Divide(halves(data), count, divisor);
   dispatchType(dtype, [&](auto tag) {
     using Tag = decltype(tag);
     auto* p = static_cast<typename Storage<Tag>::Elem*>(data);
