@@ -12,12 +12,13 @@ namespace scalecomm {
 
 namespace {
 
-// fp16 sums (Sum, Avg, PremulSum add) with the hardware's conversions where
-// the CPU has them (core/half_x86.h: the same bits but a NaN's payload); the
-// portable loops below convert in integer code, three times slower.
-bool fp16Hardware(DataType dtype, ReduceOp op) {
-  static const bool available = f16cAvailable();
-  return available && dtype == DataType::Float16 &&
+// fp16 and bf16 sums (Sum, Avg, PremulSum add) with x86's AVX2 and F16C
+// where the CPU has them (core/half_x86.h: the same bits but an fp16 NaN's
+// payload); the portable loops below convert in SSE2 integer code, 2-7x
+// slower.
+bool halvesInHardware(DataType dtype, ReduceOp op) {
+  static const bool available = x86HalvesAvailable();
+  return available && (dtype == DataType::Float16 || dtype == DataType::BFloat16) &&
          (op == ReduceOp::Sum || op == ReduceOp::Avg || op == ReduceOp::PremulSum);
 }
 uint16_t* halves(void* p) { return static_cast<uint16_t*>(p); }
@@ -35,9 +36,9 @@ template <bool kInPlace>
 [[gnu::aligned(64)]] void reduceLoop(void* dst, const void* a, const void* b, int64_t count, DataType dtype,
                                      ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
-  if (fp16Hardware(dtype, op)) {
+  if (halvesInHardware(dtype, op)) {
     const uint16_t* in[] = {halves(a), halves(b)};
-    return fp16Fold(halves(dst), nullptr, in, 2, count, 1);
+    return halfFold(dtype, halves(dst), nullptr, in, 2, count, 1);
   }
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
@@ -61,9 +62,9 @@ template <bool kEIsA>
 [[gnu::aligned(64)]] void reduceLoopTwice(void* dst, void* also, const void* other, int64_t count, DataType dtype,
                                           ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
-  if (fp16Hardware(dtype, op)) {
+  if (halvesInHardware(dtype, op)) {
     const uint16_t* in[] = {kEIsA ? halves(also) : halves(other), kEIsA ? halves(other) : halves(also)};
-    return fp16Fold(halves(dst), halves(also), in, 2, count, 1);
+    return halfFold(dtype, halves(dst), halves(also), in, 2, count, 1);
   }
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
@@ -94,8 +95,8 @@ template <typename Tag, ReduceOp Op>
 [[gnu::aligned(64)]] void foldLoop(void* dst, void* also, const void* const* in, int k, int64_t count, DataType dtype,
                                    ReduceOp op, int64_t divisor) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
-  if (fp16Hardware(dtype, op)) {
-    return fp16Fold(halves(dst), halves(also), reinterpret_cast<const uint16_t* const*>(in), k, count, divisor);
+  if (halvesInHardware(dtype, op)) {
+    return halfFold(dtype, halves(dst), halves(also), reinterpret_cast<const uint16_t* const*>(in), k, count, divisor);
   }
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);
@@ -149,7 +150,7 @@ void scaleInPlace(void* data, int64_t count, DataType dtype, double factor) {
 }
 
 void divideInPlace(void* data, int64_t count, DataType dtype, int64_t divisor) {
-  if (fp16Hardware(dtype, ReduceOp::Avg)) return fp16Divide(halves(data), count, divisor);
+  if (halvesInHardware(dtype, ReduceOp::Avg)) return halfDivide(dtype, halves(data), count, divisor);
   dispatchType(dtype, [&](auto tag) {
     using Tag = decltype(tag);
     auto* p = static_cast<typename Storage<Tag>::Elem*>(data);

@@ -3,9 +3,9 @@
 // Contract: reduceInto(dst, src, count) computes dst[i] = op(dst[i], src[i]) for
 // the (op, dtype) pairs reduceOpSupports() accepts. Sum/Avg/PremulSum all add
 // here (scaling is separate: premultiply before, finalize after). fp16 and bf16
-// are widened to fp32, combined, and rounded back (round-to-nearest-even); fp16
-// sums convert with F16C where the CPU has it (core/half_x86.h: the same bits
-// but a NaN's payload).
+// are widened to fp32, combined, and rounded back (round-to-nearest-even); their
+// sums run in AVX2/F16C where the CPU has them (core/half_x86.h: the same bits
+// but an fp16 NaN's payload).
 // src and dst may be unaligned to anything larger than the element size and
 // must not overlap partially. The loops vectorise at baseline x86-64 for every
 // dtype and op but int64 min, max and product (tests/test_vectorized.py). The

@@ -1,5 +1,6 @@
 #include "core/half_x86.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -8,22 +9,45 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
-#define SC_F16C __attribute__((target("avx,f16c")))
+#define SC_F16C __attribute__((target("avx2,f16c")))
 
 namespace scalecomm {
 
-bool f16cAvailable() {
-  static const bool have = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+bool x86HalvesAvailable() {
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   return have;
 }
 
 namespace {
 
-SC_F16C inline __m256 load8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-SC_F16C inline __m128i round8(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT); }
-SC_F16C inline void store8(uint16_t* p, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), round8(v)); }
+// The two 2-byte formats: eight values widened to fp32, and eight rounded
+// back (nearest even), as core/half.h's per-element code does.
+struct Fp16 {
+  SC_F16C static __m256 widen8(__m128i h) { return _mm256_cvtph_ps(h); }
+  SC_F16C static __m128i round8(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT); }
+  static float widen(uint16_t h) { return fp16ToFloat(h); }
+  static uint16_t round(float f) { return floatToFp16(f); }
+};
+struct Bf16 {
+  SC_F16C static __m256 widen8(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  SC_F16C static __m128i round8(__m256 v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i out = _mm256_blendv_epi8(rounded, quiet, nan);  // every lane < 2^16
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(out, out), 0x08);
+    return _mm256_castsi256_si128(packed);
+  }
+  static float widen(uint16_t h) { return bf16ToFloat(h); }
+  static uint16_t round(float f) { return floatToBf16(f); }
+};
+
 inline uint16_t bits(const void* p) {
   uint16_t v;
   std::memcpy(&v, p, sizeof v);
@@ -41,32 +65,60 @@ SC_F16C inline int nonFinite8(__m256 v) {
   return _mm256_movemask_ps(_mm256_cmp_ps(magnitude, _mm256_set1_ps(std::numeric_limits<float>::max()), _CMP_NLE_UQ));
 }
 
-}  // namespace
+template <typename F>
+SC_F16C inline __m256 load8(const uint16_t* p) {
+  return F::widen8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 
-SC_F16C void fp16Fold(uint16_t* dst, uint16_t* also, const uint16_t* const* in, int k, int64_t n, int64_t divisor) {
+// A tile at a time: each addition is a pass over the tile (which stays in
+// L1), so the eight-value steps of a pass are independent and pipeline; the
+// last addition writes the output unless a divide follows.
+constexpr int64_t kTile = 2048;
+
+template <typename F>
+SC_F16C void fold(uint16_t* dst, uint16_t* also, const uint16_t* const* in, int k, int64_t n, int64_t divisor) {
   const auto d = static_cast<float>(divisor);
   const __m256 dv = _mm256_set1_ps(d);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 acc = load8(in[0] + i);
-    for (int j = 1; j < k; ++j) acc = _mm256_cvtph_ps(round8(_mm256_add_ps(acc, load8(in[j] + i))));
-    if (divisor > 1) acc = _mm256_div_ps(acc, dv);
-    const __m128i h = round8(acc);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-    if (also != nullptr) _mm_storeu_si128(reinterpret_cast<__m128i*>(also + i), h);
+  const auto store = [](uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); };
+  alignas(32) uint16_t tile[kTile];
+  const int64_t body = n / 8 * 8;
+  for (int64_t at = 0; at < body; at += kTile) {
+    const int64_t m = std::min(kTile, body - at);
+    const uint16_t* sum = in[0] + at;  // the sum so far
+    for (int j = 1; j < k; ++j) {
+      const uint16_t* z = in[j] + at;
+      uint16_t* out = j == k - 1 && divisor <= 1 ? dst + at : tile;
+      for (int64_t i = 0; i < m; i += 8) store(out + i, F::round8(_mm256_add_ps(load8<F>(sum + i), load8<F>(z + i))));
+      sum = out;
+    }
+    if (divisor > 1 || k == 1) {  // k == 1: rounded as the per-element code rounds (a NaN comes out quiet)
+      for (int64_t i = 0; i < m; i += 8) {
+        const __m256 v = load8<F>(sum + i);
+        store(dst + at + i, F::round8(divisor > 1 ? _mm256_div_ps(v, dv) : v));
+      }
+    }
+    if (also != nullptr) std::memcpy(also + at, dst + at, static_cast<size_t>(m) * sizeof(uint16_t));
   }
-  for (; i < n; ++i) {
-    float acc = fp16ToFloat(in[0][i]);
-    for (int j = 1; j < k; ++j) acc = fp16ToFloat(floatToFp16(acc + fp16ToFloat(in[j][i])));
-    const uint16_t h = floatToFp16(divisor > 1 ? acc / d : acc);
+  for (int64_t i = body; i < n; ++i) {
+    float acc = F::widen(in[0][i]);
+    for (int j = 1; j < k; ++j) acc = F::widen(F::round(acc + F::widen(in[j][i])));
+    const uint16_t h = F::round(divisor > 1 ? acc / d : acc);
     dst[i] = h;
     if (also != nullptr) also[i] = h;
   }
 }
 
-SC_F16C void fp16Divide(uint16_t* p, int64_t n, int64_t divisor) {
+}  // namespace
+
+void halfFold(DataType dtype, uint16_t* dst, uint16_t* also, const uint16_t* const* in, int k, int64_t n,
+              int64_t divisor) {
+  if (dtype == DataType::Float16) return fold<Fp16>(dst, also, in, k, n, divisor);
+  fold<Bf16>(dst, also, in, k, n, divisor);
+}
+
+void halfDivide(DataType dtype, uint16_t* p, int64_t n, int64_t divisor) {
   const uint16_t* in[] = {p};
-  fp16Fold(p, nullptr, in, 1, n, divisor);
+  halfFold(dtype, p, nullptr, in, 1, n, divisor);
 }
 
 SC_F16C bool fp16Encode(const float* x, float* residual, int64_t n, uint8_t* out) {
@@ -75,7 +127,7 @@ SC_F16C bool fp16Encode(const float* x, float* residual, int64_t n, uint8_t* out
   for (; i + 8 <= n; i += 8) {
     __m256 acc = _mm256_loadu_ps(x + i);
     if (residual) acc = _mm256_add_ps(acc, _mm256_loadu_ps(residual + i));
-    const __m128i h = round8(acc);
+    const __m128i h = Fp16::round8(acc);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
     if (residual) {
       const __m256 kept = _mm256_sub_ps(acc, _mm256_cvtph_ps(h));
@@ -124,14 +176,20 @@ SC_F16C void fp16Decode(float* out, int64_t n, const uint8_t* in, bool add, int6
 
 namespace scalecomm {
 
-bool f16cAvailable() { return false; }
-void fp16Fold(uint16_t*, uint16_t*, const uint16_t* const*, int, int64_t, int64_t) { SC_CHECK(false, "no F16C"); }
-void fp16Divide(uint16_t*, int64_t, int64_t) { SC_CHECK(false, "no F16C"); }
+bool x86HalvesAvailable() { return false; }
+void halfFold(DataType, uint16_t*, uint16_t*, const uint16_t* const*, int, int64_t, int64_t) {
+  SC_CHECK(false, "halfFold without x86 vector instructions");
+}
+void halfDivide(DataType, uint16_t*, int64_t, int64_t) {
+  SC_CHECK(false, "halfDivide without x86 vector instructions");
+}
 bool fp16Encode(const float*, float*, int64_t, uint8_t*) {
-  SC_CHECK(false, "no F16C");
+  SC_CHECK(false, "fp16Encode without x86 vector instructions");
   return false;
 }
-void fp16Decode(float*, int64_t, const uint8_t*, bool, int64_t) { SC_CHECK(false, "no F16C"); }
+void fp16Decode(float*, int64_t, const uint8_t*, bool, int64_t) {
+  SC_CHECK(false, "fp16Decode without x86 vector instructions");
+}
 
 }  // namespace scalecomm
 

@@ -384,15 +384,17 @@ TEST(a_fold_in_one_pass_has_the_bits_of_the_pairwise_reductions) {
   }
 }
 
-// fp16 sums on the host (the hardware's conversions where the CPU has F16C)
+// fp16 and bf16 sums on the host (AVX2 and F16C where the CPU has them)
 // have the bits of the per-element code the GPU kernels share
-// (core/elementwise.h): every pairing of fp16's edges (ties, subnormals,
-// overflow to infinity, infinities), folds of 2-5 inputs with and without
-// AVG's divisor, and the divide alone; a NaN stays a NaN.
-TEST(fp16_sums_have_the_bits_of_the_per_element_code) {
+// (core/elementwise.h): every pairing of the formats' edges (ties,
+// subnormals, overflow to infinity, infinities), folds of 2-5 inputs with
+// and without AVG's divisor, and the divide alone; a NaN stays a NaN.
+template <typename Tag>
+void checkHalfSums(DataType dtype, uint16_t exponentMask) {
   std::vector<uint16_t> edge;
-  for (uint32_t h : {0x0000u, 0x0001u, 0x0002u, 0x03ffu, 0x0400u, 0x0401u, 0x3c00u, 0x3c01u, 0x3bffu, 0x5640u, 0x7bfeu,
-                     0x7bffu, 0x7c00u}) {
+  for (uint32_t h : {0x0000u, 0x0001u, 0x0002u, 0x007fu, 0x0080u, 0x03ffu, 0x0400u, 0x0401u, 0x3c00u, 0x3c01u,
+                     0x3bffu, 0x3f80u, 0x3f81u, 0x5640u, 0x7bfeu, 0x7bffu, 0x7c00u, 0x7f7eu, 0x7f7fu, 0x7f80u}) {
+    if ((h & exponentMask) == exponentMask && (h & ~exponentMask & 0x7fffu) != 0) continue;  // a NaN
     edge.push_back(static_cast<uint16_t>(h));
     edge.push_back(static_cast<uint16_t>(h | 0x8000u));
   }
@@ -400,12 +402,13 @@ TEST(fp16_sums_have_the_bits_of_the_per_element_code) {
   auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
   for (int i = 0; i < 2000; ++i) {
     const auto h = static_cast<uint16_t>(next() >> 16);
-    if ((h & 0x7c00u) != 0x7c00u) edge.push_back(h);  // no NaN among the inputs
+    if ((h & exponentMask) != exponentMask) edge.push_back(h);  // no NaN among the inputs
   }
-  const auto n = static_cast<int64_t>(edge.size() * edge.size() > 40000 ? 40003 : edge.size() * edge.size());
-  const auto sum = [](uint16_t a, uint16_t b) { return reduceElement<Fp16Tag, ReduceOp::Sum>(a, b); };
+  const int64_t n = 40003;  // not a multiple of 8: the tail too
+  const auto sum = [](uint16_t a, uint16_t b) { return reduceElement<Tag, ReduceOp::Sum>(a, b); };
   const auto same = [](uint16_t got, uint16_t want) {
-    return got == want || (std::isnan(fp16ToFloat(got)) && std::isnan(fp16ToFloat(want)));
+    const float g = Storage<Tag>::load(got), w = Storage<Tag>::load(want);
+    return got == want || (std::isnan(g) && std::isnan(w));
   };
   for (int k = 2; k <= 5; ++k) {
     std::vector<std::vector<uint16_t>> in(k, std::vector<uint16_t>(static_cast<size_t>(n)));
@@ -418,24 +421,29 @@ TEST(fp16_sums_have_the_bits_of_the_per_element_code) {
     for (auto& v : in) ptrs.push_back(v.data());
     for (int64_t divisor : {int64_t{1}, int64_t{k}}) {
       std::vector<uint16_t> folded(static_cast<size_t>(n)), pair(static_cast<size_t>(n));
-      foldInto(folded.data(), nullptr, ptrs.data(), k, n, DataType::Float16, ReduceOp::Avg, divisor);
-      reduceFrom(pair.data(), in[0].data(), in[1].data(), n, DataType::Float16, ReduceOp::Sum);
+      foldInto(folded.data(), nullptr, ptrs.data(), k, n, dtype, ReduceOp::Avg, divisor);
+      reduceFrom(pair.data(), in[0].data(), in[1].data(), n, dtype, ReduceOp::Sum);
       std::vector<uint16_t> divided = in[0];
-      divideInPlace(divided.data(), n, DataType::Float16, divisor);
+      divideInPlace(divided.data(), n, dtype, divisor);
       for (int64_t i = 0; i < n; ++i) {
         uint16_t want = sum(in[0][i], in[1][i]);
         CHECK(same(pair[i], want));
         for (int j = 2; j < k; ++j) want = sum(want, in[j][i]);
-        if (divisor > 1) want = divideElement<Fp16Tag>(want, divisor);
+        if (divisor > 1) want = divideElement<Tag>(want, divisor);
         if (!same(folded[i], want)) {
-          throw sctest::Failure{"fp16 fold of " + std::to_string(k) + " / " + std::to_string(divisor) + " at " +
-                                std::to_string(i) + ": " + std::to_string(folded[i]) + ", the per-element code " +
-                                std::to_string(want)};
+          throw sctest::Failure{std::string(dataTypeName(dtype)) + " fold of " + std::to_string(k) + " / " +
+                                std::to_string(divisor) + " at " + std::to_string(i) + ": " +
+                                std::to_string(folded[i]) + ", the per-element code " + std::to_string(want)};
         }
-        CHECK(same(divided[i], divideElement<Fp16Tag>(in[0][i], divisor)));
+        CHECK(same(divided[i], divideElement<Tag>(in[0][i], divisor)));
       }
     }
   }
+}
+
+TEST(half_sums_have_the_bits_of_the_per_element_code) {
+  checkHalfSums<Fp16Tag>(DataType::Float16, 0x7c00u);
+  checkHalfSums<Bf16Tag>(DataType::BFloat16, 0x7f80u);
 }
 
 namespace {

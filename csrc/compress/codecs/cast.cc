@@ -1,7 +1,7 @@
 // fp16 / bf16: every value cast to a 2-byte float (round to nearest even),
-// payloads summed in that type. On x86 CPUs with F16C (every one since
-// 2013, checked at run time) fp16 converts with the hardware's instructions,
-// eight values at a time: the same bits as core/half.h's conversions for
+// payloads summed in that type. On x86 CPUs with AVX2 and F16C (checked at
+// run time) fp16 converts with the hardware's instructions, eight values at a
+// time (core/half_x86.h): the same bits as core/half.h's conversions for
 // every value but a NaN, which stays a NaN (with the hardware's payload).
 #include "compress/codec.h"
 #include "core/half.h"
@@ -79,7 +79,7 @@ class Fp16Codec final : public CastCodec<floatToFp16, fp16ToFloat, DataType::Flo
   }
 
  private:
-  bool f16c_ = f16cAvailable();
+  bool f16c_ = x86HalvesAvailable();
 };
 
 }  // namespace
