@@ -121,16 +121,19 @@ void halfDivide(DataType dtype, uint16_t* p, int64_t n, int64_t divisor) {
   halfFold(dtype, p, nullptr, in, 1, n, divisor);
 }
 
-SC_F16C bool fp16Encode(const float* x, float* residual, int64_t n, uint8_t* out) {
+namespace {
+
+template <typename F>
+SC_F16C bool encode(const float* x, float* residual, int64_t n, uint8_t* out) {
   int bad = 0;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 acc = _mm256_loadu_ps(x + i);
     if (residual) acc = _mm256_add_ps(acc, _mm256_loadu_ps(residual + i));
-    const __m128i h = Fp16::round8(acc);
+    const __m128i h = F::round8(acc);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
     if (residual) {
-      const __m256 kept = _mm256_sub_ps(acc, _mm256_cvtph_ps(h));
+      const __m256 kept = _mm256_sub_ps(acc, F::widen8(h));
       _mm256_storeu_ps(residual + i, kept);
       bad |= nonFinite8(kept);
     } else {
@@ -139,20 +142,21 @@ SC_F16C bool fp16Encode(const float* x, float* residual, int64_t n, uint8_t* out
   }
   for (; i < n; ++i) {
     const float acc = residual ? x[i] + residual[i] : x[i];
-    const uint16_t h = floatToFp16(acc);
+    const uint16_t h = F::round(acc);
     std::memcpy(out + 2 * i, &h, sizeof h);
-    if (residual) residual[i] = acc - fp16ToFloat(h);
+    if (residual) residual[i] = acc - F::widen(h);
     bad |= nonFinite1(residual ? residual[i] : acc);
   }
   return bad == 0;
 }
 
-SC_F16C void fp16Decode(float* out, int64_t n, const uint8_t* in, bool add, int64_t divisor) {
+template <typename F>
+SC_F16C void decode(float* out, int64_t n, const uint8_t* in, bool add, int64_t divisor) {
   const auto d = static_cast<float>(divisor);
   const __m256 zero = _mm256_setzero_ps(), dv = _mm256_set1_ps(d);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i)));
+    const __m256 v = F::widen8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i)));
     __m256 o;
     if (add) {
       o = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
@@ -163,9 +167,20 @@ SC_F16C void fp16Decode(float* out, int64_t n, const uint8_t* in, bool add, int6
     _mm256_storeu_ps(out + i, o);
   }
   for (; i < n; ++i) {
-    const float v = fp16ToFloat(bits(in + 2 * i));
+    const float v = F::widen(bits(in + 2 * i));
     out[i] = add ? out[i] + v : divisor == 1 ? 0.f + v : (0.f + v) / d;
   }
+}
+
+}  // namespace
+
+bool halfEncode(DataType dtype, const float* x, float* residual, int64_t n, uint8_t* out) {
+  return dtype == DataType::Float16 ? encode<Fp16>(x, residual, n, out) : encode<Bf16>(x, residual, n, out);
+}
+
+void halfDecode(DataType dtype, float* out, int64_t n, const uint8_t* in, bool add, int64_t divisor) {
+  if (dtype == DataType::Float16) return decode<Fp16>(out, n, in, add, divisor);
+  decode<Bf16>(out, n, in, add, divisor);
 }
 
 }  // namespace scalecomm
@@ -183,12 +198,12 @@ void halfFold(DataType, uint16_t*, uint16_t*, const uint16_t* const*, int, int64
 void halfDivide(DataType, uint16_t*, int64_t, int64_t) {
   SC_CHECK(false, "halfDivide without x86 vector instructions");
 }
-bool fp16Encode(const float*, float*, int64_t, uint8_t*) {
-  SC_CHECK(false, "fp16Encode without x86 vector instructions");
+bool halfEncode(DataType, const float*, float*, int64_t, uint8_t*) {
+  SC_CHECK(false, "halfEncode without x86 vector instructions");
   return false;
 }
-void fp16Decode(float*, int64_t, const uint8_t*, bool, int64_t) {
-  SC_CHECK(false, "fp16Decode without x86 vector instructions");
+void halfDecode(DataType, float*, int64_t, const uint8_t*, bool, int64_t) {
+  SC_CHECK(false, "halfDecode without x86 vector instructions");
 }
 
 }  // namespace scalecomm

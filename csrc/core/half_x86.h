@@ -15,11 +15,12 @@
 //   k >= 1; an input may be dst or also (each element is read before it is
 //   written).
 // - halfDivide(dtype, p, n, divisor): p[i] = p[i] / divisor.
-// - fp16Encode(x, residual, n, out): out[i] = fp16(acc), acc = x[i] (+
-//   residual[i] where not null, which becomes acc - float(out[i])); returns
-//   whether every acc (with a residual: every new residual) is finite.
-// - fp16Decode(out, n, in, add, divisor): out[i] += float(in[i]) (add), or
-//   out[i] = (0 + float(in[i])) / divisor (divisor 1: no divide).
+// - halfEncode(dtype, x, residual, n, out): out[i] = dtype(acc), acc = x[i]
+//   (+ residual[i] where not null, which becomes acc - float(out[i]));
+//   returns whether every acc (with a residual: every new residual) is
+//   finite.
+// - halfDecode(dtype, out, n, in, add, divisor): out[i] += float(in[i])
+//   (add), or out[i] = (0 + float(in[i])) / divisor (divisor 1: no divide).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@ bool x86HalvesAvailable();
 void halfFold(DataType dtype, uint16_t* dst, uint16_t* also, const uint16_t* const* in, int k, int64_t n,
               int64_t divisor);
 void halfDivide(DataType dtype, uint16_t* p, int64_t n, int64_t divisor);
-bool fp16Encode(const float* x, float* residual, int64_t n, uint8_t* out);
-void fp16Decode(float* out, int64_t n, const uint8_t* in, bool add, int64_t divisor);
+bool halfEncode(DataType dtype, const float* x, float* residual, int64_t n, uint8_t* out);
+void halfDecode(DataType dtype, float* out, int64_t n, const uint8_t* in, bool add, int64_t divisor);
 
 }  // namespace scalecomm

@@ -118,23 +118,26 @@ TEST(casts_round_to_nearest_even) {
   }
 }
 
-TEST(fp16_sends_the_portable_conversions_bits_at_every_edge) {
-  // Every finite fp16 value, the midpoints between neighbours (ties round
-  // to even) and the floats either side of each, fp16's subnormals and the
-  // overflow edge: the codec (the hardware's conversion where the CPU has
-  // F16C) sends, keeps and decodes the bits of core/half.h's integer code.
+namespace {
+
+// Every finite value of the format, the midpoints between neighbours (ties
+// round to even) and the floats either side of each, the subnormals and the
+// overflow edge: the cast codec (AVX2/F16C where the CPU has them) sends,
+// keeps and decodes the bits of core/half.h's integer code.
+void checkCastEdges(const char* spec, uint16_t (*toHalf)(float), float (*fromHalf)(uint16_t), uint32_t infinity,
+                    std::vector<float> extra) {
   std::vector<float> x;
-  for (uint32_t h = 0; h < 0x7c00u; ++h) {
+  for (uint32_t h = 0; h < infinity; ++h) {
     for (uint32_t sign : {0u, 0x8000u}) {
-      const float v = fp16ToFloatBits(static_cast<uint16_t>(h | sign));
-      const float next = fp16ToFloatBits(static_cast<uint16_t>((h + 1) | sign));  // 0x7c00: infinity
-      const float mid = v + (next - v) / 2;                                       // exact in float
+      const float v = fromHalf(static_cast<uint16_t>(h | sign));
+      const float next = fromHalf(static_cast<uint16_t>((h + 1) | sign));  // the last: infinity
+      const float mid = v + (next - v) / 2;                                // exact in float
       x.insert(x.end(), {v, mid, std::nextafter(mid, 0.f), std::nextafter(mid, next)});
     }
   }
-  for (float v : {65504.f, 65519.99f, 65520.f, 1e30f, 1e-45f, 1e-40f, 2.98e-8f, 2.99e-8f}) x.insert(x.end(), {v, -v});
+  for (float v : extra) x.insert(x.end(), {v, -v});
   x.push_back(7.f);  // n not a multiple of 8: the tail too
-  const auto codec = makeCodec(CodecSpec::parse("fp16"));
+  const auto codec = makeCodec(CodecSpec::parse(spec));
   const auto n = static_cast<int64_t>(x.size());
   const RoundTrip plain = roundTrip(*codec, x, {}, 0);
   const RoundTrip fed = roundTrip(*codec, x, std::vector<float>(x.size(), 0.f), 0);
@@ -143,12 +146,12 @@ TEST(fp16_sends_the_portable_conversions_bits_at_every_edge) {
   for (size_t i = 0; i < x.size(); ++i) {
     for (const RoundTrip* t : {&plain, &fed}) {
       const float acc = t == &fed ? x[i] + 0.f : x[i];  // -0 + 0 is +0
-      const uint16_t want = floatToFp16Bits(acc), sent = loadField<uint16_t>(t->payload.data() + 2 * i);
+      const uint16_t want = toHalf(acc), sent = loadField<uint16_t>(t->payload.data() + 2 * i);
       if (sent != want) {
-        throw sctest::Failure{"fp16 sent " + std::to_string(sent) + " for " + std::to_string(acc) +
+        throw sctest::Failure{std::string(spec) + " sent " + std::to_string(sent) + " for " + std::to_string(acc) +
                               ", the integer code " + std::to_string(want)};
       }
-      const float back = fp16ToFloatBits(want), decoded = 0.f + back;  // decodeAdd onto cleared memory
+      const float back = fromHalf(want), decoded = 0.f + back;  // decodeAdd onto cleared memory
       CHECK(std::memcmp(&t->decoded[i], &decoded, sizeof decoded) == 0);
       if (t == &fed && std::isfinite(back)) CHECK_EQ(fed.residual[i], acc - back);
       if (t == &plain) {
@@ -157,6 +160,15 @@ TEST(fp16_sends_the_portable_conversions_bits_at_every_edge) {
       }
     }
   }
+}
+
+}  // namespace
+
+TEST(casts_send_the_portable_conversions_bits_at_every_edge) {
+  checkCastEdges("fp16", floatToFp16Bits, fp16ToFloatBits, 0x7c00u,
+                 {65504.f, 65519.99f, 65520.f, 1e30f, 1e-45f, 1e-40f, 2.98e-8f, 2.99e-8f});
+  checkCastEdges("bf16", floatToBf16, bf16ToFloat, 0x7f80u,
+                 {3.3895313e38f, 3.3961775e38f, std::numeric_limits<float>::max(), 1e-45f, 1e-40f});
 }
 
 TEST(topk_keeps_exactly_the_largest_magnitudes) {

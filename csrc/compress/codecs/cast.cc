@@ -1,8 +1,8 @@
 // fp16 / bf16: every value cast to a 2-byte float (round to nearest even),
 // payloads summed in that type. On x86 CPUs with AVX2 and F16C (checked at
-// run time) fp16 converts with the hardware's instructions, eight values at a
-// time (core/half_x86.h): the same bits as core/half.h's conversions for
-// every value but a NaN, which stays a NaN (with the hardware's payload).
+// run time) eight values at a time (core/half_x86.h): the same bits as
+// core/half.h's conversions for every value but an fp16 NaN, which stays a
+// NaN (with the hardware's payload).
 #include "compress/codec.h"
 #include "core/half.h"
 #include "core/half_x86.h"
@@ -11,13 +11,16 @@ namespace scalecomm {
 
 namespace {
 
+// The cast to kType; on x86 with AVX2 and F16C the vector code of
+// core/half_x86.h, elsewhere these loops (which the compiler vectorises).
 template <uint16_t (*toHalf)(float), float (*fromHalf)(uint16_t), DataType kType>
-class CastCodec : public Codec {
+class CastCodec final : public Codec {
  public:
   int64_t payloadBytes(int64_t n) const override { return 2 * n; }
   std::optional<DataType> sumType() const override { return kType; }
   bool encode(const float* __restrict__ x, float* __restrict__ residual, int64_t n, uint8_t* __restrict__ payload,
               uint64_t, int) const override {
+    if (x86_) return halfEncode(kType, x, residual, n, payload);
     // Finite: acc, and with a residual what it keeps (acc above the 2-byte
     // type's range, as fp16's 65504, would keep an infinity in it). One loop
     // per case: gcc does not unswitch fp16's (then it does not vectorise).
@@ -39,11 +42,13 @@ class CastCodec : public Codec {
     return bad == 0;
   }
   void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t) const override {
+    if (x86_) return halfDecode(kType, out, n, payload, true, 1);
     for (int64_t i = 0; i < n; ++i) out[i] += fromHalf(loadField<uint16_t>(payload + 2 * i));
   }
   // One pass; 0.f + v turns -0 into +0, as adding onto cleared memory does.
   void decode(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t,
               int64_t divisor) const override {
+    if (x86_) return halfDecode(kType, out, n, payload, false, divisor);
     if (divisor == 1) {
       for (int64_t i = 0; i < n; ++i) out[i] = 0.f + fromHalf(loadField<uint16_t>(payload + 2 * i));
       return;
@@ -51,42 +56,18 @@ class CastCodec : public Codec {
     const auto d = static_cast<float>(divisor);
     for (int64_t i = 0; i < n; ++i) out[i] = (0.f + fromHalf(loadField<uint16_t>(payload + 2 * i))) / d;
   }
-};
-
-// fp16 with the hardware's conversions where the CPU has them.
-class Fp16Codec final : public CastCodec<floatToFp16, fp16ToFloat, DataType::Float16> {
- public:
-  using Base = CastCodec<floatToFp16, fp16ToFloat, DataType::Float16>;
-  bool encode(const float* __restrict__ x, float* __restrict__ residual, int64_t n, uint8_t* __restrict__ payload,
-              uint64_t seed, int rank) const override {
-    return f16c_ ? fp16Encode(x, residual, n, payload) : Base::encode(x, residual, n, payload, seed, rank);
-  }
-  void decodeAdd(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload,
-                 uint64_t seed) const override {
-    if (f16c_) {
-      fp16Decode(out, n, payload, true, 1);
-    } else {
-      Base::decodeAdd(out, n, payload, seed);
-    }
-  }
-  void decode(float* __restrict__ out, int64_t n, const uint8_t* __restrict__ payload, uint64_t seed,
-              int64_t divisor) const override {
-    if (f16c_) {
-      fp16Decode(out, n, payload, false, divisor);
-    } else {
-      Base::decode(out, n, payload, seed, divisor);
-    }
-  }
 
  private:
-  bool f16c_ = x86HalvesAvailable();
+  bool x86_ = x86HalvesAvailable();
 };
 
 }  // namespace
 
 CodecEntry fp16Codec() {
   return {"fp16", CodecArg::None, false,
-          [](const CodecSpec&) -> std::unique_ptr<Codec> { return std::make_unique<Fp16Codec>(); },
+          [](const CodecSpec&) -> std::unique_ptr<Codec> {
+            return std::make_unique<CastCodec<floatToFp16, fp16ToFloat, DataType::Float16>>();
+          },
           "cast to float16 (2 bytes a value), summed as float16"};
 }
 
