@@ -7,33 +7,20 @@
 // The values are standard normal (the same every run); a codec with error
 // feedback carries its residual from call to call, as a training run does.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "compress/codec.h"
 #include "compress/random.h"
 
 using namespace scalecomm;
 
 namespace {
-
-int64_t parseCount(const std::string& s) {
-  int64_t mult = 1;
-  std::string t = s;
-  const char last = t.empty() ? '0' : t.back();
-  if (last == 'K' || last == 'k') mult = 1 << 10;
-  if (last == 'M' || last == 'm') mult = 1 << 20;
-  if (mult > 1) t.pop_back();
-  return std::atoll(t.c_str()) * mult;
-}
-
-double nowMs() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 struct Row {
   std::string spec;
@@ -43,15 +30,10 @@ struct Row {
   std::vector<double> plain, feedback, decode;  // per round: least of iters
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t n = argc > 1 ? parseCount(argv[1]) : 4 << 20;
+  const int64_t n = argc > 1 ? bench::parseSize(argv[1]) : 4 << 20;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 7;
   const int iters = argc > 3 ? std::atoi(argv[3]) : 5;
   const std::string list = argc > 4 ? argv[4] : "fp16,bf16,topk:0.01,topk_sampled:0.01,randomk:0.01,qsgd:8,sign";
@@ -76,15 +58,15 @@ int main(int argc, char** argv) {
     for (Row& row : rows) {
       double plain = 1e30, feedback = 1e30, decode = 1e30;
       for (int it = 0; it < iters; ++it, ++seed) {
-        double t0 = nowMs();
+        double t0 = bench::nowMs();
         row.codec->encode(x.data(), nullptr, n, row.payload.data(), seed, 0);
-        plain = std::min(plain, nowMs() - t0);
-        t0 = nowMs();
+        plain = std::min(plain, bench::nowMs() - t0);
+        t0 = bench::nowMs();
         row.codec->decodeAdd(out.data(), n, row.payload.data(), seed);
-        decode = std::min(decode, nowMs() - t0);
-        t0 = nowMs();
+        decode = std::min(decode, bench::nowMs() - t0);
+        t0 = bench::nowMs();
         row.codec->encode(x.data(), row.residual.data(), n, row.payload.data(), seed, 0);
-        feedback = std::min(feedback, nowMs() - t0);
+        feedback = std::min(feedback, bench::nowMs() - t0);
       }
       row.plain.push_back(plain);
       row.feedback.push_back(feedback);
@@ -95,14 +77,9 @@ int main(int argc, char** argv) {
               static_cast<long long>(n), n * 4.0 / (1 << 20), rounds, iters);
   std::printf("%-20s %24s %24s %24s %10s\n", "codec", "encode", "encode+residual", "decodeAdd", "enc GB/s");
   for (Row& row : rows) {
-    auto cell = [](const std::vector<double>& v) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.3f [%.3f-%.3f]", median(v), *std::min_element(v.begin(), v.end()),
-                    *std::max_element(v.begin(), v.end()));
-      return std::string(buf);
-    };
-    std::printf("%-20s %24s %24s %24s %10.2f\n", row.spec.c_str(), cell(row.plain).c_str(), cell(row.feedback).c_str(),
-                cell(row.decode).c_str(), n * 4.0 / 1e6 / median(row.plain));
+    std::printf("%-20s %24s %24s %24s %10.2f\n", row.spec.c_str(), bench::summary(row.plain).c_str(),
+                bench::summary(row.feedback).c_str(), bench::summary(row.decode).c_str(),
+                n * 4.0 / 1e6 / bench::median(row.plain));
   }
   return 0;
 }

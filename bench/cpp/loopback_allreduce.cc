@@ -10,27 +10,17 @@
 #include <vector>
 
 #include "algo/collectives.h"
+#include "bench_util.h"
 #include "comm/loopback_mesh.h"
 #include "comm/stream_channel.h"
 
 using namespace scalecomm;
 
-static int64_t parseSize(const char* s) {
-  std::string t(s);
-  int64_t mult = 1;
-  char last = t.empty() ? '0' : t.back();
-  if (last == 'K' || last == 'k') mult = 1 << 10;
-  if (last == 'M' || last == 'm') mult = 1 << 20;
-  if (last == 'G' || last == 'g') mult = 1 << 30;
-  if (mult > 1) t.pop_back();
-  return std::atoll(t.c_str()) * mult;
-}
-
 int main(int argc, char** argv) {
   int n = argc > 1 ? std::atoi(argv[1]) : 2;
-  int64_t bytes = argc > 2 ? parseSize(argv[2]) : 64 << 20;
-  int64_t seg = argc > 3 ? parseSize(argv[3]) : 256 << 10;
-  int64_t ring = argc > 4 ? parseSize(argv[4]) : 4 << 20;
+  int64_t bytes = argc > 2 ? bench::parseSize(argv[2]) : 64 << 20;
+  int64_t seg = argc > 3 ? bench::parseSize(argv[3]) : 256 << 10;
+  int64_t ring = argc > 4 ? bench::parseSize(argv[4]) : 4 << 20;
   int iters = argc > 5 ? std::atoi(argv[5]) : 10;
   LoopbackFabric fabric(n, static_cast<size_t>(ring));
   auto comms = loopbackCommunicators(fabric);

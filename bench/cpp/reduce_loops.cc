@@ -5,38 +5,19 @@
 // Usage:
 //   reduce_loops [bytes=4M] [rounds=7] [iters=20] [k=4] [dtypes=float32,float16,bfloat16]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "comm/reducer.h"
 #include "core/dtype.h"
 
 using namespace scalecomm;
 
 namespace {
-
-int64_t parseSize(const std::string& s) {
-  int64_t mult = 1;
-  std::string t = s;
-  const char last = t.empty() ? '0' : t.back();
-  if (last == 'K' || last == 'k') mult = 1 << 10;
-  if (last == 'M' || last == 'm') mult = 1 << 20;
-  if (mult > 1) t.pop_back();
-  return std::atoll(t.c_str()) * mult;
-}
-
-double nowMs() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 DataType parseType(const std::string& name) {
   if (name == "float32") return DataType::Float32;
@@ -58,7 +39,7 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t bytes = argc > 1 ? parseSize(argv[1]) : 4 << 20;
+  const int64_t bytes = argc > 1 ? bench::parseSize(argv[1]) : 4 << 20;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 7;
   const int iters = argc > 3 ? std::atoi(argv[3]) : 20;
   const int k = argc > 4 ? std::atoi(argv[4]) : 4;
@@ -88,12 +69,12 @@ int main(int argc, char** argv) {
       for (int j = 1; j <= k; ++j) ptrs.push_back(row.in[j].data());
       double into = 1e30, fold = 1e30;
       for (int it = 0; it < iters; ++it) {
-        double t0 = nowMs();
+        double t0 = bench::nowMs();
         reduceInto(row.in[0].data(), row.in[1].data(), count, row.dtype, ReduceOp::Sum);
-        into = std::min(into, nowMs() - t0);
-        t0 = nowMs();
+        into = std::min(into, bench::nowMs() - t0);
+        t0 = bench::nowMs();
         foldInto(row.in[0].data(), nullptr, ptrs.data(), k, count, row.dtype, ReduceOp::Avg, k);
-        fold = std::min(fold, nowMs() - t0);
+        fold = std::min(fold, bench::nowMs() - t0);
       }
       row.into.push_back(into);
       row.fold.push_back(fold);
@@ -103,15 +84,10 @@ int main(int argc, char** argv) {
               static_cast<long long>(bytes), k, rounds, iters);
   std::printf("%-10s %24s %9s %24s %9s\n", "dtype", "reduceInto", "GB/s", "foldInto (avg)", "GB/s");
   for (const Row& row : rows) {
-    auto cell = [](const std::vector<double>& v) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.3f [%.3f-%.3f]", median(v), *std::min_element(v.begin(), v.end()),
-                    *std::max_element(v.begin(), v.end()));
-      return std::string(buf);
-    };
     const double b = static_cast<double>(row.in[0].size());
-    std::printf("%-10s %24s %9.2f %24s %9.2f\n", row.name.c_str(), cell(row.into).c_str(),
-                3 * b / 1e6 / median(row.into), cell(row.fold).c_str(), (k + 1) * b / 1e6 / median(row.fold));
+    std::printf("%-10s %24s %9.2f %24s %9.2f\n", row.name.c_str(), bench::summary(row.into).c_str(),
+                3 * b / 1e6 / bench::median(row.into), bench::summary(row.fold).c_str(),
+                (k + 1) * b / 1e6 / bench::median(row.fold));
   }
   return 0;
 }
