@@ -22,7 +22,6 @@ bool halvesInHardware(DataType dtype, ReduceOp op) {
          (op == ReduceOp::Sum || op == ReduceOp::Avg || op == ReduceOp::PremulSum);
 }
 uint16_t* halves(void* p) { return static_cast<uint16_t*>(p); }
-const uint16_t* halves(const void* p) { return static_cast<const uint16_t*>(p); }
 
 // The loops' functions start on a cache line, so where their hot loops fall
 // does not move with unrelated changes elsewhere in the library: measured, a
@@ -37,7 +36,7 @@ template <bool kInPlace>
                                      ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
   if (halvesInHardware(dtype, op)) {
-    const uint16_t* in[] = {halves(a), halves(b)};
+    const void* in[] = {a, b};
     return halfFold(dtype, halves(dst), nullptr, in, 2, count, 1);
   }
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
@@ -63,7 +62,7 @@ template <bool kEIsA>
                                           ReduceOp op) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
   if (halvesInHardware(dtype, op)) {
-    const uint16_t* in[] = {kEIsA ? halves(also) : halves(other), kEIsA ? halves(other) : halves(also)};
+    const void* in[] = {kEIsA ? also : other, kEIsA ? other : also};
     return halfFold(dtype, halves(dst), halves(also), in, 2, count, 1);
   }
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
@@ -96,7 +95,7 @@ template <typename Tag, ReduceOp Op>
                                    ReduceOp op, int64_t divisor) {
   SC_CHECK(reduceOpSupports(op, dtype), reduceOpName(op), " on ", dataTypeName(dtype));
   if (halvesInHardware(dtype, op)) {
-    return halfFold(dtype, halves(dst), halves(also), reinterpret_cast<const uint16_t* const*>(in), k, count, divisor);
+    return halfFold(dtype, halves(dst), halves(also), in, k, count, divisor);
   }
   dispatchReduction(dtype, op, [&](auto tag, auto opc) {
     using Tag = decltype(tag);

@@ -76,7 +76,8 @@ SC_F16C inline __m256 load8(const uint16_t* p) {
 constexpr int64_t kTile = 2048;
 
 template <typename F>
-SC_F16C void fold(uint16_t* dst, uint16_t* also, const uint16_t* const* in, int k, int64_t n, int64_t divisor) {
+SC_F16C void fold(uint16_t* dst, uint16_t* also, const void* const* inputs, int k, int64_t n, int64_t divisor) {
+  const auto in = [inputs](int j) { return static_cast<const uint16_t*>(inputs[j]); };
   const auto d = static_cast<float>(divisor);
   const __m256 dv = _mm256_set1_ps(d);
   const auto store = [](uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); };
@@ -84,9 +85,9 @@ SC_F16C void fold(uint16_t* dst, uint16_t* also, const uint16_t* const* in, int 
   const int64_t body = n / 8 * 8;
   for (int64_t at = 0; at < body; at += kTile) {
     const int64_t m = std::min(kTile, body - at);
-    const uint16_t* sum = in[0] + at;  // the sum so far
+    const uint16_t* sum = in(0) + at;  // the sum so far
     for (int j = 1; j < k; ++j) {
-      const uint16_t* z = in[j] + at;
+      const uint16_t* z = in(j) + at;
       uint16_t* out = j == k - 1 && divisor <= 1 ? dst + at : tile;
       for (int64_t i = 0; i < m; i += 8) store(out + i, F::round8(_mm256_add_ps(load8<F>(sum + i), load8<F>(z + i))));
       sum = out;
@@ -100,8 +101,8 @@ SC_F16C void fold(uint16_t* dst, uint16_t* also, const uint16_t* const* in, int 
     if (also != nullptr) std::memcpy(also + at, dst + at, static_cast<size_t>(m) * sizeof(uint16_t));
   }
   for (int64_t i = body; i < n; ++i) {
-    float acc = F::widen(in[0][i]);
-    for (int j = 1; j < k; ++j) acc = F::widen(F::round(acc + F::widen(in[j][i])));
+    float acc = F::widen(in(0)[i]);
+    for (int j = 1; j < k; ++j) acc = F::widen(F::round(acc + F::widen(in(j)[i])));
     const uint16_t h = F::round(divisor > 1 ? acc / d : acc);
     dst[i] = h;
     if (also != nullptr) also[i] = h;
@@ -110,14 +111,13 @@ SC_F16C void fold(uint16_t* dst, uint16_t* also, const uint16_t* const* in, int 
 
 }  // namespace
 
-void halfFold(DataType dtype, uint16_t* dst, uint16_t* also, const uint16_t* const* in, int k, int64_t n,
-              int64_t divisor) {
+void halfFold(DataType dtype, uint16_t* dst, uint16_t* also, const void* const* in, int k, int64_t n, int64_t divisor) {
   if (dtype == DataType::Float16) return fold<Fp16>(dst, also, in, k, n, divisor);
   fold<Bf16>(dst, also, in, k, n, divisor);
 }
 
 void halfDivide(DataType dtype, uint16_t* p, int64_t n, int64_t divisor) {
-  const uint16_t* in[] = {p};
+  const void* in[] = {p};
   halfFold(dtype, p, nullptr, in, 1, n, divisor);
 }
 
@@ -192,7 +192,7 @@ void halfDecode(DataType dtype, float* out, int64_t n, const uint8_t* in, bool a
 namespace scalecomm {
 
 bool x86HalvesAvailable() { return false; }
-void halfFold(DataType, uint16_t*, uint16_t*, const uint16_t* const*, int, int64_t, int64_t) {
+void halfFold(DataType, uint16_t*, uint16_t*, const void* const*, int, int64_t, int64_t) {
   SC_CHECK(false, "halfFold without x86 vector instructions");
 }
 void halfDivide(DataType, uint16_t*, int64_t, int64_t) {

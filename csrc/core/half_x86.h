@@ -31,8 +31,7 @@ namespace scalecomm {
 
 bool x86HalvesAvailable();
 
-void halfFold(DataType dtype, uint16_t* dst, uint16_t* also, const uint16_t* const* in, int k, int64_t n,
-              int64_t divisor);
+void halfFold(DataType dtype, uint16_t* dst, uint16_t* also, const void* const* in, int k, int64_t n, int64_t divisor);
 void halfDivide(DataType dtype, uint16_t* p, int64_t n, int64_t divisor);
 bool halfEncode(DataType dtype, const float* x, float* residual, int64_t n, uint8_t* out);
 void halfDecode(DataType dtype, float* out, int64_t n, const uint8_t* in, bool add, int64_t divisor);
