@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/elementwise.h"
 #include "core/half.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -23,12 +24,12 @@ namespace {
 // The two 2-byte formats: eight values widened to fp32, and eight rounded
 // back (nearest even), as core/half.h's per-element code does.
 struct Fp16 {
+  using Tag = Fp16Tag;
   SC_F16C static __m256 widen8(__m128i h) { return _mm256_cvtph_ps(h); }
   SC_F16C static __m128i round8(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT); }
-  static float widen(uint16_t h) { return fp16ToFloat(h); }
-  static uint16_t round(float f) { return floatToFp16(f); }
 };
 struct Bf16 {
+  using Tag = Bf16Tag;
   SC_F16C static __m256 widen8(__m128i h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
@@ -44,8 +45,6 @@ struct Bf16 {
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(out, out), 0x08);
     return _mm256_castsi256_si128(packed);
   }
-  static float widen(uint16_t h) { return bf16ToFloat(h); }
-  static uint16_t round(float f) { return floatToBf16(f); }
 };
 
 inline uint16_t bits(const void* p) {
@@ -53,11 +52,7 @@ inline uint16_t bits(const void* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline int nonFinite1(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return (u & 0x7f800000u) == 0x7f800000u;
-}
+inline int nonFinite1(float v) { return (floatBits(v) & 0x7f800000u) == 0x7f800000u; }
 
 // 1 where a lane is an infinity or NaN.
 SC_F16C inline int nonFinite8(__m256 v) {
@@ -100,10 +95,11 @@ SC_F16C void fold(uint16_t* dst, uint16_t* also, const void* const* inputs, int 
     }
     if (also != nullptr) std::memcpy(also + at, dst + at, static_cast<size_t>(m) * sizeof(uint16_t));
   }
+  using Tag = typename F::Tag;  // the tail: the per-element code itself
   for (int64_t i = body; i < n; ++i) {
-    float acc = F::widen(in(0)[i]);
-    for (int j = 1; j < k; ++j) acc = F::widen(F::round(acc + F::widen(in(j)[i])));
-    const uint16_t h = F::round(divisor > 1 ? acc / d : acc);
+    uint16_t h = in(0)[i];
+    for (int j = 1; j < k; ++j) h = reduceElement<Tag, ReduceOp::Sum>(h, in(j)[i]);
+    if (divisor > 1 || k == 1) h = divideElement<Tag>(h, divisor > 1 ? divisor : 1);
     dst[i] = h;
     if (also != nullptr) also[i] = h;
   }
@@ -142,9 +138,9 @@ SC_F16C bool encode(const float* x, float* residual, int64_t n, uint8_t* out) {
   }
   for (; i < n; ++i) {
     const float acc = residual ? x[i] + residual[i] : x[i];
-    const uint16_t h = F::round(acc);
+    const uint16_t h = Storage<typename F::Tag>::store(acc);
     std::memcpy(out + 2 * i, &h, sizeof h);
-    if (residual) residual[i] = acc - F::widen(h);
+    if (residual) residual[i] = acc - Storage<typename F::Tag>::load(h);
     bad |= nonFinite1(residual ? residual[i] : acc);
   }
   return bad == 0;
@@ -167,7 +163,7 @@ SC_F16C void decode(float* out, int64_t n, const uint8_t* in, bool add, int64_t 
     _mm256_storeu_ps(out + i, o);
   }
   for (; i < n; ++i) {
-    const float v = F::widen(bits(in + 2 * i));
+    const float v = Storage<typename F::Tag>::load(bits(in + 2 * i));
     out[i] = add ? out[i] + v : divisor == 1 ? 0.f + v : (0.f + v) / d;
   }
 }
