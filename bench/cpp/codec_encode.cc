@@ -6,6 +6,9 @@
 //   codec_encode [values=4M] [rounds=7] [iters=5] [codecs=fp16,bf16,topk:0.01,...]
 // The values are standard normal (the same every run); a codec with error
 // feedback carries its residual from call to call, as a training run does.
+// powersgd:R is one whole call of PowerSGD (compress/powersgd.h) on one
+// near-square matrix, its two allreduces a single rank's (no transfer):
+// "encode" without a residual, "encode+residual" with it; no decode.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +19,7 @@
 
 #include "bench_util.h"
 #include "compress/codec.h"
+#include "compress/powersgd.h"
 #include "compress/random.h"
 
 using namespace scalecomm;
@@ -25,6 +29,8 @@ namespace {
 struct Row {
   std::string spec;
   std::unique_ptr<Codec> codec;
+  int factorRank = 0;  // powersgd:R (no codec)
+  PowerSgdWarmStart warm;
   std::vector<float> residual;
   std::vector<uint8_t> payload;
   std::vector<double> plain, feedback, decode;  // per round: least of iters
@@ -48,16 +54,32 @@ int main(int argc, char** argv) {
   for (std::string spec; std::getline(names, spec, ',');) {
     Row row;
     row.spec = spec;
-    row.codec = makeCodec(CodecSpec::parse(spec));
+    const CodecSpec parsed = CodecSpec::parse(spec);
+    if (!parsed.entry->make) {  // powersgd: its own protocol
+      row.factorRank = parsed.rank;
+    } else {
+      row.codec = makeCodec(parsed);
+      row.payload.resize(static_cast<size_t>(row.codec->payloadBytes(n)));
+    }
     row.residual.assign(static_cast<size_t>(n), 0.f);
-    row.payload.resize(static_cast<size_t>(row.codec->payloadBytes(n)));
     rows.push_back(std::move(row));
   }
   uint64_t seed = 1;
   for (int round = 0; round < rounds; ++round) {
     for (Row& row : rows) {
       double plain = 1e30, feedback = 1e30, decode = 1e30;
-      for (int it = 0; it < iters; ++it, ++seed) {
+      for (int it = 0; it < iters && row.factorRank > 0; ++it) {
+        const auto local = [](float*, int64_t) {};
+        std::copy(x.begin(), x.end(), out.begin());
+        double t0 = bench::nowMs();
+        powerSgd(out.data(), n, row.factorRank, {}, row.warm, local, nullptr);
+        plain = std::min(plain, bench::nowMs() - t0);
+        std::copy(x.begin(), x.end(), out.begin());
+        t0 = bench::nowMs();
+        powerSgd(out.data(), n, row.factorRank, {}, row.warm, local, row.residual.data());
+        feedback = std::min(feedback, bench::nowMs() - t0);
+      }
+      for (int it = 0; it < iters && row.codec; ++it, ++seed) {
         double t0 = bench::nowMs();
         row.codec->encode(x.data(), nullptr, n, row.payload.data(), seed, 0);
         plain = std::min(plain, bench::nowMs() - t0);
@@ -78,7 +100,7 @@ int main(int argc, char** argv) {
   std::printf("%-20s %24s %24s %24s %10s\n", "codec", "encode", "encode+residual", "decodeAdd", "enc GB/s");
   for (Row& row : rows) {
     std::printf("%-20s %24s %24s %24s %10.2f\n", row.spec.c_str(), bench::summary(row.plain).c_str(),
-                bench::summary(row.feedback).c_str(), bench::summary(row.decode).c_str(),
+                bench::summary(row.feedback).c_str(), row.codec ? bench::summary(row.decode).c_str() : "-",
                 n * 4.0 / 1e6 / bench::median(row.plain));
   }
   return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "compress/codec.h"
@@ -13,28 +14,45 @@ namespace scalecomm {
 namespace {
 
 // Q is kept transposed inside a call (qt: rank x cols, each of Q's columns
-// contiguous) so that every pass below runs along M's rows.
+// contiguous) so that every pass below runs along M's rows, four values at
+// a time in GCC/Clang vector types (SSE2 or NEON; gcc 12 does not vectorise
+// the scalar forms, whose sums it keeps in memory). Every product and sum is
+// one IEEE operation in a fixed order (no fused multiply-add), so the bits
+// are the same on every machine.
+
+using Floats4 = float __attribute__((vector_size(16)));
+
+inline Floats4 load4(const float* p) {
+  Floats4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store4(float* p, Floats4 v) { std::memcpy(p, &v, sizeof v); }
+inline Floats4 splat4(float a) { return Floats4{a, a, a, a}; }
 
 int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
   return std::max<int64_t>(0, std::min(s.cols, n - i * s.cols));
 }
 
-// out[b] = M's row m (len values) . q[b], for B columns at once; each sum in
-// 8 partial sums (element j into j mod 8), so the loop vectorises and the
-// order is the same on every machine.
+// out[b] = M's row m (len values) . qt's row b, for B rows of qt from q (a
+// row every `stride` values); each sum in 8 partial sums (element j into j
+// mod 8: lo holds 0-3, hi 4-7; added pairwise at the end), then the tail in
+// order.
 template <int B>
-void rowDots(const float* m, int64_t len, const float* const* q, float* out) {
-  float acc[B][8] = {};
+void rowDots(const float* m, int64_t len, const float* q, int64_t stride, float* out) {
+  Floats4 lo[B] = {}, hi[B] = {};
   int64_t j = 0;
   for (; j + 8 <= len; j += 8) {
+    const Floats4 a = load4(m + j), b4 = load4(m + j + 4);
     for (int b = 0; b < B; ++b) {
-      for (int k = 0; k < 8; ++k) acc[b][k] += m[j + k] * q[b][j + k];
+      lo[b] += a * load4(q + b * stride + j);
+      hi[b] += b4 * load4(q + b * stride + j + 4);
     }
   }
   for (int b = 0; b < B; ++b) {
-    float s = ((acc[b][0] + acc[b][1]) + (acc[b][2] + acc[b][3])) + ((acc[b][4] + acc[b][5]) + (acc[b][6] + acc[b][7]));
-    for (int64_t t = j; t < len; ++t) s += m[t] * q[b][t];
-    out[b] = s;
+    float sum = ((lo[b][0] + lo[b][1]) + (lo[b][2] + lo[b][3])) + ((hi[b][0] + hi[b][1]) + (hi[b][2] + hi[b][3]));
+    for (int64_t t = j; t < len; ++t) sum += m[t] * q[b * stride + t];
+    out[b] = sum;
   }
 }
 
@@ -45,38 +63,85 @@ void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, 
     const int64_t len = rowLength(s, n, i);
     float* o = out + i * r;
     int t = 0;
-    for (; t + 4 <= r; t += 4) {
-      const float* q[4] = {qt + t * s.cols, qt + (t + 1) * s.cols, qt + (t + 2) * s.cols, qt + (t + 3) * s.cols};
-      rowDots<4>(m, len, q, o + t);
+    for (; t + 4 <= r; t += 4) rowDots<4>(m, len, qt + t * s.cols, s.cols, o + t);
+    for (; t < r; ++t) rowDots<1>(m, len, qt + t * s.cols, s.cols, o + t);
+  }
+}
+
+// qt (r x cols) = (M^T P)^T: Q's column t is 0 + P[0][t] M[0] + P[1][t] M[1]
+// + ..., added row by row in order. Rows go kRowBlock at a time, so Q's
+// values stay in registers across the block's rows; sixteen values of a row
+// at a time (four independent sums per multiplier).
+constexpr int kRowBlock = 4;
+
+template <int R>
+void addRowsTimesP(const float* m, int64_t cols, int64_t len, const float* p, int r, float* qt) {
+  int64_t j = 0;
+  for (; j + 16 <= len; j += 16) {
+    for (int t = 0; t < r; ++t) {
+      float* qj = qt + t * cols + j;
+      Floats4 q[4] = {load4(qj), load4(qj + 4), load4(qj + 8), load4(qj + 12)};
+      for (int k = 0; k < R; ++k) {
+        const Floats4 a = splat4(p[k * r + t]);
+        const float* mj = m + k * cols + j;
+        for (int u = 0; u < 4; ++u) q[u] += a * load4(mj + 4 * u);
+      }
+      for (int u = 0; u < 4; ++u) store4(qj + 4 * u, q[u]);
     }
-    for (; t < r; ++t) {
-      const float* q[1] = {qt + t * s.cols};
-      rowDots<1>(m, len, q, o + t);
+  }
+  for (; j < len; ++j) {
+    for (int t = 0; t < r; ++t) {
+      float q = qt[t * cols + j];
+      for (int k = 0; k < R; ++k) q += p[k * r + t] * m[k * cols + j];
+      qt[t * cols + j] = q;
     }
   }
 }
 
-// qt (r x cols) = (M^T P)^T: each row of M added to Q's columns, scaled by P.
 void transposeTimesP(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
   std::fill(qt, qt + s.cols * r, 0.f);
-  for (int64_t i = 0; i < s.rows; ++i) {
-    const float* m = c + i * s.cols;
-    const int64_t len = rowLength(s, n, i);
-    for (int t = 0; t < r; ++t) {
-      const float a = p[i * r + t];
-      float* q = qt + t * s.cols;
-      for (int64_t j = 0; j < len; ++j) q[j] += a * m[j];
-    }
-  }
+  int64_t i = 0;
+  for (; i + kRowBlock <= s.rows && rowLength(s, n, i + kRowBlock - 1) == s.cols; i += kRowBlock)
+    addRowsTimesP<kRowBlock>(c + i * s.cols, s.cols, s.cols, p + i * r, r, qt);
+  for (; i < s.rows; ++i) addRowsTimesP<1>(c + i * s.cols, s.cols, rowLength(s, n, i), p + i * r, r, qt);
 }
 
-// Row i of P Q^T into out (len values): P[i][0] Q[.][0] + P[i][1] Q[.][1] + ...
-void productRow(const float* pi, const float* qt, int64_t cols, int r, int64_t len, float* out) {
-  for (int64_t j = 0; j < len; ++j) out[j] = pi[0] * qt[j];
-  for (int t = 1; t < r; ++t) {
-    const float a = pi[t];
-    const float* q = qt + t * cols;
-    for (int64_t j = 0; j < len; ++j) out[j] += a * q[j];
+// Row i of P Q^T at column j: P[i][0] Q[j][0] + P[i][1] Q[j][1] + ... in order.
+inline float product1(const float* pi, const float* qt, int64_t cols, int r, int64_t j) {
+  float out = pi[0] * qt[j];
+  for (int t = 1; t < r; ++t) out += pi[t] * qt[t * cols + j];
+  return out;
+}
+
+// The last pass over a matrix's row m (len values), in place: residual
+// (where not null) = m - P[i] (this rank's Q)^T, then m = P[i] (the summed
+// Q)^T; sixteen values at a time, as product1 adds.
+template <bool Residual>
+void finishRow(float* m, int64_t len, const float* pi, const float* local, const float* summed, int64_t cols, int r,
+               float* residual) {
+  int64_t j = 0;
+  for (; j + 16 <= len; j += 16) {
+    Floats4 mine[4], all[4];
+    Floats4 a = splat4(pi[0]);
+    for (int u = 0; u < 4; ++u) {
+      if (Residual) mine[u] = a * load4(local + j + 4 * u);
+      all[u] = a * load4(summed + j + 4 * u);
+    }
+    for (int t = 1; t < r; ++t) {
+      a = splat4(pi[t]);
+      for (int u = 0; u < 4; ++u) {
+        if (Residual) mine[u] += a * load4(local + t * cols + j + 4 * u);
+        all[u] += a * load4(summed + t * cols + j + 4 * u);
+      }
+    }
+    for (int u = 0; u < 4; ++u) {
+      if (Residual) store4(residual + j + 4 * u, load4(m + j + 4 * u) - mine[u]);
+      store4(m + j + 4 * u, all[u]);
+    }
+  }
+  for (; j < len; ++j) {
+    if (Residual) residual[j] = m[j] - product1(pi, local, cols, r, j);
+    m[j] = product1(pi, summed, cols, r, j);
   }
 }
 
@@ -191,23 +256,25 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     float* q = qt.data() + b.second;
     orthonormalise(p, s.rows, r);
     transposeTimesP(m, b.count, s, p, r, q);
-    if (residual) {
-      for (int64_t i = 0; i < s.rows; ++i) {
-        const int64_t len = rowLength(s, b.count, i);
-        float* e = residual + b.offset + i * s.cols;
-        productRow(p + i * r, q, s.cols, r, len, e);
-        for (int64_t j = 0; j < len; ++j) e[j] = m[i * s.cols + j] - e[j];
-      }
-    }
   }
+  // This rank's Q, for the residual, which the last pass writes with x.
+  std::vector<float> local;
+  if (residual) local.assign(qt.begin(), qt.end());
   allreduceSum(qt.data(), plan.secondCount);
   for (const auto& b : plan.blocks) {
     if (!b.shape.gains) continue;
     const PowerSgdShape& s = b.shape;
     const float* p = first.data() + b.first;
     const float* q = qt.data() + b.second;
-    for (int64_t i = 0; i < s.rows; ++i)
-      productRow(p + i * r, q, s.cols, r, rowLength(s, b.count, i), x + b.offset + i * s.cols);
+    for (int64_t i = 0; i < s.rows; ++i) {
+      float* row = x + b.offset + i * s.cols;
+      const int64_t len = rowLength(s, b.count, i);
+      if (residual) {
+        finishRow<true>(row, len, p + i * r, local.data() + b.second, q, s.cols, r, residual + b.offset + i * s.cols);
+      } else {
+        finishRow<false>(row, len, p + i * r, nullptr, q, s.cols, r, nullptr);
+      }
+    }
     float* warmQ = warm.q.data() + b.second;
     for (int64_t j = 0; j < s.cols; ++j) {
       for (int t = 0; t < r; ++t) warmQ[j * r + t] = q[t * s.cols + j];

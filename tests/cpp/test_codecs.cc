@@ -5,6 +5,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -13,6 +14,7 @@
 
 #include "compress/codec.h"
 #include "compress/compressed_allreduce.h"
+#include "compress/powersgd.h"
 #include "compress/random.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -504,6 +506,169 @@ TEST(powersgd_recovers_a_low_rank_sum_exactly) {
   CHECK(relativeError(x[0], expect) < 1e-5);
   CHECK(x[1] == x[0]);
   CHECK_EQ(state[0].warm.cols, static_cast<int64_t>(cols));
+}
+
+// PowerSGD as its contract states it, written out element by element: each
+// of P's entries summed in 8 partial sums (element j into j mod 8, added
+// pairwise) then the tail; Q's entries and the products added in order;
+// modified Gram-Schmidt in double, each column projected twice. The
+// library's passes run blocked and vectorised; they must give these bits.
+struct PlainPowerSgd {
+  int r;
+  std::function<void(float*, int64_t)> sum;
+  std::vector<float> warm;  // per block, cols x r
+
+  // One matrix block m (rows x cols, its last row `n - (rows - 1) cols`
+  // long; the rest zero), q its warm start (cols x r); returns P (rows x r,
+  // before the sum) for the caller to sum, then finish() does the rest.
+  static float at(const float* m, int64_t n, int64_t cols, int64_t i, int64_t j) {
+    return i * cols + j < n ? m[i * cols + j] : 0.f;
+  }
+  static std::vector<float> first(const float* m, int64_t n, int64_t rows, int64_t cols, const float* q, int r) {
+    std::vector<float> p(rows * r);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t len = std::max<int64_t>(0, std::min(cols, n - i * cols));
+      for (int t = 0; t < r; ++t) {
+        float part[8] = {};
+        const int64_t whole = len / 8 * 8;
+        for (int64_t j = 0; j < whole; ++j) part[j % 8] += m[i * cols + j] * q[j * r + t];
+        float s = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+        for (int64_t j = whole; j < len; ++j) s += m[i * cols + j] * q[j * r + t];
+        p[i * r + t] = s;
+      }
+    }
+    return p;
+  }
+  static void orthonormal(std::vector<float>& p, int64_t rows, int r) {
+    auto column = [&](int t) {
+      std::vector<float> c(rows);
+      for (int64_t i = 0; i < rows; ++i) c[i] = p[i * r + t];
+      return c;
+    };
+    auto dot = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double s = 0;
+      for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+      return s;
+    };
+    for (int t = 0; t < r; ++t) {
+      std::vector<float> c = column(t);
+      const double before = std::sqrt(dot(c, c));
+      for (int pass = 0; pass < 2; ++pass) {
+        for (int u = 0; u < t; ++u) {
+          const std::vector<float> cu = column(u);
+          const auto d = static_cast<float>(dot(cu, c));
+          for (int64_t i = 0; i < rows; ++i) c[i] -= d * cu[i];
+        }
+      }
+      const double norm = std::sqrt(dot(c, c));
+      const float scale = norm > 1e-6 * before && norm > 1e-30 ? static_cast<float>(1.0 / norm) : 0.f;
+      for (int64_t i = 0; i < rows; ++i) p[i * r + t] = c[i] * scale;
+    }
+  }
+  // Q (cols x r) = M^T P, each entry 0 + P[0][t] M[0][j] + P[1][t] M[1][j] + ...
+  static std::vector<float> second(const float* m, int64_t n, int64_t rows, int64_t cols, const std::vector<float>& p,
+                                   int r) {
+    std::vector<float> q(cols * r);
+    for (int64_t j = 0; j < cols; ++j)
+      for (int t = 0; t < r; ++t) {
+        float s = 0.f;
+        for (int64_t i = 0; i < rows; ++i)
+          if (i * cols + j < n) s += p[i * r + t] * m[i * cols + j];
+        q[j * r + t] = s;
+      }
+    return q;
+  }
+  static float product(const std::vector<float>& p, const std::vector<float>& q, int r, int64_t i, int64_t j) {
+    float s = p[i * r] * q[j * r];
+    for (int t = 1; t < r; ++t) s += p[i * r + t] * q[j * r + t];
+    return s;
+  }
+};
+
+TEST(powersgd_has_the_bits_of_its_plain_definition) {
+  // Blocks as a DDP bucket holds them (matrices of odd shapes, a dense one)
+  // and one near-square matrix whose last row is short; ranks 1-8, so Q's
+  // columns go four at a time and alone. The "allreduce" triples each value,
+  // so the summed Q differs from this rank's (the residual takes this
+  // rank's).
+  const auto triple = [](float* v, int64_t k) {
+    for (int64_t i = 0; i < k; ++i) v[i] = 3.f * v[i];
+  };
+  struct Case {
+    PowerSgdLayout layout;
+    int64_t n;
+  };
+  const std::vector<Case> cases = {
+      {{{37 * 53, 37}, {19, kPowerSgdDense}, {12 * 100, 12}, {64 * 9, 64}}, 37 * 53 + 19 + 1200 + 576},
+      {{}, 1000},  // 32 x 32, the last row 8 long
+      {{}, 4099},
+  };
+  for (const Case& c : cases) {
+    for (int r : {1, 3, 4, 5, 8}) {
+      const std::vector<float> x = gaussian(c.n, 70 + r);
+      std::vector<float> residual(c.n, 1.f), got = x;
+      PowerSgdWarmStart warm;
+      for (int call = 0; call < 2; ++call) {  // the second from the first's warm start
+        got = x;
+        powerSgd(got.data(), c.n, r, c.layout, warm, triple, residual.data());
+      }
+      // The same two calls, element by element.
+      const PowerSgdPlan plan = powerSgdPlan(c.n, r, c.layout);
+      std::vector<float> want = x, wantResidual(c.n), q0(plan.secondCount);
+      for (const auto& b : plan.blocks) {
+        if (!b.shape.gains) continue;
+        for (int64_t i = 0; i < b.shape.cols * r; ++i)
+          q0[b.second + i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
+      }
+      for (int call = 0; call < 2; ++call) {
+        want = x;
+        std::vector<float> first(plan.firstCount), second(plan.secondCount);
+        std::vector<std::vector<float>> ps;
+        for (const auto& b : plan.blocks) {
+          if (!b.shape.gains) {
+            std::copy(x.begin() + b.offset, x.begin() + b.offset + b.count, first.begin() + b.first);
+            continue;
+          }
+          const auto p =
+              PlainPowerSgd::first(x.data() + b.offset, b.count, b.shape.rows, b.shape.cols, q0.data() + b.second, r);
+          std::copy(p.begin(), p.end(), first.begin() + b.first);
+        }
+        triple(first.data(), plan.firstCount);
+        for (const auto& b : plan.blocks) {
+          if (!b.shape.gains) {
+            for (int64_t i = 0; i < b.count; ++i)
+              want[b.offset + i] = first[b.first + i], wantResidual[b.offset + i] = 0;
+            continue;
+          }
+          std::vector<float> p(first.begin() + b.first, first.begin() + b.first + b.shape.rows * r);
+          PlainPowerSgd::orthonormal(p, b.shape.rows, r);
+          const auto q = PlainPowerSgd::second(x.data() + b.offset, b.count, b.shape.rows, b.shape.cols, p, r);
+          for (int64_t e = 0; e < b.count; ++e)
+            wantResidual[b.offset + e] =
+                x[b.offset + e] - PlainPowerSgd::product(p, q, r, e / b.shape.cols, e % b.shape.cols);
+          std::copy(q.begin(), q.end(), second.begin() + b.second);
+          ps.push_back(p);
+        }
+        triple(second.data(), plan.secondCount);
+        size_t k = 0;
+        for (const auto& b : plan.blocks) {
+          if (!b.shape.gains) continue;
+          const std::vector<float> q(second.begin() + b.second, second.begin() + b.second + b.shape.cols * r);
+          for (int64_t e = 0; e < b.count; ++e)
+            want[b.offset + e] = PlainPowerSgd::product(ps[k], q, r, e / b.shape.cols, e % b.shape.cols);
+          std::copy(q.begin(), q.end(), q0.begin() + b.second);
+          ++k;
+        }
+      }
+      const std::string what = "n " + std::to_string(c.n) + ", rank " + std::to_string(r);
+      CHECK(std::memcmp(got.data(), want.data(), c.n * sizeof(float)) == 0 ||
+            (std::printf("%s: x\n", what.c_str()), false));
+      CHECK(std::memcmp(residual.data(), wantResidual.data(), c.n * sizeof(float)) == 0 ||
+            (std::printf("%s: residual\n", what.c_str()), false));
+      CHECK(std::memcmp(warm.q.data(), q0.data(), q0.size() * sizeof(float)) == 0 ||
+            (std::printf("%s: warm start\n", what.c_str()), false));
+    }
+  }
 }
 
 TEST_MAIN()
