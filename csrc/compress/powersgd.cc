@@ -14,21 +14,48 @@ namespace scalecomm {
 namespace {
 
 // Q is kept transposed inside a call (qt: rank x cols, each of Q's columns
-// contiguous) so that every pass below runs along M's rows, four values at
-// a time in GCC/Clang vector types (SSE2 or NEON; gcc 12 does not vectorise
-// the scalar forms, whose sums it keeps in memory). Every product and sum is
-// one IEEE operation in a fixed order (no fused multiply-add), so the bits
-// are the same on every machine.
+// contiguous) so that every pass below runs along M's rows, in GCC/Clang
+// vector types of W floats: W = 4 everywhere (SSE2, NEON), W = 8 where an
+// x86 CPU has AVX (chosen once at run time; gcc 12 vectorises none of the
+// scalar forms, whose sums it keeps in memory). Every product and sum is one
+// IEEE operation in a fixed order that does not depend on W (no fused
+// multiply-add), so the bits are the same on every machine.
 
 using Floats4 = float __attribute__((vector_size(16)));
+using Floats8 = float __attribute__((vector_size(32)));
+template <int W>
+struct Lanes;
+template <>
+struct Lanes<4> {
+  using V = Floats4;
+};
+template <>
+struct Lanes<8> {
+  using V = Floats8;
+};
 
-inline Floats4 load4(const float* p) {
-  Floats4 v;
+// Inlined into their callers, so that W = 8 compiles with AVX inside the
+// AVX entry points below (so no 32-byte vector crosses a call: gcc's
+// warning about that call ABI does not apply).
+#define SC_PASS __attribute__((always_inline)) inline
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+template <int W>
+SC_PASS typename Lanes<W>::V load(const float* p) {
+  typename Lanes<W>::V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store4(float* p, Floats4 v) { std::memcpy(p, &v, sizeof v); }
-inline Floats4 splat4(float a) { return Floats4{a, a, a, a}; }
+template <int W>
+SC_PASS void store(float* p, typename Lanes<W>::V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+template <int W>
+SC_PASS typename Lanes<W>::V splat(float a) {
+  return typename Lanes<W>::V{} + a;
+}
 
 int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
   return std::max<int64_t>(0, std::min(s.cols, n - i * s.cols));
@@ -36,57 +63,61 @@ int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
 
 // out[b] = M's row m (len values) . qt's row b, for B rows of qt from q (a
 // row every `stride` values); each sum in 8 partial sums (element j into j
-// mod 8: lo holds 0-3, hi 4-7; added pairwise at the end), then the tail in
-// order.
-template <int B>
-void rowDots(const float* m, int64_t len, const float* q, int64_t stride, float* out) {
-  Floats4 lo[B] = {}, hi[B] = {};
+// mod 8, added pairwise at the end), then the tail in order.
+template <int W, int B>
+SC_PASS void rowDots(const float* m, int64_t len, const float* q, int64_t stride, float* out) {
+  constexpr int G = 8 / W;  // vectors per eight values
+  typename Lanes<W>::V acc[B][G] = {};
   int64_t j = 0;
   for (; j + 8 <= len; j += 8) {
-    const Floats4 a = load4(m + j), b4 = load4(m + j + 4);
-    for (int b = 0; b < B; ++b) {
-      lo[b] += a * load4(q + b * stride + j);
-      hi[b] += b4 * load4(q + b * stride + j + 4);
+    for (int g = 0; g < G; ++g) {
+      const auto v = load<W>(m + j + g * W);
+      for (int b = 0; b < B; ++b) acc[b][g] += v * load<W>(q + b * stride + j + g * W);
     }
   }
   for (int b = 0; b < B; ++b) {
-    float sum = ((lo[b][0] + lo[b][1]) + (lo[b][2] + lo[b][3])) + ((hi[b][0] + hi[b][1]) + (hi[b][2] + hi[b][3]));
+    float part[8];
+    std::memcpy(part, acc[b], sizeof part);
+    float sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     for (int64_t t = j; t < len; ++t) sum += m[t] * q[b * stride + t];
     out[b] = sum;
   }
 }
 
 // out (rows x r, row-major) = M Q.
-void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int r, float* out) {
+template <int W>
+SC_PASS void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int r, float* out) {
   for (int64_t i = 0; i < s.rows; ++i) {
     const float* m = c + i * s.cols;
     const int64_t len = rowLength(s, n, i);
     float* o = out + i * r;
     int t = 0;
-    for (; t + 4 <= r; t += 4) rowDots<4>(m, len, qt + t * s.cols, s.cols, o + t);
-    for (; t < r; ++t) rowDots<1>(m, len, qt + t * s.cols, s.cols, o + t);
+    for (; t + 4 <= r; t += 4) rowDots<W, 4>(m, len, qt + t * s.cols, s.cols, o + t);
+    for (; t < r; ++t) rowDots<W, 1>(m, len, qt + t * s.cols, s.cols, o + t);
   }
 }
 
 // qt (r x cols) = (M^T P)^T: Q's column t is 0 + P[0][t] M[0] + P[1][t] M[1]
 // + ..., added row by row in order. Rows go kRowBlock at a time, so Q's
 // values stay in registers across the block's rows; sixteen values of a row
-// at a time (four independent sums per multiplier).
+// at a time (independent sums per multiplier).
 constexpr int kRowBlock = 4;
 
-template <int R>
-void addRowsTimesP(const float* m, int64_t cols, int64_t len, const float* p, int r, float* qt) {
+template <int W, int R>
+SC_PASS void addRowsTimesP(const float* m, int64_t cols, int64_t len, const float* p, int r, float* qt) {
+  constexpr int U = 16 / W;
   int64_t j = 0;
   for (; j + 16 <= len; j += 16) {
     for (int t = 0; t < r; ++t) {
       float* qj = qt + t * cols + j;
-      Floats4 q[4] = {load4(qj), load4(qj + 4), load4(qj + 8), load4(qj + 12)};
+      typename Lanes<W>::V q[U];
+      for (int u = 0; u < U; ++u) q[u] = load<W>(qj + u * W);
       for (int k = 0; k < R; ++k) {
-        const Floats4 a = splat4(p[k * r + t]);
+        const auto a = splat<W>(p[k * r + t]);
         const float* mj = m + k * cols + j;
-        for (int u = 0; u < 4; ++u) q[u] += a * load4(mj + 4 * u);
+        for (int u = 0; u < U; ++u) q[u] += a * load<W>(mj + u * W);
       }
-      for (int u = 0; u < 4; ++u) store4(qj + 4 * u, q[u]);
+      for (int u = 0; u < U; ++u) store<W>(qj + u * W, q[u]);
     }
   }
   for (; j < len; ++j) {
@@ -98,52 +129,115 @@ void addRowsTimesP(const float* m, int64_t cols, int64_t len, const float* p, in
   }
 }
 
-void transposeTimesP(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
+template <int W>
+SC_PASS void transposeTimesP(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
   std::fill(qt, qt + s.cols * r, 0.f);
   int64_t i = 0;
   for (; i + kRowBlock <= s.rows && rowLength(s, n, i + kRowBlock - 1) == s.cols; i += kRowBlock)
-    addRowsTimesP<kRowBlock>(c + i * s.cols, s.cols, s.cols, p + i * r, r, qt);
-  for (; i < s.rows; ++i) addRowsTimesP<1>(c + i * s.cols, s.cols, rowLength(s, n, i), p + i * r, r, qt);
+    addRowsTimesP<W, kRowBlock>(c + i * s.cols, s.cols, s.cols, p + i * r, r, qt);
+  for (; i < s.rows; ++i) addRowsTimesP<W, 1>(c + i * s.cols, s.cols, rowLength(s, n, i), p + i * r, r, qt);
 }
 
 // Row i of P Q^T at column j: P[i][0] Q[j][0] + P[i][1] Q[j][1] + ... in order.
-inline float product1(const float* pi, const float* qt, int64_t cols, int r, int64_t j) {
+SC_PASS float product1(const float* pi, const float* qt, int64_t cols, int r, int64_t j) {
   float out = pi[0] * qt[j];
   for (int t = 1; t < r; ++t) out += pi[t] * qt[t * cols + j];
   return out;
 }
 
-// The last pass over a matrix's row m (len values), in place: residual
-// (where not null) = m - P[i] (this rank's Q)^T, then m = P[i] (the summed
-// Q)^T; sixteen values at a time, as product1 adds.
-template <bool Residual>
-void finishRow(float* m, int64_t len, const float* pi, const float* local, const float* summed, int64_t cols, int r,
-               float* residual) {
-  int64_t j = 0;
-  for (; j + 16 <= len; j += 16) {
-    Floats4 mine[4], all[4];
-    Floats4 a = splat4(pi[0]);
-    for (int u = 0; u < 4; ++u) {
-      if (Residual) mine[u] = a * load4(local + j + 4 * u);
-      all[u] = a * load4(summed + j + 4 * u);
-    }
-    for (int t = 1; t < r; ++t) {
-      a = splat4(pi[t]);
-      for (int u = 0; u < 4; ++u) {
-        if (Residual) mine[u] += a * load4(local + t * cols + j + 4 * u);
-        all[u] += a * load4(summed + t * cols + j + 4 * u);
+// The last pass over a matrix (its rows of x, in place): residual (where
+// not null) = M - P (this rank's Q)^T, then M = P (the summed Q)^T; sixteen
+// values at a time, as product1 adds.
+template <int W, bool Residual>
+SC_PASS void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local,
+                        const float* summed, int r, float* residual) {
+  constexpr int U = 16 / W;
+  using V = typename Lanes<W>::V;
+  const int64_t cols = s.cols;
+  for (int64_t i = 0; i < s.rows; ++i) {
+    float* m = x + i * cols;
+    float* e = Residual ? residual + i * cols : nullptr;
+    const float* pi = p + i * r;
+    const int64_t len = rowLength(s, n, i);
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+      V mine[U], all[U];
+      V a = splat<W>(pi[0]);
+      for (int u = 0; u < U; ++u) {
+        if (Residual) mine[u] = a * load<W>(local + j + u * W);
+        all[u] = a * load<W>(summed + j + u * W);
+      }
+      for (int t = 1; t < r; ++t) {
+        a = splat<W>(pi[t]);
+        for (int u = 0; u < U; ++u) {
+          if (Residual) mine[u] += a * load<W>(local + t * cols + j + u * W);
+          all[u] += a * load<W>(summed + t * cols + j + u * W);
+        }
+      }
+      for (int u = 0; u < U; ++u) {
+        if (Residual) store<W>(e + j + u * W, load<W>(m + j + u * W) - mine[u]);
+        store<W>(m + j + u * W, all[u]);
       }
     }
-    for (int u = 0; u < 4; ++u) {
-      if (Residual) store4(residual + j + 4 * u, load4(m + j + 4 * u) - mine[u]);
-      store4(m + j + 4 * u, all[u]);
+    for (; j < len; ++j) {
+      if (Residual) e[j] = m[j] - product1(pi, local, cols, r, j);
+      m[j] = product1(pi, summed, cols, r, j);
     }
   }
-  for (; j < len; ++j) {
-    if (Residual) residual[j] = m[j] - product1(pi, local, cols, r, j);
-    m[j] = product1(pi, summed, cols, r, j);
+}
+
+template <int W>
+SC_PASS void finishAll(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local,
+                       const float* summed, int r, float* residual) {
+  if (residual) {
+    finishRows<W, true>(x, n, s, p, local, summed, r, residual);
+  } else {
+    finishRows<W, false>(x, n, s, p, nullptr, summed, r, nullptr);
   }
 }
+
+// The three passes over a matrix, at the widest W this CPU runs.
+struct Passes {
+  void (*timesQ)(const float*, int64_t, const PowerSgdShape&, const float*, int, float*);
+  void (*transposeTimesP)(const float*, int64_t, const PowerSgdShape&, const float*, int, float*);
+  void (*finish)(float*, int64_t, const PowerSgdShape&, const float*, const float*, const float*, int, float*);
+};
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SC_AVX __attribute__((target("avx")))
+SC_AVX void timesQ8(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int r, float* out) {
+  timesQ<8>(c, n, s, qt, r, out);
+}
+SC_AVX void transposeTimesP8(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
+  transposeTimesP<8>(c, n, s, p, r, qt);
+}
+SC_AVX void finish8(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local,
+                    const float* summed, int r, float* residual) {
+  finishAll<8>(x, n, s, p, local, summed, r, residual);
+}
+#endif
+void timesQ4(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int r, float* out) {
+  timesQ<4>(c, n, s, qt, r, out);
+}
+void transposeTimesP4(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
+  transposeTimesP<4>(c, n, s, p, r, qt);
+}
+void finish4(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local, const float* summed,
+             int r, float* residual) {
+  finishAll<4>(x, n, s, p, local, summed, r, residual);
+}
+
+const Passes kPortable{timesQ4, transposeTimesP4, finish4};
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+const Passes kAvx{timesQ8, transposeTimesP8, finish8};
+bool avxAvailable() {
+  static const bool have = __builtin_cpu_supports("avx");
+  return have;
+}
+#else
+const Passes kAvx = kPortable;
+bool avxAvailable() { return false; }
+#endif
 
 // P's columns (rows x r, row-major) made orthonormal: modified Gram-Schmidt,
 // each column projected twice (stable to rounding for r <= 64); a column
@@ -206,8 +300,15 @@ PowerSgdPlan powerSgdPlan(int64_t n, int r, const PowerSgdLayout& layout) {
   return plan;
 }
 
+int powerSgdWidest() { return avxAvailable() ? 8 : 4; }
+
 void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
-              const std::function<void(float*, int64_t)>& allreduceSum, float* residual) {
+              const std::function<void(float*, int64_t)>& allreduceSum, float* residual, int width) {
+  if (width != 0 && width != 4 && !(width == 8 && avxAvailable())) {
+    fail(ErrorKind::InvalidArgument, "scalecomm powersgd: vector width ", width, " is not one this CPU runs (",
+         powerSgdWidest() == 8 ? "4 or 8" : "4", ")");
+  }
+  const Passes& passes = width == 4 || !avxAvailable() ? kPortable : kAvx;
   const PowerSgdPlan plan = powerSgdPlan(n, r, layout);
   if (plan.secondCount == 0) {  // nothing gains from factors: the dense sum
     allreduceSum(x, n);
@@ -236,7 +337,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     for (int64_t j = 0; j < b.shape.cols; ++j) {
       for (int t = 0; t < r; ++t) q[t * b.shape.cols + j] = warmQ[j * r + t];
     }
-    timesQ(m, b.count, b.shape, q, r, first.data() + b.first);
+    passes.timesQ(m, b.count, b.shape, q, r, first.data() + b.first);
   }
   allreduceSum(first.data(), plan.firstCount);
   if (!allFinite(first.data(), plan.firstCount)) {  // some rank's c was not finite: so is the sum
@@ -255,7 +356,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     float* p = first.data() + b.first;
     float* q = qt.data() + b.second;
     orthonormalise(p, s.rows, r);
-    transposeTimesP(m, b.count, s, p, r, q);
+    passes.transposeTimesP(m, b.count, s, p, r, q);
   }
   // This rank's Q, for the residual, which the last pass writes with x.
   std::vector<float> local;
@@ -266,15 +367,8 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     const PowerSgdShape& s = b.shape;
     const float* p = first.data() + b.first;
     const float* q = qt.data() + b.second;
-    for (int64_t i = 0; i < s.rows; ++i) {
-      float* row = x + b.offset + i * s.cols;
-      const int64_t len = rowLength(s, b.count, i);
-      if (residual) {
-        finishRow<true>(row, len, p + i * r, local.data() + b.second, q, s.cols, r, residual + b.offset + i * s.cols);
-      } else {
-        finishRow<false>(row, len, p + i * r, nullptr, q, s.cols, r, nullptr);
-      }
-    }
+    passes.finish(x + b.offset, b.count, s, p, residual ? local.data() + b.second : nullptr, q, r,
+                  residual ? residual + b.offset : nullptr);
     float* warmQ = warm.q.data() + b.second;
     for (int64_t j = 0; j < s.cols; ++j) {
       for (int t = 0; t < r; ++t) warmQ[j * r + t] = q[t * s.cols + j];

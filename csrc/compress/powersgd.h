@@ -21,11 +21,14 @@
 // When the first sum is not finite (some rank's c was not), x is not
 // finite either, and neither the warm start nor the residual
 // is written, so no infinity or NaN enters the state.
-// Cost: three passes over each matrix (P, Q and the residual), one over x
-// for the sum, plus rows x rank^2 for the orthonormalisation; allreduces of
-// sum (rows + cols) x rank floats plus the dense values. Each of P's entries
-// is summed in 8 partial sums (element j into sum j mod 8), the same order on
-// every machine.
+// Cost: three passes over each matrix (P, Q, and one that writes the
+// residual and x), plus rows x rank^2 for the orthonormalisation; allreduces
+// of (rows + cols) x rank floats plus the dense values. Each of P's entries
+// is summed in 8 partial sums (element j into sum j mod 8, added pairwise),
+// each of Q's and of the products in order, no fused multiply-add: the same
+// bits on every machine and at every vector width. `width` (floats per
+// vector): 0, the widest this CPU runs (powerSgdWidest(): 8 on x86 with AVX,
+// else 4); 4 runs anywhere; others throw InvalidArgument.
 // Thread safety: none needed (no shared state).
 #pragma once
 
@@ -78,7 +81,8 @@ struct PowerSgdWarmStart {
   int64_t cols = 0;      // the blocks' cols together
 };
 
+int powerSgdWidest();
 void powerSgd(float* x, int64_t n, int rank, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
-              const std::function<void(float*, int64_t)>& allreduceSum, float* residual);
+              const std::function<void(float*, int64_t)>& allreduceSum, float* residual, int width = 0);
 
 }  // namespace scalecomm
