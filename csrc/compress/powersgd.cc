@@ -53,8 +53,12 @@ SC_PASS void store(float* p, typename Lanes<W>::V v) {
   std::memcpy(p, &v, sizeof v);
 }
 template <int W>
-SC_PASS typename Lanes<W>::V splat(float a) {
-  return typename Lanes<W>::V{} + a;
+SC_PASS typename Lanes<W>::V splat(float a) {  // (not 0 + a, which loses a -0's sign)
+  if constexpr (W == 4) {
+    return Floats4{a, a, a, a};
+  } else {
+    return Floats8{a, a, a, a, a, a, a, a};
+  }
 }
 
 int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
