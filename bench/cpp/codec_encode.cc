@@ -8,9 +8,7 @@
 // feedback carries its residual from call to call, as a training run does.
 // powersgd:R is one whole call of PowerSGD (compress/powersgd.h) on one
 // near-square matrix, its two allreduces a single rank's (no transfer):
-// "encode" without a residual, "encode+residual" with it; no decode;
-// powersgd:R@4 at the portable vector width (powersgd:R: the widest this
-// CPU runs).
+// "encode" without a residual, "encode+residual" with it; no decode.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +30,6 @@ struct Row {
   std::string spec;
   std::unique_ptr<Codec> codec;
   int factorRank = 0;  // powersgd:R (no codec)
-  int width = 0;       // its vector width (0: the widest)
   PowerSgdWarmStart warm;
   std::vector<float> residual;
   std::vector<uint8_t> payload;
@@ -57,11 +54,9 @@ int main(int argc, char** argv) {
   for (std::string spec; std::getline(names, spec, ',');) {
     Row row;
     row.spec = spec;
-    const size_t at = spec.find('@');
-    const CodecSpec parsed = CodecSpec::parse(spec.substr(0, at));
+    const CodecSpec parsed = CodecSpec::parse(spec);
     if (!parsed.entry->make) {  // powersgd: its own protocol
       row.factorRank = parsed.rank;
-      row.width = at == std::string::npos ? 0 : std::atoi(spec.c_str() + at + 1);
     } else {
       row.codec = makeCodec(parsed);
       row.payload.resize(static_cast<size_t>(row.codec->payloadBytes(n)));
@@ -77,11 +72,11 @@ int main(int argc, char** argv) {
         const auto local = [](float*, int64_t) {};
         std::copy(x.begin(), x.end(), out.begin());
         double t0 = bench::nowMs();
-        powerSgd(out.data(), n, row.factorRank, {}, row.warm, local, nullptr, row.width);
+        powerSgd(out.data(), n, row.factorRank, {}, row.warm, local, nullptr);
         plain = std::min(plain, bench::nowMs() - t0);
         std::copy(x.begin(), x.end(), out.begin());
         t0 = bench::nowMs();
-        powerSgd(out.data(), n, row.factorRank, {}, row.warm, local, row.residual.data(), row.width);
+        powerSgd(out.data(), n, row.factorRank, {}, row.warm, local, row.residual.data());
         feedback = std::min(feedback, bench::nowMs() - t0);
       }
       for (int it = 0; it < iters && row.codec; ++it, ++seed) {

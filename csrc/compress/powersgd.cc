@@ -14,52 +14,22 @@ namespace scalecomm {
 namespace {
 
 // Q is kept transposed inside a call (qt: rank x cols, each of Q's columns
-// contiguous) so that every pass below runs along M's rows, in GCC/Clang
-// vector types of W floats: W = 4 everywhere (SSE2, NEON), W = 8 where an
-// x86 CPU has AVX (chosen once at run time; gcc 12 vectorises none of the
-// scalar forms, whose sums it keeps in memory). Every product and sum is one
-// IEEE operation in a fixed order that does not depend on W (no fused
-// multiply-add), so the bits are the same on every machine.
+// contiguous) so that every pass below runs along M's rows, four values at
+// a time in GCC/Clang vector types (SSE2, NEON; gcc 12 vectorises none of
+// the scalar forms, whose sums it keeps in memory; eight-wide AVX measured
+// no faster: the passes are bound by memory). Every product and sum is one
+// IEEE operation in a fixed order (no fused multiply-add), so the bits are
+// the same on every machine.
 
 using Floats4 = float __attribute__((vector_size(16)));
-using Floats8 = float __attribute__((vector_size(32)));
-template <int W>
-struct Lanes;
-template <>
-struct Lanes<4> {
-  using V = Floats4;
-};
-template <>
-struct Lanes<8> {
-  using V = Floats8;
-};
 
-// Inlined into their callers, so that W = 8 compiles with AVX inside the
-// AVX entry points below (so no 32-byte vector crosses a call: gcc's
-// warning about that call ABI does not apply).
-#define SC_PASS __attribute__((always_inline)) inline
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-
-template <int W>
-SC_PASS typename Lanes<W>::V load(const float* p) {
-  typename Lanes<W>::V v;
+inline Floats4 load4(const float* p) {
+  Floats4 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-template <int W>
-SC_PASS void store(float* p, typename Lanes<W>::V v) {
-  std::memcpy(p, &v, sizeof v);
-}
-template <int W>
-SC_PASS typename Lanes<W>::V splat(float a) {  // (not 0 + a, which loses a -0's sign)
-  if constexpr (W == 4) {
-    return Floats4{a, a, a, a};
-  } else {
-    return Floats8{a, a, a, a, a, a, a, a};
-  }
-}
+inline void store4(float* p, Floats4 v) { std::memcpy(p, &v, sizeof v); }
+inline Floats4 splat4(float a) { return Floats4{a, a, a, a}; }  // (not 0 + a, which loses a -0's sign)
 
 int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
   return std::max<int64_t>(0, std::min(s.cols, n - i * s.cols));
@@ -68,15 +38,14 @@ int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
 // out[b] = M's row m (len values) . qt's row b, for B rows of qt from q (a
 // row every `stride` values); each sum in 8 partial sums (element j into j
 // mod 8, added pairwise at the end), then the tail in order.
-template <int W, int B>
-SC_PASS void rowDots(const float* m, int64_t len, const float* q, int64_t stride, float* out) {
-  constexpr int G = 8 / W;  // vectors per eight values
-  typename Lanes<W>::V acc[B][G] = {};
+template <int B>
+void rowDots(const float* m, int64_t len, const float* q, int64_t stride, float* out) {
+  Floats4 acc[B][2] = {};  // elements 0-3 and 4-7 of each eight
   int64_t j = 0;
   for (; j + 8 <= len; j += 8) {
-    for (int g = 0; g < G; ++g) {
-      const auto v = load<W>(m + j + g * W);
-      for (int b = 0; b < B; ++b) acc[b][g] += v * load<W>(q + b * stride + j + g * W);
+    for (int g = 0; g < 2; ++g) {
+      const Floats4 v = load4(m + j + 4 * g);
+      for (int b = 0; b < B; ++b) acc[b][g] += v * load4(q + b * stride + j + 4 * g);
     }
   }
   for (int b = 0; b < B; ++b) {
@@ -89,15 +58,14 @@ SC_PASS void rowDots(const float* m, int64_t len, const float* q, int64_t stride
 }
 
 // out (rows x r, row-major) = M Q.
-template <int W>
-SC_PASS void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int r, float* out) {
+void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int r, float* out) {
   for (int64_t i = 0; i < s.rows; ++i) {
     const float* m = c + i * s.cols;
     const int64_t len = rowLength(s, n, i);
     float* o = out + i * r;
     int t = 0;
-    for (; t + 4 <= r; t += 4) rowDots<W, 4>(m, len, qt + t * s.cols, s.cols, o + t);
-    for (; t < r; ++t) rowDots<W, 1>(m, len, qt + t * s.cols, s.cols, o + t);
+    for (; t + 4 <= r; t += 4) rowDots<4>(m, len, qt + t * s.cols, s.cols, o + t);
+    for (; t < r; ++t) rowDots<1>(m, len, qt + t * s.cols, s.cols, o + t);
   }
 }
 
@@ -107,21 +75,21 @@ SC_PASS void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const flo
 // at a time (independent sums per multiplier).
 constexpr int kRowBlock = 4;
 
-template <int W, int R>
-SC_PASS void addRowsTimesP(const float* m, int64_t cols, int64_t len, const float* p, int r, float* qt) {
-  constexpr int U = 16 / W;
+template <int R>
+void addRowsTimesP(const float* m, int64_t cols, int64_t len, const float* p, int r, float* qt) {
+  constexpr int U = 4;  // vectors per sixteen values
   int64_t j = 0;
   for (; j + 16 <= len; j += 16) {
     for (int t = 0; t < r; ++t) {
       float* qj = qt + t * cols + j;
-      typename Lanes<W>::V q[U];
-      for (int u = 0; u < U; ++u) q[u] = load<W>(qj + u * W);
+      Floats4 q[U];
+      for (int u = 0; u < U; ++u) q[u] = load4(qj + 4 * u);
       for (int k = 0; k < R; ++k) {
-        const auto a = splat<W>(p[k * r + t]);
+        const auto a = splat4(p[k * r + t]);
         const float* mj = m + k * cols + j;
-        for (int u = 0; u < U; ++u) q[u] += a * load<W>(mj + u * W);
+        for (int u = 0; u < U; ++u) q[u] += a * load4(mj + 4 * u);
       }
-      for (int u = 0; u < U; ++u) store<W>(qj + u * W, q[u]);
+      for (int u = 0; u < U; ++u) store4(qj + 4 * u, q[u]);
     }
   }
   for (; j < len; ++j) {
@@ -133,17 +101,16 @@ SC_PASS void addRowsTimesP(const float* m, int64_t cols, int64_t len, const floa
   }
 }
 
-template <int W>
-SC_PASS void transposeTimesP(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
+void transposeTimesP(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
   std::fill(qt, qt + s.cols * r, 0.f);
   int64_t i = 0;
   for (; i + kRowBlock <= s.rows && rowLength(s, n, i + kRowBlock - 1) == s.cols; i += kRowBlock)
-    addRowsTimesP<W, kRowBlock>(c + i * s.cols, s.cols, s.cols, p + i * r, r, qt);
-  for (; i < s.rows; ++i) addRowsTimesP<W, 1>(c + i * s.cols, s.cols, rowLength(s, n, i), p + i * r, r, qt);
+    addRowsTimesP<kRowBlock>(c + i * s.cols, s.cols, s.cols, p + i * r, r, qt);
+  for (; i < s.rows; ++i) addRowsTimesP<1>(c + i * s.cols, s.cols, rowLength(s, n, i), p + i * r, r, qt);
 }
 
 // Row i of P Q^T at column j: P[i][0] Q[j][0] + P[i][1] Q[j][1] + ... in order.
-SC_PASS float product1(const float* pi, const float* qt, int64_t cols, int r, int64_t j) {
+inline float product1(const float* pi, const float* qt, int64_t cols, int r, int64_t j) {
   float out = pi[0] * qt[j];
   for (int t = 1; t < r; ++t) out += pi[t] * qt[t * cols + j];
   return out;
@@ -152,11 +119,10 @@ SC_PASS float product1(const float* pi, const float* qt, int64_t cols, int r, in
 // The last pass over a matrix (its rows of x, in place): residual (where
 // not null) = M - P (this rank's Q)^T, then M = P (the summed Q)^T; sixteen
 // values at a time, as product1 adds.
-template <int W, bool Residual>
-SC_PASS void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local,
-                        const float* summed, int r, float* residual) {
-  constexpr int U = 16 / W;
-  using V = typename Lanes<W>::V;
+template <bool Residual>
+void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local, const float* summed,
+                int r, float* residual) {
+  constexpr int U = 4;
   const int64_t cols = s.cols;
   for (int64_t i = 0; i < s.rows; ++i) {
     float* m = x + i * cols;
@@ -165,22 +131,22 @@ SC_PASS void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float
     const int64_t len = rowLength(s, n, i);
     int64_t j = 0;
     for (; j + 16 <= len; j += 16) {
-      V mine[U], all[U];
-      V a = splat<W>(pi[0]);
+      Floats4 mine[U], all[U];
+      Floats4 a = splat4(pi[0]);
       for (int u = 0; u < U; ++u) {
-        if (Residual) mine[u] = a * load<W>(local + j + u * W);
-        all[u] = a * load<W>(summed + j + u * W);
+        if (Residual) mine[u] = a * load4(local + j + 4 * u);
+        all[u] = a * load4(summed + j + 4 * u);
       }
       for (int t = 1; t < r; ++t) {
-        a = splat<W>(pi[t]);
+        a = splat4(pi[t]);
         for (int u = 0; u < U; ++u) {
-          if (Residual) mine[u] += a * load<W>(local + t * cols + j + u * W);
-          all[u] += a * load<W>(summed + t * cols + j + u * W);
+          if (Residual) mine[u] += a * load4(local + t * cols + j + 4 * u);
+          all[u] += a * load4(summed + t * cols + j + 4 * u);
         }
       }
       for (int u = 0; u < U; ++u) {
-        if (Residual) store<W>(e + j + u * W, load<W>(m + j + u * W) - mine[u]);
-        store<W>(m + j + u * W, all[u]);
+        if (Residual) store4(e + j + 4 * u, load4(m + j + 4 * u) - mine[u]);
+        store4(m + j + 4 * u, all[u]);
       }
     }
     for (; j < len; ++j) {
@@ -189,59 +155,6 @@ SC_PASS void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float
     }
   }
 }
-
-template <int W>
-SC_PASS void finishAll(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local,
-                       const float* summed, int r, float* residual) {
-  if (residual) {
-    finishRows<W, true>(x, n, s, p, local, summed, r, residual);
-  } else {
-    finishRows<W, false>(x, n, s, p, nullptr, summed, r, nullptr);
-  }
-}
-
-// The three passes over a matrix, at the widest W this CPU runs.
-struct Passes {
-  void (*timesQ)(const float*, int64_t, const PowerSgdShape&, const float*, int, float*);
-  void (*transposeTimesP)(const float*, int64_t, const PowerSgdShape&, const float*, int, float*);
-  void (*finish)(float*, int64_t, const PowerSgdShape&, const float*, const float*, const float*, int, float*);
-};
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define SC_AVX __attribute__((target("avx")))
-SC_AVX void timesQ8(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int r, float* out) {
-  timesQ<8>(c, n, s, qt, r, out);
-}
-SC_AVX void transposeTimesP8(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
-  transposeTimesP<8>(c, n, s, p, r, qt);
-}
-SC_AVX void finish8(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local,
-                    const float* summed, int r, float* residual) {
-  finishAll<8>(x, n, s, p, local, summed, r, residual);
-}
-#endif
-void timesQ4(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int r, float* out) {
-  timesQ<4>(c, n, s, qt, r, out);
-}
-void transposeTimesP4(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
-  transposeTimesP<4>(c, n, s, p, r, qt);
-}
-void finish4(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local, const float* summed,
-             int r, float* residual) {
-  finishAll<4>(x, n, s, p, local, summed, r, residual);
-}
-
-const Passes kPortable{timesQ4, transposeTimesP4, finish4};
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-const Passes kAvx{timesQ8, transposeTimesP8, finish8};
-bool avxAvailable() {
-  static const bool have = __builtin_cpu_supports("avx");
-  return have;
-}
-#else
-const Passes kAvx = kPortable;
-bool avxAvailable() { return false; }
-#endif
 
 // P's columns (rows x r, row-major) made orthonormal: modified Gram-Schmidt,
 // each column projected twice (stable to rounding for r <= 64); a column
@@ -304,15 +217,8 @@ PowerSgdPlan powerSgdPlan(int64_t n, int r, const PowerSgdLayout& layout) {
   return plan;
 }
 
-int powerSgdWidest() { return avxAvailable() ? 8 : 4; }
-
 void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
-              const std::function<void(float*, int64_t)>& allreduceSum, float* residual, int width) {
-  if (width != 0 && width != 4 && !(width == 8 && avxAvailable())) {
-    fail(ErrorKind::InvalidArgument, "scalecomm powersgd: vector width ", width, " is not one this CPU runs (",
-         powerSgdWidest() == 8 ? "4 or 8" : "4", ")");
-  }
-  const Passes& passes = width == 4 || !avxAvailable() ? kPortable : kAvx;
+              const std::function<void(float*, int64_t)>& allreduceSum, float* residual) {
   const PowerSgdPlan plan = powerSgdPlan(n, r, layout);
   if (plan.secondCount == 0) {  // nothing gains from factors: the dense sum
     allreduceSum(x, n);
@@ -341,7 +247,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     for (int64_t j = 0; j < b.shape.cols; ++j) {
       for (int t = 0; t < r; ++t) q[t * b.shape.cols + j] = warmQ[j * r + t];
     }
-    passes.timesQ(m, b.count, b.shape, q, r, first.data() + b.first);
+    timesQ(m, b.count, b.shape, q, r, first.data() + b.first);
   }
   allreduceSum(first.data(), plan.firstCount);
   if (!allFinite(first.data(), plan.firstCount)) {  // some rank's c was not finite: so is the sum
@@ -360,7 +266,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     float* p = first.data() + b.first;
     float* q = qt.data() + b.second;
     orthonormalise(p, s.rows, r);
-    passes.transposeTimesP(m, b.count, s, p, r, q);
+    transposeTimesP(m, b.count, s, p, r, q);
   }
   // This rank's Q, for the residual, which the last pass writes with x.
   std::vector<float> local;
@@ -371,8 +277,11 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     const PowerSgdShape& s = b.shape;
     const float* p = first.data() + b.first;
     const float* q = qt.data() + b.second;
-    passes.finish(x + b.offset, b.count, s, p, residual ? local.data() + b.second : nullptr, q, r,
-                  residual ? residual + b.offset : nullptr);
+    if (residual) {
+      finishRows<true>(x + b.offset, b.count, s, p, local.data() + b.second, q, r, residual + b.offset);
+    } else {
+      finishRows<false>(x + b.offset, b.count, s, p, nullptr, q, r, nullptr);
+    }
     float* warmQ = warm.q.data() + b.second;
     for (int64_t j = 0; j < s.cols; ++j) {
       for (int t = 0; t < r; ++t) warmQ[j * r + t] = q[t * s.cols + j];

@@ -26,9 +26,7 @@
 // of (rows + cols) x rank floats plus the dense values. Each of P's entries
 // is summed in 8 partial sums (element j into sum j mod 8, added pairwise),
 // each of Q's and of the products in order, no fused multiply-add: the same
-// bits on every machine and at every vector width. `width` (floats per
-// vector): 0, the widest this CPU runs (powerSgdWidest(): 8 on x86 with AVX,
-// else 4); 4 runs anywhere; others throw InvalidArgument.
+// bits on every machine.
 // Thread safety: none needed (no shared state).
 #pragma once
 
@@ -81,8 +79,7 @@ struct PowerSgdWarmStart {
   int64_t cols = 0;      // the blocks' cols together
 };
 
-int powerSgdWidest();
 void powerSgd(float* x, int64_t n, int rank, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
-              const std::function<void(float*, int64_t)>& allreduceSum, float* residual, int width = 0);
+              const std::function<void(float*, int64_t)>& allreduceSum, float* residual);
 
 }  // namespace scalecomm

@@ -590,7 +590,7 @@ TEST(powersgd_has_the_bits_of_its_plain_definition) {
   // and one near-square matrix whose last row is short; ranks 1-8, so Q's
   // columns go four at a time and alone. The "allreduce" triples each value,
   // so the summed Q differs from this rank's (the residual takes this
-  // rank's). Every vector width this CPU runs.
+  // rank's).
   const auto triple = [](float* v, int64_t k) {
     for (int64_t i = 0; i < k; ++i) v[i] = 3.f * v[i];
   };
@@ -603,84 +603,71 @@ TEST(powersgd_has_the_bits_of_its_plain_definition) {
       {{}, 1000},  // 32 x 32, the last row 8 long
       {{}, 4099},
   };
-  std::vector<int> widths{4};
-  if (powerSgdWidest() == 8) widths.push_back(8);
   for (const Case& c : cases) {
     for (int r : {1, 3, 4, 5, 8}) {
-      for (int width : widths) {
-        const std::vector<float> x = gaussian(c.n, 70 + r);
-        std::vector<float> residual(c.n, 1.f), got = x;
-        PowerSgdWarmStart warm;
-        for (int call = 0; call < 2; ++call) {  // the second from the first's warm start
-          got = x;
-          powerSgd(got.data(), c.n, r, c.layout, warm, triple, residual.data(), width);
+      const std::vector<float> x = gaussian(c.n, 70 + r);
+      std::vector<float> residual(c.n, 1.f), got = x;
+      PowerSgdWarmStart warm;
+      for (int call = 0; call < 2; ++call) {  // the second from the first's warm start
+        got = x;
+        powerSgd(got.data(), c.n, r, c.layout, warm, triple, residual.data());
+      }
+      // The same two calls, element by element.
+      const PowerSgdPlan plan = powerSgdPlan(c.n, r, c.layout);
+      std::vector<float> want = x, wantResidual(c.n), q0(plan.secondCount);
+      for (const auto& b : plan.blocks) {
+        if (!b.shape.gains) continue;
+        for (int64_t i = 0; i < b.shape.cols * r; ++i)
+          q0[b.second + i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
+      }
+      for (int call = 0; call < 2; ++call) {
+        want = x;
+        std::vector<float> first(plan.firstCount), second(plan.secondCount);
+        std::vector<std::vector<float>> ps;
+        for (const auto& b : plan.blocks) {
+          if (!b.shape.gains) {
+            std::copy(x.begin() + b.offset, x.begin() + b.offset + b.count, first.begin() + b.first);
+            continue;
+          }
+          const auto p =
+              PlainPowerSgd::first(x.data() + b.offset, b.count, b.shape.rows, b.shape.cols, q0.data() + b.second, r);
+          std::copy(p.begin(), p.end(), first.begin() + b.first);
         }
-        // The same two calls, element by element.
-        const PowerSgdPlan plan = powerSgdPlan(c.n, r, c.layout);
-        std::vector<float> want = x, wantResidual(c.n), q0(plan.secondCount);
+        triple(first.data(), plan.firstCount);
+        for (const auto& b : plan.blocks) {
+          if (!b.shape.gains) {
+            for (int64_t i = 0; i < b.count; ++i)
+              want[b.offset + i] = first[b.first + i], wantResidual[b.offset + i] = 0;
+            continue;
+          }
+          std::vector<float> p(first.begin() + b.first, first.begin() + b.first + b.shape.rows * r);
+          PlainPowerSgd::orthonormal(p, b.shape.rows, r);
+          const auto q = PlainPowerSgd::second(x.data() + b.offset, b.count, b.shape.rows, b.shape.cols, p, r);
+          for (int64_t e = 0; e < b.count; ++e)
+            wantResidual[b.offset + e] =
+                x[b.offset + e] - PlainPowerSgd::product(p, q, r, e / b.shape.cols, e % b.shape.cols);
+          std::copy(q.begin(), q.end(), second.begin() + b.second);
+          ps.push_back(p);
+        }
+        triple(second.data(), plan.secondCount);
+        size_t k = 0;
         for (const auto& b : plan.blocks) {
           if (!b.shape.gains) continue;
-          for (int64_t i = 0; i < b.shape.cols * r; ++i)
-            q0[b.second + i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
+          const std::vector<float> q(second.begin() + b.second, second.begin() + b.second + b.shape.cols * r);
+          for (int64_t e = 0; e < b.count; ++e)
+            want[b.offset + e] = PlainPowerSgd::product(ps[k], q, r, e / b.shape.cols, e % b.shape.cols);
+          std::copy(q.begin(), q.end(), q0.begin() + b.second);
+          ++k;
         }
-        for (int call = 0; call < 2; ++call) {
-          want = x;
-          std::vector<float> first(plan.firstCount), second(plan.secondCount);
-          std::vector<std::vector<float>> ps;
-          for (const auto& b : plan.blocks) {
-            if (!b.shape.gains) {
-              std::copy(x.begin() + b.offset, x.begin() + b.offset + b.count, first.begin() + b.first);
-              continue;
-            }
-            const auto p =
-                PlainPowerSgd::first(x.data() + b.offset, b.count, b.shape.rows, b.shape.cols, q0.data() + b.second, r);
-            std::copy(p.begin(), p.end(), first.begin() + b.first);
-          }
-          triple(first.data(), plan.firstCount);
-          for (const auto& b : plan.blocks) {
-            if (!b.shape.gains) {
-              for (int64_t i = 0; i < b.count; ++i)
-                want[b.offset + i] = first[b.first + i], wantResidual[b.offset + i] = 0;
-              continue;
-            }
-            std::vector<float> p(first.begin() + b.first, first.begin() + b.first + b.shape.rows * r);
-            PlainPowerSgd::orthonormal(p, b.shape.rows, r);
-            const auto q = PlainPowerSgd::second(x.data() + b.offset, b.count, b.shape.rows, b.shape.cols, p, r);
-            for (int64_t e = 0; e < b.count; ++e)
-              wantResidual[b.offset + e] =
-                  x[b.offset + e] - PlainPowerSgd::product(p, q, r, e / b.shape.cols, e % b.shape.cols);
-            std::copy(q.begin(), q.end(), second.begin() + b.second);
-            ps.push_back(p);
-          }
-          triple(second.data(), plan.secondCount);
-          size_t k = 0;
-          for (const auto& b : plan.blocks) {
-            if (!b.shape.gains) continue;
-            const std::vector<float> q(second.begin() + b.second, second.begin() + b.second + b.shape.cols * r);
-            for (int64_t e = 0; e < b.count; ++e)
-              want[b.offset + e] = PlainPowerSgd::product(ps[k], q, r, e / b.shape.cols, e % b.shape.cols);
-            std::copy(q.begin(), q.end(), q0.begin() + b.second);
-            ++k;
-          }
-        }
-        const std::string what =
-            "n " + std::to_string(c.n) + ", rank " + std::to_string(r) + ", width " + std::to_string(width);
-        CHECK(std::memcmp(got.data(), want.data(), c.n * sizeof(float)) == 0 ||
-              (std::printf("%s: x\n", what.c_str()), false));
-        CHECK(std::memcmp(residual.data(), wantResidual.data(), c.n * sizeof(float)) == 0 ||
-              (std::printf("%s: residual\n", what.c_str()), false));
-        CHECK(std::memcmp(warm.q.data(), q0.data(), q0.size() * sizeof(float)) == 0 ||
-              (std::printf("%s: warm start\n", what.c_str()), false));
       }
+      const std::string what = "n " + std::to_string(c.n) + ", rank " + std::to_string(r);
+      CHECK(std::memcmp(got.data(), want.data(), c.n * sizeof(float)) == 0 ||
+            (std::printf("%s: x\n", what.c_str()), false));
+      CHECK(std::memcmp(residual.data(), wantResidual.data(), c.n * sizeof(float)) == 0 ||
+            (std::printf("%s: residual\n", what.c_str()), false));
+      CHECK(std::memcmp(warm.q.data(), q0.data(), q0.size() * sizeof(float)) == 0 ||
+            (std::printf("%s: warm start\n", what.c_str()), false));
     }
-  }
-  PowerSgdWarmStart warm;
-  std::vector<float> x(64);
-  try {
-    powerSgd(x.data(), 64, 2, {}, warm, triple, nullptr, 16);
-    throw sctest::Failure{"accepted a vector width of 16"};
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::InvalidArgument);
   }
 }
 
