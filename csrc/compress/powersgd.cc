@@ -8,6 +8,7 @@
 #include "compress/codec.h"
 #include "compress/random.h"
 #include "core/error.h"
+#include "core/floats4.h"
 
 namespace scalecomm {
 
@@ -20,16 +21,6 @@ namespace {
 // no faster: the passes are bound by memory). Every product and sum is one
 // IEEE operation in a fixed order (no fused multiply-add), so the bits are
 // the same on every machine.
-
-using Floats4 = float __attribute__((vector_size(16)));
-
-inline Floats4 load4(const float* p) {
-  Floats4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store4(float* p, Floats4 v) { std::memcpy(p, &v, sizeof v); }
-inline Floats4 splat4(float a) { return Floats4{a, a, a, a}; }  // (not 0 + a, which loses a -0's sign)
 
 int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
   return std::max<int64_t>(0, std::min(s.cols, n - i * s.cols));

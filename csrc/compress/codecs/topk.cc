@@ -16,6 +16,7 @@
 // was finite; a NaN orders as an infinity wherever magnitudes are ranked.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "compress/codec.h"
 #include "compress/random.h"
 #include "core/error.h"
+#include "core/floats4.h"
 
 namespace scalecomm {
 
@@ -79,15 +81,7 @@ struct Candidates {
 // a time in GCC/Clang vector types (SSE2 or NEON: gcc 12 does not vectorise
 // the scalar form); only blocks with a candidate are read again.
 constexpr int64_t kBlock = 16;
-using Floats4 = float __attribute__((vector_size(16)));
 using Mask4 = int32_t __attribute__((vector_size(16)));
-
-inline Floats4 load4(const float* p) {
-  Floats4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store4(float* p, Floats4 v) { std::memcpy(p, &v, sizeof v); }
 
 // The candidate test, per value and four at a time (the same answers: an
 // unordered compare lets a NaN pass).
