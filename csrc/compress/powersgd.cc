@@ -19,8 +19,8 @@ namespace {
 // a time in GCC/Clang vector types (SSE2, NEON; gcc 12 vectorises none of
 // the scalar forms, whose sums it keeps in memory; eight-wide AVX measured
 // no faster: the passes are bound by memory). Every product and sum is one
-// IEEE operation in a fixed order (no fused multiply-add), so the bits are
-// the same on every machine.
+// IEEE operation in a fixed order (no fused multiply-add: core/floats4.h),
+// so the bits are the same on every x86-64 machine.
 
 int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
   return std::max<int64_t>(0, std::min(s.cols, n - i * s.cols));

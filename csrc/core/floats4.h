@@ -1,10 +1,12 @@
 // scalecomm core: four floats as one GCC/Clang vector (an SSE2 or NEON
 // register), for the host loops gcc does not vectorise in scalar form.
 //
-// Contract: Floats4's arithmetic is per lane, one IEEE operation each (the
-// same bits as the scalar code in the same order; no fused multiply-add on
-// the targets this builds for). load4/store4 take any alignment. splat4
-// copies a into every lane (a -0 keeps its sign, which 0 + a would not).
+// Contract: Floats4's arithmetic is per lane, one IEEE operation each: the
+// same bits as the scalar code in the same order where the compiler fuses
+// no multiply-add (x86-64's baseline has no FMA; on an FMA target, such as
+// aarch64, gcc fuses a * b + c unless built with -ffp-contract=off).
+// load4/store4 take any alignment. splat4 copies a into every lane (a -0
+// keeps its sign, which 0 + a would not).
 // Stateless.
 #pragma once
 
