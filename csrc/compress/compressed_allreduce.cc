@@ -51,18 +51,12 @@ void compressedAllreduce(float* x, int64_t n, const CompressedSite& site, bool e
   };
   const Codec* codec = site.codec();
   bool averaged = false;
-  if (codec == nullptr) {  // powersgd: its own two rounds, in place on x (the sum replaces c)
-    uint32_t bad = 0;      // acc = x + residual, in x
-    if (residual) {
-      for (int64_t i = 0; i < n; ++i) bad |= nonFinite(x[i] += residual[i]);
-    } else {
-      bad = !allFinite(x, n);
-    }
-    if (bad != 0) overflowed();
+  if (codec == nullptr) {  // powersgd: its own two rounds, in place on x (adds the residual, averages)
     const auto allreduce = [&](float* data, int64_t count) {
       comms.allreduce(data, count, DataType::Float32, ReduceOp::Sum);
     };
-    powerSgd(x, n, site.spec().rank, layout, state.warm, allreduce, residual);
+    powerSgd(x, n, site.spec().rank, layout, state.warm, allreduce, residual, average ? comms.size : 1);
+    averaged = average;
   } else if (const auto type = codec->sumType()) {
     const int64_t b = codec->payloadBytes(n);
     uint8_t* payload = state.payloads.get(static_cast<size_t>(b));

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
+#include "comm/reducer.h"
 #include "compress/codec.h"
 #include "compress/random.h"
 #include "core/error.h"
@@ -46,6 +48,18 @@ void rowDots(const float* m, int64_t len, const float* q, int64_t stride, float*
     for (int64_t t = j; t < len; ++t) sum += m[t] * q[b * stride + t];
     out[b] = sum;
   }
+}
+
+// x[0..len) += e[0..len) (e nullable: x as it is); 1 if a value is not
+// finite (nonFinite, ORed: the loop vectorises).
+uint32_t accumulate(float* x, const float* e, int64_t len) {
+  uint32_t bad = 0;
+  if (e == nullptr) {
+    for (int64_t j = 0; j < len; ++j) bad |= nonFinite(x[j]);
+  } else {
+    for (int64_t j = 0; j < len; ++j) bad |= nonFinite(x[j] += e[j]);
+  }
+  return bad;
 }
 
 // out (rows x r, row-major) = M Q.
@@ -108,18 +122,26 @@ inline float product1(const float* pi, const float* qt, int64_t cols, int r, int
 }
 
 // The last pass over a matrix (its rows of x, in place): residual (where
-// not null) = M - P (this rank's Q)^T, then M = P (the summed Q)^T; sixteen
-// values at a time, as product1 adds.
+// not null) = M - P (this rank's Q)^T, then M = P (the summed Q)^T /
+// divisor (one division per value, as divideInPlace's; none where divisor
+// is 1); sixteen values at a time, as product1 adds.
 template <bool Residual>
 void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local, const float* summed,
-                int r, float* residual) {
+                int r, float* residual, int64_t divisor) {
   constexpr int U = 4;
   const int64_t cols = s.cols;
+  const float d = static_cast<float>(divisor);
+  const bool divide = divisor != 1;
   for (int64_t i = 0; i < s.rows; ++i) {
     float* m = x + i * cols;
     float* e = Residual ? residual + i * cols : nullptr;
     const float* pi = p + i * r;
     const int64_t len = rowLength(s, n, i);
+    const auto one = [&](int64_t j) {
+      if (Residual) e[j] = m[j] - product1(pi, local, cols, r, j);
+      const float v = product1(pi, summed, cols, r, j);
+      m[j] = divide ? v / d : v;
+    };
     int64_t j = 0;
     for (; j + 16 <= len; j += 16) {
       Floats4 mine[U], all[U];
@@ -137,13 +159,10 @@ void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, con
       }
       for (int u = 0; u < U; ++u) {
         if (Residual) store4(e + j + 4 * u, load4(m + j + 4 * u) - mine[u]);
-        store4(m + j + 4 * u, all[u]);
+        store4(m + j + 4 * u, divide ? all[u] / splat4(d) : all[u]);
       }
     }
-    for (; j < len; ++j) {
-      if (Residual) e[j] = m[j] - product1(pi, local, cols, r, j);
-      m[j] = product1(pi, summed, cols, r, j);
-    }
+    for (; j < len; ++j) one(j);
   }
 }
 
@@ -209,11 +228,22 @@ PowerSgdPlan powerSgdPlan(int64_t n, int r, const PowerSgdLayout& layout) {
 }
 
 void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
-              const std::function<void(float*, int64_t)>& allreduceSum, float* residual) {
+              const std::function<void(float*, int64_t)>& allreduceSum, float* residual, int64_t divisor) {
   const PowerSgdPlan plan = powerSgdPlan(n, r, layout);
+  const auto divide = [divisor](float* v, int64_t count) {
+    if (divisor != 1) divideInPlace(v, count, DataType::Float32, divisor);
+  };
+  // A rank whose c is not finite sends infinities, so that every rank's sum
+  // shows it; its residual starts afresh.
+  const auto poisoned = [&](float* sent, int64_t count) {
+    std::fill(sent, sent + count, std::numeric_limits<float>::infinity());
+    if (residual) std::fill(residual, residual + n, 0.f);
+  };
   if (plan.secondCount == 0) {  // nothing gains from factors: the dense sum
+    if (accumulate(x, residual, n) != 0) poisoned(x, n);
     allreduceSum(x, n);
     if (!allFinite(x, n)) return;
+    divide(x, n);
     if (residual) std::fill(residual, residual + n, 0.f);
     return;
   }
@@ -227,6 +257,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     warm.cols = plan.qCols;
   }
   std::vector<float> first(static_cast<size_t>(plan.firstCount)), qt(static_cast<size_t>(plan.secondCount));
+  const uint32_t bad = accumulate(x, residual, n);
   for (const auto& b : plan.blocks) {
     const float* m = x + b.offset;
     if (!b.shape.gains) {
@@ -240,6 +271,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     }
     timesQ(m, b.count, b.shape, q, r, first.data() + b.first);
   }
+  if (bad != 0) poisoned(first.data(), plan.firstCount);
   allreduceSum(first.data(), plan.firstCount);
   if (!allFinite(first.data(), plan.firstCount)) {  // some rank's c was not finite: so is the sum
     std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
@@ -250,6 +282,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     const float* sum = first.data() + b.first;
     if (!b.shape.gains) {
       std::copy(sum, sum + b.count, m);
+      divide(m, b.count);
       if (residual) std::fill(residual + b.offset, residual + b.offset + b.count, 0.f);
       continue;
     }
@@ -269,9 +302,9 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     const float* p = first.data() + b.first;
     const float* q = qt.data() + b.second;
     if (residual) {
-      finishRows<true>(x + b.offset, b.count, s, p, local.data() + b.second, q, r, residual + b.offset);
+      finishRows<true>(x + b.offset, b.count, s, p, local.data() + b.second, q, r, residual + b.offset, divisor);
     } else {
-      finishRows<false>(x + b.offset, b.count, s, p, nullptr, q, r, nullptr);
+      finishRows<false>(x + b.offset, b.count, s, p, nullptr, q, r, nullptr, divisor);
     }
     float* warmQ = warm.q.data() + b.second;
     for (int64_t j = 0; j < s.cols; ++j) {

@@ -1,33 +1,35 @@
 // scalecomm compress: PowerSGD (Vogels et al., 2019), one power iteration
 // per call, warm-started, on raw float32 host memory.
 //
-// Contract: powerSgd() compresses the n values of x (on entry: this rank's
-// c, the gradient plus its carried residual) block by block (`layout`: the
-// weights of a DDP bucket, in order; empty: one near-square matrix). A
-// matrix block M (rows x cols, zero padded) with Q (cols x rank, row-major)
-// its warm start runs
+// Contract: powerSgd() compresses c = x + residual (x: this rank's n
+// values on entry; `residual`: nullable, n values, not aliasing x, what the
+// last call left out) block by block (`layout`: the weights of a DDP
+// bucket, in order; empty: one near-square matrix). A matrix block M of c
+// (rows x cols, zero padded) with Q (cols x rank, row-major) its warm start
+// runs
 //   P = M Q; allreduceSum(all P and the dense blocks); P = orthonormal
 //   columns of P; Q = M^T P; residual = M - P Q^T;
-//   allreduceSum(all Q); M's values in x = P Q^T
+//   allreduceSum(all Q); M's values in x = P Q^T / divisor
 // and keeps its summed Q for the next call: two allreduces per call, however
 // many blocks. A dense block (kPowerSgdDense: a bias, a norm's scale, or a
 // matrix whose factors would not be smaller than it) is summed exactly in the
-// first allreduce and leaves a zero residual. Warm starts of another layout
-// (first call, or the tensor changed) start from the same normal draws on
-// every rank (block-local indices). Columns of P that vanish (a
+// first allreduce, divided, and leaves a zero residual. The division is one
+// per value, as divideInPlace's (divisor 1: none). Warm starts of another
+// layout (first call, or the tensor changed) start from the same normal
+// draws on every rank (block-local indices). Columns of P that vanish (a
 // rank-deficient M) stay zero.
-// `residual` (nullable, n values, not aliasing x) receives what this rank's
-// approximation left out, for error feedback.
-// When the first sum is not finite (some rank's c was not), x is not
-// finite either, and neither the warm start nor the residual
-// is written, so no infinity or NaN enters the state.
-// Cost: three passes over each matrix (P, Q, and one that writes the
-// residual and x), plus rows x rank^2 for the orthonormalisation; allreduces
-// of (rows + cols) x rank floats plus the dense values. Each of P's entries
-// is summed in 8 partial sums (element j into sum j mod 8, added pairwise),
-// each of Q's and of the products in order, no fused multiply-add: the same
-// bits on every x86-64 machine (core/floats4.h: an FMA target needs
-// -ffp-contract=off for that).
+// When this rank's c is not finite, it sends infinities and its residual
+// starts afresh (zeros). When the first sum is not finite (some rank's c was
+// not), x is not finite either, and neither the warm start nor (on the
+// ranks whose c was finite) the residual is written, so no infinity or NaN
+// enters the state.
+// Cost: one pass over x (c, and whether it is finite), then three over
+// each matrix (P, Q, and one that writes the residual and x), plus rows x
+// rank^2 for the orthonormalisation; allreduces of (rows + cols) x rank
+// floats plus the dense values. Each of P's entries is summed in 8 partial
+// sums (element j into sum j mod 8, added pairwise), each of Q's and of the
+// products in order, no fused multiply-add: the same bits on every x86-64
+// machine (core/floats4.h: an FMA target needs -ffp-contract=off for that).
 // Thread safety: none needed (no shared state).
 #pragma once
 
@@ -81,6 +83,6 @@ struct PowerSgdWarmStart {
 };
 
 void powerSgd(float* x, int64_t n, int rank, const PowerSgdLayout& layout, PowerSgdWarmStart& warm,
-              const std::function<void(float*, int64_t)>& allreduceSum, float* residual);
+              const std::function<void(float*, int64_t)>& allreduceSum, float* residual, int64_t divisor = 1);
 
 }  // namespace scalecomm

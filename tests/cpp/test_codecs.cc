@@ -590,7 +590,7 @@ TEST(powersgd_has_the_bits_of_its_plain_definition) {
   // and one near-square matrix whose last row is short; ranks 1-8, so Q's
   // columns go four at a time and alone. The "allreduce" triples each value,
   // so the summed Q differs from this rank's (the residual takes this
-  // rank's).
+  // rank's). Two calls, so the second adds the first's residual.
   const auto triple = [](float* v, int64_t k) {
     for (int64_t i = 0; i < k; ++i) v[i] = 3.f * v[i];
   };
@@ -605,47 +605,52 @@ TEST(powersgd_has_the_bits_of_its_plain_definition) {
   };
   for (const Case& c : cases) {
     for (int r : {1, 3, 4, 5, 8}) {
+      const int64_t divisor = r % 2 == 0 ? 1 : 3;  // an average over three ranks, and none
       const std::vector<float> x = gaussian(c.n, 70 + r);
       std::vector<float> residual(c.n, 1.f), got = x;
       PowerSgdWarmStart warm;
-      for (int call = 0; call < 2; ++call) {  // the second from the first's warm start
+      for (int call = 0; call < 2; ++call) {  // the second from the first's warm start and residual
         got = x;
-        powerSgd(got.data(), c.n, r, c.layout, warm, triple, residual.data());
+        powerSgd(got.data(), c.n, r, c.layout, warm, triple, residual.data(), divisor);
       }
-      // The same two calls, element by element.
+      // The same two calls, element by element: c = x + the residual, x =
+      // the product / divisor.
       const PowerSgdPlan plan = powerSgdPlan(c.n, r, c.layout);
-      std::vector<float> want = x, wantResidual(c.n), q0(plan.secondCount);
+      std::vector<float> want = x, wantResidual(c.n, 1.f), q0(plan.secondCount);
+      const auto divided = [divisor](float v) { return divisor == 1 ? v : v / static_cast<float>(divisor); };
       for (const auto& b : plan.blocks) {
         if (!b.shape.gains) continue;
         for (int64_t i = 0; i < b.shape.cols * r; ++i)
           q0[b.second + i] = codec_random::normal(kPowerSgdWarmStartSeed, i);
       }
       for (int call = 0; call < 2; ++call) {
-        want = x;
+        std::vector<float> m(c.n);
+        for (int64_t i = 0; i < c.n; ++i) m[i] = x[i] + wantResidual[i];
+        want = m;
         std::vector<float> first(plan.firstCount), second(plan.secondCount);
         std::vector<std::vector<float>> ps;
         for (const auto& b : plan.blocks) {
           if (!b.shape.gains) {
-            std::copy(x.begin() + b.offset, x.begin() + b.offset + b.count, first.begin() + b.first);
+            std::copy(m.begin() + b.offset, m.begin() + b.offset + b.count, first.begin() + b.first);
             continue;
           }
           const auto p =
-              PlainPowerSgd::first(x.data() + b.offset, b.count, b.shape.rows, b.shape.cols, q0.data() + b.second, r);
+              PlainPowerSgd::first(m.data() + b.offset, b.count, b.shape.rows, b.shape.cols, q0.data() + b.second, r);
           std::copy(p.begin(), p.end(), first.begin() + b.first);
         }
         triple(first.data(), plan.firstCount);
         for (const auto& b : plan.blocks) {
           if (!b.shape.gains) {
             for (int64_t i = 0; i < b.count; ++i)
-              want[b.offset + i] = first[b.first + i], wantResidual[b.offset + i] = 0;
+              want[b.offset + i] = divided(first[b.first + i]), wantResidual[b.offset + i] = 0;
             continue;
           }
           std::vector<float> p(first.begin() + b.first, first.begin() + b.first + b.shape.rows * r);
           PlainPowerSgd::orthonormal(p, b.shape.rows, r);
-          const auto q = PlainPowerSgd::second(x.data() + b.offset, b.count, b.shape.rows, b.shape.cols, p, r);
+          const auto q = PlainPowerSgd::second(m.data() + b.offset, b.count, b.shape.rows, b.shape.cols, p, r);
           for (int64_t e = 0; e < b.count; ++e)
             wantResidual[b.offset + e] =
-                x[b.offset + e] - PlainPowerSgd::product(p, q, r, e / b.shape.cols, e % b.shape.cols);
+                m[b.offset + e] - PlainPowerSgd::product(p, q, r, e / b.shape.cols, e % b.shape.cols);
           std::copy(q.begin(), q.end(), second.begin() + b.second);
           ps.push_back(p);
         }
@@ -655,7 +660,7 @@ TEST(powersgd_has_the_bits_of_its_plain_definition) {
           if (!b.shape.gains) continue;
           const std::vector<float> q(second.begin() + b.second, second.begin() + b.second + b.shape.cols * r);
           for (int64_t e = 0; e < b.count; ++e)
-            want[b.offset + e] = PlainPowerSgd::product(ps[k], q, r, e / b.shape.cols, e % b.shape.cols);
+            want[b.offset + e] = divided(PlainPowerSgd::product(ps[k], q, r, e / b.shape.cols, e % b.shape.cols));
           std::copy(q.begin(), q.end(), q0.begin() + b.second);
           ++k;
         }
