@@ -130,6 +130,8 @@ def _extensions():
     # -fno-trapping-math: nothing here enables floating-point traps, and without
     # it GCC keeps the fp16 conversions' selects as branches, which stops the
     # reduction loops from vectorising (results are unchanged: not fast-math).
+    # -ffp-contract=off: no multiply-add fused on FMA targets (aarch64), so
+    # products and sums round as on x86-64 (the codecs' same-bits contracts).
     # -g1: line tables (backtraces name file and line); full -g nearly doubles
     # the compile time of the files that include torch's headers.
     # SCALECOMM_CXXFLAGS adds the builder's own (later flags win: "-O1 -g0").
@@ -137,6 +139,7 @@ def _extensions():
         "-O3",
         "-g1",
         "-fno-trapping-math",
+        "-ffp-contract=off",
         "-fvisibility=hidden",
         "-Wall",
         "-Wno-unused-function",

@@ -22,7 +22,7 @@ namespace {
 // the scalar forms, whose sums it keeps in memory; eight-wide AVX measured
 // no faster: the passes are bound by memory). Every product and sum is one
 // IEEE operation in a fixed order (no fused multiply-add: core/floats4.h),
-// so the bits are the same on every x86-64 machine.
+// so the bits are the same on every machine.
 
 int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
   return std::max<int64_t>(0, std::min(s.cols, n - i * s.cols));

@@ -28,8 +28,8 @@
 // rank^2 for the orthonormalisation; allreduces of (rows + cols) x rank
 // floats plus the dense values. Each of P's entries is summed in 8 partial
 // sums (element j into sum j mod 8, added pairwise), each of Q's and of the
-// products in order, no fused multiply-add: the same bits on every x86-64
-// machine (core/floats4.h: an FMA target needs -ffp-contract=off for that).
+// products in order, no fused multiply-add (core/floats4.h): the same bits
+// on every machine.
 // Thread safety: none needed (no shared state).
 #pragma once
 

@@ -2,9 +2,9 @@
 // register), for the host loops gcc does not vectorise in scalar form.
 //
 // Contract: Floats4's arithmetic is per lane, one IEEE operation each: the
-// same bits as the scalar code in the same order where the compiler fuses
-// no multiply-add (x86-64's baseline has no FMA; on an FMA target, such as
-// aarch64, gcc fuses a * b + c unless built with -ffp-contract=off).
+// same bits as the scalar code in the same order, as the compiler fuses no
+// multiply-add (x86-64's baseline has no FMA; the build passes
+// -ffp-contract=off, so an FMA target such as aarch64 fuses none either).
 // load4/store4 take any alignment. splat4 copies a into every lane (a -0
 // keeps its sign, which 0 + a would not).
 // Stateless.
