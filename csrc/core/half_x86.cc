@@ -67,7 +67,9 @@ SC_F16C inline __m256 load8(const uint16_t* p) {
 
 // A tile at a time: each addition is a pass over the tile (which stays in
 // L1), so the eight-value steps of a pass are independent and pipeline; the
-// last addition writes the output unless a divide follows.
+// last addition writes the output unless a last pass follows: the average's
+// division, or, for a single input, its copy, rounded as the per-element
+// code rounds (a NaN comes out quiet).
 constexpr int64_t kTile = 2048;
 
 template <typename F>
@@ -76,6 +78,7 @@ SC_F16C void fold(uint16_t* dst, uint16_t* also, const void* const* inputs, int 
   const auto d = static_cast<float>(divisor);
   const __m256 dv = _mm256_set1_ps(d);
   const auto store = [](uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); };
+  const bool lastPass = divisor > 1 || k == 1;
   alignas(32) uint16_t tile[kTile];
   const int64_t body = n / 8 * 8;
   for (int64_t at = 0; at < body; at += kTile) {
@@ -83,11 +86,11 @@ SC_F16C void fold(uint16_t* dst, uint16_t* also, const void* const* inputs, int 
     const uint16_t* sum = in(0) + at;  // the sum so far
     for (int j = 1; j < k; ++j) {
       const uint16_t* z = in(j) + at;
-      uint16_t* out = j == k - 1 && divisor <= 1 ? dst + at : tile;
+      uint16_t* out = j == k - 1 && !lastPass ? dst + at : tile;
       for (int64_t i = 0; i < m; i += 8) store(out + i, F::round8(_mm256_add_ps(load8<F>(sum + i), load8<F>(z + i))));
       sum = out;
     }
-    if (divisor > 1 || k == 1) {  // k == 1: rounded as the per-element code rounds (a NaN comes out quiet)
+    if (lastPass) {
       for (int64_t i = 0; i < m; i += 8) {
         const __m256 v = load8<F>(sum + i);
         store(dst + at + i, F::round8(divisor > 1 ? _mm256_div_ps(v, dv) : v));
@@ -99,7 +102,7 @@ SC_F16C void fold(uint16_t* dst, uint16_t* also, const void* const* inputs, int 
   for (int64_t i = body; i < n; ++i) {
     uint16_t h = in(0)[i];
     for (int j = 1; j < k; ++j) h = reduceElement<Tag, ReduceOp::Sum>(h, in(j)[i]);
-    if (divisor > 1 || k == 1) h = divideElement<Tag>(h, divisor > 1 ? divisor : 1);
+    if (lastPass) h = divideElement<Tag>(h, std::max<int64_t>(divisor, 1));
     dst[i] = h;
     if (also != nullptr) also[i] = h;
   }
