@@ -50,16 +50,13 @@ void rowDots(const float* m, int64_t len, const float* q, int64_t stride, float*
   }
 }
 
-// x[0..len) += e[0..len) (e nullable: x as it is); 1 if a value is not
-// finite (nonFinite, ORed: the loop vectorises).
-uint32_t accumulate(float* x, const float* e, int64_t len) {
+// x[0..len) += e[0..len) (e nullable: x as it is); false if a value is
+// not finite (nonFinite, ORed: the loop vectorises).
+bool accumulate(float* x, const float* e, int64_t len) {
+  if (e == nullptr) return allFinite(x, len);
   uint32_t bad = 0;
-  if (e == nullptr) {
-    for (int64_t j = 0; j < len; ++j) bad |= nonFinite(x[j]);
-  } else {
-    for (int64_t j = 0; j < len; ++j) bad |= nonFinite(x[j] += e[j]);
-  }
-  return bad;
+  for (int64_t j = 0; j < len; ++j) bad |= nonFinite(x[j] += e[j]);
+  return bad == 0;
 }
 
 // out (rows x r, row-major) = M Q.
@@ -137,11 +134,6 @@ void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, con
     float* e = Residual ? residual + i * cols : nullptr;
     const float* pi = p + i * r;
     const int64_t len = rowLength(s, n, i);
-    const auto one = [&](int64_t j) {
-      if (Residual) e[j] = m[j] - product1(pi, local, cols, r, j);
-      const float v = product1(pi, summed, cols, r, j);
-      m[j] = divide ? v / d : v;
-    };
     int64_t j = 0;
     for (; j + 16 <= len; j += 16) {
       Floats4 mine[U], all[U];
@@ -162,7 +154,11 @@ void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, con
         store4(m + j + 4 * u, divide ? all[u] / splat4(d) : all[u]);
       }
     }
-    for (; j < len; ++j) one(j);
+    for (; j < len; ++j) {
+      if (Residual) e[j] = m[j] - product1(pi, local, cols, r, j);
+      const float v = product1(pi, summed, cols, r, j);
+      m[j] = divide ? v / d : v;
+    }
   }
 }
 
@@ -240,7 +236,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     if (residual) std::fill(residual, residual + n, 0.f);
   };
   if (plan.secondCount == 0) {  // nothing gains from factors: the dense sum
-    if (accumulate(x, residual, n) != 0) poisoned(x, n);
+    if (!accumulate(x, residual, n)) poisoned(x, n);
     allreduceSum(x, n);
     if (!allFinite(x, n)) return;
     divide(x, n);
@@ -257,7 +253,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     warm.cols = plan.qCols;
   }
   std::vector<float> first(static_cast<size_t>(plan.firstCount)), qt(static_cast<size_t>(plan.secondCount));
-  const uint32_t bad = accumulate(x, residual, n);
+  const bool finite = accumulate(x, residual, n);
   for (const auto& b : plan.blocks) {
     const float* m = x + b.offset;
     if (!b.shape.gains) {
@@ -271,7 +267,7 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     }
     timesQ(m, b.count, b.shape, q, r, first.data() + b.first);
   }
-  if (bad != 0) poisoned(first.data(), plan.firstCount);
+  if (!finite) poisoned(first.data(), plan.firstCount);
   allreduceSum(first.data(), plan.firstCount);
   if (!allFinite(first.data(), plan.firstCount)) {  // some rank's c was not finite: so is the sum
     std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
