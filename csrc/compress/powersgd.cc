@@ -24,6 +24,16 @@ namespace {
 // IEEE operation in a fixed order (no fused multiply-add: core/floats4.h),
 // so the bits are the same on every machine.
 
+// qt's rows lie `ld` floats apart: cols rounded up to a cache line, one
+// line more where that is a multiple of 2 KiB. A power-of-two stride would
+// put a block's r rows of Q (and of this rank's Q, read beside them) in the
+// same L1 sets, which the last pass's ten streams (M, the residual, r rows
+// of each Q) overflow. Q travels packed (cols apart) for its sum.
+int64_t qStride(int64_t cols) {
+  const int64_t ld = (cols + 15) / 16 * 16;
+  return ld % 512 == 0 ? ld + 16 : ld;
+}
+
 int64_t rowLength(const PowerSgdShape& s, int64_t n, int64_t i) {
   return std::max<int64_t>(0, std::min(s.cols, n - i * s.cols));
 }
@@ -60,14 +70,14 @@ bool accumulate(float* x, const float* e, int64_t len) {
 }
 
 // out (rows x r, row-major) = M Q.
-void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int r, float* out) {
+void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, int64_t ld, int r, float* out) {
   for (int64_t i = 0; i < s.rows; ++i) {
     const float* m = c + i * s.cols;
     const int64_t len = rowLength(s, n, i);
     float* o = out + i * r;
     int t = 0;
-    for (; t + 4 <= r; t += 4) rowDots<4>(m, len, qt + t * s.cols, s.cols, o + t);
-    for (; t < r; ++t) rowDots<1>(m, len, qt + t * s.cols, s.cols, o + t);
+    for (; t + 4 <= r; t += 4) rowDots<4>(m, len, qt + t * ld, ld, o + t);
+    for (; t < r; ++t) rowDots<1>(m, len, qt + t * ld, ld, o + t);
   }
 }
 
@@ -78,12 +88,12 @@ void timesQ(const float* c, int64_t n, const PowerSgdShape& s, const float* qt, 
 constexpr int kRowBlock = 4;
 
 template <int R>
-void addRowsTimesP(const float* m, int64_t cols, int64_t len, const float* p, int r, float* qt) {
+void addRowsTimesP(const float* m, int64_t cols, int64_t len, const float* p, int r, float* qt, int64_t ld) {
   constexpr int U = 4;  // vectors per sixteen values
   int64_t j = 0;
   for (; j + 16 <= len; j += 16) {
     for (int t = 0; t < r; ++t) {
-      float* qj = qt + t * cols + j;
+      float* qj = qt + t * ld + j;
       Floats4 q[U];
       for (int u = 0; u < U; ++u) q[u] = load4(qj + 4 * u);
       for (int k = 0; k < R; ++k) {
@@ -96,25 +106,25 @@ void addRowsTimesP(const float* m, int64_t cols, int64_t len, const float* p, in
   }
   for (; j < len; ++j) {
     for (int t = 0; t < r; ++t) {
-      float q = qt[t * cols + j];
+      float q = qt[t * ld + j];
       for (int k = 0; k < R; ++k) q += p[k * r + t] * m[k * cols + j];
-      qt[t * cols + j] = q;
+      qt[t * ld + j] = q;
     }
   }
 }
 
-void transposeTimesP(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt) {
-  std::fill(qt, qt + s.cols * r, 0.f);
+void transposeTimesP(const float* c, int64_t n, const PowerSgdShape& s, const float* p, int r, float* qt, int64_t ld) {
+  std::fill(qt, qt + ld * r, 0.f);
   int64_t i = 0;
   for (; i + kRowBlock <= s.rows && rowLength(s, n, i + kRowBlock - 1) == s.cols; i += kRowBlock)
-    addRowsTimesP<kRowBlock>(c + i * s.cols, s.cols, s.cols, p + i * r, r, qt);
-  for (; i < s.rows; ++i) addRowsTimesP<1>(c + i * s.cols, s.cols, rowLength(s, n, i), p + i * r, r, qt);
+    addRowsTimesP<kRowBlock>(c + i * s.cols, s.cols, s.cols, p + i * r, r, qt, ld);
+  for (; i < s.rows; ++i) addRowsTimesP<1>(c + i * s.cols, s.cols, rowLength(s, n, i), p + i * r, r, qt, ld);
 }
 
 // Row i of P Q^T at column j: P[i][0] Q[j][0] + P[i][1] Q[j][1] + ... in order.
-inline float product1(const float* pi, const float* qt, int64_t cols, int r, int64_t j) {
+inline float product1(const float* pi, const float* qt, int64_t ld, int r, int64_t j) {
   float out = pi[0] * qt[j];
-  for (int t = 1; t < r; ++t) out += pi[t] * qt[t * cols + j];
+  for (int t = 1; t < r; ++t) out += pi[t] * qt[t * ld + j];
   return out;
 }
 
@@ -124,7 +134,7 @@ inline float product1(const float* pi, const float* qt, int64_t cols, int r, int
 // is 1); sixteen values at a time, as product1 adds.
 template <bool Residual>
 void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, const float* local, const float* summed,
-                int r, float* residual, int64_t divisor) {
+                int64_t ld, int r, float* residual, int64_t divisor) {
   constexpr int U = 4;
   const int64_t cols = s.cols;
   const float d = static_cast<float>(divisor);
@@ -145,8 +155,8 @@ void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, con
       for (int t = 1; t < r; ++t) {
         a = splat4(pi[t]);
         for (int u = 0; u < U; ++u) {
-          if (Residual) mine[u] += a * load4(local + t * cols + j + 4 * u);
-          all[u] += a * load4(summed + t * cols + j + 4 * u);
+          if (Residual) mine[u] += a * load4(local + t * ld + j + 4 * u);
+          all[u] += a * load4(summed + t * ld + j + 4 * u);
         }
       }
       for (int u = 0; u < U; ++u) {
@@ -155,8 +165,8 @@ void finishRows(float* x, int64_t n, const PowerSgdShape& s, const float* p, con
       }
     }
     for (; j < len; ++j) {
-      if (Residual) e[j] = m[j] - product1(pi, local, cols, r, j);
-      const float v = product1(pi, summed, cols, r, j);
+      if (Residual) e[j] = m[j] - product1(pi, local, ld, r, j);
+      const float v = product1(pi, summed, ld, r, j);
       m[j] = divide ? v / d : v;
     }
   }
@@ -252,20 +262,29 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     }
     warm.cols = plan.qCols;
   }
-  std::vector<float> first(static_cast<size_t>(plan.firstCount)), qt(static_cast<size_t>(plan.secondCount));
+  // Each matrix's qt: r rows at its qStride, from qAt[block].
+  std::vector<int64_t> qAt(plan.blocks.size());
+  int64_t qCount = 0;
+  for (size_t i = 0; i < plan.blocks.size(); ++i) {
+    qAt[i] = qCount;
+    if (plan.blocks[i].shape.gains) qCount += qStride(plan.blocks[i].shape.cols) * r;
+  }
+  std::vector<float> first(static_cast<size_t>(plan.firstCount)), qt(static_cast<size_t>(qCount));
   const bool finite = accumulate(x, residual, n);
-  for (const auto& b : plan.blocks) {
+  for (size_t i = 0; i < plan.blocks.size(); ++i) {
+    const auto& b = plan.blocks[i];
     const float* m = x + b.offset;
     if (!b.shape.gains) {
       std::copy(m, m + b.count, first.data() + b.first);
       continue;
     }
-    float* q = qt.data() + b.second;
+    const int64_t ld = qStride(b.shape.cols);
+    float* q = qt.data() + qAt[i];
     const float* warmQ = warm.q.data() + b.second;
     for (int64_t j = 0; j < b.shape.cols; ++j) {
-      for (int t = 0; t < r; ++t) q[t * b.shape.cols + j] = warmQ[j * r + t];
+      for (int t = 0; t < r; ++t) q[t * ld + j] = warmQ[j * r + t];
     }
-    timesQ(m, b.count, b.shape, q, r, first.data() + b.first);
+    timesQ(m, b.count, b.shape, q, ld, r, first.data() + b.first);
   }
   if (!finite) poisoned(first.data(), plan.firstCount);
   allreduceSum(first.data(), plan.firstCount);
@@ -273,7 +292,8 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
     return;
   }
-  for (const auto& b : plan.blocks) {
+  for (size_t i = 0; i < plan.blocks.size(); ++i) {
+    const auto& b = plan.blocks[i];
     float* m = x + b.offset;
     const float* sum = first.data() + b.first;
     if (!b.shape.gains) {
@@ -284,27 +304,40 @@ void powerSgd(float* x, int64_t n, int r, const PowerSgdLayout& layout, PowerSgd
     }
     const PowerSgdShape& s = b.shape;
     float* p = first.data() + b.first;
-    float* q = qt.data() + b.second;
     orthonormalise(p, s.rows, r);
-    transposeTimesP(m, b.count, s, p, r, q);
+    transposeTimesP(m, b.count, s, p, r, qt.data() + qAt[i], qStride(s.cols));
   }
-  // This rank's Q, for the residual, which the last pass writes with x.
-  std::vector<float> local;
-  if (residual) local.assign(qt.begin(), qt.end());
-  allreduceSum(qt.data(), plan.secondCount);
-  for (const auto& b : plan.blocks) {
+  // Q's sum travels packed (each matrix's r rows of cols values, at the
+  // plan's offsets) and comes back at qt's stride; qt stays this rank's Q,
+  // for the residual, which the last pass writes with x.
+  std::vector<float> packed(static_cast<size_t>(plan.secondCount)), summed(static_cast<size_t>(qCount));
+  const auto rowsOfQ = [&](const auto& copyRow) {
+    for (size_t i = 0; i < plan.blocks.size(); ++i) {
+      const auto& b = plan.blocks[i];
+      if (!b.shape.gains) continue;
+      const int64_t cols = b.shape.cols, ld = qStride(cols);
+      for (int t = 0; t < r; ++t) copyRow(qAt[i] + t * ld, b.second + t * cols, cols);
+    }
+  };
+  rowsOfQ([&](int64_t at, int64_t to, int64_t cols) { std::copy_n(qt.data() + at, cols, packed.data() + to); });
+  allreduceSum(packed.data(), plan.secondCount);
+  rowsOfQ([&](int64_t at, int64_t to, int64_t cols) { std::copy_n(packed.data() + to, cols, summed.data() + at); });
+  for (size_t i = 0; i < plan.blocks.size(); ++i) {
+    const auto& b = plan.blocks[i];
     if (!b.shape.gains) continue;
     const PowerSgdShape& s = b.shape;
     const float* p = first.data() + b.first;
-    const float* q = qt.data() + b.second;
+    const float* q = summed.data() + qAt[i];
     if (residual) {
-      finishRows<true>(x + b.offset, b.count, s, p, local.data() + b.second, q, r, residual + b.offset, divisor);
+      finishRows<true>(x + b.offset, b.count, s, p, qt.data() + qAt[i], q, qStride(s.cols), r, residual + b.offset,
+                       divisor);
     } else {
-      finishRows<false>(x + b.offset, b.count, s, p, nullptr, q, r, nullptr, divisor);
+      finishRows<false>(x + b.offset, b.count, s, p, nullptr, q, qStride(s.cols), r, nullptr, divisor);
     }
+    const float* sum = packed.data() + b.second;
     float* warmQ = warm.q.data() + b.second;
     for (int64_t j = 0; j < s.cols; ++j) {
-      for (int t = 0; t < r; ++t) warmQ[j * r + t] = q[t * s.cols + j];
+      for (int t = 0; t < r; ++t) warmQ[j * r + t] = sum[t * s.cols + j];
     }
   }
 }
