@@ -346,6 +346,7 @@ struct AutoSelection::Agreed {
   double bound = 0;              // the accuracy guard's (0: no guard)
   std::vector<char> applies;     // a candidate on this key (PowerSGD: only with a layout)
   std::vector<char> waits;       // it waits for the window, which is not yet full
+  std::vector<char> early;       // ... unless it saves enough of the step (PowerSGD, from kAutoEarlyCall)
 
   bool within(int i) const { return i == 0 || bound <= 0 || residual[i] <= bound; }
   // A codec is kept only while the key's calls come about as often with it
@@ -374,10 +375,11 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   // (its checkAt): a regular decision before it would read a window that
   // overlaps the one that moved. Every rank holds at the same step.
   if (choice.commMoved != 0 && step < choice.checkAt) return;
-  const Agreed a = agree(choice, comms);
+  Agreed a = agree(choice, comms);
   if (holdsForDrift(choice, a, step)) return;
   double charge = 0;
   std::vector<double> est = predict(choice, a, comms.size, charge);
+  startEarly(a, est);
   const Verdict verdict = choose(choice, a, est, step, freeChoice);
   std::string reason = explain(n, choice, a, est, charge, verdict, step);
 
@@ -458,9 +460,11 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
   a.applies.resize(k);
   a.waits.resize(k);
+  a.early.resize(k);
   for (int i = 0; i < k; ++i) {
     a.applies[i] = !factors(i) || choice.factorValues > 0;
     a.waits[i] = warming && waitsForWindow(i);
+    a.early[i] = a.waits[i] && factors(i) && choice.calls >= kAutoEarlyCall;
   }
   return a;
 }
@@ -539,6 +543,17 @@ std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agree
   setStepCharge(charge);
   for (int i = 1; i < k; ++i) est[i] += charge * a.codec[i];
   return est;
+}
+
+void AutoSelection::startEarly(Agreed& a, const std::vector<double>& est) {
+  if (a.period[0] <= 0) return;  // none's step not yet known
+  const int k = static_cast<int>(est.size());
+  double open = std::numeric_limits<double>::infinity();  // the fastest that may run now
+  for (int i = 0; i < k; ++i)
+    if (a.open(i)) open = std::min(open, est[i]);
+  for (int i = 1; i < k; ++i) {
+    if (a.early[i] && open - est[i] >= kAutoEarlyShare * a.period[0]) a.waits[i] = 0;
+  }
 }
 
 AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a, const std::vector<double>& est,
@@ -636,6 +651,8 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
       if (i != best && a.open(i) && (runnerUp < 0 || est[i] < est[runnerUp])) runnerUp = i;
     if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
+  char early[80];
+  std::snprintf(early, sizeof early, " (before it, only where it saves %.0f %% of the step)", 100 * kAutoEarlyShare);
   for (int i = 1; i < k; ++i) {
     char buf[200];
     if (!a.applies[i]) continue;
@@ -647,7 +664,8 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
           100 * a.residual[i], 100 * a.bound);
       reason += buf;
     } else if (a.waits[i]) {
-      std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d", autoCandidates()[i].c_str(), kAutoWindowCalls);
+      std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d%s", autoCandidates()[i].c_str(),
+                    kAutoWindowCalls, a.early[i] ? early : "");
       reason += buf;
     } else if (i != best && step < cand[i].retryAt) {
       std::snprintf(buf, sizeof buf, "; %s lost a trial: not before step %llu", autoCandidates()[i].c_str(),

@@ -77,7 +77,12 @@
 // Sparsifiers and PowerSGD wait
 // for the key's kAutoWindowCalls-th call: a delayed update costs most early
 // in training, and by then the window holds the recent gradient (the first
-// calls choose between none and bf16). All of it travels in one small
+// calls choose between none and bf16). PowerSGD may start from the key's
+// kAutoEarlyCall-th call where its prediction saves kAutoEarlyShare of
+// none's step against every candidate then open (none, bf16): the accuracy
+// an early start may cost is taken only for a large share of the step
+// (its guard reads its own residual from its first calls, against the
+// recent gradient so far). All of it travels in one small
 // allreduce, so every rank picks from identical numbers: the same choice and
 // reason.
 //
@@ -140,6 +145,8 @@ constexpr double kAutoMargin = 0.10;           // a switch must save this share 
 constexpr double kAutoStepShare = 0.02;        // ... and a codec this share of none's step (its period)
 constexpr int64_t kAutoCodecSample = 1 << 18;  // a key's first call times the codecs on its first this many values
 constexpr int kAutoCodecTimings = 3;           // ... this many times each, taking the least
+constexpr uint64_t kAutoEarlyCall = 16;        // PowerSGD before the window: from this call of the key,
+constexpr double kAutoEarlyShare = 0.25;       // ... where it saves this share of none's step
 
 // Candidate specs, least to most lossy; "none" first.
 const std::vector<std::string>& autoCandidates();
@@ -188,6 +195,8 @@ class AutoSelection {
   Agreed agree(const AutoChoice& choice, const CompressComms& comms);
   static bool holdsForDrift(AutoChoice& choice, const Agreed& agreed, uint64_t step);  // true: no choice now
   std::vector<double> predict(const AutoChoice& choice, const Agreed& agreed, int size, double& charge);
+  // PowerSGD's wait for the window lifted where it starts early (above).
+  static void startEarly(Agreed& agreed, const std::vector<double>& est);
   static Verdict choose(AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est, uint64_t step,
                         bool freeChoice);
   static std::string explain(int64_t n, const AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est,

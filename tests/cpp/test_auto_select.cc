@@ -16,7 +16,8 @@
 // more of none's steps than it has, a small key's noisy
 // step not charged to a large key's codecs, one that would save too little
 // of the step not tried, PowerSGD a candidate only where the weights'
-// shapes are known, and kept where its residual is noise across the recent
+// shapes are known, before the window only where it saves a quarter of the
+// step, and kept where its residual is noise across the recent
 // gradient, a large key's codecs timed on a sample, a codec
 // that takes over from another judged on its own residual, and a codec
 // that lost its trial to another tried again once that one is left out or
@@ -359,6 +360,46 @@ TEST(powersgd_is_a_candidate_only_where_the_weights_shapes_are_known_and_wins_on
       CHECK_EQ(ranPowerSgd, 0);
       CHECK(std::isinf(d.predicted[candidate("powersgd:4")]));
       CHECK(d.reason.find("powersgd") == std::string::npos);
+    }
+  }
+}
+
+TEST(powersgd_starts_before_the_window_only_where_it_saves_a_quarter_of_the_step) {
+  // The rank-one gradient above, 64 x 64 and its bias, on a slow link (0.5
+  // MB/s of bus bandwidth: none's call about 50 ms, bf16's 25, PowerSGD's
+  // two small ones 7). With nothing else in the step PowerSGD saves over a
+  // third of none's step against bf16 and starts from call kAutoEarlyCall,
+  // before the window; behind 60 ms of compute per step the same saving is
+  // under a quarter of the step, and it waits (the run stops at call 40).
+  const int64_t side = 64, a = side * side, n = a + side;
+  const PowerSgdLayout layout{{a, side}, {side, kPowerSgdDense}};
+  const std::vector<float> v = values(12, side);
+  for (const int computeMs : {0, 60}) {
+    SimulatedLink link;
+    link.beta = 1.0 / 0.5e6;
+    AutoSelection sel(0.33);
+    CompressState state;
+    const CompressComms comms = link.comms();
+    int firstPowerSgd = -1;
+    for (int s = 0; s < 40; ++s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(computeMs));
+      std::vector<float> x = values(300 + s, n);
+      for (int64_t i = 0; i < side; ++i) {
+        const float u = x[a + i];
+        for (int64_t j = 0; j < side; ++j) x[i * side + j] = u * v[j];
+      }
+      if (sel.run(x.data(), n, true, state, comms, layout) == candidate("powersgd:4") && firstPowerSgd < 0)
+        firstPowerSgd = s + 1;  // the key's call number
+    }
+    const AutoDecision& d = state.choice.last;
+    std::printf("  %d ms of compute, powersgd first ran at call %d: %s\n", computeMs, firstPowerSgd, d.reason.c_str());
+    if (computeMs == 0) {
+      CHECK(firstPowerSgd > static_cast<int>(kAutoEarlyCall) && firstPowerSgd < kAutoWindowCalls);
+      CHECK_EQ(chosen(state), std::string("powersgd:4"));
+    } else {
+      CHECK_EQ(firstPowerSgd, -1);
+      CHECK(d.reason.find("powersgd:4 waits for the key's call 64 (before it, only where it saves 25 %") !=
+            std::string::npos);
     }
   }
 }
