@@ -221,7 +221,10 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const bool checks = choice.decided && choice.checkAt != 0 && step + 1 >= choice.checkAt;
   // A trial is judged at its end only: a regular decision inside it would
   // end it before the codec has steps to judge.
-  const bool regular = choice.decided && !choice.onTrial && (step + 1) % kAutoDecideEvery == 0;
+  // The key's kAutoEarlyCall-th call decides too where PowerSGD applies: its
+  // early start is judged as soon as it may start.
+  const bool early = choice.calls == kAutoEarlyCall && choice.factorValues > 0;
+  const bool regular = choice.decided && !choice.onTrial && ((step + 1) % kAutoDecideEvery == 0 || early);
   const bool decides = first || remeasured || (!drifted && !remeasuring && (checks || regular));
 
   double commSeconds = 0;
@@ -380,7 +383,13 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   double charge = 0;
   std::vector<double> est = predict(choice, a, comms.size, charge);
   startEarly(a, est);
-  const Verdict verdict = choose(choice, a, est, step, freeChoice);
+  // An early start is a free choice (no second lead): its saving, a quarter
+  // of the step, is past the noise that a second lead guards against.
+  const int running = choice.decided ? choice.current : 0;
+  bool starts = false;
+  for (int i = 1; i < static_cast<int>(est.size()); ++i)
+    starts = starts || (a.early[i] && a.open(i) && i != running && step >= choice.candidates[i].retryAt);
+  const Verdict verdict = choose(choice, a, est, step, freeChoice || starts);
   std::string reason = explain(n, choice, a, est, charge, verdict, step);
 
   const int current = choice.decided ? choice.current : 0, best = verdict.best;

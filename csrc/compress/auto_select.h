@@ -82,12 +82,15 @@
 // none's step against every candidate then open (none, bf16): the accuracy
 // an early start may cost is taken only for a large share of the step
 // (its guard reads its own residual from its first calls, against the
-// recent gradient so far). All of it travels in one small
+// recent gradient so far). That call decides, and the start is a free
+// choice: a saving of a quarter of the step is past the noise that a
+// second lead guards against. All of it travels in one small
 // allreduce, so every rank picks from identical numbers: the same choice and
 // reason.
 //
 // When it switches. Decisions come at call kAutoFirstDecision, every
-// kAutoDecideEvery calls (none inside a trial), and at a scheduled check
+// kAutoDecideEvery calls and at call kAutoEarlyCall where PowerSGD is a
+// candidate (none inside a trial), and at a scheduled check
 // kAutoTrialCalls after a switch or a lead. A codec must beat none by
 // kAutoMargin. At a free choice (the first decision, a trial's end, after
 // drift, a codec left by the step guard or the accuracy guard) the fastest

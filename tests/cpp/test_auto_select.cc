@@ -368,9 +368,11 @@ TEST(powersgd_starts_before_the_window_only_where_it_saves_a_quarter_of_the_step
   // The rank-one gradient above, 64 x 64 and its bias, on a slow link (0.5
   // MB/s of bus bandwidth: none's call about 50 ms, bf16's 25, PowerSGD's
   // two small ones 7). With nothing else in the step PowerSGD saves over a
-  // third of none's step against bf16 and starts from call kAutoEarlyCall,
-  // before the window; behind 60 ms of compute per step the same saving is
-  // under a quarter of the step, and it waits (the run stops at call 40).
+  // third of none's step against bf16: call kAutoEarlyCall decides, takes
+  // it at once (no second lead), the next call sends bf16's residual with
+  // none, and PowerSGD runs from the one after, long before the window;
+  // behind 60 ms of compute per step the same saving is under a quarter of
+  // the step, and it waits (the run stops at call 40).
   const int64_t side = 64, a = side * side, n = a + side;
   const PowerSgdLayout layout{{a, side}, {side, kPowerSgdDense}};
   const std::vector<float> v = values(12, side);
@@ -394,7 +396,7 @@ TEST(powersgd_starts_before_the_window_only_where_it_saves_a_quarter_of_the_step
     const AutoDecision& d = state.choice.last;
     std::printf("  %d ms of compute, powersgd first ran at call %d: %s\n", computeMs, firstPowerSgd, d.reason.c_str());
     if (computeMs == 0) {
-      CHECK(firstPowerSgd > static_cast<int>(kAutoEarlyCall) && firstPowerSgd < kAutoWindowCalls);
+      CHECK(firstPowerSgd > static_cast<int>(kAutoEarlyCall) && firstPowerSgd <= static_cast<int>(kAutoEarlyCall) + 2);
       CHECK_EQ(chosen(state), std::string("powersgd:4"));
     } else {
       CHECK_EQ(firstPowerSgd, -1);
