@@ -555,12 +555,13 @@ Settled settle(double beta, int steps) {
 TEST(peers_that_arrive_late_do_not_make_a_fast_link_look_slow) {
   // The dense bytes cost ~0.1 ms; the ranks' compute differs by ~3 ms a
   // step. The waits are no candidate's doing: none, chosen alike on both
-  // ranks, with at most a trial or two of a codec.
+  // ranks, with at most two trials of a codec (on a busy machine a codec's
+  // timing may mislead; a lost trial waits 64 calls, the next 128).
   const Settled r = settle(1.0 / 2e9, 150);
   CHECK_EQ(r.states[0].choice.last.reason, r.states[1].choice.last.reason);
   CHECK_EQ(chosen(r.states[0]), std::string("none"));
-  CHECK(r.states[0].choice.changes <= 2);
-  CHECK(r.codecCalls <= 15);  // 10 %
+  CHECK(r.states[0].choice.changes <= 4);  // none -> codec -> none, twice
+  CHECK(r.codecCalls <= 20);               // two trials of a few calls: under 15 %
 }
 
 TEST(peers_that_arrive_late_do_not_hide_a_slow_link) {
