@@ -385,14 +385,14 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   startEarly(a, est);
   // An early start is a free choice (no second lead): its saving, a quarter
   // of the step, is past the noise that a second lead guards against.
-  const int running = choice.decided ? choice.current : 0;
+  const int current = choice.decided ? choice.current : 0;
   bool starts = false;
   for (int i = 1; i < static_cast<int>(est.size()); ++i)
-    starts = starts || (a.early[i] && a.open(i) && i != running && step >= choice.candidates[i].retryAt);
+    starts = starts || (a.early[i] && a.open(i) && i != current && step >= choice.candidates[i].retryAt);
   const Verdict verdict = choose(choice, a, est, step, freeChoice || starts);
   std::string reason = explain(n, choice, a, est, charge, verdict, step);
 
-  const int current = choice.decided ? choice.current : 0, best = verdict.best;
+  const int best = verdict.best;
   if (best != choice.current || !choice.decided) {  // a new choice: its trial starts afresh
     if (choice.decided) choice.changes += 1;
     choice.candidates[best].total.clear();
