@@ -133,7 +133,9 @@ def choices(group=None, device: str = "cpu") -> list[dict]:
     time from one of the key's calls to the next with each candidate, where
     measured: the training step it makes; a codec whose period is longer
     than none's is left), ``link_alpha_s``,
-    ``link_bus_gbps``, ``step``, ``changes`` and ``reason`` (one line)."""
+    ``link_bus_gbps``, ``step`` (the key's call it was made at, counted
+    since the key's tensor came: a tensor of another size starts over),
+    ``changes`` and ``reason`` (one line)."""
     return _backend(group, torch.device(device)).compression_choices()
 
 

@@ -58,7 +58,7 @@ struct AutoCandidate {
   TimeWindow period;          // seconds from one of the key's calls to the next while it ran: the step it makes
   double residual = -1;       // the last <e, w> / |w|^2, the least-served weight's (< 0: not measured)
   uint64_t losses = 0;        // trials it lost since the link last drifted
-  uint64_t retryAt = 0;       // not chosen again before this step (back-off after a lost trial)
+  uint64_t retryAt = 0;       // not chosen again before this call of the key (back-off after a lost trial)
   int lostTo = -1;            // chosen over it at its last lost trial (0: none; -1: the step guard, or no loss)
   bool hasRun = false;        // it ran a call on the key (the same calls on every rank)
   std::vector<float> replay;  // before it first runs: its error feedback replayed at the guard's sample
@@ -76,7 +76,7 @@ struct AutoChoice {
   double commAtDecision = 0;  // the current candidate's communication time (low, the ranks' least): the drift reference
   double commNow = 0;         // ... at the last decision
   int commMoved = 0;          // +1 / -1: it had moved 2x up / down at the last decision (drift, if again)
-  uint64_t checkAt = 0;       // an extra decision at this step: a trial's end, or a lead to confirm (0: none)
+  uint64_t checkAt = 0;       // an extra decision at this call of the key: a trial's end, or a lead to check (0: none)
   bool onTrial = false;       // the current candidate was just switched to; checkAt judges it
   bool flushNext = false;     // the next call runs none: it sends what the codec that ran left in the residual
   int pending = -1;           // a candidate that led at the last decision; switched to if it leads again

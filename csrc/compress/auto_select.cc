@@ -195,16 +195,22 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   const bool finite = n > 0 && addToWindow(choice, x, n);
   choice.calls += 1;
   if (errorFeedback && n > 0) replayUntried(x, n, finite, choice, layout, state.steps, comms.rank);
-  const uint64_t step = state.steps;
+  // This call's number on the key since its tensor came: every cadence below
+  // (decisions, trials, back-offs, probes) counts it, as the window does. Not
+  // state.steps, which also counts a tensor of another size before it on the
+  // key (DDP's first iteration, before it rebuilds its buckets) and is the
+  // codecs' shared seed.
+  const uint64_t call = choice.calls;
   // After drift: none runs this call (the link's new sample at its bytes)
   // and the next kAutoPeriodSamples (its step on the new link), then decides.
-  // Between two codecs that hold a residual, none runs one call: it sends
-  // what the first held, so the next codec's residual is its own.
+  // Between two codecs that hold a residual, none runs one call where the
+  // decision asked it (choose()): it sends what the first held, so the next
+  // codec's residual is its own.
   const bool drifted = choice.decided && choice.probeNext;
   const bool remeasuring = choice.decided && choice.noneCallsLeft > 0;
   const bool flush = choice.flushNext && !state.residual.empty();
-  const bool probe = choice.decided && choice.current != 0 &&
-                     (drifted || remeasuring || flush || step % kAutoProbeEvery == kAutoProbeEvery - 1);
+  const bool probe =
+      choice.decided && choice.current != 0 && (drifted || remeasuring || flush || call % kAutoProbeEvery == 0);
   choice.probeNext = false;
   choice.flushNext = false;
   if (drifted) choice.noneCallsLeft = kAutoPeriodSamples;
@@ -218,13 +224,10 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   // first call is none's: the step that follows it is not its step.
   choice.lastWarm = warmup || (i != 0 && i != choice.lastRan);
   choice.lastRan = i;
-  const bool checks = choice.decided && choice.checkAt != 0 && step + 1 >= choice.checkAt;
+  const bool checks = choice.decided && choice.checkAt != 0 && call >= choice.checkAt;
   // A trial is judged at its end only: a regular decision inside it would
   // end it before the codec has steps to judge.
-  // The key's kAutoEarlyCall-th call decides too where PowerSGD applies: its
-  // early start is judged as soon as it may start.
-  const bool early = choice.calls == kAutoEarlyCall && choice.factorValues > 0;
-  const bool regular = choice.decided && !choice.onTrial && ((step + 1) % kAutoDecideEvery == 0 || early);
+  const bool regular = choice.decided && !choice.onTrial && call % kAutoDecideEvery == 0;
   const bool decides = first || remeasured || (!drifted && !remeasuring && (checks || regular));
 
   double commSeconds = 0;
@@ -270,7 +273,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     timed.allreduce(x, n, DataType::Float32, average ? ReduceOp::Avg : ReduceOp::Sum);
     state.steps += 1;
   } else {
-    compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, step, average, layout);
+    compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, state.steps, average, layout);
   }
   const double total = secondsSince(t0);
   AutoCandidate& ran = choice.candidates[i];
@@ -294,7 +297,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
       if (std::isfinite(r)) ran.residual = r;
     }
   }
-  if (decides) decide(n, choice, state.steps, comms, first || remeasured || (checks && choice.onTrial));
+  if (decides) decide(n, choice, call, comms, first || remeasured || (checks && choice.onTrial));
   return i;
 }
 
@@ -373,13 +376,13 @@ struct AutoSelection::Verdict {
   std::string released;  // back-offs cleared, with their cause
 };
 
-void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice) {
+void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const CompressComms& comms, bool freeChoice) {
   // A held move is looked at again on a window of calls made after the hold
   // (its checkAt): a regular decision before it would read a window that
   // overlaps the one that moved. Every rank holds at the same step.
-  if (choice.commMoved != 0 && step < choice.checkAt) return;
+  if (choice.commMoved != 0 && call < choice.checkAt) return;
   Agreed a = agree(choice, comms);
-  if (holdsForDrift(choice, a, step)) return;
+  if (holdsForDrift(choice, a, call)) return;
   double charge = 0;
   std::vector<double> est = predict(choice, a, comms.size, charge);
   startEarly(a, est);
@@ -388,9 +391,9 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   const int current = choice.decided ? choice.current : 0;
   bool starts = false;
   for (int i = 1; i < static_cast<int>(est.size()); ++i)
-    starts = starts || (a.early[i] && a.open(i) && i != current && step >= choice.candidates[i].retryAt);
-  const Verdict verdict = choose(choice, a, est, step, freeChoice || starts);
-  std::string reason = explain(n, choice, a, est, charge, verdict, step);
+    starts = starts || (a.early[i] && a.open(i) && i != current && call >= choice.candidates[i].retryAt);
+  const Verdict verdict = choose(choice, a, est, call, freeChoice || starts);
+  std::string reason = explain(n, choice, a, est, charge, verdict, call);
 
   const int best = verdict.best;
   if (best != choice.current || !choice.decided) {  // a new choice: its trial starts afresh
@@ -398,7 +401,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
     choice.candidates[best].total.clear();
     choice.candidates[best].comm.clear();
     choice.onTrial = true;
-    choice.checkAt = step + kAutoTrialCalls + (verdict.flushes ? 1 : 0);
+    choice.checkAt = call + kAutoTrialCalls + (verdict.flushes ? 1 : 0);
     choice.flushNext = verdict.flushes;
   }
   // The reference: the running codec's agreed time; a new choice takes its
@@ -406,7 +409,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t step, const C
   choice.commAtDecision = best == current ? choice.commNow : 0;
   choice.current = best;
   choice.decided = true;
-  choice.last.step = step;
+  choice.last.step = call;
   choice.last.choice = best;
   choice.last.predicted = std::move(est);
   choice.last.residual = a.residual;
@@ -478,7 +481,7 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   return a;
 }
 
-bool AutoSelection::holdsForDrift(AutoChoice& choice, const Agreed& a, uint64_t step) {
+bool AutoSelection::holdsForDrift(AutoChoice& choice, const Agreed& a, uint64_t call) {
   // Moved by 2x or more (and by kAutoStepShare of none's step: less is
   // within the step's noise), seen again on the next window of calls, the
   // same way: none's bytes, not measured meanwhile, need a new sample. One
@@ -502,7 +505,7 @@ bool AutoSelection::holdsForDrift(AutoChoice& choice, const Agreed& a, uint64_t 
   }
   choice.commMoved = moved;
   if (moved != 0) {
-    choice.checkAt = step + TimeWindow::kSize;
+    choice.checkAt = call + TimeWindow::kSize;
     return true;
   }
   return false;
@@ -566,7 +569,7 @@ void AutoSelection::startEarly(Agreed& a, const std::vector<double>& est) {
 }
 
 AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a, const std::vector<double>& est,
-                                             uint64_t step, bool freeChoice) {
+                                             uint64_t call, bool freeChoice) {
   const int k = static_cast<int>(est.size());
   std::vector<AutoCandidate>& cand = choice.candidates;
   const int current = choice.decided ? choice.current : 0;
@@ -581,7 +584,7 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
   // the back-off kept the loser from a winner that is not one.
   for (int i = 1; i < k; ++i) {
     AutoCandidate& c = cand[i];
-    if (c.lostTo <= 0 || step >= c.retryAt) continue;
+    if (c.lostTo <= 0 || call >= c.retryAt) continue;
     const int w = c.lostTo;
     const bool left = !a.within(w) || (out.vetoed && w == current);
     const bool slowerThanLoser =
@@ -593,7 +596,7 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
     c.losses -= std::min<uint64_t>(c.losses, 1);
     c.lostTo = -1;
   }
-  const auto eligible = [&](int i) { return a.open(i) && (i == current || step >= cand[i].retryAt); };
+  const auto eligible = [&](int i) { return a.open(i) && (i == current || call >= cand[i].retryAt); };
   int fastest = 0;
   for (int i = 1; i < k; ++i)
     if (eligible(i) && est[i] < est[fastest]) fastest = i;
@@ -619,7 +622,7 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
     out.why = "; " + autoCandidates()[best] + " (" + ms(est[best]) + ") leads: checked again in " +
               std::to_string(kAutoTrialCalls) + " calls";
     choice.pending = best;
-    choice.checkAt = step + kAutoTrialCalls;
+    choice.checkAt = call + kAutoTrialCalls;
     best = current;
   } else {
     choice.pending = -1;
@@ -629,7 +632,7 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
   // before it is tried again, longer each time.
   if (choice.decided && (choice.onTrial || out.vetoed) && best != current && current != 0) {
     AutoCandidate& lost = cand[current];
-    lost.retryAt = step + (kAutoBackoff << std::min<uint64_t>(lost.losses, 6));
+    lost.retryAt = call + (kAutoBackoff << std::min<uint64_t>(lost.losses, 6));
     lost.losses += 1;
     lost.lostTo = out.vetoed ? -1 : best;
   }
@@ -641,14 +644,18 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
     cand[current].period.clear();  // its steps are measured afresh when it runs again
   choice.onTrial = false;
   // From one codec to another: the call between runs none (its residual
-  // sent), and the trial counts from the next.
-  out.flushes = best != current && best != 0 && choice.lastRan != 0 && choice.lastRan != best;
+  // sent), and the trial counts from the next; a residual the guard read
+  // under kAutoCarryShare (bf16's rounding) is carried in the next codec's
+  // error feedback instead.
+  const int last = choice.lastRan;
+  const bool carries = last > 0 && a.residual[last] >= 0 && a.residual[last] < kAutoCarryShare;
+  out.flushes = best != current && best != 0 && last != 0 && last != best && !carries;
   out.best = best;
   return out;
 }
 
 std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Agreed& a, const std::vector<double>& est,
-                                   double charge, const Verdict& verdict, uint64_t step) {
+                                   double charge, const Verdict& verdict, uint64_t call) {
   const int k = static_cast<int>(est.size()), best = verdict.best;
   const std::vector<AutoCandidate>& cand = choice.candidates;
   std::string reason = "predicted " + ms(est[best]);
@@ -676,8 +683,8 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
       std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d%s", autoCandidates()[i].c_str(),
                     kAutoWindowCalls, a.early[i] ? early : "");
       reason += buf;
-    } else if (i != best && step < cand[i].retryAt) {
-      std::snprintf(buf, sizeof buf, "; %s lost a trial: not before step %llu", autoCandidates()[i].c_str(),
+    } else if (i != best && call < cand[i].retryAt) {
+      std::snprintf(buf, sizeof buf, "; %s lost a trial: not before call %llu", autoCandidates()[i].c_str(),
                     static_cast<unsigned long long>(cand[i].retryAt));
       reason += buf;
     }

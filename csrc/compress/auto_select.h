@@ -59,7 +59,9 @@
 // it). Each codec's residual is its own: between two codecs one call runs
 // none, which sends what the first held (the trial of the second counts
 // from the call after it), so no codec is judged on, or keeps back, what
-// another left.
+// another left; only a residual the guard read under kAutoCarryShare of
+// the recent gradient (bf16's rounding) is carried into the second's error
+// feedback instead, moving its reading by no more than that.
 // A sparsifier's trial is predicted before it runs: over the
 // kAutoDecideEvery calls that end as the window fills (when it may first
 // run), its codec replays its error feedback on the guard's sample of the
@@ -82,16 +84,17 @@
 // none's step against every candidate then open (none, bf16): the accuracy
 // an early start may cost is taken only for a large share of the step
 // (its guard reads its own residual from its first calls, against the
-// recent gradient so far). That call decides, and the start is a free
-// choice: a saving of a quarter of the step is past the noise that a
+// recent gradient so far). That call is a regular decision, and the start
+// is a free choice: a saving of a quarter of the step is past the noise that a
 // second lead guards against. All of it travels in one small
 // allreduce, so every rank picks from identical numbers: the same choice and
 // reason.
 //
-// When it switches. Decisions come at call kAutoFirstDecision, every
-// kAutoDecideEvery calls and at call kAutoEarlyCall where PowerSGD is a
-// candidate (none inside a trial), and at a scheduled check
-// kAutoTrialCalls after a switch or a lead. A codec must beat none by
+// When it switches. Decisions come at the key's call kAutoFirstDecision,
+// every kAutoDecideEvery calls (none inside a trial), and at a scheduled
+// check kAutoTrialCalls after a switch or a lead. Every cadence counts the
+// key's calls since its tensor came (a tensor of another size starts it
+// over), the same on every rank. A codec must beat none by
 // kAutoMargin. At a free choice (the first decision, a trial's end, after
 // drift, a codec left by the step guard or the accuracy guard) the fastest
 // is taken at once (a trial that lost is left, and its codec is not tried
@@ -150,6 +153,8 @@ constexpr int64_t kAutoCodecSample = 1 << 18;  // a key's first call times the c
 constexpr int kAutoCodecTimings = 3;           // ... this many times each, taking the least
 constexpr uint64_t kAutoEarlyCall = 16;        // PowerSGD before the window: from this call of the key,
 constexpr double kAutoEarlyShare = 0.25;       // ... where it saves this share of none's step
+static_assert(kAutoEarlyCall % kAutoDecideEvery == 0, "the early start is judged at a regular decision");
+constexpr double kAutoCarryShare = 0.01;  // a codec's residual under this share of the recent gradient is carried
 
 // Candidate specs, least to most lossy; "none" first.
 const std::vector<std::string>& autoCandidates();
@@ -192,18 +197,18 @@ class AutoSelection {
   // A decision: the ranks agree on what they measured; a move of the link
   // is held or taken as drift; otherwise each candidate's time is predicted,
   // the guards and the margins choose, and the reason is written.
-  void decide(int64_t n, AutoChoice& choice, uint64_t step, const CompressComms& comms, bool freeChoice);
+  void decide(int64_t n, AutoChoice& choice, uint64_t call, const CompressComms& comms, bool freeChoice);
   struct Agreed;   // what the ranks agreed at a decision
   struct Verdict;  // what it chose
   Agreed agree(const AutoChoice& choice, const CompressComms& comms);
-  static bool holdsForDrift(AutoChoice& choice, const Agreed& agreed, uint64_t step);  // true: no choice now
+  static bool holdsForDrift(AutoChoice& choice, const Agreed& agreed, uint64_t call);  // true: no choice now
   std::vector<double> predict(const AutoChoice& choice, const Agreed& agreed, int size, double& charge);
   // PowerSGD's wait for the window lifted where it starts early (above).
   static void startEarly(Agreed& agreed, const std::vector<double>& est);
-  static Verdict choose(AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est, uint64_t step,
+  static Verdict choose(AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est, uint64_t call,
                         bool freeChoice);
   static std::string explain(int64_t n, const AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est,
-                             double charge, const Verdict& verdict, uint64_t step);
+                             double charge, const Verdict& verdict, uint64_t call);
   double busBytes(int i, const AutoChoice& choice, int size) const;
   bool factors(int i) const;         // PowerSGD (no codec: its own two rounds)
   bool waitsForWindow(int i) const;  // a sparsifier (it keeps a share of the values) or PowerSGD

@@ -110,10 +110,10 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
       call.name = c.chooser->title(ranWith, ran);  // stats and profiles show what ran
       if (rank_ == 0 && state.choice.decided && (!decided || state.choice.changes != changes))
         SC_LOG(Info, "rank 0: compress=auto ", decided ? "switches to " : "chooses ",
-               autoCandidates()[state.choice.current], " at step ", state.steps,
+               autoCandidates()[state.choice.current], " at call ", state.choice.calls,
                " of a key: ", state.choice.last.reason);
       if (rank_ == 0 && state.choice.probeNext) {
-        SC_LOG(Info, "rank 0: compress=auto: the link drifted at step ", state.steps, " of a key (", call.count,
+        SC_LOG(Info, "rank 0: compress=auto: the link drifted at call ", state.choice.calls, " of a key (", call.count,
                " elements): ", autoCandidates()[state.choice.current], "'s communication ", commWas * 1e3, " ms, ",
                state.choice.commNow * 1e3,
                " ms now (the ranks' least; moved 2x or more at two decisions in a row); none runs the next ",

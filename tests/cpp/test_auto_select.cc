@@ -21,7 +21,8 @@
 // gradient, a large key's codecs timed on a sample, a codec
 // that takes over from another judged on its own residual, and a codec
 // that lost its trial to another tried again once that one is left out or
-// proves slower than it.
+// proves slower than it; a key's decisions counted in its calls since its
+// tensor came.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -369,8 +370,9 @@ TEST(powersgd_starts_before_the_window_only_where_it_saves_a_quarter_of_the_step
   // MB/s of bus bandwidth: none's call about 50 ms, bf16's 25, PowerSGD's
   // two small ones 7). With nothing else in the step PowerSGD saves over a
   // third of none's step against bf16: call kAutoEarlyCall decides, takes
-  // it at once (no second lead), the next call sends bf16's residual with
-  // none, and PowerSGD runs from the one after, long before the window;
+  // it at once (no second lead), and PowerSGD runs from the next call,
+  // carrying bf16's residual (its rounding: no call of none between),
+  // long before the window;
   // behind 60 ms of compute per step the same saving is under a quarter of
   // the step, and it waits (the run stops at call 40).
   const int64_t side = 64, a = side * side, n = a + side;
@@ -396,7 +398,7 @@ TEST(powersgd_starts_before_the_window_only_where_it_saves_a_quarter_of_the_step
     const AutoDecision& d = state.choice.last;
     std::printf("  %d ms of compute, powersgd first ran at call %d: %s\n", computeMs, firstPowerSgd, d.reason.c_str());
     if (computeMs == 0) {
-      CHECK(firstPowerSgd > static_cast<int>(kAutoEarlyCall) && firstPowerSgd <= static_cast<int>(kAutoEarlyCall) + 2);
+      CHECK_EQ(firstPowerSgd, static_cast<int>(kAutoEarlyCall) + 1);
       CHECK_EQ(chosen(state), std::string("powersgd:4"));
     } else {
       CHECK_EQ(firstPowerSgd, -1);
@@ -886,6 +888,43 @@ TEST(the_first_decision_comes_after_two_steps_of_none) {
   }
   CHECK(r.state.choice.decided);
   CHECK(r.state.choice.last.period[0] > 0);  // none's step, from calls 1 and 2
+}
+
+TEST(a_key_s_decisions_count_its_calls_since_its_tensor_came) {
+  // DDP's first iteration sends its buckets before it rebuilds them: a
+  // key's first tensor may have another size than every later one. The
+  // choice starts afresh on the new size, and its decisions come at the
+  // same calls of it (the first after two steps of none, then every
+  // kAutoDecideEvery) as on a key that never held another tensor.
+  const int64_t n = 16384;
+  const int calls = 3 * static_cast<int>(kAutoDecideEvery) + 2;
+  std::vector<std::vector<uint64_t>> decidedAt;
+  for (const int64_t before : {int64_t{0}, n / 2}) {
+    SimulatedLink link;  // free: none throughout, no trials
+    AutoSelection sel(0);
+    CompressState state;
+    const CompressComms comms = link.comms();
+    if (before > 0) {
+      std::vector<float> x = values(600, before);
+      sel.run(x.data(), before, true, state, comms);
+    }
+    std::vector<uint64_t>& at = decidedAt.emplace_back();
+    for (int c = 1; c <= calls; ++c) {
+      const uint64_t last = state.choice.last.step;
+      std::vector<float> x = values(600 + c, n);
+      CHECK_EQ(sel.run(x.data(), n, true, state, comms), 0);
+      if (state.choice.last.step == last) continue;
+      at.push_back(static_cast<uint64_t>(c));
+      CHECK_EQ(state.choice.last.step, static_cast<uint64_t>(c));  // a decision names the key's call
+    }
+    std::printf("  %lld values before: decisions at calls", static_cast<long long>(before));
+    for (const uint64_t c : at) std::printf(" %llu", static_cast<unsigned long long>(c));
+    std::printf("\n");
+    CHECK_EQ(at.front(), kAutoFirstDecision + 1);
+    for (uint64_t c = kAutoDecideEvery; c <= static_cast<uint64_t>(calls); c += kAutoDecideEvery)
+      CHECK(std::find(at.begin(), at.end(), c) != at.end());
+  }
+  CHECK(decidedAt[0] == decidedAt[1]);
 }
 
 namespace {
