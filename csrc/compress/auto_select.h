@@ -90,8 +90,8 @@
 // allreduce, so every rank picks from identical numbers: the same choice and
 // reason.
 //
-// When it switches. Decisions come at the key's call kAutoFirstDecision,
-// every kAutoDecideEvery calls (none inside a trial), and at a scheduled
+// When it switches. Decisions come at the first decision above, at every
+// kAutoDecideEvery-th call of the key (none inside a trial), and at a scheduled
 // check kAutoTrialCalls after a switch or a lead. Every cadence counts the
 // key's calls since its tensor came (a tensor of another size starts it
 // over), the same on every rank. A codec must beat none by
