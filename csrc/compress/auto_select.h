@@ -97,14 +97,17 @@
 // over), the same on every rank. A codec must beat none by
 // kAutoMargin. At a free choice (the first decision, a trial's end, after
 // drift, a codec left by the step guard or the accuracy guard) the fastest
-// is taken at once (a trial that lost is left, and its codec is not tried
+// is taken at once. A trial that lost is left, and its codec is not tried
 // again for kAutoBackoff x 2^losses calls, or, where it lost to another
 // codec's prediction, until that codec is left out by a guard or has run
-// and measured slower than it by the margin); otherwise the current choice is
-// kept unless another is faster by the margin, and a challenger must lead
-// at two decisions in a row. So
-// near-equal candidates do not flap, and a wrong estimate costs a few calls
-// once.
+// and measured slower than it by the margin. A trial's end is free against
+// none only: a codec on trial that beats none by the margin (and by
+// kAutoStepShare of none's step) is kept unless another is faster by the
+// margin (the others' times are mostly predictions, which move between
+// decisions). Otherwise the current choice is kept unless another is
+// faster by the margin, and a challenger must lead at two decisions in a
+// row. So near-equal candidates do not flap, and a wrong estimate costs a
+// few calls once.
 //
 // Drift. While a codec runs, none's bytes are not re-measured; when the
 // running codec's communication time (the ranks' least: a rank that waited

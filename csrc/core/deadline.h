@@ -1,7 +1,8 @@
-// scalecomm core: deadlines.
+// scalecomm core: deadlines, and time elapsed on the steady clock.
 //
 // Contract: a Deadline is a point on the steady clock after which a blocking
 // call must give up. Every blocking call in scalecomm takes one. Value type.
+// secondsSince(t0): seconds from t0 to now on the same clock.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,8 @@
 namespace scalecomm {
 
 using Clock = std::chrono::steady_clock;
+
+inline double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 class Deadline {
  public:

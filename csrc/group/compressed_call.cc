@@ -82,7 +82,7 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
     a.algorithm = ranWith = r.algorithm;
     const Clock::time_point t0 = Clock::now();
     allreduce(ch, data, count, type, op, 1.0, a);
-    if (r.pick.measured) recordTuned(r.pick, std::chrono::duration<double>(Clock::now() - t0).count(), a);
+    if (r.pick.measured) recordTuned(r.pick, secondsSince(t0), a);
   };
   const auto gather = [&](uint8_t* all, int64_t bytes) {
     std::vector<void*> blocks;

@@ -151,7 +151,7 @@ void Selector::record(const OnlineTuner::Pick& pick, double seconds, const Agree
   if (values.empty()) return;
   const Clock::time_point started = Clock::now();
   agree(values);
-  const std::string what = tuner_->agreed(pick, values, std::chrono::duration<double>(Clock::now() - started).count());
+  const std::string what = tuner_->agreed(pick, values, secondsSince(started));
   if (what.empty()) return;
   SC_LOG(Info, "rank ", rank_, ": ", what);
   if (rank_ == 0) saveTuning();

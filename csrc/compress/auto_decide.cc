@@ -1,0 +1,400 @@
+// compress="auto"'s decision (compress/auto_select.h: what a decision sees,
+// when it switches, drift): the ranks agree on what they measured, a move of
+// the link is held or taken as drift, each candidate's time is predicted,
+// the guards and the margins choose, and the reason is written.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compress/auto_select.h"
+#include "core/deadline.h"
+
+namespace scalecomm {
+
+namespace {
+
+std::string ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g ms", seconds * 1e3);
+  return buf;
+}
+
+}  // namespace
+
+// What a decision reads, identical on every rank once agreed (one MAX
+// allreduce; a minimum travels negated), and the rules every step of the
+// decision applies to it.
+struct AutoSelection::Agreed {
+  std::vector<double> measured;  // time per call while it ran, the ranks' least (0: it did not run)
+  std::vector<double> codec;     // codec seconds per call, the ranks' most
+  std::vector<double> residual;  // the guard's reading, the ranks' most (< 0: not measured)
+  std::vector<double> period;    // seconds between the key's calls while it ran, the ranks' most (0: unknown)
+  std::vector<double> noneStep;  // none's period over as many of its last as candidate i has (0 for none)
+  double comm = 0;               // the running codec's communication time, the ranks' least (0: none runs)
+  double alpha = 0, beta = 0;    // the link fit, the ranks' least
+  double charge = 0;             // the group's step charge, the ranks' most
+  double bound = 0;              // the accuracy guard's (0: no guard)
+  std::vector<char> applies;     // a candidate on this key (PowerSGD: only with a layout)
+  std::vector<char> waits;       // it waits for the window, which is not yet full
+  std::vector<char> early;       // ... unless it saves enough of the step (PowerSGD, from kAutoEarlyCall)
+
+  bool within(int i) const { return i == 0 || bound <= 0 || residual[i] <= bound; }
+  // A codec is kept only while the key's calls come about as often with it
+  // as with none: its call may be shorter while the step is longer (its CPU
+  // taken from the backward that overlaps it, on a CPU-bound host). Steps
+  // within kAutoStepShare of none's are within the step's noise: there the
+  // call's time decides.
+  bool slower(int i) const {
+    return i != 0 && period[i] > 0 && noneStep[i] > 0 && period[i] > (1 + kAutoStepShare) * noneStep[i];
+  }
+  // Neither guard nor the window keeps it out (a back-off may still).
+  bool open(int i) const { return applies[i] && within(i) && !waits[i] && !slower(i); }
+};
+
+// What a decision chose, and why in words.
+struct AutoSelection::Verdict {
+  int best = 0;
+  bool vetoed = false;   // the current codec made the step longer (the step guard)
+  bool flushes = false;  // from one codec to another: one call of none first sends the first's residual
+  std::string why;       // what kept the fastest from being chosen, or the current codec from being kept
+  std::string released;  // back-offs cleared, with their cause
+};
+
+void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const CompressComms& comms, bool freeChoice) {
+  // A held move is looked at again on a window of calls made after the hold
+  // (its checkAt): a regular decision before it would read a window that
+  // overlaps the one that moved. Every rank holds at the same step.
+  if (choice.commMoved != 0 && call < choice.checkAt) return;
+  Agreed a = agree(choice, comms);
+  if (holdsForDrift(choice, a, call)) return;
+  double charge = 0;
+  std::vector<double> est = predict(choice, a, comms.size, charge);
+  startEarly(a, est);
+  // An early start is a free choice (no second lead): its saving, a quarter
+  // of the step, is past the noise that a second lead guards against.
+  const int current = choice.decided ? choice.current : 0;
+  bool starts = false;
+  for (int i = 1; i < static_cast<int>(est.size()); ++i)
+    starts = starts || (a.early[i] && a.open(i) && i != current && call >= choice.candidates[i].retryAt);
+  const Verdict verdict = choose(choice, a, est, call, freeChoice || starts);
+  std::string reason = explain(n, choice, a, est, charge, verdict, call);
+
+  const int best = verdict.best;
+  if (best != choice.current || !choice.decided) {  // a new choice: its trial starts afresh
+    if (choice.decided) choice.changes += 1;
+    choice.candidates[best].total.clear();
+    choice.candidates[best].comm.clear();
+    choice.onTrial = true;
+    choice.checkAt = call + kAutoTrialCalls + (verdict.flushes ? 1 : 0);
+    choice.flushNext = verdict.flushes;
+  }
+  // The reference: the running codec's agreed time; a new choice takes its
+  // own at its next decision.
+  choice.commAtDecision = best == current ? choice.commNow : 0;
+  choice.current = best;
+  choice.decided = true;
+  choice.last.step = call;
+  choice.last.choice = best;
+  choice.last.predicted = std::move(est);
+  choice.last.residual = a.residual;
+  choice.last.period = a.period;
+  choice.last.linkAlpha = a.alpha;
+  choice.last.linkBeta = a.beta;
+  choice.last.reason = std::move(reason);
+}
+
+AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const CompressComms& comms) {
+  const int k = static_cast<int>(sites_.size());
+  const double p = comms.size;
+  const std::vector<AutoCandidate>& cand = choice.candidates;
+  if (!choice.decided) {  // the link's latency before the first prediction (one small allreduce)
+    double one = 0;
+    const Clock::time_point t0 = Clock::now();
+    comms.allreduceMax(&one, 1);
+    link_.add(8.0 * 2 * (p - 1) / p, secondsSince(t0));
+  }
+  // v: k measured times (min), k codec costs (max), k residual ratios (max),
+  // the running codec's communication time (min), the link fit's alpha and
+  // beta (min), k step periods (max; 0 below kAutoPeriodSamples), the step
+  // charge (max), and per codec none's step over as many of its last
+  // periods as the codec has (max).
+  std::vector<double> v(5 * static_cast<size_t>(k) + 4);
+  const auto measuredStep = [](const TimeWindow& w, int m) {
+    return w.count >= kAutoPeriodSamples && m >= kAutoPeriodSamples ? w.lowOfLast(m) : 0;
+  };
+  for (int i = 0; i < k; ++i) {
+    v[i] = -cand[i].total.low();
+    v[k + i] = cand[i].codecSeconds;
+    v[2 * k + i] = cand[i].residual;
+    v[3 * k + 3 + i] = measuredStep(cand[i].period, cand[i].period.count);
+    v[4 * k + 4 + i] = i == 0 ? 0 : measuredStep(cand[0].period, cand[i].period.count);
+  }
+  v[4 * k + 3] = stepCharge();
+  // Drift: the running codec's communication time, the ranks' least (a rank
+  // that waited for a late peer measured the peer; the last to arrive did
+  // not wait), against its reference.
+  v[3 * k] = choice.decided && choice.current != 0 ? -cand[choice.current].comm.low() : 0;
+  v[3 * k + 1] = -link_.alpha();
+  v[3 * k + 2] = -link_.beta();
+  const Clock::time_point t0 = Clock::now();
+  comms.allreduceMax(v.data(), static_cast<int64_t>(v.size()));
+  link_.add(8.0 * static_cast<double>(v.size()) * 2 * (p - 1) / p, secondsSince(t0));
+
+  Agreed a;
+  const auto at = [&v](int from, int count) { return std::vector<double>(v.begin() + from, v.begin() + from + count); };
+  a.measured = at(0, k);
+  for (double& t : a.measured) t = -t;
+  a.codec = at(k, k);
+  a.residual = at(2 * k, k);
+  a.comm = -v[3 * k];
+  a.alpha = -v[3 * k + 1];
+  a.beta = -v[3 * k + 2];
+  a.period = at(3 * k + 3, k);
+  a.charge = v[4 * k + 3];
+  a.noneStep = at(4 * k + 4, k);
+  a.bound = bound_;
+  const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
+  a.applies.resize(k);
+  a.waits.resize(k);
+  a.early.resize(k);
+  for (int i = 0; i < k; ++i) {
+    a.applies[i] = !factors(i) || choice.factorValues > 0;
+    a.waits[i] = warming && waitsForWindow(i);
+    a.early[i] = a.waits[i] && factors(i) && choice.calls >= kAutoEarlyCall;
+  }
+  return a;
+}
+
+bool AutoSelection::holdsForDrift(AutoChoice& choice, const Agreed& a, uint64_t call) {
+  // Moved by 2x or more (and by kAutoStepShare of none's step: less is
+  // within the step's noise), seen again on the next window of calls, the
+  // same way: none's bytes, not measured meanwhile, need a new sample. One
+  // window's move may be a phase of the machine (a link that changed stays
+  // changed); nothing is decided in between, since a changed link would
+  // make every step measured on the old one look wrong.
+  const double was = choice.commAtDecision, now = a.comm;
+  const bool far = was > 0 && now > 0 && std::fabs(now - was) >= kAutoStepShare * a.period[0];
+  const int moved = far ? (now > 2 * was ? 1 : 2 * now < was ? -1 : 0) : 0;
+  choice.commNow = now;
+  if (moved != 0 && moved == choice.commMoved) {  // decide after none's new sample; the back-offs were for the old link
+    choice.probeNext = true;
+    choice.commAtDecision = 0;
+    choice.commMoved = 0;
+    choice.pending = -1;
+    for (AutoCandidate& c : choice.candidates) {
+      c.losses = c.retryAt = 0;
+      c.lostTo = -1;
+    }
+    return true;
+  }
+  choice.commMoved = moved;
+  if (moved != 0) {
+    choice.checkAt = call + TimeWindow::kSize;
+    return true;
+  }
+  return false;
+}
+
+std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agreed& a, int size, double& charge) {
+  const int k = static_cast<int>(sites_.size());
+  // A candidate that ran is judged by its measured time per call, the others
+  // by the model (codec cost + the link fit at their bytes), scaled by how
+  // far the model fell short for the codecs that ran (in place, codecs share
+  // the cores with the other ranks' work; timed alone they look cheaper).
+  std::vector<double> est(k);
+  double shortfall = 1;
+  for (int i = 0; i < k; ++i) {
+    const double rounds = factors(i) ? 2 : 1;
+    const double measured = a.measured[i], model = a.codec[i] + rounds * a.alpha + a.beta * busBytes(i, choice, size);
+    est[i] = measured > 0 ? measured : model;
+    if (i != 0 && measured > 0 && model > 0) shortfall = std::max(shortfall, measured / model);
+  }
+  for (int i = 1; i < k; ++i)
+    if (!(a.measured[i] > 0)) est[i] *= shortfall;
+  for (int i = 1; i < k; ++i)
+    if (!a.applies[i]) est[i] = std::numeric_limits<double>::infinity();
+  // The step a codec adds beyond its call (its period over none's, less
+  // what its call saved or cost), per second of its codec time: on a
+  // CPU-bound host, what each second of encode and decode costs the step.
+  // One measured at this decision (the largest, where several codecs have
+  // periods) replaces the group's; otherwise the group's agreed charge
+  // stands. It is charged to every codec: one codec that lengthened the
+  // step warns off the others by their codec time, untried, on every key.
+  // Only a codec whose own time is above the step's noise (kAutoStepShare
+  // of none's step) measures it: below, a step lengthened by noise or by
+  // another key's choice would read as a large charge per second of a
+  // small codec time (the step guard still leaves that codec).
+  charge = a.charge;
+  bool charged = false;
+  for (int i = 1; i < k; ++i) {
+    const double measured = a.measured[i], codec = a.codec[i];
+    if (a.period[i] > 0 && a.noneStep[i] > 0 && measured > 0 && a.measured[0] > 0 &&
+        codec >= kAutoStepShare * a.period[0]) {
+      const double hidden = (a.period[i] - a.noneStep[i]) - (measured - est[0]);
+      const double c = hidden > kAutoStepShare * a.period[0] ? hidden / codec : 0;  // smaller: the step's noise
+      charge = charged ? std::max(charge, c) : c;
+      charged = true;
+    }
+  }
+  setStepCharge(charge);
+  for (int i = 1; i < k; ++i) est[i] += charge * a.codec[i];
+  return est;
+}
+
+void AutoSelection::startEarly(Agreed& a, const std::vector<double>& est) {
+  if (a.period[0] <= 0) return;  // none's step not yet known
+  const int k = static_cast<int>(est.size());
+  double open = std::numeric_limits<double>::infinity();  // the fastest that may run now
+  for (int i = 0; i < k; ++i)
+    if (a.open(i)) open = std::min(open, est[i]);
+  for (int i = 1; i < k; ++i) {
+    if (a.early[i] && open - est[i] >= kAutoEarlyShare * a.period[0]) a.waits[i] = 0;
+  }
+}
+
+AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a, const std::vector<double>& est,
+                                             uint64_t call, bool freeChoice) {
+  const int k = static_cast<int>(est.size());
+  std::vector<AutoCandidate>& cand = choice.candidates;
+  const int current = choice.decided ? choice.current : 0;
+  Verdict out;
+  out.vetoed = choice.decided && a.slower(current);
+  // A current codec that is vetoed, or whose residual passed the bound, is
+  // left at once (no lead to confirm, no hysteresis): a free choice.
+  if (out.vetoed || !a.within(current)) freeChoice = true;
+  // A codec that lost its trial to another codec's prediction is free again
+  // once that codec is left out (by either guard), or once it has run and
+  // measured slower than the loser by the margin (the prediction was wrong):
+  // the back-off kept the loser from a winner that is not one.
+  for (int i = 1; i < k; ++i) {
+    AutoCandidate& c = cand[i];
+    if (c.lostTo <= 0 || call >= c.retryAt) continue;
+    const int w = c.lostTo;
+    const bool left = !a.within(w) || (out.vetoed && w == current);
+    const bool slowerThanLoser =
+        a.measured[w] > 0 && a.measured[i] > 0 && (1 - kAutoMargin) * a.measured[w] > a.measured[i];
+    if (!left && !slowerThanLoser) continue;
+    out.released += "; " + autoCandidates()[i] + " free again: " + autoCandidates()[w] + ", which its trial lost to, " +
+                    (left ? "is left out" : "measured " + ms(a.measured[w]) + " against its " + ms(a.measured[i]));
+    c.retryAt = 0;
+    c.losses -= std::min<uint64_t>(c.losses, 1);
+    c.lostTo = -1;
+  }
+  const auto eligible = [&](int i) { return a.open(i) && (i == current || call >= cand[i].retryAt); };
+  int fastest = 0;
+  for (int i = 1; i < k; ++i)
+    if (eligible(i) && est[i] < est[fastest]) fastest = i;
+  int best = fastest;
+  if (best != 0 && est[best] > (1 - kAutoMargin) * est[0]) {
+    best = 0;
+    out.why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than the margin";
+  } else if (best != 0 && est[0] - est[best] < kAutoStepShare * a.period[0]) {
+    best = 0;
+    out.why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than " +
+              std::to_string(static_cast<int>(100 * kAutoStepShare)) + " % of the step (" + ms(a.period[0]) + ")";
+  }
+  // Outside a free choice the current codec is kept unless another is
+  // faster by the margin; at a free choice the fastest is taken. A trial's
+  // end is free against none (the codec on trial must show its margin
+  // against none's time), not against the other codecs: measured now, it
+  // is kept unless another is faster by the margin (the others are mostly
+  // predictions, whose model and step charge move between decisions; a
+  // near tie is no reason for a flush and a trial).
+  const bool trialHolds = choice.decided && choice.onTrial && !out.vetoed && current != 0 && a.within(current) &&
+                          best != 0 && est[current] <= (1 - kAutoMargin) * est[0] &&
+                          est[0] - est[current] >= kAutoStepShare * a.period[0];
+  if (best != current && (!freeChoice || trialHolds) && est[best] > (1 - kAutoMargin) * est[current]) {
+    out.why = "; kept: " + autoCandidates()[best] + " (" + ms(est[best]) + ") saves less than the margin";
+    best = current;
+  }
+  // Outside a free choice (the first, a trial's end, after drift) a
+  // challenger must lead twice in a row: one lead may be the machine's noise.
+  if (best != current && !freeChoice && choice.pending != best) {
+    out.why = "; " + autoCandidates()[best] + " (" + ms(est[best]) + ") leads: checked again in " +
+              std::to_string(kAutoTrialCalls) + " calls";
+    choice.pending = best;
+    choice.checkAt = call + kAutoTrialCalls;
+    best = current;
+  } else {
+    choice.pending = -1;
+    choice.checkAt = 0;
+  }
+  // A trial that lost, or a codec that made the step longer: it waits
+  // before it is tried again, longer each time.
+  if (choice.decided && (choice.onTrial || out.vetoed) && best != current && current != 0) {
+    AutoCandidate& lost = cand[current];
+    lost.retryAt = call + (kAutoBackoff << std::min<uint64_t>(lost.losses, 6));
+    lost.losses += 1;
+    lost.lostTo = out.vetoed ? -1 : best;
+  }
+  if (out.vetoed) {
+    out.why = "; " + autoCandidates()[current] + " left: the key's calls came every " + ms(a.period[current]) +
+              " with it, every " + ms(a.noneStep[current]) + " with none" + out.why;
+  }
+  if (best != current && current != 0)
+    cand[current].period.clear();  // its steps are measured afresh when it runs again
+  choice.onTrial = false;
+  // From one codec to another: the call between runs none (its residual
+  // sent), and the trial counts from the next; a residual the guard read
+  // under kAutoCarryShare (bf16's rounding) is carried in the next codec's
+  // error feedback instead.
+  const int last = choice.lastRan;
+  const bool carries = last > 0 && a.residual[last] >= 0 && a.residual[last] < kAutoCarryShare;
+  out.flushes = best != current && best != 0 && last != 0 && last != best && !carries;
+  out.best = best;
+  return out;
+}
+
+std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Agreed& a, const std::vector<double>& est,
+                                   double charge, const Verdict& verdict, uint64_t call) {
+  const int k = static_cast<int>(est.size()), best = verdict.best;
+  const std::vector<AutoCandidate>& cand = choice.candidates;
+  std::string reason = "predicted " + ms(est[best]);
+  if (best != 0) reason += " against none's " + ms(est[0]);
+  reason += verdict.why + verdict.released;
+  if (verdict.why.empty()) {
+    int runnerUp = -1;
+    for (int i = 0; i < k; ++i)
+      if (i != best && a.open(i) && (runnerUp < 0 || est[i] < est[runnerUp])) runnerUp = i;
+    if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
+  }
+  char early[80];
+  std::snprintf(early, sizeof early, " (before it, only where it saves %.0f %% of the step)", 100 * kAutoEarlyShare);
+  for (int i = 1; i < k; ++i) {
+    char buf[200];
+    if (!a.applies[i]) continue;
+    if (!a.within(i)) {
+      std::snprintf(
+          buf, sizeof buf,
+          "; %s left out%s: its residual holds back %.0f %% of a weight's recent gradient, along it, > %.0f %%",
+          autoCandidates()[i].c_str(), cand[i].hasRun ? "" : " before it ran (replayed on a sample)",
+          100 * a.residual[i], 100 * a.bound);
+      reason += buf;
+    } else if (a.waits[i]) {
+      std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d%s", autoCandidates()[i].c_str(),
+                    kAutoWindowCalls, a.early[i] ? early : "");
+      reason += buf;
+    } else if (i != best && call < cand[i].retryAt) {
+      std::snprintf(buf, sizeof buf, "; %s lost a trial: not before call %llu", autoCandidates()[i].c_str(),
+                    static_cast<unsigned long long>(cand[i].retryAt));
+      reason += buf;
+    }
+  }
+  if (verdict.flushes) reason += "; one call of none first sends " + autoCandidates()[choice.lastRan] + "'s residual";
+  if (charge > 0.05) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; codecs charged %.2g s of step per s of codec time", charge);
+    reason += buf;
+  }
+  char link[96];
+  std::snprintf(link, sizeof link, " (link %.3g us + %.3g GB/s bus; %lld elements)", a.alpha * 1e6,
+                a.beta > 0 ? 1e-9 / a.beta : 0.0, static_cast<long long>(n));
+  reason += link;
+  return reason;
+}
+
+}  // namespace scalecomm
