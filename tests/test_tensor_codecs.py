@@ -57,6 +57,32 @@ def test_the_torch_form_of_every_codec_sends_what_the_host_codec_sends(seed, n, 
         assert new_r is None
 
 
+@pytest.mark.parametrize("levels", [1, 8, 127])
+@pytest.mark.parametrize("kind", ["lone", "huge", "inf", "nan", "zeros"])
+def test_qsgd_rounds_as_the_torch_form_at_the_edges_of_its_levels(levels, kind):
+    """QSGD's host loop rounds branch-free (a scaled value at or over its top
+    level, a bucket with an infinity or a NaN): its payload must still be
+    the torch form's, byte for byte, with and without error feedback."""
+    gen = torch.Generator().manual_seed(levels)
+    for n in (1, 511, 513, 4096):
+        x = torch.randn(n, generator=gen) * 3
+        if kind == "lone":  # one value holds the bucket's norm: scaled at s, or a rounding over it
+            x = torch.zeros(n)
+            x[::512] = 5.0
+        elif kind == "huge":
+            x[0], x[-1] = 1e30, -1e30
+        elif kind == "inf":
+            x[n // 2] = float("inf")
+        elif kind == "nan":
+            x[::7] = float("nan")
+        else:
+            x[::3] = 0
+        for r in (None, torch.randn(n, generator=gen) * 0.1):
+            _, host, _ = _C._testing.codec_encode(x, r, f"qsgd:{levels}", seed=n, rank=1)
+            _, torch_form, _ = _C._testing.tensor_codec_encode(x, r, f"qsgd:{levels}", seed=n, rank=1)
+            assert torch.equal(host, torch_form), (n, r is not None)
+
+
 def _both_forms(rank, n, device="cpu"):
     """Each codec through a group with codec_kernels=torch and one with host,
     three steps with error feedback, on tensors of `device` ("cuda": this

@@ -6,6 +6,8 @@
 // build for the same (seed, i), so ranks that share a seed draw the same
 // positions without sending them, and a test (or a device kernel) can
 // reproduce any draw from its index alone.
+// start(seed) mixes the seed once; drawFrom(start(seed), i) == draw(seed, i),
+// and uniformFrom likewise, for loops that draw many values of one stream.
 // - index(seed, i, n): uniform in [0, n), n >= 1 (Lemire's multiply-shift).
 // - uniform(seed, i): uniform float in [0, 1), 24 random bits.
 // - normal(seed, i): standard normal float (Box-Muller over draws 2i, 2i+1).
@@ -26,15 +28,19 @@ inline uint64_t finalize(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-inline uint64_t draw(uint64_t seed, uint64_t i) { return finalize(finalize(seed + kGolden) + (i + 1) * kGolden); }
+// The stream's start, mixed once: draw(seed, i) is drawFrom(start(seed), i).
+inline uint64_t start(uint64_t seed) { return finalize(seed + kGolden); }
+inline uint64_t drawFrom(uint64_t start, uint64_t i) { return finalize(start + (i + 1) * kGolden); }
+inline uint64_t draw(uint64_t seed, uint64_t i) { return drawFrom(start(seed), i); }
 
 inline int64_t index(uint64_t seed, uint64_t i, int64_t n) {
   return static_cast<int64_t>((static_cast<unsigned __int128>(draw(seed, i)) * static_cast<uint64_t>(n)) >> 64);
 }
 
-inline float uniform(uint64_t seed, uint64_t i) {
-  return static_cast<float>(draw(seed, i) >> 40) * (1.0f / 16777216.0f);
+inline float uniformFrom(uint64_t start, uint64_t i) {  // 24 bits: exact through int32 (a vector conversion)
+  return static_cast<float>(static_cast<int32_t>(drawFrom(start, i) >> 40)) * (1.0f / 16777216.0f);
 }
+inline float uniform(uint64_t seed, uint64_t i) { return uniformFrom(start(seed), i); }
 
 inline float normal(uint64_t seed, uint64_t i) {
   const double u1 = (static_cast<double>(draw(seed, 2 * i) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]

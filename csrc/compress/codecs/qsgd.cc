@@ -12,6 +12,19 @@ namespace scalecomm {
 
 namespace {
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SC_QSGD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SC_QSGD_CLONES
+#endif
+
+// u[j] = codec_random::uniformFrom(start, first + j), j < n: with AVX2
+// where the CPU has it (its 64-bit lanes vectorise the stream's products);
+// the same bits either way.
+SC_QSGD_CLONES void fillUniforms(uint64_t start, uint64_t first, int64_t n, float* __restrict__ u) {
+  for (int64_t j = 0; j < n; ++j) u[j] = codec_random::uniformFrom(start, first + static_cast<uint64_t>(j));
+}
+
 class QsgdCodec final : public Codec {
  public:
   explicit QsgdCodec(int levels) : levels_(levels) {}
@@ -20,10 +33,9 @@ class QsgdCodec final : public Codec {
 
   bool encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload,
               uint64_t seed, int rank) const override {
-    const uint64_t noise = qsgdNoiseStream(seed, rank);
-    const auto s = static_cast<float>(levels_);
+    const uint64_t noise = codec_random::start(qsgdNoiseStream(seed, rank));
     uint8_t* levels = payload + 4 * buckets(n);
-    float acc[kQsgdBucket];
+    float acc[kQsgdBucket], u[kQsgdBucket];
     uint32_t bad = 0;
     for (int64_t b = 0; b < buckets(n); ++b) {
       const int64_t lo = b * kQsgdBucket, len = std::min<int64_t>(kQsgdBucket, n - lo);
@@ -35,16 +47,11 @@ class QsgdCodec final : public Codec {
       }
       const auto norm = static_cast<float>(std::sqrt(squares));
       storeField<float>(payload + 4 * b, norm);
-      const float unit = norm / s;  // a level's value
-      for (int64_t j = 0; j < len; ++j) {
-        const float scaled = std::fabs(acc[j]) / std::max(norm, 1e-30f) * s;
-        // A bucket of infinities (norm inf, scaled NaN) sends the top level,
-        // which decodes to infinity.
-        const float magnitude =
-            scaled <= s ? std::min(std::floor(scaled + codec_random::uniform(noise, lo + j)), s) : s;
-        const float level = acc[j] > 0 ? magnitude : acc[j] < 0 ? -magnitude : 0.f;
-        levels[lo + j] = static_cast<uint8_t>(static_cast<int8_t>(level));
-        if (r) r[lo + j] = acc[j] - unit * level;
+      fillUniforms(noise, static_cast<uint64_t>(lo), len, u);
+      if (r) {
+        roundBucket<true>(acc, u, len, norm, levels + lo, r + lo);
+      } else {
+        roundBucket<false>(acc, u, len, norm, levels + lo, nullptr);
       }
     }
     return bad == 0;
@@ -61,6 +68,26 @@ class QsgdCodec final : public Codec {
 
  private:
   static int64_t buckets(int64_t n) { return (n + kQsgdBucket - 1) / kQsgdBucket; }
+  // One bucket's levels (and residual), from its values acc, its norm and
+  // its uniforms u: min(floor(scaled + u), s), branch-free so that the
+  // compiler vectorises it. t is in [0, s + 1], where floor is the
+  // truncation; a scaled value over s (rounding) still sends s; a bucket
+  // of infinities (norm inf, scaled NaN) sends the top level, which decodes
+  // to infinity.
+  template <bool kFeedback>
+  void roundBucket(const float* __restrict__ acc, const float* __restrict__ u, int64_t len, float norm,
+                   uint8_t* __restrict__ levels, float* __restrict__ r) const {
+    const auto s = static_cast<float>(levels_);
+    const float denominator = std::max(norm, 1e-30f), unit = norm / s;  // a level's value
+    for (int64_t j = 0; j < len; ++j) {
+      const float scaled = std::fabs(acc[j]) / denominator * s;
+      const float t = std::min(s + 1.0f, scaled + u[j]);  // NaN (scaled or u): s + 1
+      const float magnitude = std::min(static_cast<float>(static_cast<int32_t>(t)), s);
+      const float level = static_cast<float>((acc[j] > 0) - (acc[j] < 0)) * magnitude;  // 0 for 0 and NaN
+      levels[j] = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int32_t>(level)));
+      if (kFeedback) r[j] = acc[j] - unit * level;
+    }
+  }
   int levels_;
 };
 
