@@ -308,7 +308,7 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
                           best != 0 && est[current] <= (1 - kAutoMargin) * est[0] &&
                           est[0] - est[current] >= kAutoStepShare * a.period[0];
   if (best != current && (!freeChoice || trialHolds) && est[best] > (1 - kAutoMargin) * est[current]) {
-    out.why = "; kept: " + autoCandidates()[best] + " (" + ms(est[best]) + ") saves less than the margin";
+    out.why = "; kept: " + autoCandidates()[best] + " (" + ms(est[best]) + ") is not faster by the margin";
     best = current;
   }
   // Outside a free choice (the first, a trial's end, after drift) a
@@ -374,7 +374,7 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
           autoCandidates()[i].c_str(), cand[i].hasRun ? "" : " before it ran (replayed on a sample)",
           100 * a.residual[i], 100 * a.bound);
       reason += buf;
-    } else if (a.waits[i]) {
+    } else if (a.waits[i] && i != best) {  // an early start, once running, is judged as any running codec
       std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d%s", autoCandidates()[i].c_str(),
                     kAutoWindowCalls, a.early[i] ? early : "");
       reason += buf;

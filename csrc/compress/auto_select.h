@@ -86,7 +86,8 @@
 // (its guard reads its own residual from its first calls, against the
 // recent gradient so far). That call is a regular decision, and the start
 // is a free choice: a saving of a quarter of the step is past the noise that a
-// second lead guards against. All of it travels in one small
+// second lead guards against. The quarter is the start's condition: from
+// its trial's end a running PowerSGD is judged as any running codec. All of it travels in one small
 // allreduce, so every rank picks from identical numbers: the same choice and
 // reason.
 //

@@ -17,7 +17,8 @@
 // step not charged to a large key's codecs, one that would save too little
 // of the step not tried, PowerSGD a candidate only where the weights'
 // shapes are known, before the window only where it saves a quarter of the
-// step, and kept where its residual is noise across the recent
+// step (once started, kept while it leads by the margin), and kept where
+// its residual is noise across the recent
 // gradient, a large key's codecs timed on a sample, a codec
 // that takes over from another judged on its own residual, and a codec
 // that lost its trial to another tried again once that one is left out or
@@ -407,6 +408,48 @@ TEST(powersgd_starts_before_the_window_only_where_it_saves_a_quarter_of_the_step
             std::string::npos);
     }
   }
+}
+
+TEST(an_early_powersgd_that_measures_a_smaller_saving_is_kept_while_it_leads_by_the_margin) {
+  // A 256 x 256 rank-one gradient and its bias on a link of 20 MB/s of bus
+  // bandwidth: none's call about 20 ms, bf16's 10, PowerSGD predicted under
+  // 1 ms, so it starts early at call kAutoEarlyCall. Its two small
+  // allreduces then take 2.75 ms more each than the link's fit predicts: it
+  // measures about 7 ms, a saving over bf16 under a quarter of none's step
+  // (the early start's condition) but still past the margin. The condition
+  // is judged when it starts; from its trial's end PowerSGD is judged as
+  // any running codec and kept. (Before, the trial's end judged it again,
+  // and bf16 ran until the window: calls 21-64.)
+  const int64_t side = 256, a = side * side, n = a + side;
+  const PowerSgdLayout layout{{a, side}, {side, kPowerSgdDense}};
+  const std::vector<float> v = values(14, side);
+  SimulatedLink link;
+  link.beta = 1.0 / 20e6;
+  link.smallExtra = 2.75e-3;
+  AutoSelection sel(0.33);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  const int psgd = candidate("powersgd:4");
+  int firstPowerSgd = -1, laterPowerSgd = 0;
+  const int calls = static_cast<int>(kAutoEarlyCall) + 20;
+  for (int call = 1; call <= calls; ++call) {
+    std::vector<float> x = values(400 + call, n);
+    for (int64_t i = 0; i < side; ++i) {
+      const float u = x[a + i];
+      for (int64_t j = 0; j < side; ++j) x[i * side + j] = u * v[j];
+    }
+    const int ran = sel.run(x.data(), n, true, state, comms, layout);
+    if (ran == psgd && firstPowerSgd < 0) firstPowerSgd = call;
+    laterPowerSgd += ran == psgd && call > calls - 12;
+  }
+  const AutoDecision& d = state.choice.last;
+  std::printf("  powersgd first ran at call %d, %d of the last 12 calls: %s\n", firstPowerSgd, laterPowerSgd,
+              d.reason.c_str());
+  CHECK_EQ(firstPowerSgd, static_cast<int>(kAutoEarlyCall) + 1);
+  const double bf16 = d.predicted[candidate("bf16")];
+  CHECK(d.predicted[psgd] > 0 && d.predicted[psgd] <= (1 - kAutoMargin) * bf16);  // it leads by the margin
+  CHECK(bf16 - d.predicted[psgd] < kAutoEarlyShare * d.period[0]);  // ... by less than the early start asks
+  CHECK_EQ(laterPowerSgd, 12);
 }
 
 TEST(powersgd_whose_residual_is_noise_across_the_recent_gradient_is_kept) {

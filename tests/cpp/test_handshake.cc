@@ -33,10 +33,6 @@ int rawConnect(int port) {
   return fd;
 }
 
-double secondsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 }  // namespace
 
 TEST(sha256_and_hmac_match_the_published_vectors) {
