@@ -87,9 +87,9 @@
 // recent gradient so far). That call is a regular decision, and the start
 // is a free choice: a saving of a quarter of the step is past the noise that a
 // second lead guards against. The quarter is the start's condition: from
-// its trial's end a running PowerSGD is judged as any running codec. All of it travels in one small
-// allreduce, so every rank picks from identical numbers: the same choice and
-// reason.
+// its trial's end a running PowerSGD is judged as any running codec.
+// All of it travels in one small allreduce, so every rank picks from
+// identical numbers: the same choice and reason.
 //
 // When it switches. Decisions come at the first decision above, at every
 // kAutoDecideEvery-th call of the key (none inside a trial), and at a scheduled
