@@ -12,17 +12,25 @@ namespace scalecomm {
 
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define SC_QSGD_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SC_QSGD_CLONES
-#endif
-
 // u[j] = codec_random::uniformFrom(start, first + j), j < n: with AVX2
-// where the CPU has it (its 64-bit lanes vectorise the stream's products);
-// the same bits either way.
-SC_QSGD_CLONES void fillUniforms(uint64_t start, uint64_t first, int64_t n, float* __restrict__ u) {
+// where the CPU has it (its 64-bit lanes vectorise the stream's products;
+// checked once at run time, as core/half_x86 does: no ifunc, which the
+// sanitizers' runtimes do not survive); the same bits either way.
+inline __attribute__((always_inline)) void drawUniforms(uint64_t start, uint64_t first, int64_t n,
+                                                        float* __restrict__ u) {
   for (int64_t j = 0; j < n; ++j) u[j] = codec_random::uniformFrom(start, first + static_cast<uint64_t>(j));
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) void drawUniformsAvx2(uint64_t start, uint64_t first, int64_t n, float* u) {
+  drawUniforms(start, first, n, u);
+}
+#endif
+void fillUniforms(uint64_t start, uint64_t first, int64_t n, float* __restrict__ u) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return drawUniformsAvx2(start, first, n, u);
+#endif
+  drawUniforms(start, first, n, u);
 }
 
 class QsgdCodec final : public Codec {
