@@ -346,7 +346,7 @@ at::Tensor sliceForViews(const at::Tensor& all, int64_t offset, int64_t bytes) {
 }  // namespace
 
 at::Tensor randomDraws(uint64_t seed, const at::Tensor& i) {
-  const int64_t base = asBits(codec_random::finalize(seed + codec_random::kGolden));
+  const int64_t base = asBits(codec_random::start(seed));
   return finalize(at::add(at::mul(at::add(i, 1), asBits(codec_random::kGolden)), base));
 }
 
