@@ -40,7 +40,7 @@ struct AutoSelection::Agreed {
   double bound = 0;              // the accuracy guard's (0: no guard)
   std::vector<char> applies;     // a candidate on this key (PowerSGD: only with a layout)
   std::vector<char> waits;       // it waits for the window, which is not yet full
-  std::vector<char> early;       // ... unless it saves enough of the step (PowerSGD, from kAutoEarlyCall)
+  std::vector<char> early;       // ... unless it saves enough of the step (PowerSGD)
 
   bool within(int i) const { return i == 0 || bound <= 0 || residual[i] <= bound; }
   // A codec is kept only while the key's calls come about as often with it
@@ -73,10 +73,10 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const C
   if (holdsForDrift(choice, a, call)) return;
   double charge = 0;
   std::vector<double> est = predict(choice, a, comms.size, charge);
-  startEarly(a, est);
+  const int current = choice.decided ? choice.current : 0;
+  startEarly(a, est, current);
   // An early start is a free choice (no second lead): its saving, a quarter
   // of the step, is past the noise that a second lead guards against.
-  const int current = choice.decided ? choice.current : 0;
   bool starts = false;
   for (int i = 1; i < static_cast<int>(est.size()); ++i)
     starts = starts || (a.early[i] && a.open(i) && i != current && call >= choice.candidates[i].retryAt);
@@ -164,7 +164,7 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   for (int i = 0; i < k; ++i) {
     a.applies[i] = !factors(i) || choice.factorValues > 0;
     a.waits[i] = warming && waitsForWindow(i);
-    a.early[i] = a.waits[i] && factors(i) && choice.calls >= kAutoEarlyCall;
+    a.early[i] = a.waits[i] && factors(i);
   }
   return a;
 }
@@ -245,14 +245,14 @@ std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agree
   return est;
 }
 
-void AutoSelection::startEarly(Agreed& a, const std::vector<double>& est) {
+void AutoSelection::startEarly(Agreed& a, const std::vector<double>& est, int current) {
   if (a.period[0] <= 0) return;  // none's step not yet known
   const int k = static_cast<int>(est.size());
   double open = std::numeric_limits<double>::infinity();  // the fastest that may run now
   for (int i = 0; i < k; ++i)
     if (a.open(i)) open = std::min(open, est[i]);
   for (int i = 1; i < k; ++i) {
-    if (a.early[i] && open - est[i] >= kAutoEarlyShare * a.period[0]) a.waits[i] = 0;
+    if (a.early[i] && (i == current || open - est[i] >= kAutoEarlyShare * a.period[0])) a.waits[i] = 0;
   }
 }
 
@@ -374,7 +374,7 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
           autoCandidates()[i].c_str(), cand[i].hasRun ? "" : " before it ran (replayed on a sample)",
           100 * a.residual[i], 100 * a.bound);
       reason += buf;
-    } else if (a.waits[i] && i != best) {  // an early start, once running, is judged as any running codec
+    } else if (a.waits[i] && i != best) {
       std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d%s", autoCandidates()[i].c_str(),
                     kAutoWindowCalls, a.early[i] ? early : "");
       reason += buf;

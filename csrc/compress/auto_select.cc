@@ -286,7 +286,9 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   if (i != 0) {
     const double codec = std::max(total - commSeconds, 0.0);
     ran.codecSeconds = 0.5 * ran.codecSeconds + 0.5 * codec;
-    if (decides && errorFeedback && state.residual.size() == static_cast<size_t>(n)) {
+    // Against a window of fewer calls a residual of a step or two reads as
+    // a large share: the guard reads from the key's kAutoGuardCalls-th call.
+    if (decides && errorFeedback && call >= kAutoGuardCalls && state.residual.size() == static_cast<size_t>(n)) {
       const double r = residualRatio(state.residual.data(), n, choice.window.data(), layout);
       if (std::isfinite(r)) ran.residual = r;
     }

@@ -79,15 +79,18 @@
 // Sparsifiers and PowerSGD wait
 // for the key's kAutoWindowCalls-th call: a delayed update costs most early
 // in training, and by then the window holds the recent gradient (the first
-// calls choose between none and bf16). PowerSGD may start from the key's
-// kAutoEarlyCall-th call where its prediction saves kAutoEarlyShare of
-// none's step against every candidate then open (none, bf16): the accuracy
-// an early start may cost is taken only for a large share of the step
-// (its guard reads its own residual from its first calls, against the
-// recent gradient so far). That call is a regular decision, and the start
-// is a free choice: a saving of a quarter of the step is past the noise that a
-// second lead guards against. The quarter is the start's condition: from
-// its trial's end a running PowerSGD is judged as any running codec.
+// calls choose between none and bf16). PowerSGD may start at any decision
+// before it, the first included, where its prediction saves
+// kAutoEarlyShare of none's step against every candidate then open (none,
+// bf16): the accuracy an early start may cost is taken only for a large
+// share of the step. The start is a free choice: a saving of a quarter of
+// the step is past the noise that a second lead guards against. The
+// quarter is the start's condition: from its trial's end a running
+// PowerSGD is judged as any running codec. The guard reads a running
+// codec's residual from the key's kAutoGuardCalls-th call: against the
+// window of fewer calls, a residual of a step or two (which error feedback
+// sends within a few calls) reads as a large share of all the gradient
+// there is.
 // All of it travels in one small allreduce, so every rank picks from
 // identical numbers: the same choice and reason.
 //
@@ -155,10 +158,9 @@ constexpr double kAutoMargin = 0.10;           // a switch must save this share 
 constexpr double kAutoStepShare = 0.02;        // ... and a codec this share of none's step (its period)
 constexpr int64_t kAutoCodecSample = 1 << 18;  // a key's first call times the codecs on its first this many values
 constexpr int kAutoCodecTimings = 3;           // ... this many times each, taking the least
-constexpr uint64_t kAutoEarlyCall = 16;        // PowerSGD before the window: from this call of the key,
-constexpr double kAutoEarlyShare = 0.25;       // ... where it saves this share of none's step
-static_assert(kAutoEarlyCall % kAutoDecideEvery == 0, "the early start is judged at a regular decision");
-constexpr double kAutoCarryShare = 0.01;  // a codec's residual under this share of the recent gradient is carried
+constexpr double kAutoEarlyShare = 0.25;       // PowerSGD before the window where it saves this share of none's step
+constexpr uint64_t kAutoGuardCalls = 16;       // the guard reads a running codec's residual from this call of the key
+constexpr double kAutoCarryShare = 0.01;       // a codec's residual under this share of the recent gradient is carried
 
 // Candidate specs, least to most lossy; "none" first.
 const std::vector<std::string>& autoCandidates();
@@ -207,8 +209,9 @@ class AutoSelection {
   Agreed agree(const AutoChoice& choice, const CompressComms& comms);
   static bool holdsForDrift(AutoChoice& choice, const Agreed& agreed, uint64_t call);  // true: no choice now
   std::vector<double> predict(const AutoChoice& choice, const Agreed& agreed, int size, double& charge);
-  // PowerSGD's wait for the window lifted where it starts early (above).
-  static void startEarly(Agreed& agreed, const std::vector<double>& est);
+  // PowerSGD's wait for the window lifted where it starts early, and for the
+  // running codec (above: once started, it is judged as any running codec).
+  static void startEarly(Agreed& agreed, const std::vector<double>& est, int current);
   static Verdict choose(AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est, uint64_t call,
                         bool freeChoice);
   static std::string explain(int64_t n, const AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est,

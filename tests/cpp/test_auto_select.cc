@@ -17,7 +17,8 @@
 // step not charged to a large key's codecs, one that would save too little
 // of the step not tried, PowerSGD a candidate only where the weights'
 // shapes are known, before the window only where it saves a quarter of the
-// step (once started, kept while it leads by the margin), and kept where
+// step (once started, kept while it leads by the margin; read by the guard
+// from call kAutoGuardCalls), and kept where
 // its residual is noise across the recent
 // gradient, a large key's codecs timed on a sample, a codec
 // that takes over from another judged on its own residual, and a codec
@@ -94,6 +95,46 @@ struct OnSlowLink {
 std::vector<float> values(int seed, int64_t n) { return gaussian(n, static_cast<unsigned>(seed)); }
 
 const std::string& chosen(const CompressState& s) { return autoCandidates()[s.choice.current]; }
+
+// One step's gradient of a side x side weight and its bias (values(seed)):
+// the weight's is the rank-one u v^T, u the bias's values (so the step's
+// own row factor), under `noise` times fresh Gaussian noise
+// (values(seed + 600)).
+std::vector<float> rankOneStep(int seed, int64_t side, const std::vector<float>& v, float noise = 0) {
+  const int64_t a = side * side;
+  std::vector<float> x = values(seed, a + side);
+  const std::vector<float> z = noise != 0 ? values(seed + 600, a) : std::vector<float>();
+  for (int64_t i = 0; i < side; ++i)
+    for (int64_t j = 0; j < side; ++j) x[i * side + j] = x[a + i] * v[j] + (noise != 0 ? noise * z[i * side + j] : 0);
+  return x;
+}
+
+// One rank's key of a side x side weight and its bias (PowerSGD's layout)
+// on a simulated link of `busBytesPerSecond`, auto with `bound`; step()
+// runs one call on rankOneStep(seed, ...) and returns the candidate it ran.
+struct RankOneKey {
+  int64_t side, n;
+  PowerSgdLayout layout;
+  std::vector<float> v;
+  SimulatedLink link;
+  AutoSelection sel;
+  CompressState state;
+  CompressComms comms;
+  RankOneKey(int64_t side_, double busBytesPerSecond, double bound, int vSeed)
+      : side(side_),
+        n(side_ * side_ + side_),
+        layout{{side_ * side_, side_}, {side_, kPowerSgdDense}},
+        v(values(vSeed, side_)),
+        sel(bound) {
+    link.beta = 1.0 / busBytesPerSecond;
+    comms = link.comms();
+  }
+  RankOneKey(const RankOneKey&) = delete;  // comms holds the link's address
+  int step(int seed, float noise = 0) {
+    std::vector<float> x = rankOneStep(seed, side, v, noise);
+    return sel.run(x.data(), n, true, state, comms, layout);
+  }
+};
 
 // One training step of a key: `computeMs` of compute (the backward before
 // its gradient is ready), then the key's call on values(seed, n); returns
@@ -344,11 +385,7 @@ TEST(powersgd_is_a_candidate_only_where_the_weights_shapes_are_known_and_wins_on
       // (1 MB/s of bus bandwidth), where the bytes outweigh any codec's time
       // (also in a sanitizer's build).
       link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 400e6 : 1.0 / 1e6;
-      std::vector<float> x = values(300 + s, n);
-      for (int64_t i = 0; i < side; ++i) {
-        const float u = x[a + i];  // the step's own row factor (the bias is also new every step)
-        for (int64_t j = 0; j < side; ++j) x[i * side + j] = u * v[j];
-      }
+      std::vector<float> x = rankOneStep(300 + s, side, v);
       const int ran = sel.run(x.data(), n, true, state, comms, shaped ? layout : PowerSgdLayout{});
       ranPowerSgd += ran == candidate("powersgd:4");
       if (s + 1 < kAutoWindowCalls) CHECK(ran != candidate("powersgd:4"));  // it waits for the window, as top-k
@@ -371,36 +408,22 @@ TEST(powersgd_starts_before_the_window_only_where_it_saves_a_quarter_of_the_step
   // The rank-one gradient above, 64 x 64 and its bias, on a slow link (0.5
   // MB/s of bus bandwidth: none's call about 50 ms, bf16's 25, PowerSGD's
   // two small ones 7). With nothing else in the step PowerSGD saves over a
-  // third of none's step against bf16: call kAutoEarlyCall decides, takes
-  // it at once (no second lead), and PowerSGD runs from the next call,
-  // carrying bf16's residual (its rounding: no call of none between),
-  // long before the window;
+  // third of none's step against bf16: the first decision takes it, and
+  // PowerSGD runs from the next call, long before the window;
   // behind 60 ms of compute per step the same saving is under a quarter of
   // the step, and it waits (the run stops at call 40).
-  const int64_t side = 64, a = side * side, n = a + side;
-  const PowerSgdLayout layout{{a, side}, {side, kPowerSgdDense}};
-  const std::vector<float> v = values(12, side);
   for (const int computeMs : {0, 60}) {
-    SimulatedLink link;
-    link.beta = 1.0 / 0.5e6;
-    AutoSelection sel(0.33);
-    CompressState state;
-    const CompressComms comms = link.comms();
+    RankOneKey key(64, 0.5e6, 0.33, 12);
     int firstPowerSgd = -1;
     for (int s = 0; s < 40; ++s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(computeMs));
-      std::vector<float> x = values(300 + s, n);
-      for (int64_t i = 0; i < side; ++i) {
-        const float u = x[a + i];
-        for (int64_t j = 0; j < side; ++j) x[i * side + j] = u * v[j];
-      }
-      if (sel.run(x.data(), n, true, state, comms, layout) == candidate("powersgd:4") && firstPowerSgd < 0)
-        firstPowerSgd = s + 1;  // the key's call number
+      if (key.step(300 + s) == candidate("powersgd:4") && firstPowerSgd < 0) firstPowerSgd = s + 1;  // its call number
     }
+    const CompressState& state = key.state;
     const AutoDecision& d = state.choice.last;
     std::printf("  %d ms of compute, powersgd first ran at call %d: %s\n", computeMs, firstPowerSgd, d.reason.c_str());
     if (computeMs == 0) {
-      CHECK_EQ(firstPowerSgd, static_cast<int>(kAutoEarlyCall) + 1);
+      CHECK_EQ(firstPowerSgd, static_cast<int>(kAutoFirstDecision) + 2);
       CHECK_EQ(chosen(state), std::string("powersgd:4"));
     } else {
       CHECK_EQ(firstPowerSgd, -1);
@@ -410,45 +433,61 @@ TEST(powersgd_starts_before_the_window_only_where_it_saves_a_quarter_of_the_step
   }
 }
 
+TEST(the_guard_reads_an_early_codec_only_against_a_window_of_kAutoGuardCalls) {
+  // The early start above, on the rank-one gradient under noise of its own
+  // size: PowerSGD's residual is noise it has not yet sent. Against the
+  // few calls of gradient the window holds at its trial's end that reads
+  // as a large share, as a residual of a step or two does on any window of
+  // a few calls; from call kAutoGuardCalls the guard reads it. With a
+  // bound under every reading, PowerSGD runs from the first decision to
+  // call kAutoGuardCalls, and is left there (the guard still acts).
+  RankOneKey key(64, 0.5e6, 0.01, 12);
+  const int psgd = candidate("powersgd:4");
+  int first = -1, last = -1;
+  for (int call = 1; call <= static_cast<int>(kAutoGuardCalls) + 4; ++call) {
+    if (key.step(500 + call, 1.0f) == psgd) {
+      if (first < 0) first = call;
+      last = call;
+    }
+  }
+  const CompressState& state = key.state;
+  const AutoDecision& d = state.choice.last;
+  std::printf("  powersgd ran calls %d-%d: %s\n", first, last, d.reason.c_str());
+  CHECK_EQ(first, static_cast<int>(kAutoFirstDecision) + 2);
+  CHECK_EQ(last, static_cast<int>(kAutoGuardCalls));
+  CHECK(d.residual[psgd] > 0.01);
+  CHECK(d.reason.find("powersgd:4 left out") != std::string::npos);
+}
+
 TEST(an_early_powersgd_that_measures_a_smaller_saving_is_kept_while_it_leads_by_the_margin) {
   // A 256 x 256 rank-one gradient and its bias on a link of 20 MB/s of bus
-  // bandwidth: none's call about 20 ms, bf16's 10, PowerSGD predicted under
-  // 1 ms, so it starts early at call kAutoEarlyCall. Its two small
-  // allreduces then take 2.75 ms more each than the link's fit predicts: it
-  // measures about 7 ms, a saving over bf16 under a quarter of none's step
-  // (the early start's condition) but still past the margin. The condition
-  // is judged when it starts; from its trial's end PowerSGD is judged as
-  // any running codec and kept. (Before, the trial's end judged it again,
-  // and bf16 ran until the window: calls 21-64.)
-  const int64_t side = 256, a = side * side, n = a + side;
-  const PowerSgdLayout layout{{a, side}, {side, kPowerSgdDense}};
-  const std::vector<float> v = values(14, side);
-  SimulatedLink link;
-  link.beta = 1.0 / 20e6;
-  link.smallExtra = 2.75e-3;
-  AutoSelection sel(0.33);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  // bandwidth behind 6 ms of compute: none's call about 20 ms (a step of
+  // 26), bf16's 10, PowerSGD predicted under 1 ms, so it starts early, at
+  // the first decision. Its two small allreduces then take 7 ms more each
+  // than the link's fit predicts: it measures about 15 ms, a saving over
+  // the best other open candidate under a quarter of none's step (the
+  // early start's condition) but still past the margin. The condition is
+  // judged when it starts; from its trial's end PowerSGD is judged as any
+  // running codec and kept.
+  RankOneKey key(256, 20e6, 0.33, 14);
+  key.link.smallExtra = 7e-3;
   const int psgd = candidate("powersgd:4");
   int firstPowerSgd = -1, laterPowerSgd = 0;
-  const int calls = static_cast<int>(kAutoEarlyCall) + 20;
+  const int calls = 36;
   for (int call = 1; call <= calls; ++call) {
-    std::vector<float> x = values(400 + call, n);
-    for (int64_t i = 0; i < side; ++i) {
-      const float u = x[a + i];
-      for (int64_t j = 0; j < side; ++j) x[i * side + j] = u * v[j];
-    }
-    const int ran = sel.run(x.data(), n, true, state, comms, layout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(6));
+    const int ran = key.step(400 + call);
     if (ran == psgd && firstPowerSgd < 0) firstPowerSgd = call;
     laterPowerSgd += ran == psgd && call > calls - 12;
   }
+  const CompressState& state = key.state;
   const AutoDecision& d = state.choice.last;
   std::printf("  powersgd first ran at call %d, %d of the last 12 calls: %s\n", firstPowerSgd, laterPowerSgd,
               d.reason.c_str());
-  CHECK_EQ(firstPowerSgd, static_cast<int>(kAutoEarlyCall) + 1);
-  const double bf16 = d.predicted[candidate("bf16")];
-  CHECK(d.predicted[psgd] > 0 && d.predicted[psgd] <= (1 - kAutoMargin) * bf16);  // it leads by the margin
-  CHECK(bf16 - d.predicted[psgd] < kAutoEarlyShare * d.period[0]);  // ... by less than the early start asks
+  CHECK_EQ(firstPowerSgd, static_cast<int>(kAutoFirstDecision) + 2);
+  const double other = std::min(d.predicted[0], d.predicted[candidate("bf16")]);
+  CHECK(d.predicted[psgd] > 0 && d.predicted[psgd] <= (1 - kAutoMargin) * other);  // it leads by the margin
+  CHECK(other - d.predicted[psgd] < kAutoEarlyShare * d.period[0]);  // ... by less than the early start asks
   CHECK_EQ(laterPowerSgd, 12);
 }
 
@@ -474,12 +513,7 @@ TEST(powersgd_whose_residual_is_noise_across_the_recent_gradient_is_kept) {
   const int calls = kAutoWindowCalls + 48;
   for (int s = 0; s < calls; ++s) {
     link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 400e6 : 1.0 / 5e6;  // slow once the window is full
-    std::vector<float> x = values(300 + s, n);
-    const std::vector<float> noise = values(900 + s, a);
-    for (int64_t i = 0; i < side; ++i) {
-      const float u = x[a + i];
-      for (int64_t j = 0; j < side; ++j) x[i * side + j] = u * v[j] + 0.5f * noise[i * side + j];
-    }
+    std::vector<float> x = rankOneStep(300 + s, side, v, 0.5f);
     for (int64_t j = 0; j < a; ++j) recent[j] = (1.0 - 1.0 / kAutoWindowCalls) * recent[j] + x[j];
     const int ran = sel.run(x.data(), n, true, state, comms, layout);
     ranPowerSgd += ran == candidate("powersgd:4");
