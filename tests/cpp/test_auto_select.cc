@@ -1116,7 +1116,12 @@ TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
       const int ran = sel.run(x.data(), n + bias, true, state, comms, layout);
       CHECK(runningCodecWithinBound(state));
       powerSgdCalls += ran == candidate("powersgd:4");
-      unflushed += ran != 0 && previous != 0 && ran != previous;  // one codec straight after another
+      // One codec straight after another, where the first's residual was
+      // not carried (under kAutoCarryShare of the recent gradient: bf16's
+      // rounding, which a sanitizer's slower codecs sometimes run).
+      const double held = previous != 0 ? state.choice.last.residual[previous] : -1;
+      const bool carried = held >= 0 && held < kAutoCarryShare;
+      unflushed += ran != 0 && previous != 0 && ran != previous && !carried;
       previous = ran;
     }
     const AutoDecision& d = state.choice.last;
