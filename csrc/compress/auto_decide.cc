@@ -74,7 +74,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const C
   double charge = 0;
   std::vector<double> est = predict(choice, a, comms.size, charge);
   const int current = choice.decided ? choice.current : 0;
-  startEarly(a, est, current);
+  startEarly(a, est);
   // An early start is a free choice (no second lead): its saving, a quarter
   // of the step, is past the noise that a second lead guards against.
   bool starts = false;
@@ -157,13 +157,16 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   a.charge = v[4 * k + 3];
   a.noneStep = at(4 * k + 4, k);
   a.bound = bound_;
+  // The window's wait is for a codec's start: a running codec (an early
+  // PowerSGD) is judged as any running codec.
   const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
+  const int running = choice.decided ? choice.current : 0;
   a.applies.resize(k);
   a.waits.resize(k);
   a.early.resize(k);
   for (int i = 0; i < k; ++i) {
     a.applies[i] = !factors(i) || choice.factorValues > 0;
-    a.waits[i] = warming && waitsForWindow(i);
+    a.waits[i] = warming && waitsForWindow(i) && i != running;
     a.early[i] = a.waits[i] && factors(i);
   }
   return a;
@@ -245,14 +248,14 @@ std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agree
   return est;
 }
 
-void AutoSelection::startEarly(Agreed& a, const std::vector<double>& est, int current) {
+void AutoSelection::startEarly(Agreed& a, const std::vector<double>& est) {
   if (a.period[0] <= 0) return;  // none's step not yet known
   const int k = static_cast<int>(est.size());
   double open = std::numeric_limits<double>::infinity();  // the fastest that may run now
   for (int i = 0; i < k; ++i)
     if (a.open(i)) open = std::min(open, est[i]);
   for (int i = 1; i < k; ++i) {
-    if (a.early[i] && (i == current || open - est[i] >= kAutoEarlyShare * a.period[0])) a.waits[i] = 0;
+    if (a.early[i] && open - est[i] >= kAutoEarlyShare * a.period[0]) a.waits[i] = 0;
   }
 }
 

@@ -209,9 +209,8 @@ class AutoSelection {
   Agreed agree(const AutoChoice& choice, const CompressComms& comms);
   static bool holdsForDrift(AutoChoice& choice, const Agreed& agreed, uint64_t call);  // true: no choice now
   std::vector<double> predict(const AutoChoice& choice, const Agreed& agreed, int size, double& charge);
-  // PowerSGD's wait for the window lifted where it starts early, and for the
-  // running codec (above: once started, it is judged as any running codec).
-  static void startEarly(Agreed& agreed, const std::vector<double>& est, int current);
+  // PowerSGD's wait for the window lifted where it starts early.
+  static void startEarly(Agreed& agreed, const std::vector<double>& est);
   static Verdict choose(AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est, uint64_t call,
                         bool freeChoice);
   static std::string explain(int64_t n, const AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est,
