@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/cpu_features.h"
 #include "core/elementwise.h"
 #include "core/half.h"
 
@@ -14,10 +15,7 @@
 
 namespace scalecomm {
 
-bool x86HalvesAvailable() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return have;
-}
+bool x86HalvesAvailable() { return cpuHasAvx2F16c(); }
 
 namespace {
 

@@ -7,31 +7,29 @@
 
 #include "compress/codec.h"
 #include "compress/random.h"
+#include "core/cpu_features.h"
 
 namespace scalecomm {
 
 namespace {
 
 // u[j] = codec_random::uniformFrom(start, first + j), j < n: with AVX2
-// where the CPU has it (its 64-bit lanes vectorise the stream's products;
-// checked once at run time, as core/half_x86 does: no ifunc, which the
-// sanitizers' runtimes do not survive); the same bits either way.
+// where the CPU has it (its 64-bit lanes vectorise the stream's products);
+// the same bits either way.
+using UniformFill = void (*)(uint64_t start, uint64_t first, int64_t n, float* u);
 inline __attribute__((always_inline)) void drawUniforms(uint64_t start, uint64_t first, int64_t n,
                                                         float* __restrict__ u) {
   for (int64_t j = 0; j < n; ++j) u[j] = codec_random::uniformFrom(start, first + static_cast<uint64_t>(j));
 }
+void drawUniformsPortable(uint64_t start, uint64_t first, int64_t n, float* u) { drawUniforms(start, first, n, u); }
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx2"))) void drawUniformsAvx2(uint64_t start, uint64_t first, int64_t n, float* u) {
   drawUniforms(start, first, n, u);
 }
+UniformFill uniformFill() { return cpuHasAvx2() ? drawUniformsAvx2 : drawUniformsPortable; }
+#else
+UniformFill uniformFill() { return drawUniformsPortable; }
 #endif
-void fillUniforms(uint64_t start, uint64_t first, int64_t n, float* __restrict__ u) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return drawUniformsAvx2(start, first, n, u);
-#endif
-  drawUniforms(start, first, n, u);
-}
 
 class QsgdCodec final : public Codec {
  public:
@@ -42,6 +40,7 @@ class QsgdCodec final : public Codec {
   bool encode(const float* __restrict__ x, float* __restrict__ r, int64_t n, uint8_t* __restrict__ payload,
               uint64_t seed, int rank) const override {
     const uint64_t noise = codec_random::start(qsgdNoiseStream(seed, rank));
+    const UniformFill fillUniforms = uniformFill();
     uint8_t* levels = payload + 4 * buckets(n);
     float acc[kQsgdBucket], u[kQsgdBucket];
     uint32_t bad = 0;
