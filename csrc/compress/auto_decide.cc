@@ -268,7 +268,8 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
   out.vetoed = choice.decided && a.slower(current);
   // A current codec that is vetoed, or whose residual passed the bound, is
   // left at once (no lead to confirm, no hysteresis): a free choice.
-  if (out.vetoed || !a.within(current)) freeChoice = true;
+  const bool leaves = out.vetoed || !a.within(current);
+  freeChoice = freeChoice || leaves;
   // A codec that lost its trial to another codec's prediction is free again
   // once that codec is left out (by either guard), or once it has run and
   // measured slower than the loser by the margin (the prediction was wrong):
@@ -300,23 +301,26 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
     out.why = "; " + autoCandidates()[fastest] + " (" + ms(est[fastest]) + ") saves less than " +
               std::to_string(static_cast<int>(100 * kAutoStepShare)) + " % of the step (" + ms(a.period[0]) + ")";
   }
-  // Outside a free choice the current codec is kept unless another is
-  // faster by the margin; at a free choice the fastest is taken. A trial's
-  // end is free against none (the codec on trial must show its margin
-  // against none's time), not against the other codecs: measured now, it
+  // At a free choice the fastest is taken. Otherwise the current codec is
+  // kept unless another is faster by the margin, and a challenger must lead
+  // twice in a row (one lead may be the machine's noise). A trial's end
+  // (a decision while on trial) asks no second lead, and is free against
+  // none: the codec on trial must show its margin against none's time. It
+  // is not free against the other codecs: measured now, the codec on trial
   // is kept unless another is faster by the margin (the others are mostly
   // predictions, whose model and step charge move between decisions; a
-  // near tie is no reason for a flush and a trial).
-  const bool trialHolds = choice.decided && choice.onTrial && !out.vetoed && current != 0 && a.within(current) &&
-                          best != 0 && est[current] <= (1 - kAutoMargin) * est[0] &&
+  // near tie is no reason for a flush and a trial). That holds after drift
+  // too, which is otherwise free.
+  const bool trialEnd = choice.decided && choice.onTrial;
+  const bool trialHolds = trialEnd && !leaves && current != 0 && best != 0 &&
+                          est[current] <= (1 - kAutoMargin) * est[0] &&
                           est[0] - est[current] >= kAutoStepShare * a.period[0];
-  if (best != current && (!freeChoice || trialHolds) && est[best] > (1 - kAutoMargin) * est[current]) {
+  const bool byMargin = (!freeChoice && !trialEnd) || trialHolds;
+  if (best != current && byMargin && est[best] > (1 - kAutoMargin) * est[current]) {
     out.why = "; kept: " + autoCandidates()[best] + " (" + ms(est[best]) + ") is not faster by the margin";
     best = current;
   }
-  // Outside a free choice (the first, a trial's end, after drift) a
-  // challenger must lead twice in a row: one lead may be the machine's noise.
-  if (best != current && !freeChoice && choice.pending != best) {
+  if (best != current && !freeChoice && !trialEnd && choice.pending != best) {
     out.why = "; " + autoCandidates()[best] + " (" + ms(est[best]) + ") leads: checked again in " +
               std::to_string(kAutoTrialCalls) + " calls";
     choice.pending = best;

@@ -293,7 +293,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
       if (std::isfinite(r)) ran.residual = r;
     }
   }
-  if (decides) decide(n, choice, call, comms, first || remeasured || (checks && choice.onTrial));
+  if (decides) decide(n, choice, call, comms, first || remeasured);
   return i;
 }
 
