@@ -56,6 +56,7 @@ struct AutoCandidate {
   TimeWindow total;           // time per call while it ran (since it was last chosen)
   TimeWindow comm;            // ... of which communication
   TimeWindow period;          // seconds from one of the key's calls to the next while it ran: the step it makes
+  double noneAtRead = 0;      // none's agreed time per call when a decision first read these times (0: not yet)
   double residual = -1;       // the last <e, w> / |w|^2, the least-served weight's (< 0: not measured)
   uint64_t losses = 0;        // trials it lost since the link last drifted
   uint64_t retryAt = 0;       // not chosen again before this call of the key (back-off after a lost trial)

@@ -17,6 +17,14 @@ namespace scalecomm {
 
 namespace {
 
+// +1 / -1: a time moved 2x or more up / down from `was` (and by
+// kAutoStepShare of the step: less is the step's noise); 0: neither, or
+// either time unknown.
+int linkMove(double was, double now, double step) {
+  if (!(was > 0) || !(now > 0) || std::fabs(now - was) < kAutoStepShare * step) return 0;
+  return now > 2 * was ? 1 : 2 * now < was ? -1 : 0;
+}
+
 std::string ms(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g ms", seconds * 1e3);
@@ -41,6 +49,7 @@ struct AutoSelection::Agreed {
   std::vector<char> applies;     // a candidate on this key (PowerSGD: only with a layout)
   std::vector<char> waits;       // it waits for the window, which is not yet full
   std::vector<char> early;       // ... unless it saves enough of the step (PowerSGD)
+  std::string forgotten;         // times forgotten as another link's (forgetOtherLinks), in words
 
   bool within(int i) const { return i == 0 || bound <= 0 || residual[i] <= bound; }
   // A codec is kept only while the key's calls come about as often with it
@@ -71,6 +80,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const C
   if (choice.commMoved != 0 && call < choice.checkAt) return;
   Agreed a = agree(choice, comms);
   if (holdsForDrift(choice, a, call)) return;
+  forgetOtherLinks(choice, a);
   double charge = 0;
   std::vector<double> est = predict(choice, a, comms.size, charge);
   const int current = choice.decided ? choice.current : 0;
@@ -179,9 +189,8 @@ bool AutoSelection::holdsForDrift(AutoChoice& choice, const Agreed& a, uint64_t 
   // window's move may be a phase of the machine (a link that changed stays
   // changed); nothing is decided in between, since a changed link would
   // make every step measured on the old one look wrong.
-  const double was = choice.commAtDecision, now = a.comm;
-  const bool far = was > 0 && now > 0 && std::fabs(now - was) >= kAutoStepShare * a.period[0];
-  const int moved = far ? (now > 2 * was ? 1 : 2 * now < was ? -1 : 0) : 0;
+  const double now = a.comm;
+  const int moved = linkMove(choice.commAtDecision, now, a.period[0]);
   choice.commNow = now;
   if (moved != 0 && moved == choice.commMoved) {  // decide after none's new sample; the back-offs were for the old link
     choice.probeNext = true;
@@ -200,6 +209,32 @@ bool AutoSelection::holdsForDrift(AutoChoice& choice, const Agreed& a, uint64_t 
     return true;
   }
   return false;
+}
+
+void AutoSelection::forgetOtherLinks(AutoChoice& choice, Agreed& a) {
+  // Every rank reads and forgets the same: none's time and the candidates'
+  // are agreed, and so is each noneAtRead (set from agreed numbers).
+  const int current = choice.decided ? choice.current : 0;
+  for (int i = 1; i < static_cast<int>(choice.candidates.size()); ++i) {
+    AutoCandidate& c = choice.candidates[i];
+    if (i == current || !(a.measured[i] > 0)) {  // the running codec's times are of this link
+      c.noneAtRead = i == current ? a.measured[0] : 0;
+      continue;
+    }
+    if (c.noneAtRead <= 0) {
+      c.noneAtRead = a.measured[0];
+    } else if (linkMove(c.noneAtRead, a.measured[0], a.period[0]) != 0) {
+      a.forgotten += "; " + autoCandidates()[i] + "'s " + ms(a.measured[i]) + " forgotten: none's time moved from " +
+                     ms(c.noneAtRead) + " to " + ms(a.measured[0]);
+      c.total.clear();
+      c.comm.clear();
+      c.period.clear();
+      c.noneAtRead = 0;
+      a.measured[i] = 0;
+      a.period[i] = 0;
+      a.noneStep[i] = 0;
+    }
+  }
 }
 
 std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agreed& a, int size, double& charge) {
@@ -362,7 +397,7 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
   const std::vector<AutoCandidate>& cand = choice.candidates;
   std::string reason = "predicted " + ms(est[best]);
   if (best != 0) reason += " against none's " + ms(est[0]);
-  reason += verdict.why + verdict.released;
+  reason += verdict.why + verdict.released + a.forgotten;
   if (verdict.why.empty()) {
     int runnerUp = -1;
     for (int i = 0; i < k; ++i)

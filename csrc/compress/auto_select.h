@@ -127,7 +127,12 @@
 // the step guard's reference), then it forgets the back-offs and decides.
 // No decision is made in between, so none's step is never unknown when a
 // codec is chosen after drift. Every kAutoProbeEvery calls one call runs
-// none anyway.
+// none anyway. While none runs (or another codec), a codec that ran before
+// is not re-measured: its times (per call and its step) stand for it while
+// none's agreed time per call is within 2x (and kAutoStepShare of none's
+// step) of what it was when a decision first read them; past that they
+// were taken on another link, and are forgotten: it is judged by the model
+// again (a lost trial's back-off still holds).
 // Thread safety: an AutoSelection serves every key of a group, from any
 // thread; a key's state is used under its slot's lock.
 #pragma once
@@ -208,6 +213,7 @@ class AutoSelection {
   struct Verdict;  // what it chose
   Agreed agree(const AutoChoice& choice, const CompressComms& comms);
   static bool holdsForDrift(AutoChoice& choice, const Agreed& agreed, uint64_t call);  // true: no choice now
+  static void forgetOtherLinks(AutoChoice& choice, Agreed& agreed);  // another link's times: forgotten
   std::vector<double> predict(const AutoChoice& choice, const Agreed& agreed, int size, double& charge);
   // PowerSGD's wait for the window lifted where it starts early.
   static void startEarly(Agreed& agreed, const std::vector<double>& est);

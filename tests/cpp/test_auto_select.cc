@@ -685,6 +685,45 @@ TEST(a_link_that_speeds_up_is_noticed_and_none_sends_what_the_residual_held) {
   CHECK(state.residual.empty());  // empty: zero
 }
 
+TEST(a_codec_measured_on_another_link_is_judged_by_the_model_again) {
+  // bf16 runs on a slow link, the link turns free (drift: none is chosen,
+  // bf16's call measured there at its codec's cost), then slow again while
+  // none runs. bf16's free-link time is not its time now: once none's time
+  // has moved 2x, bf16 is predicted by the model again (its bytes on the
+  // slow link, about half of none's call), and top-k 1 % is chosen over it.
+  // Judged by its old time, bf16 would look free and be tried first.
+  const int64_t n = 65536;
+  OnSlowLink r;
+  const int bf16 = candidate("bf16");
+  int s = 0;
+  const auto call = [&] {
+    std::vector<float> x = values(500 + s++, n);
+    return r.sel.run(x.data(), n, true, r.state, r.comms);
+  };
+  while (s < 30) call();
+  CHECK_EQ(chosen(r.state), std::string("bf16"));
+  const double bf16Slow = r.state.choice.last.predicted[bf16];
+  r.link.beta = 0;  // free: no time at all
+  while (s < kAutoWindowCalls + 8) call();
+  CHECK_EQ(chosen(r.state), std::string("none"));
+  CHECK(r.state.choice.candidates[bf16].total.low() > 0);  // its free-link time
+  r.link.beta = 1.0 / 20e6;
+  AutoDecision seen;  // the first decision that sees none's slow time
+  while (s < kAutoWindowCalls + 60 && seen.predicted.empty()) {
+    call();
+    const AutoDecision& d = r.state.choice.last;
+    if (d.step > static_cast<uint64_t>(kAutoWindowCalls + 8) && d.predicted[0] > 0.5 * bf16Slow) seen = d;
+  }
+  CHECK(!seen.predicted.empty());
+  std::printf("  bf16 on the slow link %.3g ms; at call %llu: bf16 %.3g ms, none %.3g ms: %s\n", bf16Slow * 1e3,
+              static_cast<unsigned long long>(seen.step), seen.predicted[bf16] * 1e3, seen.predicted[0] * 1e3,
+              seen.reason.c_str());
+  CHECK(seen.predicted[bf16] > 0.5 * bf16Slow);
+  while (s < kAutoWindowCalls + 60) call();
+  CHECK_EQ(chosen(r.state), std::string("topk:0.01"));
+  CHECK(r.state.choice.candidates[bf16].losses == 0);  // never tried on the slow link's return
+}
+
 TEST(a_codec_whose_call_is_shorter_but_whose_step_is_longer_is_left) {
   // A slow link (none's dense bytes ~3 ms) where a codec's call is far
   // shorter, but after a codec ran the compute before the next call takes
