@@ -53,7 +53,7 @@ struct AutoDecision {
 // One candidate on one key, as this rank saw it.
 struct AutoCandidate {
   double codecSeconds = 0;    // encode + decode (timed alone at the first call, then in place)
-  TimeWindow total;           // time per call while it ran (since it was last chosen)
+  TimeWindow total;           // time per call while it ran on this link (forgetCalls(): a new trial, drift)
   TimeWindow comm;            // ... of which communication
   TimeWindow period;          // seconds from one of the key's calls to the next while it ran: the step it makes
   double noneAtRead = 0;      // none's agreed time per call when a decision first read these times (0: not yet)
@@ -63,6 +63,11 @@ struct AutoCandidate {
   int lostTo = -1;            // chosen over it at its last lost trial (0: none; -1: the step guard, or no loss)
   bool hasRun = false;        // it ran a call on the key (the same calls on every rank)
   std::vector<float> replay;  // before it first runs: its error feedback replayed at the guard's sample
+
+  void forgetCalls() {
+    total.clear();
+    comm.clear();
+  }
 };
 
 // Per key: the current candidate and what it was chosen from.

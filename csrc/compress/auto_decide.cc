@@ -96,8 +96,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const C
   const int best = verdict.best;
   if (best != choice.current || !choice.decided) {  // a new choice: its trial starts afresh
     if (choice.decided) choice.changes += 1;
-    choice.candidates[best].total.clear();
-    choice.candidates[best].comm.clear();
+    choice.candidates[best].forgetCalls();
     choice.onTrial = true;
     choice.checkAt = call + kAutoTrialCalls + (verdict.flushes ? 1 : 0);
     choice.flushNext = verdict.flushes;
@@ -226,8 +225,7 @@ void AutoSelection::forgetOtherLinks(AutoChoice& choice, Agreed& a) {
     } else if (linkMove(c.noneAtRead, a.measured[0], a.period[0]) != 0) {
       a.forgotten += "; " + autoCandidates()[i] + "'s " + ms(a.measured[i]) + " forgotten: none's time moved from " +
                      ms(c.noneAtRead) + " to " + ms(a.measured[0]);
-      c.total.clear();
-      c.comm.clear();
+      c.forgetCalls();
       c.period.clear();
       c.noneAtRead = 0;
       a.measured[i] = 0;

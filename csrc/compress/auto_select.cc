@@ -276,8 +276,7 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     // link changed), and every candidate's step (each was on the old link).
     for (size_t t = 0; t < transferCount; ++t) link_.add(transfers[t].first, transfers[t].second, /*fresh=*/drifted);
     if (drifted) {
-      ran.total.clear();
-      ran.comm.clear();
+      ran.forgetCalls();
       for (AutoCandidate& c : choice.candidates) c.period.clear();
     }
     ran.total.add(total);
