@@ -49,9 +49,12 @@ struct AutoSelection::Agreed {
   std::vector<char> applies;     // a candidate on this key (PowerSGD: only with a layout)
   std::vector<char> waits;       // it waits for the window, which is not yet full
   std::vector<char> early;       // ... unless it saves enough of the step (PowerSGD)
+  std::vector<char> replayed;    // its residual is its replay's (it has not run): it counts kAutoReplayFeedback x
   std::string forgotten;         // times forgotten as another link's (forgetOtherLinks), in words
 
-  bool within(int i) const { return i == 0 || bound <= 0 || residual[i] <= bound; }
+  bool within(int i) const {
+    return i == 0 || bound <= 0 || (replayed[i] ? kAutoReplayFeedback : 1.0) * residual[i] <= bound;
+  }
   // A codec is kept only while the key's calls come about as often with it
   // as with none: its call may be shorter while the step is longer (its CPU
   // taken from the backward that overlaps it, on a CPU-bound host). Steps
@@ -173,8 +176,10 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   a.applies.resize(k);
   a.waits.resize(k);
   a.early.resize(k);
+  a.replayed.resize(k);
   for (int i = 0; i < k; ++i) {
     a.applies[i] = !factors(i) || choice.factorValues > 0;
+    a.replayed[i] = !cand[i].hasRun && a.residual[i] >= 0;
     a.waits[i] = warming && waitsForWindow(i) && i != running;
     a.early[i] = a.waits[i] && factors(i);
   }
@@ -405,14 +410,18 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
   char early[80];
   std::snprintf(early, sizeof early, " (before it, only where it saves %.0f %% of the step)", 100 * kAutoEarlyShare);
   for (int i = 1; i < k; ++i) {
-    char buf[200];
+    char buf[256];
     if (!a.applies[i]) continue;
-    if (!a.within(i)) {
-      std::snprintf(
-          buf, sizeof buf,
-          "; %s left out%s: its residual holds back %.0f %% of a weight's recent gradient, along it, > %.0f %%",
-          autoCandidates()[i].c_str(), cand[i].hasRun ? "" : " before it ran (replayed on a sample)",
-          100 * a.residual[i], 100 * a.bound);
+    if (!a.within(i) && a.replayed[i]) {
+      std::snprintf(buf, sizeof buf,
+                    "; %s left out before it ran: its replay on a sample holds back %.0f %% of a weight's recent "
+                    "gradient, along it, > %.0f %% (running, it would hold back more)",
+                    autoCandidates()[i].c_str(), 100 * a.residual[i], 100 * a.bound / kAutoReplayFeedback);
+      reason += buf;
+    } else if (!a.within(i)) {
+      std::snprintf(buf, sizeof buf,
+                    "; %s left out: its residual holds back %.0f %% of a weight's recent gradient, along it, > %.0f %%",
+                    autoCandidates()[i].c_str(), 100 * a.residual[i], 100 * a.bound);
       reason += buf;
     } else if (a.waits[i] && i != best) {
       std::snprintf(buf, sizeof buf, "; %s waits for the key's call %d%s", autoCandidates()[i].c_str(),

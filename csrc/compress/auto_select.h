@@ -67,11 +67,15 @@
 // run), its codec replays its error feedback on the guard's sample of the
 // key's inputs (the sampled values side by side: top-k keeps the sample's
 // largest share, as it keeps the tensor's), and the guard reads that
-// residual at the window's last call as it reads a running codec's: about
-// what the codec would hold when a regular decision first read it. One
-// predicted over the bound is left out without a call (on a model that a
-// sparsifier harms, its trial's calls alone cost accuracy); one predicted
-// within is tried, and judged on its own residual from then on. Only a
+// residual at the window's last call as it reads a running codec's: less
+// than the codec would hold running. The replay holds back a gradient that
+// the training (under another codec) goes on descending; a running codec
+// holds back directions the training then does not descend, whose gradient
+// stays and whose residual grows along it. So a replay's reading counts
+// kAutoReplayFeedback times against the bound: one predicted over it is
+// left out without a call (on a model that a sparsifier harms, its trial's
+// calls alone cost accuracy); one predicted within is tried, and judged on
+// its own residual from then on. Only a
 // sparsifier that the decision before the replay predicted faster than
 // none is replayed (on a link where it cannot pay, the replay's encodes
 // would be spent for nothing); one not replayed that a later decision
@@ -166,6 +170,7 @@ constexpr int kAutoCodecTimings = 3;           // ... this many times each, taki
 constexpr double kAutoEarlyShare = 0.25;       // PowerSGD before the window where it saves this share of none's step
 constexpr uint64_t kAutoGuardCalls = 16;       // the guard reads a running codec's residual from this call of the key
 constexpr double kAutoCarryShare = 0.01;       // a codec's residual under this share of the recent gradient is carried
+constexpr double kAutoReplayFeedback = 2.0;    // a replay's reading counts this many times against the guard's bound
 
 // Candidate specs, least to most lossy; "none" first.
 const std::vector<std::string>& autoCandidates();
