@@ -127,9 +127,10 @@ def choices(group=None, device: str = "cpu") -> list[dict]:
     predicted seconds per call: measured codec cost plus the group's link fit
     at its bytes), ``residual_ratio`` (the share of the key's recent
     gradient that each codec's error-feedback residual holds back along it,
-    where it ran; a codec not yet measured is absent: its least-served
+    where it ran or was replayed; a codec not yet measured is absent: its least-served
     weight's where the key's weights are known; a codec above
-    ``compression_auto_bound`` percent is left out), ``period_s`` (the
+    ``compression_auto_bound`` percent is left out, and one not yet run,
+    whose share is its replay's, above half of it), ``period_s`` (the
     time from one of the key's calls to the next with each candidate, where
     measured: the training step it makes; a codec whose period is longer
     than none's is left), ``link_alpha_s``,
