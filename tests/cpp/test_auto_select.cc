@@ -1133,6 +1133,22 @@ TEST(a_large_key_s_first_call_times_its_codecs_on_a_sample) {
   CHECK(psgd < 1.3 * steady);
 }
 
+namespace {
+
+// One weight of 4096 x 64 whose gradient is a steady rank-one direction
+// under noise, and a bias of 512 values whose gradient is steady and a
+// hundred times smaller from the window's end on (rankOneWithBias).
+struct WeightAndLateBias {
+  static constexpr int64_t rows = 4096, cols = 64, bias = 512, n = rows * cols + bias;
+  const PowerSgdLayout layout{{rows * cols, cols}, {bias, kPowerSgdDense}};
+  const std::vector<float> u = values(21, rows), v = values(22, cols), b = values(23, bias);
+  std::vector<float> step(int s, float noise) const {
+    return rankOneWithBias(u, v, b, noise, s + 1, kAutoWindowCalls + 1, 500 + s);
+  }
+};
+
+}  // namespace
+
 TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
   // One weight of 4096 x 64 whose gradient is a steady rank-one direction
   // under noise 2-3x its size, and a bias of 512 values whose gradient is
@@ -1149,9 +1165,7 @@ TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
   // gradient, made PowerSGD's read over the bound at its trial's end, and it
   // was left out.) Three noise levels: the residual's last digits differ
   // between builds (a sanitizer's code sums in another order).
-  const int64_t rows = 4096, cols = 64, n = rows * cols, bias = 512;
-  const PowerSgdLayout layout{{n, cols}, {bias, kPowerSgdDense}};
-  const std::vector<float> u = values(21, rows), v = values(22, cols), b = values(23, bias);
+  const WeightAndLateBias key;
   for (const float noise : {2.0f, 2.5f, 3.0f}) {
     SimulatedLink link;
     AutoSelection sel(0.33);
@@ -1160,8 +1174,8 @@ TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
     int powerSgdCalls = 0, unflushed = 0, previous = 0;
     for (int s = 0; s < kAutoWindowCalls + 80; ++s) {
       link.beta = s + 8 < kAutoWindowCalls ? 0.0 : 1.0 / 2.5e6;
-      std::vector<float> x = rankOneWithBias(u, v, b, noise, s + 1, kAutoWindowCalls + 1, 500 + s);
-      const int ran = sel.run(x.data(), n + bias, true, state, comms, layout);
+      std::vector<float> x = key.step(s, noise);
+      const int ran = sel.run(x.data(), key.n, true, state, comms, key.layout);
       CHECK(runningCodecWithinBound(state));
       powerSgdCalls += ran == candidate("powersgd:4");
       // One codec straight after another, where the first's residual was
@@ -1191,9 +1205,7 @@ TEST(a_sparsifier_whose_replay_reads_over_half_the_bound_is_left_out_before_it_r
   // counts kAutoReplayFeedback times). Top-k 1 % is left out without a
   // call, and PowerSGD runs. (Counted once, top-k 1 % was tried at the
   // window's end.)
-  const int64_t rows = 4096, cols = 64, n = rows * cols, bias = 512;
-  const PowerSgdLayout layout{{n, cols}, {bias, kPowerSgdDense}};
-  const std::vector<float> u = values(21, rows), v = values(22, cols), b = values(23, bias);
+  const WeightAndLateBias key;
   SimulatedLink link;
   AutoSelection sel(0.33);
   CompressState state;
@@ -1201,8 +1213,8 @@ TEST(a_sparsifier_whose_replay_reads_over_half_the_bound_is_left_out_before_it_r
   int topkCalls = 0;
   for (int s = 0; s < kAutoWindowCalls + 24; ++s) {
     link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 400e6 : 1.0 / 2.5e6;
-    std::vector<float> x = rankOneWithBias(u, v, b, 2.0f, s + 1, kAutoWindowCalls + 1, 500 + s);
-    topkCalls += sel.run(x.data(), n + bias, true, state, comms, layout) == candidate("topk:0.01");
+    std::vector<float> x = key.step(s, 2.0f);
+    topkCalls += sel.run(x.data(), key.n, true, state, comms, key.layout) == candidate("topk:0.01");
   }
   const AutoDecision& d = state.choice.last;
   const double replayed = d.residual[candidate("topk:0.01")];
