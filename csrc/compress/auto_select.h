@@ -72,10 +72,10 @@
 // the training (under another codec) goes on descending; a running codec
 // holds back directions the training then does not descend, whose gradient
 // stays and whose residual grows along it. So a replay's reading counts
-// kAutoReplayFeedback times against the bound: one predicted over it is
-// left out without a call (on a model that a sparsifier harms, its trial's
-// calls alone cost accuracy); one predicted within is tried, and judged on
-// its own residual from then on. Only a
+// kAutoReplayFeedback times against the bound: a codec whose reading, so
+// counted, is over the bound is left out without a call (on a model that a
+// sparsifier harms, its trial's calls alone cost accuracy); one within is
+// tried, and judged on its own residual (counted once) from then on. Only a
 // sparsifier that the decision before the replay predicted faster than
 // none is replayed (on a link where it cannot pay, the replay's encodes
 // would be spent for nothing); one not replayed that a later decision
