@@ -1198,21 +1198,22 @@ TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
 }
 
 TEST(a_sparsifier_whose_replay_reads_over_half_the_bound_is_left_out_before_it_runs) {
-  // The weight and late bias above (noise 2) on a link that is fast, not
-  // free, before the window fills, so the sparsifiers are replayed: top-k
-  // 1 %'s replay reads about a fifth of the weight's recent gradient, within
+  // The weight and late bias above (noise 2) on a slow link (2.5 MB/s of
+  // bus bandwidth) from the first call, where top-k is predicted faster
+  // than none as the replay begins (also with a sanitizer's slower
+  // encodes), so it is replayed: top-k 1 %'s replay reads about a fifth of
+  // the weight's recent gradient, within
   // the bound of a third but over its share for a replay (a replay's reading
   // counts kAutoReplayFeedback times). Top-k 1 % is left out without a
-  // call, and PowerSGD runs. (Counted once, top-k 1 % was tried at the
-  // window's end.)
+  // call. (Counted once, top-k 1 % was tried at the window's end.)
   const WeightAndLateBias key;
   SimulatedLink link;
+  link.beta = 1.0 / 2.5e6;
   AutoSelection sel(0.33);
   CompressState state;
   const CompressComms comms = link.comms();
   int topkCalls = 0;
   for (int s = 0; s < kAutoWindowCalls + 24; ++s) {
-    link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 400e6 : 1.0 / 2.5e6;
     std::vector<float> x = key.step(s, 2.0f);
     topkCalls += sel.run(x.data(), key.n, true, state, comms, key.layout) == candidate("topk:0.01");
   }
@@ -1222,7 +1223,6 @@ TEST(a_sparsifier_whose_replay_reads_over_half_the_bound_is_left_out_before_it_r
   CHECK(replayed > 0.33 / kAutoReplayFeedback && replayed <= 0.33);  // within the bound, over a replay's share
   CHECK_EQ(topkCalls, 0);
   CHECK(d.reason.find("topk:0.01 left out before it ran") != std::string::npos);
-  CHECK_EQ(chosen(state), std::string("powersgd:4"));
 }
 
 namespace {
