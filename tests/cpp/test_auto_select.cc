@@ -1202,10 +1202,10 @@ TEST(a_sparsifier_whose_replay_reads_over_half_the_bound_is_left_out_before_it_r
   // bus bandwidth) from the first call, where top-k is predicted faster
   // than none as the replay begins (also with a sanitizer's slower
   // encodes), so it is replayed: top-k 1 %'s replay reads about a fifth of
-  // the weight's recent gradient, within
-  // the bound of a third but over its share for a replay (a replay's reading
-  // counts kAutoReplayFeedback times). Top-k 1 % is left out without a
-  // call. (Counted once, top-k 1 % was tried at the window's end.)
+  // the weight's recent gradient, within the bound of a third but over its
+  // share for a replay (a replay's reading counts kAutoReplayFeedback
+  // times). Top-k 1 % is left out without a call. (Counted once, top-k 1 %
+  // was tried at the window's end.)
   const WeightAndLateBias key;
   SimulatedLink link;
   link.beta = 1.0 / 2.5e6;
