@@ -233,9 +233,9 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
     if (transferCount < transfers.size()) transfers[transferCount++] = {busBytes, seconds};
   };
   const double p = comms.size;
-  const auto reduced = [&](void* data, int64_t count, DataType type, ReduceOp op) {
+  const auto reduced = [&](const auto& allreduce, void* data, int64_t count, DataType type, ReduceOp op) {
     const Clock::time_point t0 = Clock::now();
-    comms.allreduce(data, count, type, op);
+    allreduce(data, count, type, op);
     const double s = secondsSince(t0);
     commSeconds += s;
     sample(static_cast<double>(count * elementSize(type)) * 2 * (p - 1) / p, s);
@@ -252,8 +252,8 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
   CompressComms timed;
   timed.rank = comms.rank;
   timed.size = comms.size;
-  timed.allreduce = [&reduced](void* data, int64_t count, DataType type, ReduceOp op) {
-    reduced(data, count, type, op);
+  timed.allreduce = [&reduced, &comms](void* data, int64_t count, DataType type, ReduceOp op) {
+    reduced(comms.allreduce, data, count, type, op);
   };
   timed.allgatherBytes = [&gathered](uint8_t* all, int64_t bytes) { gathered(all, bytes); };
   const Clock::time_point t0 = Clock::now();
@@ -264,7 +264,8 @@ int AutoSelection::run(float* x, int64_t n, bool errorFeedback, CompressState& s
       for (int64_t j = 0; j < n; ++j) x[j] += state.residual[j];
     }
     state.residual.clear();
-    timed.allreduce(x, n, DataType::Float32, average ? ReduceOp::Avg : ReduceOp::Sum);
+    reduced(comms.exactSum ? comms.exactSum : comms.allreduce, x, n, DataType::Float32,
+            average ? ReduceOp::Avg : ReduceOp::Sum);
     state.steps += 1;
   } else {
     compressedAllreduce(x, n, *sites_[i], errorFeedback, state, timed, state.steps, average, layout);

@@ -45,10 +45,16 @@
 namespace scalecomm {
 
 struct CompressComms {
-  // In place: the sum (op Sum; every codec's), or the average (op Avg,
-  // divided by the ranks in the sum's own last pass: compress="auto"
-  // running none on an averaging call).
+  // In place: the sum (op Sum; every codec's exchanges, on the call's
+  // algorithm), or the average (op Avg, divided by the ranks in the sum's
+  // own last pass: compress="auto" running none on an averaging call).
   std::function<void(void* data, int64_t count, DataType type, ReduceOp op)> allreduce;
+  // compress="auto" running none: the exact float32 sum (or average) of the
+  // whole tensor, run as a plain allreduce of its bytes would run (the
+  // group's online pick), so that none costs what the uncompressed call
+  // costs; empty: allreduce. A codec's own exchanges stay on allreduce, so
+  // under auto a codec costs what it costs named.
+  std::function<void(void* data, int64_t count, DataType type, ReduceOp op)> exactSum;
   // all: size x bytes, this rank's payload already at rank x bytes; fills the others'.
   std::function<void(uint8_t* all, int64_t bytes)> allgatherBytes;
   // Element-wise maximum across ranks, in place (compress="auto" agrees its

@@ -53,12 +53,16 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
   CompressComms cc;
   cc.rank = rank_;
   cc.size = size_;
-  // Under auto, the dense float32 sum (compress=auto running none) picks
-  // and times its algorithm as a plain allreduce of its bytes would (the
-  // online tuner's pick; an exploration trial included), so running none
-  // costs what the uncompressed call costs: the cost model's static pick
-  // made DDP steps 10 % slower on CPU-bound hosts. On a device's channel the
-  // sum runs the call's device algorithm (group/device_path.cc).
+  // Under auto, the exact sum of the whole tensor (compress=auto running
+  // none) picks and times its algorithm as a plain allreduce of its bytes
+  // would (the online tuner's pick; an exploration trial included), so
+  // running none costs what the uncompressed call costs: the cost model's
+  // static pick made DDP steps 10 % slower on CPU-bound hosts. A codec's own
+  // exchanges run the call's algorithm, as when the codec is named, so a
+  // codec costs under auto what it costs named (tuned, PowerSGD's two small
+  // sums would meet the tuner's exploration at their size class on every
+  // call). On a device's channel the sum runs the call's device algorithm
+  // (group/device_path.cc).
   const bool tunes = c.chooser != nullptr && selector_->online() && call.deviceIndex < 0;
   AlgorithmRef ranWith = o.algorithm;
   // The call's exchanges (a codec's rounds, auto's decision) run one after
@@ -72,10 +76,9 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
   };
   // A sum, or (op Avg) the average, divided in the sum's own last pass.
   const auto sum = [&](void* data, int64_t count, DataType type, ReduceOp op) {
-    if (!tunes || type != DataType::Float32) {
-      allreduce(ch, data, count, type, op, 1.0, nextExchange());
-      return;
-    }
+    allreduce(ch, data, count, type, op, 1.0, nextExchange());
+  };
+  const auto tunedSum = [&](void* data, int64_t count, DataType type, ReduceOp op) {
     const Selector::Resolved r =
         selector_->resolve(count * static_cast<int64_t>(elementSize(type)), call.stager != nullptr);
     CollectiveOptions a = nextExchange();
@@ -96,6 +99,10 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
   };
   // Each function holds one reference (no allocation per call).
   cc.allreduce = [&sum](void* data, int64_t count, DataType type, ReduceOp op) { sum(data, count, type, op); };
+  if (tunes)
+    cc.exactSum = [&tunedSum](void* data, int64_t count, DataType type, ReduceOp op) {
+      tunedSum(data, count, type, op);
+    };
   cc.allgatherBytes = [&gather](uint8_t* all, int64_t bytes) { gather(all, bytes); };
   cc.allreduceMax = [&max](double* data, int64_t count) { max(data, count); };
   std::lock_guard<std::mutex> g(c.slot->mu);

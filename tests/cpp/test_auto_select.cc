@@ -440,6 +440,46 @@ TEST(powersgd_starts_before_the_window_only_where_it_saves_a_quarter_of_the_step
   }
 }
 
+TEST(none_s_sum_runs_as_a_plain_allreduce_and_a_codec_s_sums_as_when_it_is_named) {
+  // The group gives auto two sums: exactSum, the whole tensor's exact sum as
+  // a plain allreduce of its bytes runs (the online tuner's pick), and
+  // allreduce, the call's algorithm, which a codec named by hand runs its
+  // exchanges on. None's sum must take the first, every codec's exchange
+  // the second (tuned, PowerSGD's two small sums met the tuner's
+  // exploration on every call). The early-start key above: none on calls
+  // 1-4, PowerSGD from call 5.
+  RankOneKey key(64, 0.5e6, 0.33, 12);
+  int exact = 0, plain = 0;
+  const auto simulated = key.comms.allreduce;
+  key.comms.allreduce = [&](void* data, int64_t count, DataType type, ReduceOp op) {
+    plain += 1;
+    simulated(data, count, type, op);
+  };
+  key.comms.exactSum = [&](void* data, int64_t count, DataType type, ReduceOp op) {
+    exact += 1;
+    CHECK_EQ(count, key.n);
+    CHECK(type == DataType::Float32);
+    simulated(data, count, type, op);
+  };
+  int noneCalls = 0, codecCalls = 0;
+  for (int call = 1; call <= 12; ++call) {
+    exact = plain = 0;
+    const int ran = key.step(300 + call);
+    if (ran == 0) {
+      noneCalls += 1;
+      CHECK_EQ(exact, 1);
+      CHECK_EQ(plain, 0);
+    } else {
+      codecCalls += 1;
+      CHECK_EQ(exact, 0);
+      CHECK(plain >= 1);
+    }
+  }
+  CHECK_EQ(noneCalls, static_cast<int>(kAutoFirstDecision) + 1);
+  CHECK_EQ(chosen(key.state), std::string("powersgd:4"));
+  CHECK_EQ(codecCalls, 12 - noneCalls);
+}
+
 TEST(the_guard_reads_an_early_codec_only_against_a_window_of_kAutoGuardCalls) {
   // The early start above, on the rank-one gradient under noise of its own
   // size: PowerSGD's residual is noise it has not yet sent. Against the
