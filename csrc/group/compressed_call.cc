@@ -78,6 +78,7 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
   const auto sum = [&](void* data, int64_t count, DataType type, ReduceOp op) {
     allreduce(ch, data, count, type, op, 1.0, nextExchange());
   };
+  // auto's none: the tuner's pick for the sum's bytes, timed for the tuner.
   const auto tunedSum = [&](void* data, int64_t count, DataType type, ReduceOp op) {
     const Selector::Resolved r =
         selector_->resolve(count * static_cast<int64_t>(elementSize(type)), call.stager != nullptr);
