@@ -76,6 +76,7 @@ struct AutoChoice {
   int64_t factorValues = 0;  // floats PowerSGD sends per call on this key (0: no layout, not a candidate)
   uint64_t calls = 0;        // on this key since it started afresh
   int current = 0;
+  int previous = -1;  // the codec the current one replaced (its periods kept: its step); -1: none, or none ran
   bool decided = false;
   uint64_t changes = 0;
   std::vector<AutoCandidate> candidates;

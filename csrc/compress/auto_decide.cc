@@ -42,6 +42,9 @@ struct AutoSelection::Agreed {
   std::vector<double> residual;  // the guard's reading, the ranks' most (< 0: not measured)
   std::vector<double> period;    // seconds between the key's calls while it ran, the ranks' most (0: unknown)
   std::vector<double> noneStep;  // none's period over as many of its last as candidate i has (0 for none)
+  int running = 0;               // the candidate the key's calls run
+  int previous = -1;             // at a trial's end: the codec the one on trial replaced (-1: none)
+  double before = 0;             // ... its period over as many of its last as the trial has, the ranks' most
   double comm = 0;               // the running codec's communication time, the ranks' least (0: none runs)
   double alpha = 0, beta = 0;    // the link fit, the ranks' least
   double charge = 0;             // the group's step charge, the ranks' most
@@ -60,9 +63,17 @@ struct AutoSelection::Agreed {
   // taken from the backward that overlaps it, on a CPU-bound host). Steps
   // within kAutoStepShare of none's are within the step's noise: there the
   // call's time decides.
-  bool slower(int i) const {
-    return i != 0 && period[i] > 0 && noneStep[i] > 0 && period[i] > (1 + kAutoStepShare) * noneStep[i];
+  bool slower(int i) const { return lengthened(i) >= 0; }
+  // Whose step candidate i lengthened: none's, or at a trial's end that of
+  // the codec the trial replaced (its call time chose the trial; its step
+  // is the reference while the accuracy guard lets it run); -1: neither.
+  int lengthened(int i) const {
+    if (i == 0 || !(period[i] > 0)) return -1;
+    if (noneStep[i] > 0 && period[i] > (1 + kAutoStepShare) * noneStep[i]) return 0;
+    if (i == running && before > 0 && within(previous) && period[i] > (1 + kAutoStepShare) * before) return previous;
+    return -1;
   }
+  double stepOf(int j, int i) const { return j == 0 ? noneStep[i] : before; }  // the step lengthened()'s answer names
   // Neither guard nor the window keeps it out (a back-off may still).
   bool open(int i) const { return applies[i] && within(i) && !waits[i] && !slower(i); }
 };
@@ -88,7 +99,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const C
   std::vector<double> est = predict(choice, a, comms.size, charge);
   const int current = choice.decided ? choice.current : 0;
   startEarly(a, est);
-  // An early start is a free choice (no second lead): its saving, a quarter
+  // An early start is a free choice (no second lead): its saving, an eighth
   // of the step, is past the noise that a second lead guards against.
   bool starts = false;
   for (int i = 1; i < static_cast<int>(est.size()); ++i)
@@ -99,7 +110,13 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const C
   const int best = verdict.best;
   if (best != choice.current || !choice.decided) {  // a new choice: its trial starts afresh
     if (choice.decided) choice.changes += 1;
+    // The codec left keeps its periods: the new one's trial is judged
+    // against its step too (compress/auto_select.h, the step guard). A codec
+    // left by the step guard is no reference: the one before it stays.
+    if (!verdict.vetoed) choice.previous = choice.decided && choice.current != 0 ? choice.current : -1;
+    if (choice.previous == best) choice.previous = -1;
     choice.candidates[best].forgetCalls();
+    choice.candidates[best].period.clear();  // its steps are measured afresh
     choice.onTrial = true;
     choice.checkAt = call + kAutoTrialCalls + (verdict.flushes ? 1 : 0);
     choice.flushNext = verdict.flushes;
@@ -132,19 +149,25 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   // v: k measured times (min), k codec costs (max), k residual ratios (max),
   // the running codec's communication time (min), the link fit's alpha and
   // beta (min), k step periods (max; 0 below kAutoPeriodSamples), the step
-  // charge (max), and per codec none's step over as many of its last
-  // periods as the codec has (max).
-  std::vector<double> v(5 * static_cast<size_t>(k) + 4);
+  // charge (max), per codec none's step over as many of its last periods
+  // as the codec has (max), and at a trial's end the step of the codec it
+  // replaced over as many (max). Steps are none's and the running codec's:
+  // a codec that was left keeps its periods only as a trial's reference.
+  const int running = choice.decided ? choice.current : 0;
+  const int previous = choice.onTrial && running != 0 && choice.previous > 0 ? choice.previous : -1;
+  std::vector<double> v(5 * static_cast<size_t>(k) + 5);
   const auto measuredStep = [](const TimeWindow& w, int m) {
     return w.count >= kAutoPeriodSamples && m >= kAutoPeriodSamples ? w.lowOfLast(m) : 0;
   };
   for (int i = 0; i < k; ++i) {
+    const bool steps = i == 0 || i == running;
     v[i] = -cand[i].total.low();
     v[k + i] = cand[i].codecSeconds;
     v[2 * k + i] = cand[i].residual;
-    v[3 * k + 3 + i] = measuredStep(cand[i].period, cand[i].period.count);
-    v[4 * k + 4 + i] = i == 0 ? 0 : measuredStep(cand[0].period, cand[i].period.count);
+    v[3 * k + 3 + i] = steps ? measuredStep(cand[i].period, cand[i].period.count) : 0;
+    v[4 * k + 4 + i] = i != 0 && steps ? measuredStep(cand[0].period, cand[i].period.count) : 0;
   }
+  v[5 * k + 4] = previous > 0 ? measuredStep(cand[previous].period, cand[running].period.count) : 0;
   v[4 * k + 3] = stepCharge();
   // Drift: the running codec's communication time, the ranks' least (a rank
   // that waited for a late peer measured the peer; the last to arrive did
@@ -168,11 +191,13 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   a.period = at(3 * k + 3, k);
   a.charge = v[4 * k + 3];
   a.noneStep = at(4 * k + 4, k);
+  a.running = running;
+  a.previous = previous;
+  a.before = v[5 * k + 4];
   a.bound = bound_;
   // The window's wait is for a codec's start: a running codec (an early
   // PowerSGD) is judged as any running codec.
   const bool warming = choice.calls < static_cast<uint64_t>(kAutoWindowCalls);
-  const int running = choice.decided ? choice.current : 0;
   a.applies.resize(k);
   a.waits.resize(k);
   a.early.resize(k);
@@ -236,6 +261,7 @@ void AutoSelection::forgetOtherLinks(AutoChoice& choice, Agreed& a) {
       a.measured[i] = 0;
       a.period[i] = 0;
       a.noneStep[i] = 0;
+      if (i == a.previous) a.before = 0;
     }
   }
 }
@@ -377,11 +403,10 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
     lost.lostTo = out.vetoed ? -1 : best;
   }
   if (out.vetoed) {
+    const int by = a.lengthened(current);
     out.why = "; " + autoCandidates()[current] + " left: the key's calls came every " + ms(a.period[current]) +
-              " with it, every " + ms(a.noneStep[current]) + " with none" + out.why;
+              " with it, every " + ms(a.stepOf(by, current)) + " with " + autoCandidates()[by] + out.why;
   }
-  if (best != current && current != 0)
-    cand[current].period.clear();  // its steps are measured afresh when it runs again
   choice.onTrial = false;
   // From one codec to another: the call between runs none (its residual
   // sent), and the trial counts from the next; a residual the guard read
@@ -408,7 +433,7 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
     if (runnerUp > 0) reason += "; next " + autoCandidates()[runnerUp] + " " + ms(est[runnerUp]);
   }
   char early[80];
-  std::snprintf(early, sizeof early, " (before it, only where it saves %.0f %% of the step)", 100 * kAutoEarlyShare);
+  std::snprintf(early, sizeof early, " (before it, only where it saves %.3g %% of the step)", 100 * kAutoEarlyShare);
   for (int i = 1; i < k; ++i) {
     char buf[256];
     if (!a.applies[i]) continue;

@@ -41,6 +41,13 @@
 // CPU-bound host a codec's call can be shorter while the step it is part of
 // is longer (its CPU comes out of the backward it overlaps). None's
 // period is the reference: kept while codecs run, refreshed by its probes.
+// So is, at its trial's end, a codec whose period is longer by as much than
+// that of the codec it replaced (whose periods are kept for it, taken over
+// as many as the trial has): a trial is chosen by call times, and a codec
+// whose calls are heavy-tailed (a sparsifier's encode competing with the
+// backward) reads faster by its lower quartile than it runs. The replaced
+// codec is the reference while the accuracy guard lets it run; a codec the
+// step guard left is none (the reference before it stays).
 // What a codec added to the step beyond its call, per second of its codec
 // time (a property of the host: how much of a codec's CPU the step pays), is
 // charged to every codec's prediction on every key of the group (the
@@ -87,9 +94,9 @@
 // before it, the first included, where its prediction saves
 // kAutoEarlyShare of none's step against every candidate then open (none,
 // bf16): the accuracy an early start may cost is taken only for a large
-// share of the step. The start is a free choice: a saving of a quarter of
+// share of the step. The start is a free choice: a saving of an eighth of
 // the step is past the noise that a second lead guards against. The
-// quarter is the start's condition: from its trial's end a running
+// eighth is the start's condition: from its trial's end a running
 // PowerSGD is judged as any running codec. The guard reads a running
 // codec's residual from the key's kAutoGuardCalls-th call: against the
 // window of fewer calls, a residual of a step or two (which error feedback
@@ -167,7 +174,7 @@ constexpr double kAutoMargin = 0.10;           // a switch must save this share 
 constexpr double kAutoStepShare = 0.02;        // ... and a codec this share of none's step (its period)
 constexpr int64_t kAutoCodecSample = 1 << 18;  // a key's first call times the codecs on its first this many values
 constexpr int kAutoCodecTimings = 3;           // ... this many times each, taking the least
-constexpr double kAutoEarlyShare = 0.25;       // PowerSGD before the window where it saves this share of none's step
+constexpr double kAutoEarlyShare = 0.125;      // PowerSGD before the window where it saves this share of none's step
 constexpr uint64_t kAutoGuardCalls = 16;       // the guard reads a running codec's residual from this call of the key
 constexpr double kAutoCarryShare = 0.01;       // a codec's residual under this share of the recent gradient is carried
 constexpr double kAutoReplayFeedback = 2.0;    // a replay's reading counts this many times against the guard's bound
