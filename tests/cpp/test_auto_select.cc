@@ -982,6 +982,23 @@ struct Paced {
   }
 };
 
+// A key of 16384 values on a slow link (none's call about 6 ms, bf16's
+// half), auto without the accuracy guard, its calls paced.
+struct PacedOnSlowLink {
+  static constexpr int64_t n = 16384;
+  SimulatedLink link;
+  AutoSelection sel{0};
+  CompressState state;
+  CompressComms comms;
+  Paced pace;
+  PacedOnSlowLink() {
+    link.beta = 6e-3 / (4.0 * n * 2 * 3 / 4);
+    comms = link.comms();
+  }
+  PacedOnSlowLink(const PacedOnSlowLink&) = delete;  // comms holds the link's address
+  int step(int seed, double gapMs) { return pace.step(sel, state, comms, n, seed, gapMs); }
+};
+
 }  // namespace
 
 TEST(a_time_window_s_quartile_of_its_last_samples) {
@@ -1005,21 +1022,15 @@ TEST(a_codec_s_step_within_the_step_s_noise_of_none_s_is_judged_by_its_call) {
   // is 0.5 % longer than none's, within the step's noise, while its call
   // (~3 ms) is half none's on a slow link. The call decides: bf16 runs.
   // (Judged strictly by the step, it would be left after every trial.)
-  const int64_t n = 16384;
-  SimulatedLink link;
-  link.beta = 6e-3 / (4.0 * n * 2 * 3 / 4);
-  AutoSelection sel(0);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  PacedOnSlowLink key;
   const int steps = 48;
-  Paced pace;
   int codecCalls = 0, ran = 0;
   for (int s = 0; s < steps; ++s) {
-    ran = pace.step(sel, state, comms, n, 1400 + s, ran != 0 ? 60.3 : 60.0);
+    ran = key.step(1400 + s, ran != 0 ? 60.3 : 60.0);
     codecCalls += ran != 0;
   }
-  std::printf("  codec calls %d of %d; last: %s\n", codecCalls, steps, state.choice.last.reason.c_str());
-  CHECK_EQ(chosen(state), std::string("bf16"));
+  std::printf("  codec calls %d of %d; last: %s\n", codecCalls, steps, key.state.choice.last.reason.c_str());
+  CHECK_EQ(chosen(key.state), std::string("bf16"));
   CHECK(codecCalls >= steps - 8);
 }
 
@@ -1060,25 +1071,19 @@ TEST(a_codec_on_trial_whose_step_is_longer_than_the_codec_s_it_replaced_loses_it
   // and so does each top-k after it (bf16's step stays their reference),
   // and bf16 runs again. (Judged by its call alone, or by none's step, the
   // first top-k would be kept to the end.)
-  const int64_t n = 16384;
-  SimulatedLink link;
-  link.beta = 6e-3 / (4.0 * n * 2 * 3 / 4);
-  AutoSelection sel(0);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  PacedOnSlowLink key;
   const int bf16 = candidate("bf16"), steps = kAutoWindowCalls + 32;
-  Paced pace;
   int ran = 0, sparsifierCalls = 0;
   bool left = false;
   for (int s = 0; s < steps; ++s) {
-    ran = pace.step(sel, state, comms, n, 1600 + s, ran == 0 ? 30.0 : ran == bf16 ? 24.0 : 29.0);
+    ran = key.step(1600 + s, ran == 0 ? 30.0 : ran == bf16 ? 24.0 : 29.0);
     sparsifierCalls += ran != 0 && ran != bf16;
-    left = left || state.choice.last.reason.find("with bf16") != std::string::npos;
+    left = left || key.state.choice.last.reason.find("with bf16") != std::string::npos;
   }
-  std::printf("  sparsifier calls %d of %d; last: %s\n", sparsifierCalls, steps, state.choice.last.reason.c_str());
+  std::printf("  sparsifier calls %d of %d; last: %s\n", sparsifierCalls, steps, key.state.choice.last.reason.c_str());
   CHECK(left);
-  CHECK(chosen(state) == "bf16" || state.choice.onTrial);  // bf16, or a retry that began near the end
-  CHECK(sparsifierCalls <= 16);                            // three trials of a few calls each
+  CHECK(chosen(key.state) == "bf16" || key.state.choice.onTrial);  // bf16, or a retry that began near the end
+  CHECK(sparsifierCalls <= 16);                                    // three trials of a few calls each
 }
 
 TEST(the_first_decision_comes_after_two_steps_of_none) {
