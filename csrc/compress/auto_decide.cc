@@ -59,7 +59,8 @@ struct AutoSelection::Agreed {
     return i == 0 || bound <= 0 || (replayed[i] ? kAutoReplayFeedback : 1.0) * residual[i] <= bound;
   }
   // A codec is kept only while the key's calls come about as often with it
-  // as with none: its call may be shorter while the step is longer (its CPU
+  // as with none (and, at its trial's end, as with the codec it replaced:
+  // lengthened()): its call may be shorter while the step is longer (its CPU
   // taken from the backward that overlaps it, on a CPU-bound host). Steps
   // within kAutoStepShare of none's are within the step's noise: there the
   // call's time decides.
