@@ -142,8 +142,14 @@ def test_derived_metrics_follow_their_definitions():
     assert table.count("\n") == len(runs) + 1 and "| 8.00x |" in table
     assert "| 4 | gloo | none | 4.000 | 3.000 | 0.75x |" in report.scaling_table(runs)
     story = report.verdict(runs).splitlines()
-    # one line per run with a baseline other than itself, naming runs by what differs
-    assert len(story) == 4
+    # one line per run with a baseline other than itself, naming runs by what differs, then the
+    # headroom of each baseline of several ranks (its step against its compute alone)
+    assert len(story) == 5
+    assert story[-1] == (
+        "world=4 threads=1 backend=gloo compress=none: 50 % of its 10.0 ms step is exposed communication "
+        "(compute alone 5.0 ms); a step of its compute alone would run 2.00x its speed: about the most any "
+        "backend or codec can gain here"
+    )
     assert story[1] == (
         "world=4 threads=1 backend=scalecomm compress=topk:0.01: 4.00x the speed of world=4 threads=1 "
         "backend=gloo compress=none per epoch, accuracy +1.0 points, at its accuracy 8.00x sooner"

@@ -320,8 +320,10 @@ def short_label(r: dict, results: list[dict]) -> str:
 def verdict(results: list[dict]) -> str:
     """One line per run compared with its baseline (the table's story in
     words): how much faster per epoch, the accuracy it ended at, and whether
-    and how much sooner it reached the baseline's accuracy."""
-    lines = []
+    and how much sooner it reached the baseline's accuracy; then, per
+    baseline of several ranks, how much of its step is exposed communication
+    (headroom())."""
+    lines, bases = [], []
     for r in results:
         if r.get("vs_baseline") is None or r["baseline"] == r["label"]:
             continue
@@ -330,6 +332,8 @@ def verdict(results: list[dict]) -> str:
         # The run it was compared with: its label, at the same setting (a sweep's seeds share labels).
         at = _setting(r["config"])
         compared = next(o for o in results if o["label"] == r["baseline"] and _setting(o["config"]) == at)
+        if not any(b is compared for b in bases):
+            bases.append(compared)
         base = short_label(compared, results)
         line = f"{short_label(r, results)}: {r['vs_baseline']:.2f}x{spread} the speed of {base} per epoch"
         if r["acc_delta"] is not None:
@@ -339,7 +343,26 @@ def verdict(results: list[dict]) -> str:
             else:
                 line += f", never within {100 * TARGET_SLACK:.1f} points of its accuracy in this run"
         lines.append(line)
+    lines += [h for h in (headroom(b, results) for b in bases) if h]
     return "\n".join(lines)
+
+
+def headroom(base: dict, results: list[dict]) -> str:
+    """About the most any backend or codec could gain on `base`'s setting:
+    its step over its compute alone (forward + backward timed without
+    communication, plus its optimizer step), a step with no exposed
+    communication. Not a strict bound: inside a step a rank may compute a
+    little faster than in the calibration, where every rank computes at
+    once. "" for one rank or a step not timed."""
+    step, compute = base.get("step_ms"), base.get("compute_ms")
+    if base["config"]["world"] < 2 or not step or not compute or step <= compute:
+        return ""
+    exposed = 100 * (1 - compute / step)
+    return (
+        f"{short_label(base, results)}: {exposed:.0f} % of its {step:.1f} ms step is exposed communication "
+        f"(compute alone {compute:.1f} ms); a step of its compute alone would run {step / compute:.2f}x its "
+        f"speed: about the most any backend or codec can gain here"
+    )
 
 
 def diverged(results: list[dict]) -> str:
