@@ -4,12 +4,38 @@
 // (the stream channel, or a device's queued channel), whose
 // messages carry the site's codec tag, so a rank with another codec (or
 // ratio, levels, rank) fails naming it.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
 #include "algo/registry.h"
 #include "comm/reducer.h"
 #include "core/logging.h"
 #include "group/group.h"
 
 namespace scalecomm {
+
+namespace {
+
+// A decision's numbers, per candidate: its agreed time per call and, where
+// known, its step (SCALECOMM_DEBUG=DEBUG logs every decision with them).
+std::string decisionNumbers(const AutoDecision& d) {
+  std::string out;
+  char buf[96];
+  for (size_t i = 0; i < d.predicted.size() && i < autoCandidates().size(); ++i) {
+    if (!std::isfinite(d.predicted[i])) continue;  // not a candidate on this key
+    std::snprintf(buf, sizeof buf, "%s%s %.3g ms", out.empty() ? "" : ", ", autoCandidates()[i].c_str(),
+                  d.predicted[i] * 1e3);
+    out += buf;
+    if (i < d.period.size() && d.period[i] > 0) {
+      std::snprintf(buf, sizeof buf, " (step %.3g ms)", d.period[i] * 1e3);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 std::shared_ptr<const CompressedSite> Group::compressedSite(const std::string& spec) {
   std::lock_guard<std::mutex> g(sitesMu_);
@@ -116,10 +142,16 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
       const int ran =
           c.chooser->run(static_cast<float*>(call.data), call.count, c.errorFeedback, state, cc, c.layout, c.average);
       call.name = c.chooser->title(ranWith, ran);  // stats and profiles show what ran
-      if (rank_ == 0 && state.choice.decided && (!decided || state.choice.changes != changes))
-        SC_LOG(Info, "rank 0: compress=auto ", decided ? "switches to " : "chooses ",
-               autoCandidates()[state.choice.current], " at call ", state.choice.calls,
-               " of a key: ", state.choice.last.reason);
+      const AutoChoice& now = state.choice;
+      if (rank_ == 0 && now.decided && (!decided || now.changes != changes))
+        SC_LOG(Info, "rank 0: compress=auto ", decided ? "switches to " : "chooses ", autoCandidates()[now.current],
+               " at call ", now.calls, " of a key: ", now.last.reason);
+      else if (rank_ == 0 && now.decided && now.last.step == now.calls)  // a decision that kept the choice
+        SC_LOG(Debug, "rank 0: compress=auto keeps ", autoCandidates()[now.current], " at call ", now.calls,
+               " of a key: ", now.last.reason);
+      if (rank_ == 0 && now.decided && now.last.step == now.calls)
+        SC_LOG(Debug, "rank 0: compress=auto at call ", now.calls, " of a key (", call.count,
+               " elements) read, per call: ", decisionNumbers(now.last));
       if (rank_ == 0 && state.choice.probeNext) {
         SC_LOG(Info, "rank 0: compress=auto: the link drifted at call ", state.choice.calls, " of a key (", call.count,
                " elements): ", autoCandidates()[state.choice.current], "'s communication ", commWas * 1e3, " ms, ",
