@@ -229,3 +229,14 @@ def run_ranks(
         if errors:
             raise AssertionError("\n".join(f"rank {r}: {e.kind}: {e.text}" for r, e in errors))
     return ordered
+
+
+def ranks_log(n: int, module: str, fn: str, env: dict, timeout: float = 120) -> list[str]:
+    """The lines the ranks wrote to stderr when run_ranks(n, fn, env=env)
+    ran in a fresh Python (the ranks' log, SCALECOMM_DEBUG); `fn` is named
+    by its test module (under tests/) and name. Asserts it exited 0."""
+    code = "import sys; sys.path.insert(0, 'tests'); from dist_helpers import run_ranks; "
+    code += f"from {module} import {fn}; run_ranks({n}, {fn}, env={env!r})"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stderr.splitlines()

@@ -9,7 +9,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-from dist_helpers import run_ranks
+from dist_helpers import ranks_log, run_ranks
 
 # auto measures only when asked; unpaced: the rounds back to back
 ONLINE = {"SCALECOMM_AUTOTUNE": "online", "SCALECOMM_AUTO_EXPLORE_PERCENT": "100"}
@@ -126,15 +126,9 @@ def _quiet(rank, n):
 
 
 def test_each_decision_is_logged_with_its_evidence(tmp_path):
-    code = (
-        "import sys; sys.path.insert(0, 'tests'); from dist_helpers import run_ranks; "
-        "from test_autotune import _quiet, ONLINE; "
-        "run_ranks(2, _quiet, env={**ONLINE, 'SCALECOMM_DEBUG': 'INFO'})"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    lines = [ln for ln in res.stderr.splitlines() if "auto measured allreduce of up to 64 bytes" in ln]
-    assert len(lines) == 2, res.stderr[-3000:]  # one per rank, the same decision
+    log = ranks_log(2, "test_autotune", "_quiet", {**ONLINE, "SCALECOMM_DEBUG": "INFO"})
+    lines = [ln for ln in log if "auto measured allreduce of up to 64 bytes" in ln]
+    assert len(lines) == 2, log[-40:]  # one per rank, the same decision
     assert lines[0].split("rank ")[1][2:] == lines[1].split("rank ")[1][2:], lines
     assert " us" in lines[0] and "picks " in lines[0], lines
 

@@ -6,12 +6,9 @@ cannot run it is refused by name. The choice itself on slow and fast links,
 the residual bound and drift: tests/cpp/test_auto_select.cc; on a slow
 emulated link: tests/test_cluster.py."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
-from dist_helpers import run_ranks
+from dist_helpers import ranks_log, run_ranks
 
 from pyscalecomm import _C
 
@@ -186,18 +183,11 @@ def test_every_decision_is_logged_with_what_it_read_at_debug_level():
     # INFO logs the choices and changes; DEBUG also every decision that kept
     # the choice, and what each decision read: every candidate's time per
     # call and, where it ran, its step.
-    code = (
-        "import sys; sys.path.insert(0, 'tests'); from dist_helpers import run_ranks; "
-        "from test_compress_auto import _decisions; "
-        "run_ranks(2, _decisions, env={'SCALECOMM_DEBUG': 'DEBUG'})"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    lines = res.stderr.splitlines()
+    lines = ranks_log(2, "test_compress_auto", "_decisions", {"SCALECOMM_DEBUG": "DEBUG"})
     read = [ln for ln in lines if "compress=auto at call" in ln and "read, per call: " in ln]
     calls = [int(ln.split("compress=auto at call ")[1].split()[0]) for ln in read]
     # the first decision, then every 16th call's
-    assert 4 in calls and 16 in calls and 32 in calls, res.stderr[-3000:]
+    assert 4 in calls and 16 in calls and 32 in calls, lines[-40:]
     assert all(ln.startswith("[scalecomm DEBUG") and "rank 0: " in ln for ln in read), read
     first = read[calls.index(4)]
     assert "(65536 elements)" in first and "none " in first and "bf16 " in first and "(step " in first, first
