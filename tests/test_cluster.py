@@ -340,8 +340,10 @@ dist.destroy_process_group()
 
 @needs_root
 def test_auto_compresses_on_a_slow_link_with_the_same_choice_on_every_host(tmp_path):
-    # 4 MiB over 100 Mbit/s: the dense sum takes ~0.3 s, bf16 half that (the
-    # warm-up's choice), top-k 1 % ~10 ms;
+    # 4 MiB over 100 Mbit/s: the dense sum takes ~0.35 s, bf16 half that (the
+    # warm-up's choice), top-k 10 % 65-70 ms (its values and indices are a
+    # fifth of the dense bytes; on this gradient the accuracy guard leaves
+    # top-k 3 % and 1 % out before they run);
     # on one host's shared memory the same tensor stays uncompressed
     # (tests/test_compress_auto.py).
     script = tmp_path / "auto.py"
@@ -352,4 +354,4 @@ def test_auto_compresses_on_a_slow_link_with_the_same_choice_on_every_host(tmp_p
     chosen = [json.loads((tmp_path / f"auto{r}.json").read_text()) for r in range(2)]
     assert chosen[0] == chosen[1]
     assert chosen[0]["choice"].startswith("topk"), chosen[0]
-    assert chosen[0]["predicted_s"][chosen[0]["choice"]] < 0.2 * chosen[0]["predicted_s"]["none"], chosen[0]
+    assert chosen[0]["predicted_s"][chosen[0]["choice"]] < 0.3 * chosen[0]["predicted_s"]["none"], chosen[0]
