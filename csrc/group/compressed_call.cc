@@ -143,13 +143,14 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
           c.chooser->run(static_cast<float*>(call.data), call.count, c.errorFeedback, state, cc, c.layout, c.average);
       call.name = c.chooser->title(ranWith, ran);  // stats and profiles show what ran
       const AutoChoice& now = state.choice;
-      if (rank_ == 0 && now.decided && (!decided || now.changes != changes))
+      const bool decidedNow = rank_ == 0 && now.decided && now.last.step == now.calls;  // a decision at this call
+      if (decidedNow && (!decided || now.changes != changes))
         SC_LOG(Info, "rank 0: compress=auto ", decided ? "switches to " : "chooses ", autoCandidates()[now.current],
                " at call ", now.calls, " of a key: ", now.last.reason);
-      else if (rank_ == 0 && now.decided && now.last.step == now.calls)  // a decision that kept the choice
+      else if (decidedNow)
         SC_LOG(Debug, "rank 0: compress=auto keeps ", autoCandidates()[now.current], " at call ", now.calls,
                " of a key: ", now.last.reason);
-      if (rank_ == 0 && now.decided && now.last.step == now.calls)
+      if (decidedNow)
         SC_LOG(Debug, "rank 0: compress=auto at call ", now.calls, " of a key (", call.count,
                " elements) read, per call: ", decisionNumbers(now.last));
       if (rank_ == 0 && state.choice.probeNext) {
