@@ -47,7 +47,7 @@ struct AutoSelection::Agreed {
   double before = 0;             // ... its period over as many of its last as the trial has, the ranks' most
   double comm = 0;               // the running codec's communication time, the ranks' least (0: none runs)
   double alpha = 0, beta = 0;    // the link fit, the ranks' least
-  double charge = 0;             // the group's step charge, the ranks' most
+  StepCharge charge;             // the group's step charge, the ranks' most (each number)
   double bound = 0;              // the accuracy guard's (0: no guard)
   std::vector<char> applies;     // a candidate on this key (PowerSGD: only with a layout)
   std::vector<char> waits;       // it waits for the window, which is not yet full
@@ -96,7 +96,7 @@ void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const C
   Agreed a = agree(choice, comms);
   if (holdsForDrift(choice, a, call)) return;
   forgetOtherLinks(choice, a);
-  double charge = 0;
+  StepCharge charge;
   std::vector<double> est = predict(choice, a, comms.size, charge);
   const int current = choice.decided ? choice.current : 0;
   startEarly(a, est);
@@ -150,13 +150,14 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   // v: k measured times (min), k codec costs (max), k residual ratios (max),
   // the running codec's communication time (min), the link fit's alpha and
   // beta (min), k step periods (max; 0 below kAutoPeriodSamples), the step
-  // charge (max), per codec none's step over as many of its last periods
-  // as the codec has (max), and at a trial's end the step of the codec it
-  // replaced over as many (max). Steps are none's and the running codec's:
+  // charge per codec second (max), per codec none's step over as many of
+  // its last periods as the codec has (max), at a trial's end the step of
+  // the codec it replaced over as many (max), and the step charge's most
+  // (max). Steps are none's and the running codec's:
   // a codec that was left keeps its periods only as a trial's reference.
   const int running = choice.decided ? choice.current : 0;
   const int previous = choice.onTrial && running != 0 && choice.previous > 0 ? choice.previous : -1;
-  std::vector<double> v(5 * static_cast<size_t>(k) + 5);
+  std::vector<double> v(5 * static_cast<size_t>(k) + 6);
   const auto measuredStep = [](const TimeWindow& w, int m) {
     return w.count >= kAutoPeriodSamples && m >= kAutoPeriodSamples ? w.lowOfLast(m) : 0;
   };
@@ -169,7 +170,9 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
     v[4 * k + 4 + i] = i != 0 && steps ? measuredStep(cand[0].period, cand[i].period.count) : 0;
   }
   v[5 * k + 4] = previous > 0 ? measuredStep(cand[previous].period, cand[running].period.count) : 0;
-  v[4 * k + 3] = stepCharge();
+  const StepCharge charge = stepCharge();
+  v[4 * k + 3] = charge.perSecond;
+  v[5 * k + 5] = charge.most;
   // Drift: the running codec's communication time, the ranks' least (a rank
   // that waited for a late peer measured the peer; the last to arrive did
   // not wait), against its reference.
@@ -190,7 +193,7 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   a.alpha = -v[3 * k + 1];
   a.beta = -v[3 * k + 2];
   a.period = at(3 * k + 3, k);
-  a.charge = v[4 * k + 3];
+  a.charge = {v[4 * k + 3], v[5 * k + 5]};
   a.noneStep = at(4 * k + 4, k);
   a.running = running;
   a.previous = previous;
@@ -267,7 +270,7 @@ void AutoSelection::forgetOtherLinks(AutoChoice& choice, Agreed& a) {
   }
 }
 
-std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agreed& a, int size, double& charge) {
+std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agreed& a, int size, StepCharge& charge) {
   const int k = static_cast<int>(sites_.size());
   // A candidate that ran is judged by its measured time per call, the others
   // by the model (codec cost + the link fit at their bytes), scaled by how
@@ -291,7 +294,8 @@ std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agree
   // One measured at this decision (the largest, where several codecs have
   // periods) replaces the group's; otherwise the group's agreed charge
   // stands. It is charged to every codec: one codec that lengthened the
-  // step warns off the others by their codec time, untried, on every key.
+  // step warns off the others by their codec time, untried, on every key,
+  // each up to the step the reading measured (StepCharge::most).
   // Only a codec whose own time is above the step's noise (kAutoStepShare
   // of none's step) measures it: below, a step lengthened by noise or by
   // another key's choice would read as a large charge per second of a
@@ -302,14 +306,15 @@ std::vector<double> AutoSelection::predict(const AutoChoice& choice, const Agree
     const double measured = a.measured[i], codec = a.codec[i];
     if (a.period[i] > 0 && a.noneStep[i] > 0 && measured > 0 && a.measured[0] > 0 &&
         codec >= kAutoStepShare * a.period[0]) {
-      const double hidden = (a.period[i] - a.noneStep[i]) - (measured - est[0]);
-      const double c = hidden > kAutoStepShare * a.period[0] ? hidden / codec : 0;  // smaller: the step's noise
-      charge = charged ? std::max(charge, c) : c;
+      double hidden = (a.period[i] - a.noneStep[i]) - (measured - est[0]);
+      if (!(hidden > kAutoStepShare * a.period[0])) hidden = 0;  // smaller: the step's noise
+      const StepCharge c{hidden / codec, hidden};
+      charge = charged ? StepCharge{std::max(charge.perSecond, c.perSecond), std::max(charge.most, c.most)} : c;
       charged = true;
     }
   }
   setStepCharge(charge);
-  for (int i = 1; i < k; ++i) est[i] += charge * a.codec[i];
+  for (int i = 1; i < k; ++i) est[i] += charge.on(a.codec[i]);
   return est;
 }
 
@@ -421,7 +426,7 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
 }
 
 std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Agreed& a, const std::vector<double>& est,
-                                   double charge, const Verdict& verdict, uint64_t call) {
+                                   const StepCharge& charge, const Verdict& verdict, uint64_t call) {
   const int k = static_cast<int>(est.size()), best = verdict.best;
   const std::vector<AutoCandidate>& cand = choice.candidates;
   std::string reason = "predicted " + ms(est[best]);
@@ -460,9 +465,10 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
     }
   }
   if (verdict.flushes) reason += "; one call of none first sends " + autoCandidates()[choice.lastRan] + "'s residual";
-  if (charge > 0.05) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "; codecs charged %.2g s of step per s of codec time", charge);
+  if (charge.perSecond > 0.05) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "; codecs charged %.2g s of step per s of codec time, up to %s", charge.perSecond,
+                  ms(charge.most).c_str());
     reason += buf;
   }
   char link[96];

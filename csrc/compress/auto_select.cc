@@ -76,14 +76,15 @@ Label AutoSelection::title(AlgorithmRef algorithm, int candidate) const {
   return std::get<2>(titles_.back());
 }
 
-double AutoSelection::stepCharge() const {
+AutoSelection::StepCharge AutoSelection::stepCharge() const {
   std::lock_guard<std::mutex> g(chargeMu_);
   const uint64_t keys = keys_.load(std::memory_order_relaxed), calls = calls_.load(std::memory_order_relaxed);
   const double halfLife = static_cast<double>(kAutoBackoff) * static_cast<double>(std::max<uint64_t>(keys, 1));
-  return charge_ * std::exp2(-static_cast<double>(calls - std::min(chargeAt_, calls)) / halfLife);
+  const double decay = std::exp2(-static_cast<double>(calls - std::min(chargeAt_, calls)) / halfLife);
+  return {charge_.perSecond * decay, charge_.most * decay};
 }
 
-void AutoSelection::setStepCharge(double charge) {
+void AutoSelection::setStepCharge(const StepCharge& charge) {
   std::lock_guard<std::mutex> g(chargeMu_);
   charge_ = charge;
   chargeAt_ = calls_.load(std::memory_order_relaxed);

@@ -52,7 +52,11 @@
 // time (a property of the host: how much of a codec's CPU the step pays), is
 // charged to every codec's prediction on every key of the group (the
 // latest measured, halving every kAutoBackoff calls per key served; the
-// ranks agree on it), so the others are not each tried; it is measured only
+// ranks agree on it), so the others are not each tried; a codec is charged
+// at most the step seconds that reading measured (StepCharge: one reading
+// does not say that a codec of more codec time lengthens the step by as
+// many times more; where the added step is a fixed cost it does not, and
+// the step guard still leaves a codec that does); it is measured only
 // from a codec whose own time is above the step's noise (kAutoStepShare of
 // none's step), so a step lengthened by noise or by another key's choice is
 // not read as a large charge on a small codec. A codec must also
@@ -226,26 +230,33 @@ class AutoSelection {
   Agreed agree(const AutoChoice& choice, const CompressComms& comms);
   static bool holdsForDrift(AutoChoice& choice, const Agreed& agreed, uint64_t call);  // true: no choice now
   static void forgetOtherLinks(AutoChoice& choice, Agreed& agreed);  // another link's times: forgotten
-  std::vector<double> predict(const AutoChoice& choice, const Agreed& agreed, int size, double& charge);
+  // The group's step charge: step seconds per codec second, up to `most`
+  // step seconds per call (the step the reading measured a codec adding).
+  struct StepCharge {
+    double perSecond = 0;
+    double most = 0;
+    double on(double codecSeconds) const { return std::min(perSecond * codecSeconds, most); }
+  };
+  std::vector<double> predict(const AutoChoice& choice, const Agreed& agreed, int size, StepCharge& charge);
   // PowerSGD's wait for the window lifted where it starts early.
   static void startEarly(Agreed& agreed, const std::vector<double>& est);
   static Verdict choose(AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est, uint64_t call,
                         bool freeChoice);
   static std::string explain(int64_t n, const AutoChoice& choice, const Agreed& agreed, const std::vector<double>& est,
-                             double charge, const Verdict& verdict, uint64_t call);
+                             const StepCharge& charge, const Verdict& verdict, uint64_t call);
   double busBytes(int i, const AutoChoice& choice, int size) const;
   bool factors(int i) const;         // PowerSGD (no codec: its own two rounds)
   bool waitsForWindow(int i) const;  // a sparsifier (it keeps a share of the values) or PowerSGD
-  double stepCharge() const;         // this rank's view, decayed to now
-  void setStepCharge(double charge);
+  StepCharge stepCharge() const;     // this rank's view, decayed to now
+  void setStepCharge(const StepCharge& charge);
 
   double bound_;
   std::vector<std::unique_ptr<CompressedSite>> sites_;
   LinkFit link_;
-  // Step seconds per codec second, group-wide (the guard's charge), and
-  // when it was set, in calls of any key; keys_: the keys served.
+  // The step charge, group-wide (the guard's), and when it was set, in
+  // calls of any key; keys_: the keys served.
   mutable std::mutex chargeMu_;  // charge_ and chargeAt_ (decisions only)
-  double charge_ = 0;
+  StepCharge charge_;
   uint64_t chargeAt_ = 0;
   std::atomic<uint64_t> calls_{0}, keys_{0};  // counted on every call, without the lock
   mutable std::mutex titlesMu_;

@@ -824,6 +824,53 @@ TEST(a_codec_whose_call_is_shorter_but_whose_step_is_longer_is_left) {
   CHECK(period[0] > 0);
 }
 
+namespace {
+
+// Top-k 1 %'s prediction at the key's 16th call (2^18 values on a link of
+// 400 MB/s of bus bandwidth, no compute), where the compute before the
+// next call takes `hiddenMs` longer after bf16 ran.
+double topkPredictedAfterBf16Lengthened(int hiddenMs) {
+  const int64_t n = 1 << 18;
+  std::vector<std::vector<float>> steps;
+  for (int s = 0; s < 4; ++s) steps.push_back(values(900 + s, n));
+  SimulatedLink link;
+  link.beta = 1.0 / 400e6;
+  AutoSelection sel(0);
+  CompressState state;
+  const CompressComms comms = link.comms();
+  const int topk = candidate("topk:0.1");
+  int ran = 0;
+  for (int call = 1; call <= 16; ++call) {
+    if (ran == candidate("bf16")) std::this_thread::sleep_for(std::chrono::milliseconds(hiddenMs));
+    std::vector<float> x = steps[call % steps.size()];
+    ran = sel.run(x.data(), n, true, state, comms);
+  }
+  const AutoDecision& d = state.choice.last;
+  std::printf("  %d ms more after bf16: at call %llu topk:0.1 predicted %.3g ms: %s\n", hiddenMs,
+              static_cast<unsigned long long>(d.step), d.predicted[topk] * 1e3, d.reason.c_str());
+  return d.predicted[topk];
+}
+
+}  // namespace
+
+TEST(a_step_charge_is_not_extrapolated_past_the_step_it_was_measured_to_add) {
+  // bf16 (a cheap codec) is tried, and after each of its calls the step
+  // takes 12 ms more: the step guard leaves it, and the group is charged
+  // what it added beyond its call, per second of its codec time. Top-k's
+  // codec (a selection and a sum of every rank's payload) costs several
+  // times bf16's; one reading does not say its step would grow by as many
+  // times more (where the added step is a fixed cost, as here, it would
+  // not), so it is charged at most what bf16 was measured to add. Charged
+  // by its codec time alone, its prediction would grow by several times
+  // the 12 ms.
+  const double quiet = topkPredictedAfterBf16Lengthened(0);
+  const double lengthened = topkPredictedAfterBf16Lengthened(12);
+  const double added = lengthened - quiet;
+  std::printf("  topk:0.1's prediction %.3g ms more\n", added * 1e3);
+  CHECK(added > 4e-3);   // charged
+  CHECK(added < 20e-3);  // ... up to what bf16 added (about 13 ms: 12 and the call it saved)
+}
+
 TEST(after_the_link_drifts_none_s_step_is_measured_again_and_guards_the_choice) {
   // bf16 halves none's call (~10 ms) on a slow link and runs. Then the link
   // turns 2.5x slower (drift: none's call ~25 ms) and from then on the
