@@ -524,13 +524,14 @@ TEST(an_early_powersgd_that_measures_a_smaller_saving_is_kept_while_it_leads_by_
   // extra makes up the rest.
   const int psgd = candidate("powersgd:4");
   const int calls = 36;
+  const auto trainingCall = [](RankOneKey& k, int call) {  // 50 ms of compute, then the key's call
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return k.step(400 + call);
+  };
   double extra = 0;
   {
     RankOneKey quiet(256, 10e6, 0.33, 14);
-    for (int call = 1; call <= calls; ++call) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      quiet.step(400 + call);
-    }
+    for (int call = 1; call <= calls; ++call) trainingCall(quiet, call);
     const double own = quiet.state.choice.last.predicted[psgd];
     std::printf("  powersgd's own call %.3g ms\n", own * 1e3);
     CHECK_EQ(chosen(quiet.state), std::string("powersgd:4"));  // so `own` is its measured call
@@ -541,8 +542,7 @@ TEST(an_early_powersgd_that_measures_a_smaller_saving_is_kept_while_it_leads_by_
   key.link.smallExtra = extra;
   int firstPowerSgd = -1, laterPowerSgd = 0;
   for (int call = 1; call <= calls; ++call) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const int ran = key.step(400 + call);
+    const int ran = trainingCall(key, call);
     if (call == static_cast<int>(kAutoFirstDecision) + 1) {
       const AutoDecision& d = key.state.choice.last;
       std::printf("  first decision: none %.3g ms, bf16 %.3g, powersgd %.3g, step %.3g\n", d.predicted[0] * 1e3,
