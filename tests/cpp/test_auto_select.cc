@@ -1498,11 +1498,13 @@ TEST(a_codec_on_trial_is_kept_unless_another_is_faster_by_the_margin) {
   // where the prediction is faster by the margin: a near tie between a
   // measurement and a prediction is the model's noise, not worth a flush
   // and a trial. The sweep must meet at least one near tie (where the old
-  // rule, the fastest taken, switched).
+  // rule, the fastest taken, switched); it starts with no extra, so the
+  // ratio crosses the tie's band inside it wherever this machine's codec
+  // times put it (from 4 ms, one CI machine was already past it).
   const PowerSgdFirst f;
   const int psgd = candidate("powersgd:4");
   int nearTies = 0, yielded = 0;
-  for (int extraMs = 4; extraMs <= 30 && yielded < 3; ++extraMs) {
+  for (int extraMs = 0; extraMs <= 30 && yielded < 3; ++extraMs) {
     SimulatedLink link;
     link.size = PowerSgdFirst::ranks;
     AutoSelection sel(0.33);
