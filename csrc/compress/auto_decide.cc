@@ -53,10 +53,26 @@ struct AutoSelection::Agreed {
   std::vector<char> waits;       // it waits for the window, which is not yet full
   std::vector<char> early;       // ... unless it saves enough of the step (PowerSGD)
   std::vector<char> replayed;    // its residual is its replay's (it has not run): it counts kAutoReplayFeedback x
+  std::vector<double> unread;    // what it may hold back before the guard has read it (held())
   std::string forgotten;         // times forgotten as another link's (forgetOtherLinks), in words
 
-  bool within(int i) const {
-    return i == 0 || bound <= 0 || (replayed[i] ? kAutoReplayFeedback : 1.0) * residual[i] <= bound;
+  // The share of the key's recent gradient candidate i holds back, as the
+  // guard counts it (a replay's kAutoReplayFeedback times); under
+  // kAutoCarryShare (bf16's rounding) 0, as none's; < 0: not measured.
+  double reading(int i) const {
+    if (i == 0) return 0;
+    if (!(residual[i] >= 0)) return -1;
+    const double r = (replayed[i] ? kAutoReplayFeedback : 1.0) * residual[i];
+    return r < kAutoCarryShare ? 0 : r;
+  }
+  bool within(int i) const { return i == 0 || bound <= 0 || reading(i) <= bound; }
+  // What candidate i may hold back, to weigh it against another: its
+  // reading; unread, a sparsifier any share (the guard would have replayed
+  // it had it looked able to pay), PowerSGD unknown (< 0: it has no replay;
+  // its trial is its reading), bf16 its rounding (0).
+  double held(int i) const {
+    const double r = reading(i);
+    return r >= 0 ? r : unread[i];
   }
   // A codec is kept only while the key's calls come about as often with it
   // as with none (and, at its trial's end, as with the codec it replaced:
@@ -86,6 +102,7 @@ struct AutoSelection::Verdict {
   bool flushes = false;  // from one codec to another: one call of none first sends the first's residual
   std::string why;       // what kept the fastest from being chosen, or the current codec from being kept
   std::string released;  // back-offs cleared, with their cause
+  std::string riskier;   // the fastest kept out for holding back more than a codec it saves too little against
 };
 
 void AutoSelection::decide(int64_t n, AutoChoice& choice, uint64_t call, const CompressComms& comms, bool freeChoice) {
@@ -206,7 +223,9 @@ AutoSelection::Agreed AutoSelection::agree(const AutoChoice& choice, const Compr
   a.waits.resize(k);
   a.early.resize(k);
   a.replayed.resize(k);
+  a.unread.resize(k);
   for (int i = 0; i < k; ++i) {
+    a.unread[i] = factors(i) ? -1 : waitsForWindow(i) ? std::numeric_limits<double>::infinity() : 0;
     a.applies[i] = !factors(i) || choice.factorValues > 0;
     a.replayed[i] = !cand[i].hasRun && a.residual[i] >= 0;
     a.waits[i] = warming && waitsForWindow(i) && i != running;
@@ -358,10 +377,42 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
     c.losses -= std::min<uint64_t>(c.losses, 1);
     c.lostTo = -1;
   }
-  const auto eligible = [&](int i) { return a.open(i) && (i == current || call >= cand[i].retryAt); };
-  int fastest = 0;
-  for (int i = 1; i < k; ++i)
+  // A codec that may hold back more of the key's recent gradient than one
+  // open now (Agreed::held: its reading, or an unread sparsifier any share;
+  // not a codec a back-off keeps out) takes over from the current choice
+  // only where it saves kAutoEarlyShare of none's step against it, as an
+  // early start must: the guard's reading spreads across runs of one model
+  // about as widely as its bound is from zero, so a reading within the
+  // bound does not say the codec is safe, and the accuracy it may cost is
+  // taken only for a large share of the step. The codec that runs is
+  // judged by the guards.
+  const auto openNow = [&](int i) { return a.open(i) && (i == current || call >= cand[i].retryAt); };
+  const auto saferThan = [&](int i) {  // the codec open now that i saves too little against; -1: none
+    if (a.bound <= 0 || i == current || !(a.held(i) > 0)) return -1;  // held() > 0: not none, not rounding
+    for (int j = 0; j < k; ++j)
+      if (j != i && openNow(j) && a.held(j) >= 0 && a.held(j) < a.held(i) &&
+          est[j] - est[i] < kAutoEarlyShare * a.period[0])
+        return j;
+    return -1;
+  };
+  const auto eligible = [&](int i) { return openNow(i) && saferThan(i) < 0; };
+  int fastest = 0, fastestOpen = 0;
+  for (int i = 1; i < k; ++i) {
     if (eligible(i) && est[i] < est[fastest]) fastest = i;
+    if (openNow(i) && est[i] < est[fastestOpen]) fastestOpen = i;
+  }
+  if (fastestOpen != fastest) {
+    const int i = fastestOpen, j = saferThan(i);
+    char held[48], share[32];
+    if (std::isfinite(a.held(i)))
+      std::snprintf(held, sizeof held, "reads %.0f %%", 100 * a.held(i));
+    else
+      std::snprintf(held, sizeof held, "unread");
+    std::snprintf(share, sizeof share, "%.3g %%", 100 * kAutoEarlyShare);
+    out.riskier = "; " + autoCandidates()[i] + " (" + ms(est[i]) + ", " + held +
+                  ") may hold back more of the recent gradient than " + autoCandidates()[j] + " and saves less than " +
+                  share + " of the step against it";
+  }
   int best = fastest;
   if (best != 0 && est[best] > (1 - kAutoMargin) * est[0]) {
     best = 0;
@@ -431,7 +482,7 @@ std::string AutoSelection::explain(int64_t n, const AutoChoice& choice, const Ag
   const std::vector<AutoCandidate>& cand = choice.candidates;
   std::string reason = "predicted " + ms(est[best]);
   if (best != 0) reason += " against none's " + ms(est[0]);
-  reason += verdict.why + verdict.released + a.forgotten;
+  reason += verdict.why + verdict.riskier + verdict.released + a.forgotten;
   if (verdict.why.empty()) {
     int runnerUp = -1;
     for (int i = 0; i < k; ++i)

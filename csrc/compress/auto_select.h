@@ -91,6 +91,16 @@
 // none is replayed (on a link where it cannot pay, the replay's encodes
 // would be spent for nothing); one not replayed that a later decision
 // chooses (the link slowed) is tried, and judged on its own residual.
+// A reading within the bound does not say a codec is safe (a replay's
+// reading spreads across runs of one model as widely as the bound is from
+// zero): a codec that may hold back more than a candidate open now (not
+// one a back-off keeps out) takes over from the current choice only where
+// it saves kAutoEarlyShare of none's step against it, as an early start
+// must. What a codec may hold back is its reading (a replay's counted as
+// above; one under kAutoCarryShare as none's 0); unread, a sparsifier any
+// share (it was not replayed: it had looked unable to pay), bf16 its
+// rounding (0); PowerSGD, which has no replay, is compared once its trial
+// has read it (before the window its early start asks the same eighth).
 // Sparsifiers and PowerSGD wait
 // for the key's kAutoWindowCalls-th call: a delayed update costs most early
 // in training, and by then the window holds the recent gradient (the first

@@ -25,7 +25,8 @@
 // that takes over from another judged on its own residual, and a codec
 // that lost its trial to another tried again once that one is left out or
 // proves slower than it, and a codec on trial kept unless another is
-// faster by the margin; a key's decisions counted in its calls since its
+// faster by the margin; a sparsifier that saves less than an eighth of the
+// step kept from taking over from codecs that hold back less; a key's decisions counted in its calls since its
 // tensor came.
 #include <algorithm>
 #include <chrono>
@@ -1374,6 +1375,52 @@ TEST(a_sparsifier_whose_replay_reads_over_half_the_bound_is_left_out_before_it_r
   CHECK(d.reason.find("topk:0.01 left out before it ran") != std::string::npos);
 }
 
+TEST(a_sparsifier_that_saves_less_than_an_eighth_of_the_step_does_not_take_over_from_a_codec_that_holds_back_less) {
+  // The steady gradients above (the replay reads within the bound: top-k
+  // runs on a link where the call is the step) on two ranks at 50 MB/s of
+  // bus bandwidth: none's call about 5 ms, bf16's half, top-k 1 %'s a
+  // fraction of a millisecond. Behind 60 ms of compute the sparsifiers save
+  // more than the margin and 2 % of the step, but less than an eighth of it
+  // against none and bf16, which hold back less of the recent gradient:
+  // none of them runs. The same where the link is free until the replay is
+  // over (then no sparsifier is replayed, and unread it may hold back any
+  // share). Behind 2 ms of compute on a 10 MB/s link (the savings well
+  // past a sanitizer's slower encodes) they save more than the eighth, and
+  // one runs. (Without the eighth, top-k ran behind 60 ms too.)
+  const int64_t n = 65536;
+  const std::vector<float> direction = values(7, n);
+  struct Case {
+    int computeMs, slowFrom;  // the link is free before call slowFrom
+    double busBytesPerSecond;
+  };
+  for (const Case c : {Case{2, 0, 10e6}, Case{60, 0, 50e6}, Case{60, kAutoWindowCalls - 8, 50e6}}) {
+    SimulatedLink link;
+    link.size = 2;
+    AutoSelection sel(0.33);
+    CompressState state;
+    const CompressComms comms = link.comms();
+    int sparsified = 0;
+    for (int s = 0; s < kAutoWindowCalls + 40; ++s) {
+      link.beta = s < c.slowFrom ? 0.0 : 1.0 / c.busBytesPerSecond;
+      std::this_thread::sleep_for(std::chrono::milliseconds(c.computeMs));
+      std::vector<float> x = values(200 + s, n);
+      for (int64_t j = 0; j < n; ++j) x[j] = direction[j] + 0.3f * x[j];
+      sparsified += autoCandidates()[sel.run(x.data(), n, true, state, comms)].rfind("topk", 0) == 0;
+      CHECK(runningCodecWithinBound(state));
+    }
+    const AutoDecision& d = state.choice.last;
+    std::printf("  compute %d ms, slow from call %d: sparsified %d calls; top-k 1 %%'s reading %.3f; %s\n", c.computeMs,
+                c.slowFrom, sparsified, d.residual[candidate("topk:0.01")], d.reason.c_str());
+    if (c.computeMs == 2) {
+      CHECK(sparsified > 0);
+    } else {
+      CHECK_EQ(sparsified, 0);
+      CHECK(d.reason.find(c.slowFrom > 0 ? "unread) may hold back more of the recent gradient than"
+                                         : "may hold back more of the recent gradient than") != std::string::npos);
+    }
+  }
+}
+
 namespace {
 
 // One 512 x 512 weight whose gradient is a steady rank-one direction under
@@ -1383,11 +1430,14 @@ namespace {
 // the sparsifiers' replays), 8 ranks, on a link that turns slow as the sparsifiers' warm-up
 // ends: slow enough that PowerSGD (the fewest bytes) is predicted 5 ms
 // faster than top-k 1 % with this build's codec times, and where an
-// allreduce of under 64 KiB takes 30 ms more than the link's fit of the
-// other sizes predicts (a contended host's small rounds), an allgather
-// `gatherExtra` more. PowerSGD is tried first; its two small allreduces
-// make it lose its trial to top-k 1 %'s prediction. Runs until PowerSGD
-// runs again after that, or 90 calls after the warm-up.
+// allreduce of under 64 KiB takes a quarter of none's call more than the
+// link's fit of the other sizes predicts (a contended host's small rounds),
+// an allgather `gatherExtra` more. PowerSGD is tried first; its two small
+// allreduces make it lose its trial to top-k 1 %'s prediction, by more
+// than an eighth of none's step (unread, top-k 1 % must save that much
+// against PowerSGD; a fixed 30 ms did not under a sanitizer, whose slower
+// codecs slow the test's link), and PowerSGD stays faster than none.
+// Runs until PowerSGD runs again after that, or 90 calls after the warm-up.
 struct LostToAnother {
   uint64_t lostAt = 0, retryAt = 0;  // PowerSGD's lost trial and its back-off
   int winner = -1;                   // the candidate it lost to
@@ -1404,6 +1454,7 @@ struct PowerSgdFirst {
   const std::vector<float> u = values(31, side), v = values(32, side), b = values(33, bias);
   double codecGap = 1e9;  // PowerSGD's codec time less top-k 1 %'s, on this build
   double beta = 0;
+  double noneSeconds = 0;  // none's call on the slow link, as the link's fit predicts it
   PowerSgdFirst() {
     const std::vector<float> sample = values(30, n);
     for (int again = 0; again < 3; ++again) {
@@ -1415,6 +1466,7 @@ struct PowerSgdFirst {
     const PowerSgdPlan plan = powerSgdPlan(n, 4, layout);
     const double psgdBus = 4.0 * static_cast<double>(plan.firstCount + plan.secondCount) * 2 * (ranks - 1) / ranks;
     beta = (std::max(codecGap, 0.0) + 5e-3) / (topkBus - psgdBus);
+    noneSeconds = 4.0 * static_cast<double>(n) * 2 * (ranks - 1) / ranks * beta;
   }
   // The key's call `call` (from 1) on `link`, which turns slow (beta,
   // small allreduces `smallExtra` more, allgathers `gatherExtra` more)
@@ -1440,7 +1492,7 @@ LostToAnother powerSgdLosesAndRunsAgain(float noise, double gatherExtra, int bia
   const CompressComms comms = link.comms();
   LostToAnother r;
   for (int s = 0; s < kAutoWindowCalls + 90 && r.againAt == 0; ++s) {
-    const int ran = f.step(link, sel, state, comms, s + 1, noise, biasFrom, 30e-3, gatherExtra);
+    const int ran = f.step(link, sel, state, comms, s + 1, noise, biasFrom, 0.25 * f.noneSeconds, gatherExtra);
     const AutoChoice& c = state.choice;
     if (r.lostAt == 0 && c.candidates[psgd].retryAt != 0 && c.current != psgd && c.current != 0) {
       r.lostAt = state.steps;
