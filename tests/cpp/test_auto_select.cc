@@ -26,8 +26,8 @@
 // that lost its trial to another tried again once that one is left out or
 // proves slower than it, and a codec on trial kept unless another is
 // faster by the margin; a sparsifier that saves less than an eighth of the
-// step kept from taking over from codecs that hold back less; a key's decisions counted in its calls since its
-// tensor came.
+// step kept from taking over from codecs that hold back less; a key's
+// decisions counted in its calls since its tensor came.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
