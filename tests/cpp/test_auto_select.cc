@@ -80,18 +80,25 @@ struct SimulatedLink {
   }
 };
 
-// One rank on a simulated link of 20 MB/s of bus bandwidth, and auto
-// without the accuracy guard.
-struct OnSlowLink {
+// One rank of `ranks` on a simulated link (free until its beta is set),
+// and auto with `bound` on one key; run() is one call of the key.
+struct OneRank {
   SimulatedLink link;
-  AutoSelection sel{0};
+  AutoSelection sel;
   CompressState state;
   CompressComms comms;
-  OnSlowLink() {
-    link.beta = 1.0 / 20e6;
+  OneRank(int ranks, double bound) : sel(bound) {
+    link.size = ranks;
     comms = link.comms();
   }
-  OnSlowLink(const OnSlowLink&) = delete;  // comms holds the link's address
+  OneRank(const OneRank&) = delete;  // comms holds the link's address
+  int run(float* x, int64_t n, const PowerSgdLayout& layout = {}) { return sel.run(x, n, true, state, comms, layout); }
+};
+
+// One rank of 4 on a simulated link of 20 MB/s of bus bandwidth, and auto
+// without the accuracy guard.
+struct OnSlowLink : OneRank {
+  OnSlowLink() : OneRank(4, 0) { link.beta = 1.0 / 20e6; }
 };
 
 std::vector<float> values(int seed, int64_t n) { return gaussian(n, static_cast<unsigned>(seed)); }
@@ -114,27 +121,21 @@ std::vector<float> rankOneStep(int seed, int64_t side, const std::vector<float>&
 // One rank's key of a side x side weight and its bias (PowerSGD's layout)
 // on a simulated link of `busBytesPerSecond`, auto with `bound`; step()
 // runs one call on rankOneStep(seed, ...) and returns the candidate it ran.
-struct RankOneKey {
+struct RankOneKey : OneRank {
   int64_t side, n;
   PowerSgdLayout layout;
   std::vector<float> v;
-  SimulatedLink link;
-  AutoSelection sel;
-  CompressState state;
-  CompressComms comms;
   RankOneKey(int64_t side_, double busBytesPerSecond, double bound, int vSeed)
-      : side(side_),
+      : OneRank(4, bound),
+        side(side_),
         n(side_ * side_ + side_),
         layout{{side_ * side_, side_}, {side_, kPowerSgdDense}},
-        v(values(vSeed, side_)),
-        sel(bound) {
+        v(values(vSeed, side_)) {
     link.beta = 1.0 / busBytesPerSecond;
-    comms = link.comms();
   }
-  RankOneKey(const RankOneKey&) = delete;  // comms holds the link's address
   int step(int seed, float noise = 0) {
     std::vector<float> x = rankOneStep(seed, side, v, noise);
-    return sel.run(x.data(), n, true, state, comms, layout);
+    return run(x.data(), n, layout);
   }
 };
 
@@ -146,6 +147,10 @@ int trainingStep(AutoSelection& sel, CompressState& state, const CompressComms& 
   std::this_thread::sleep_for(std::chrono::milliseconds(computeMs));
   std::vector<float> x = values(seed, n);
   return sel.run(x.data(), n, true, state, comms);
+}
+
+int trainingStep(OneRank& me, int64_t n, int seed, int computeMs) {
+  return trainingStep(me.sel, me.state, me.comms, n, seed, computeMs);
 }
 
 // One step's gradient of a weight whose gradient is a steady rank-one
@@ -207,25 +212,22 @@ TEST(link_fit_recovers_latency_and_bandwidth) {
 TEST(a_slow_link_chooses_a_sparsifier_and_a_fast_one_none) {
   const int64_t n = 65536;
   for (const bool slow : {true, false}) {
-    SimulatedLink link;
-    link.beta = slow ? 1.0 / 20e6 : 0;  // 20 MB/s of bus bandwidth, or free
-    AutoSelection sel(0);
-    CompressState state;
-    const CompressComms comms = link.comms();
+    OneRank me(4, 0);
+    me.link.beta = slow ? 1.0 / 20e6 : 0;                       // 20 MB/s of bus bandwidth, or free
     for (int step = 0; step < kAutoWindowCalls + 20; ++step) {  // sparsifiers wait for the window
       std::vector<float> x = values(step, n);
-      sel.run(x.data(), n, true, state, comms);
+      me.run(x.data(), n);
     }
-    CHECK(state.choice.decided);
-    const std::string& c = chosen(state);
+    CHECK(me.state.choice.decided);
+    const std::string& c = chosen(me.state);
     if (slow) {
       CHECK(c.rfind("topk", 0) == 0);
-      const std::vector<double>& p = state.choice.last.predicted;
-      CHECK(p[state.choice.current] < 0.5 * p[0]);  // the fit saw the dense bytes' cost
+      const std::vector<double>& p = me.state.choice.last.predicted;
+      CHECK(p[me.state.choice.current] < 0.5 * p[0]);  // the fit saw the dense bytes' cost
     } else {
       CHECK_EQ(c, std::string("none"));
     }
-    CHECK(!state.choice.last.reason.empty());
+    CHECK(!me.state.choice.last.reason.empty());
   }
 }
 
@@ -238,19 +240,15 @@ namespace {
 template <class Input, class After>
 CompressState onSlowLink(int steps, Input input, After after, int ranks = 4, double bytesPerSecond = 20e6,
                          const PowerSgdLayout& layout = {}) {
-  SimulatedLink link;
-  link.size = ranks;
-  link.beta = 1.0 / bytesPerSecond;
-  AutoSelection sel(0.33);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OneRank me(ranks, 0.33);
+  me.link.beta = 1.0 / bytesPerSecond;
   for (int s = 0; s < steps; ++s) {
     std::vector<float> x = input(s);
-    sel.run(x.data(), static_cast<int64_t>(x.size()), true, state, comms, layout);
-    CHECK(runningCodecWithinBound(state));
-    after(s, state);
+    me.run(x.data(), static_cast<int64_t>(x.size()), layout);
+    CHECK(runningCodecWithinBound(me.state));
+    after(s, me.state);
   }
-  return state;
+  return me.state;
 }
 
 }  // namespace
@@ -338,18 +336,14 @@ TEST(a_sparsifier_that_cannot_pay_on_the_link_is_not_replayed) {
   const int64_t large = 61440, small = 4096;
   const std::vector<float> direction = values(7, large + small);
   const PowerSgdLayout weights{{large, kPowerSgdDense}, {small, kPowerSgdDense}};
-  SimulatedLink link;  // beta 0: no sleep
-  link.size = 2;
-  AutoSelection sel(0.33);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OneRank me(2, 0.33);  // beta 0: no sleep
   int sparsified = 0;
   for (int s = 0; s < kAutoWindowCalls + 16; ++s) {
     std::vector<float> x = values(200 + s, large + small);
     for (int64_t j = 0; j < large + small; ++j) x[j] = (direction[j] + 0.3f * x[j]) * (j < large ? 1.0f : 0.01f);
-    sparsified += autoCandidates()[sel.run(x.data(), large + small, true, state, comms, weights)].rfind("topk", 0) == 0;
+    sparsified += autoCandidates()[me.run(x.data(), large + small, weights)].rfind("topk", 0) == 0;
   }
-  const AutoDecision& d = state.choice.last;
+  const AutoDecision& d = me.state.choice.last;
   std::printf("  free link: sparsified %d calls; %s\n", sparsified, d.reason.c_str());
   CHECK_EQ(sparsified, 0);
   for (const char* spec : {"topk:0.1", "topk:0.03", "topk:0.01"}) {
@@ -384,26 +378,23 @@ TEST(powersgd_is_a_candidate_only_where_the_weights_shapes_are_known_and_wins_on
   const PowerSgdLayout layout{{a, side}, {bias, kPowerSgdDense}};
   const std::vector<float> v = values(12, side);
   for (const bool shaped : {true, false}) {
-    SimulatedLink link;
-    AutoSelection sel(0.33);
-    CompressState state;
-    const CompressComms comms = link.comms();
+    OneRank me(4, 0.33);
     int ranPowerSgd = 0;
     for (int s = 0; s < kAutoWindowCalls + 32; ++s) {
       // A fast link (4 GB/s: no codec saves an eighth of the step) while the
       // sparsifiers and PowerSGD wait, then a slow one
       // (1 MB/s of bus bandwidth), where the bytes outweigh any codec's time
       // (also in a sanitizer's build).
-      link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 4e9 : 1.0 / 1e6;
+      me.link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 4e9 : 1.0 / 1e6;
       std::vector<float> x = rankOneStep(300 + s, side, v);
-      const int ran = sel.run(x.data(), n, true, state, comms, shaped ? layout : PowerSgdLayout{});
+      const int ran = me.run(x.data(), n, shaped ? layout : PowerSgdLayout{});
       ranPowerSgd += ran == candidate("powersgd:4");
       if (s + 1 < kAutoWindowCalls) CHECK(ran != candidate("powersgd:4"));  // it waits for the window, as top-k
     }
-    const AutoDecision& d = state.choice.last;
+    const AutoDecision& d = me.state.choice.last;
     std::printf("  %s, powersgd ran %d times: %s\n", shaped ? "shaped" : "flat", ranPowerSgd, d.reason.c_str());
     if (shaped) {
-      CHECK_EQ(chosen(state), std::string("powersgd:4"));
+      CHECK_EQ(chosen(me.state), std::string("powersgd:4"));
       const double r = d.residual[candidate("powersgd:4")];
       CHECK(r >= 0 && r <= 0.33);  // measured (0: it sends the rank-one part whole)
     } else {
@@ -578,36 +569,33 @@ TEST(powersgd_whose_residual_is_noise_across_the_recent_gradient_is_kept) {
   const int64_t side = 512, a = side * side, bias = side, n = a + bias;
   const PowerSgdLayout layout{{a, side}, {bias, kPowerSgdDense}};
   const std::vector<float> v = values(12, side);
-  SimulatedLink link;
-  AutoSelection sel(0.33);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OneRank me(4, 0.33);
   std::vector<double> recent(static_cast<size_t>(a));  // the matrix's recent gradient, all values, the guard's decay
   double normShare = 0;
   int ranPowerSgd = 0;
   const int calls = kAutoWindowCalls + 48;
   for (int s = 0; s < calls; ++s) {
-    link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 400e6 : 1.0 / 5e6;  // slow once the window is full
+    me.link.beta = s + 8 < kAutoWindowCalls ? 1.0 / 400e6 : 1.0 / 5e6;  // slow once the window is full
     std::vector<float> x = rankOneStep(300 + s, side, v, 0.5f);
     for (int64_t j = 0; j < a; ++j) recent[j] = (1.0 - 1.0 / kAutoWindowCalls) * recent[j] + x[j];
-    const int ran = sel.run(x.data(), n, true, state, comms, layout);
+    const int ran = me.run(x.data(), n, layout);
     ranPowerSgd += ran == candidate("powersgd:4");
-    if (ran == candidate("powersgd:4") && state.residual.size() == static_cast<size_t>(n)) {
+    if (ran == candidate("powersgd:4") && me.state.residual.size() == static_cast<size_t>(n)) {
       double ee = 0, ww = 0;
       for (int64_t j = 0; j < a; ++j) {
-        ee += static_cast<double>(state.residual[j]) * state.residual[j];
+        ee += static_cast<double>(me.state.residual[j]) * me.state.residual[j];
         ww += recent[j] * recent[j];
       }
       normShare = std::sqrt(ee / ww);
     }
   }
-  const AutoDecision& d = state.choice.last;
+  const AutoDecision& d = me.state.choice.last;
   const double along = d.residual[candidate("powersgd:4")];
   std::printf("  powersgd ran %d of %d calls; its residual's norm %.2f of the recent gradient's, along it %.2f: %s\n",
               ranPowerSgd, calls, normShare, along, d.reason.c_str());
   CHECK(normShare > 0.33);  // by norms it would be left out
   CHECK(along > 0 && along <= 0.33);
-  CHECK_EQ(chosen(state), std::string("powersgd:4"));
+  CHECK_EQ(chosen(me.state), std::string("powersgd:4"));
   CHECK(ranPowerSgd >= 16);  // it ran to the end (after top-k 1 %'s trial, in some builds)
 }
 
@@ -731,33 +719,30 @@ TEST(peers_that_arrive_late_do_not_hide_a_slow_link) {
 TEST(a_link_that_speeds_up_is_noticed_and_none_sends_what_the_residual_held) {
   // Large enough that the codecs' cost and the dense bytes' dwarf sleep jitter on a busy machine.
   const int64_t n = 1 << 20;
-  SimulatedLink link;
-  link.beta = 1.0 / 50e6;
-  AutoSelection sel(0);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OneRank me(4, 0);
+  me.link.beta = 1.0 / 50e6;
   std::vector<double> in(n, 0.0), out(n, 0.0);
   int step = 0;
   const auto call = [&] {
     std::vector<float> x = values(200 + step++, n);
     for (int64_t i = 0; i < n; ++i) in[i] += x[i];
-    sel.run(x.data(), n, true, state, comms);
+    me.run(x.data(), n);
     for (int64_t i = 0; i < n; ++i) out[i] += x[i];
   };
   while (step < kAutoWindowCalls + 20) call();
-  CHECK(chosen(state).rfind("topk", 0) == 0);
-  link.beta = 1.0 / 50e9;  // 1000x faster: the sparsifier's own bytes show it
-  link.alpha = 1e-6;
-  while (step < 200 && chosen(state) != "none") call();
-  CHECK_EQ(chosen(state), std::string("none"));
+  CHECK(chosen(me.state).rfind("topk", 0) == 0);
+  me.link.beta = 1.0 / 50e9;  // 1000x faster: the sparsifier's own bytes show it
+  me.link.alpha = 1e-6;
+  while (step < 200 && chosen(me.state) != "none") call();
+  CHECK_EQ(chosen(me.state), std::string("none"));
   call();  // none: x + residual sent exactly; the residual is empty
   double worst = 0, scale = 0;
   for (int64_t i = 0; i < n; ++i) {
     worst = std::max(worst, std::fabs(in[i] - out[i]));
     scale = std::max(scale, std::fabs(in[i]));
   }
-  CHECK(worst <= 1e-4 * scale);   // nothing the codec held back was lost
-  CHECK(state.residual.empty());  // empty: zero
+  CHECK(worst <= 1e-4 * scale);      // nothing the codec held back was lost
+  CHECK(me.state.residual.empty());  // empty: zero
 }
 
 TEST(a_codec_measured_on_another_link_is_judged_by_the_model_again) {
@@ -773,7 +758,7 @@ TEST(a_codec_measured_on_another_link_is_judged_by_the_model_again) {
   int s = 0;
   const auto call = [&] {
     std::vector<float> x = values(500 + s++, n);
-    return r.sel.run(x.data(), n, true, r.state, r.comms);
+    return r.run(x.data(), n);
   };
   while (s < 30) call();
   CHECK_EQ(chosen(r.state), std::string("bf16"));
@@ -811,7 +796,7 @@ TEST(a_codec_whose_call_is_shorter_but_whose_step_is_longer_is_left) {
   const int steps = kAutoWindowCalls + 40;
   bool left = false;
   for (int s = 0, ran = 0; s < steps; ++s) {
-    ran = trainingStep(r.sel, r.state, r.comms, n, 300 + s, ran != 0 ? 14 : 2);
+    ran = trainingStep(r, n, 300 + s, ran != 0 ? 14 : 2);
     codecCalls += ran != 0;
     lateCodecCalls += ran != 0 && s >= steps - 20;
     left = left || r.state.choice.last.reason.find("left: the key's calls came every") != std::string::npos;
@@ -834,19 +819,16 @@ double topkPredictedAfterBf16Lengthened(int hiddenMs) {
   const int64_t n = 1 << 18;
   std::vector<std::vector<float>> steps;
   for (int s = 0; s < 4; ++s) steps.push_back(values(900 + s, n));
-  SimulatedLink link;
-  link.beta = 1.0 / 400e6;
-  AutoSelection sel(0);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OneRank me(4, 0);
+  me.link.beta = 1.0 / 400e6;
   const int topk = candidate("topk:0.1");
   int ran = 0;
   for (int call = 1; call <= 16; ++call) {
     if (ran == candidate("bf16")) std::this_thread::sleep_for(std::chrono::milliseconds(hiddenMs));
     std::vector<float> x = steps[call % steps.size()];
-    ran = sel.run(x.data(), n, true, state, comms);
+    ran = me.run(x.data(), n);
   }
-  const AutoDecision& d = state.choice.last;
+  const AutoDecision& d = me.state.choice.last;
   std::printf("  %d ms more after bf16: at call %llu topk:0.1 predicted %.3g ms: %s\n", hiddenMs,
               static_cast<unsigned long long>(d.step), d.predicted[topk] * 1e3, d.reason.c_str());
   return d.predicted[topk];
@@ -881,26 +863,23 @@ TEST(after_the_link_drifts_none_s_step_is_measured_again_and_guards_the_choice) 
   // leaves bf16. (Had none's step been forgotten and not measured, the
   // guard would have no reference and bf16 would run to the end.)
   const int64_t n = 16384;
-  SimulatedLink link;
-  link.beta = 1.0 / 10e6;
-  AutoSelection sel(0);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OneRank me(4, 0);
+  me.link.beta = 1.0 / 10e6;
   const int before = 30, steps = before + 70;
   int codecBefore = 0, lateCodecCalls = 0, ran = 0;
   for (int s = 0; s < steps; ++s) {
     const bool slowStep = s >= before && ran != 0;  // the compute after a call that ran a codec
-    if (s == before) link.beta = 2.5 / 10e6;
-    ran = trainingStep(sel, state, comms, n, 700 + s, slowStep ? 32 : 2);
+    if (s == before) me.link.beta = 2.5 / 10e6;
+    ran = trainingStep(me, n, 700 + s, slowStep ? 32 : 2);
     codecBefore += ran != 0 && s < before;
     lateCodecCalls += ran != 0 && s >= steps - 20;
   }
   std::printf("  codec calls before the drift %d of %d, in the last 20 %d; last: %s\n", codecBefore, before,
-              lateCodecCalls, state.choice.last.reason.c_str());
-  CHECK(codecBefore >= before / 2);                        // bf16 ran on the first link
-  CHECK(chosen(state) == "none" || state.choice.onTrial);  // none, or a retry that began near the end
+              lateCodecCalls, me.state.choice.last.reason.c_str());
+  CHECK(codecBefore >= before / 2);                              // bf16 ran on the first link
+  CHECK(chosen(me.state) == "none" || me.state.choice.onTrial);  // none, or a retry that began near the end
   CHECK(lateCodecCalls <= 4);
-  CHECK(state.choice.last.period[0] > 0);
+  CHECK(me.state.choice.last.period[0] > 0);
 }
 
 TEST(a_codec_that_saves_less_than_two_percent_of_the_step_is_not_tried) {
@@ -909,19 +888,16 @@ TEST(a_codec_that_saves_less_than_two_percent_of_the_step_is_not_tried) {
   // 154 ms step is within its noise).
   const int64_t n = 16384;
   for (const int computeMs : {0, 150}) {
-    SimulatedLink link;
-    link.beta = 3.95e-3 / (4.0 * n * 2 * 3 / 4);
-    AutoSelection sel(0);
-    CompressState state;
-    const CompressComms comms = link.comms();
+    OneRank me(4, 0);
+    me.link.beta = 3.95e-3 / (4.0 * n * 2 * 3 / 4);
     int codecCalls = 0;
-    for (int s = 0; s < 10; ++s) codecCalls += trainingStep(sel, state, comms, n, 600 + s, computeMs) != 0;
-    std::printf("  compute %d ms: %s\n", computeMs, state.choice.last.reason.c_str());
+    for (int s = 0; s < 10; ++s) codecCalls += trainingStep(me, n, 600 + s, computeMs) != 0;
+    std::printf("  compute %d ms: %s\n", computeMs, me.state.choice.last.reason.c_str());
     if (computeMs == 0) {
       CHECK(codecCalls >= 4);
     } else {
       CHECK_EQ(codecCalls, 0);
-      CHECK(state.choice.last.reason.find("% of the step") != std::string::npos);
+      CHECK(me.state.choice.last.reason.find("% of the step") != std::string::npos);
     }
   }
 }
@@ -999,7 +975,7 @@ TEST(a_small_codec_s_communication_moving_2x_within_the_step_s_noise_is_no_drift
   int probes = 0, sparsified = 0;
   for (int s = 0; s < steps; ++s) {
     r.link.alpha = s >= kAutoWindowCalls + 16 ? 0.6e-3 : 50e-6;
-    const int ran = trainingStep(r.sel, r.state, r.comms, n, 1200 + s, 30);
+    const int ran = trainingStep(r, n, 1200 + s, 30);
     sparsified += s >= kAutoWindowCalls && autoCandidates()[ran].rfind("topk", 0) == 0;
     probes += r.state.choice.probeNext;
   }
@@ -1022,7 +998,7 @@ TEST(a_codec_s_first_call_after_a_switch_is_its_warm_up_not_its_step) {
   int codecCalls = 0, streak = 0, ran = 0;
   for (int s = 0; s < steps; ++s) {
     const bool warming = streak == 1 || streak == 2;  // the steps after a codec's first two calls
-    const int now = trainingStep(r.sel, r.state, r.comms, n, 1300 + s, warming ? 40 : 2);
+    const int now = trainingStep(r, n, 1300 + s, warming ? 40 : 2);
     streak = now != 0 && now == ran ? streak + 1 : now != 0 ? 1 : 0;
     ran = now;
     codecCalls += now != 0;
@@ -1052,18 +1028,10 @@ struct Paced {
 
 // A key of 16384 values on a slow link (none's call about 6 ms, bf16's
 // half), auto without the accuracy guard, its calls paced.
-struct PacedOnSlowLink {
+struct PacedOnSlowLink : OneRank {
   static constexpr int64_t n = 16384;
-  SimulatedLink link;
-  AutoSelection sel{0};
-  CompressState state;
-  CompressComms comms;
   Paced pace;
-  PacedOnSlowLink() {
-    link.beta = 6e-3 / (4.0 * n * 2 * 3 / 4);
-    comms = link.comms();
-  }
-  PacedOnSlowLink(const PacedOnSlowLink&) = delete;  // comms holds the link's address
+  PacedOnSlowLink() : OneRank(4, 0) { link.beta = 6e-3 / (4.0 * n * 2 * 3 / 4); }
   int step(int seed, double gapMs) { return pace.step(sel, state, comms, n, seed, gapMs); }
 };
 
@@ -1111,20 +1079,17 @@ TEST(a_codec_on_trial_is_compared_with_as_many_of_none_s_steps) {
   // is kept. (Against the lower quartile of none's 8, one of the early
   // steps, it would be left.)
   const int64_t n = 16384;
-  SimulatedLink link;
-  AutoSelection sel(0);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OneRank me(4, 0);
   Paced pace;
   bool tried = false, kept = false;
   for (int s = 0; s < 42; ++s) {
-    link.beta = (s < 12 ? 0.5e-3 : 6e-3) / (4.0 * n * 2 * 3 / 4);
-    const bool wasOnTrial = state.choice.onTrial;
-    pace.step(sel, state, comms, n, 1500 + s, s == 30 || s == 31 ? 48.0 : 60.0);
-    tried = tried || state.choice.onTrial;
-    if (wasOnTrial && !state.choice.onTrial) kept = chosen(state) == "bf16";
+    me.link.beta = (s < 12 ? 0.5e-3 : 6e-3) / (4.0 * n * 2 * 3 / 4);
+    const bool wasOnTrial = me.state.choice.onTrial;
+    pace.step(me.sel, me.state, me.comms, n, 1500 + s, s == 30 || s == 31 ? 48.0 : 60.0);
+    tried = tried || me.state.choice.onTrial;
+    if (wasOnTrial && !me.state.choice.onTrial) kept = chosen(me.state) == "bf16";
   }
-  std::printf("  tried %d, kept %d; last: %s\n", tried, kept, state.choice.last.reason.c_str());
+  std::printf("  tried %d, kept %d; last: %s\n", tried, kept, me.state.choice.last.reason.c_str());
   CHECK(tried);
   CHECK(kept);
 }
@@ -1159,7 +1124,7 @@ TEST(the_first_decision_comes_after_two_steps_of_none) {
   for (uint64_t s = 0; s <= kAutoFirstDecision; ++s) {
     CHECK(!r.state.choice.decided);
     std::vector<float> x = values(500 + static_cast<int>(s), 16384);
-    CHECK_EQ(r.sel.run(x.data(), 16384, true, r.state, r.comms), 0);
+    CHECK_EQ(r.run(x.data(), 16384), 0);
   }
   CHECK(r.state.choice.decided);
   CHECK(r.state.choice.last.period[0] > 0);  // none's step, from calls 1 and 2
@@ -1175,22 +1140,19 @@ TEST(a_key_s_decisions_count_its_calls_since_its_tensor_came) {
   const int calls = 3 * static_cast<int>(kAutoDecideEvery) + 2;
   std::vector<std::vector<uint64_t>> decidedAt;
   for (const int64_t before : {int64_t{0}, n / 2}) {
-    SimulatedLink link;  // free: none throughout, no trials
-    AutoSelection sel(0);
-    CompressState state;
-    const CompressComms comms = link.comms();
+    OneRank me(4, 0);  // free: none throughout, no trials
     if (before > 0) {
       std::vector<float> x = values(600, before);
-      sel.run(x.data(), before, true, state, comms);
+      me.run(x.data(), before);
     }
     std::vector<uint64_t>& at = decidedAt.emplace_back();
     for (int c = 1; c <= calls; ++c) {
-      const uint64_t last = state.choice.last.step;
+      const uint64_t last = me.state.choice.last.step;
       std::vector<float> x = values(600 + c, n);
-      CHECK_EQ(sel.run(x.data(), n, true, state, comms), 0);
-      if (state.choice.last.step == last) continue;
+      CHECK_EQ(me.run(x.data(), n), 0);
+      if (me.state.choice.last.step == last) continue;
       at.push_back(static_cast<uint64_t>(c));
-      CHECK_EQ(state.choice.last.step, static_cast<uint64_t>(c));  // a decision names the key's call
+      CHECK_EQ(me.state.choice.last.step, static_cast<uint64_t>(c));  // a decision names the key's call
     }
     std::printf("  %lld values before: decisions at calls", static_cast<long long>(before));
     for (const uint64_t c : at) std::printf(" %llu", static_cast<unsigned long long>(c));
@@ -1317,31 +1279,28 @@ TEST(a_codec_that_takes_over_from_another_is_judged_on_its_own_residual) {
   // between builds (a sanitizer's code sums in another order).
   const WeightAndLateBias key;
   for (const float noise : {2.0f, 2.5f, 3.0f}) {
-    SimulatedLink link;
-    AutoSelection sel(0.33);
-    CompressState state;
-    const CompressComms comms = link.comms();
+    OneRank me(4, 0.33);
     int powerSgdCalls = 0, unflushed = 0, previous = 0;
     for (int s = 0; s < kAutoWindowCalls + 80; ++s) {
-      link.beta = s + 8 < kAutoWindowCalls ? 0.0 : 1.0 / 2.5e6;
+      me.link.beta = s + 8 < kAutoWindowCalls ? 0.0 : 1.0 / 2.5e6;
       std::vector<float> x = key.step(s, noise);
-      const int ran = sel.run(x.data(), key.n, true, state, comms, key.layout);
-      CHECK(runningCodecWithinBound(state));
+      const int ran = me.run(x.data(), key.n, key.layout);
+      CHECK(runningCodecWithinBound(me.state));
       powerSgdCalls += ran == candidate("powersgd:4");
       // One codec straight after another, where the first's residual was
       // not carried (under kAutoCarryShare of the recent gradient: bf16's
       // rounding, which a sanitizer's slower codecs sometimes run).
-      const double held = previous != 0 ? state.choice.last.residual[previous] : -1;
+      const double held = previous != 0 ? me.state.choice.last.residual[previous] : -1;
       const bool carried = held >= 0 && held < kAutoCarryShare;
       unflushed += ran != 0 && previous != 0 && ran != previous && !carried;
       previous = ran;
     }
-    const AutoDecision& d = state.choice.last;
+    const AutoDecision& d = me.state.choice.last;
     std::printf("  noise %.1f: powersgd ran %d calls, residual %.2f; last: %s\n", noise, powerSgdCalls,
                 d.residual[candidate("powersgd:4")], d.reason.c_str());
     CHECK_EQ(unflushed, 0);
     CHECK(d.residual[candidate("topk:0.01")] > 0.33);  // top-k 1 % ran and was left out
-    CHECK_EQ(chosen(state), std::string("powersgd:4"));
+    CHECK_EQ(chosen(me.state), std::string("powersgd:4"));
     const double r = d.residual[candidate("powersgd:4")];
     CHECK(r >= 0 && r <= 0.33);  // measured, within the bound
   }
@@ -1357,17 +1316,14 @@ TEST(a_sparsifier_whose_replay_reads_over_half_the_bound_is_left_out_before_it_r
   // times). Top-k 1 % is left out without a call. (Counted once, top-k 1 %
   // was tried at the window's end.)
   const WeightAndLateBias key;
-  SimulatedLink link;
-  link.beta = 1.0 / 2.5e6;
-  AutoSelection sel(0.33);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OneRank me(4, 0.33);
+  me.link.beta = 1.0 / 2.5e6;
   int topkCalls = 0;
   for (int s = 0; s < kAutoWindowCalls + 24; ++s) {
     std::vector<float> x = key.step(s, 2.0f);
-    topkCalls += sel.run(x.data(), key.n, true, state, comms, key.layout) == candidate("topk:0.01");
+    topkCalls += me.run(x.data(), key.n, key.layout) == candidate("topk:0.01");
   }
-  const AutoDecision& d = state.choice.last;
+  const AutoDecision& d = me.state.choice.last;
   const double replayed = d.residual[candidate("topk:0.01")];
   std::printf("  top-k 1 %%'s replay read %.2f; it ran %d calls: %s\n", replayed, topkCalls, d.reason.c_str());
   CHECK(replayed > 0.33 / kAutoReplayFeedback && replayed <= 0.33);  // within the bound, over a replay's share
@@ -1395,21 +1351,17 @@ TEST(a_sparsifier_that_saves_less_than_an_eighth_of_the_step_does_not_take_over_
     double busBytesPerSecond;
   };
   for (const Case c : {Case{2, 0, 10e6}, Case{60, 0, 15e6}, Case{60, kAutoWindowCalls - 8, 15e6}}) {
-    SimulatedLink link;
-    link.size = 2;
-    AutoSelection sel(0.33);
-    CompressState state;
-    const CompressComms comms = link.comms();
+    OneRank me(2, 0.33);
     int sparsified = 0;
     for (int s = 0; s < kAutoWindowCalls + 40; ++s) {
-      link.beta = s < c.slowFrom ? 0.0 : 1.0 / c.busBytesPerSecond;
+      me.link.beta = s < c.slowFrom ? 0.0 : 1.0 / c.busBytesPerSecond;
       std::this_thread::sleep_for(std::chrono::milliseconds(c.computeMs));
       std::vector<float> x = values(200 + s, n);
       for (int64_t j = 0; j < n; ++j) x[j] = direction[j] + 0.3f * x[j];
-      sparsified += autoCandidates()[sel.run(x.data(), n, true, state, comms)].rfind("topk", 0) == 0;
-      CHECK(runningCodecWithinBound(state));
+      sparsified += autoCandidates()[me.run(x.data(), n)].rfind("topk", 0) == 0;
+      CHECK(runningCodecWithinBound(me.state));
     }
-    const AutoDecision& d = state.choice.last;
+    const AutoDecision& d = me.state.choice.last;
     std::printf("  compute %d ms, slow from call %d: sparsified %d calls; top-k 1 %%'s reading %.3f; %s\n", c.computeMs,
                 c.slowFrom, sparsified, d.residual[candidate("topk:0.01")], d.reason.c_str());
     if (c.computeMs == 2) {
@@ -1472,37 +1424,32 @@ struct PowerSgdFirst {
   // The key's call `call` (from 1) on `link`, which turns slow (beta,
   // small allreduces `smallExtra` more, allgathers `gatherExtra` more)
   // 8 calls before the sparsifiers' warm-up ends.
-  int step(SimulatedLink& link, AutoSelection& sel, CompressState& state, const CompressComms& comms, int call,
-           float noise, int biasFrom, double smallExtra, double gatherExtra) const {
+  int step(OneRank& me, int call, float noise, int biasFrom, double smallExtra, double gatherExtra) const {
     const bool slow = call + 7 >= kAutoWindowCalls;
-    link.beta = slow ? beta : 0;
-    link.smallExtra = slow ? smallExtra : 0;
-    link.gatherExtra = slow ? gatherExtra : 0;
+    me.link.beta = slow ? beta : 0;
+    me.link.smallExtra = slow ? smallExtra : 0;
+    me.link.gatherExtra = slow ? gatherExtra : 0;
     std::vector<float> x = rankOneWithBias(u, v, b, noise, call, biasFrom, 699 + call);
-    return sel.run(x.data(), n, true, state, comms, layout);
+    return me.run(x.data(), n, layout);
   }
 };
 
 LostToAnother powerSgdLosesAndRunsAgain(float noise, double gatherExtra, int biasFrom) {
   const PowerSgdFirst f;
   const int psgd = candidate("powersgd:4");
-  SimulatedLink link;
-  link.size = PowerSgdFirst::ranks;
-  AutoSelection sel(0.33);
-  CompressState state;
-  const CompressComms comms = link.comms();
+  OneRank me(PowerSgdFirst::ranks, 0.33);
   LostToAnother r;
   for (int s = 0; s < kAutoWindowCalls + 90 && r.againAt == 0; ++s) {
-    const int ran = f.step(link, sel, state, comms, s + 1, noise, biasFrom, 0.25 * f.noneSeconds, gatherExtra);
-    const AutoChoice& c = state.choice;
+    const int ran = f.step(me, s + 1, noise, biasFrom, 0.25 * f.noneSeconds, gatherExtra);
+    const AutoChoice& c = me.state.choice;
     if (r.lostAt == 0 && c.candidates[psgd].retryAt != 0 && c.current != psgd && c.current != 0) {
-      r.lostAt = state.steps;
+      r.lostAt = me.state.steps;
       r.retryAt = c.candidates[psgd].retryAt;
       r.winner = c.current;
     } else if (r.lostAt != 0 && r.leftOutAt == 0 && c.decided && c.last.residual[r.winner] > 0.33) {
-      r.leftOutAt = state.steps;
+      r.leftOutAt = me.state.steps;
     } else if (r.lostAt != 0 && ran == psgd) {
-      r.againAt = state.steps;
+      r.againAt = me.state.steps;
     }
   }
   std::printf(
@@ -1511,7 +1458,7 @@ LostToAnother powerSgdLosesAndRunsAgain(float noise, double gatherExtra, int bia
       "slower than top-k 1 %%'s); last: %s\n",
       noise, r.winner < 0 ? "-" : autoCandidates()[r.winner].c_str(), static_cast<unsigned long long>(r.lostAt),
       static_cast<unsigned long long>(r.retryAt), static_cast<unsigned long long>(r.leftOutAt),
-      static_cast<unsigned long long>(r.againAt), 1e-6 / f.beta, f.codecGap * 1e3, state.choice.last.reason.c_str());
+      static_cast<unsigned long long>(r.againAt), 1e-6 / f.beta, f.codecGap * 1e3, me.state.choice.last.reason.c_str());
   return r;
 }
 
@@ -1561,15 +1508,11 @@ TEST(a_codec_on_trial_is_kept_unless_another_is_faster_by_the_margin) {
   const int psgd = candidate("powersgd:4");
   int nearTies = 0, yielded = 0;
   for (int extraMs = 0; extraMs <= 80 && yielded < 3; extraMs += extraMs < 20 ? 1 : 4) {
-    SimulatedLink link;
-    link.size = PowerSgdFirst::ranks;
-    AutoSelection sel(0.33);
-    CompressState state;
-    const CompressComms comms = link.comms();
+    OneRank me(PowerSgdFirst::ranks, 0.33);
     for (int call = 1; call <= kAutoWindowCalls + 16; ++call) {
-      const AutoChoice& c = state.choice;
+      const AutoChoice& c = me.state.choice;
       const bool trialEnds = c.onTrial && c.current == psgd && static_cast<uint64_t>(call) == c.checkAt;
-      f.step(link, sel, state, comms, call, 2.0f, std::numeric_limits<int>::max(), extraMs * 1e-3, 0);
+      f.step(me, call, 2.0f, std::numeric_limits<int>::max(), extraMs * 1e-3, 0);
       if (!trialEnds) continue;
       const AutoDecision& d = c.last;
       int rival = -1;  // the fastest other codec, predicted
