@@ -48,6 +48,10 @@ struct AutoDecision {
   std::vector<double> period;     // seconds between the key's calls per candidate, the ranks' maximum (0: unknown)
   double linkAlpha = 0, linkBeta = 0;  // the link fit when deciding, the ranks' minimum
   std::string reason;
+
+  // Per candidate on the key: its agreed time per call and, where known,
+  // its step ("none 4.1 ms (step 25.5 ms), bf16 ...").
+  std::string numbers() const;
 };
 
 // One candidate on one key, as this rank saw it.

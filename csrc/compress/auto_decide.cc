@@ -33,6 +33,16 @@ std::string ms(double seconds) {
 
 }  // namespace
 
+std::string AutoDecision::numbers() const {
+  std::string out;
+  for (size_t i = 0; i < predicted.size() && i < autoCandidates().size(); ++i) {
+    if (!std::isfinite(predicted[i])) continue;  // not a candidate on this key
+    out += (out.empty() ? "" : ", ") + autoCandidates()[i] + " " + ms(predicted[i]);
+    if (i < period.size() && period[i] > 0) out += " (step " + ms(period[i]) + ")";
+  }
+  return out;
+}
+
 // What a decision reads, identical on every rank once agreed (one MAX
 // allreduce; a minimum travels negated), and the rules every step of the
 // decision applies to it.

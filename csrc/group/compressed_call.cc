@@ -4,8 +4,6 @@
 // (the stream channel, or a device's queued channel), whose
 // messages carry the site's codec tag, so a rank with another codec (or
 // ratio, levels, rank) fails naming it.
-#include <cmath>
-#include <cstdio>
 #include <string>
 
 #include "algo/registry.h"
@@ -14,28 +12,6 @@
 #include "group/group.h"
 
 namespace scalecomm {
-
-namespace {
-
-// A decision's numbers, per candidate: its agreed time per call and, where
-// known, its step (SCALECOMM_DEBUG=DEBUG logs every decision with them).
-std::string decisionNumbers(const AutoDecision& d) {
-  std::string out;
-  char buf[96];
-  for (size_t i = 0; i < d.predicted.size() && i < autoCandidates().size(); ++i) {
-    if (!std::isfinite(d.predicted[i])) continue;  // not a candidate on this key
-    std::snprintf(buf, sizeof buf, "%s%s %.3g ms", out.empty() ? "" : ", ", autoCandidates()[i].c_str(),
-                  d.predicted[i] * 1e3);
-    out += buf;
-    if (i < d.period.size() && d.period[i] > 0) {
-      std::snprintf(buf, sizeof buf, " (step %.3g ms)", d.period[i] * 1e3);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 std::shared_ptr<const CompressedSite> Group::compressedSite(const std::string& spec) {
   std::lock_guard<std::mutex> g(sitesMu_);
@@ -152,7 +128,7 @@ void Group::runCompressed(Call& call, Channel& ch, const CollectiveOptions& o) {
                " of a key: ", now.last.reason);
       if (decidedNow)
         SC_LOG(Debug, "rank 0: compress=auto at call ", now.calls, " of a key (", call.count,
-               " elements) read, per call: ", decisionNumbers(now.last));
+               " elements) read, per call: ", now.last.numbers());
       if (rank_ == 0 && state.choice.probeNext) {
         SC_LOG(Info, "rank 0: compress=auto: the link drifted at call ", state.choice.calls, " of a key (", call.count,
                " elements): ", autoCandidates()[state.choice.current], "'s communication ", commWas * 1e3, " ms, ",
