@@ -395,10 +395,13 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
   // about as widely as its bound is from zero, so a reading within the
   // bound does not say the codec is safe, and the accuracy it may cost is
   // taken only for a large share of the step. The codec that runs is
-  // judged by the guards.
+  // judged by the guards; at its trial's end (a decision while on trial)
+  // the codec on trial, read now, is weighed as a challenger: PowerSGD,
+  // unread until its trial, would otherwise never be.
+  const bool trialEnd = choice.decided && choice.onTrial;
   const auto openNow = [&](int i) { return a.open(i) && (i == current || call >= cand[i].retryAt); };
   const auto saferThan = [&](int i) {  // the codec open now that i saves too little against; -1: none
-    if (a.bound <= 0 || i == current || !(a.held(i) > 0)) return -1;  // held() > 0: not none, not rounding
+    if (a.bound <= 0 || (i == current && !trialEnd) || !(a.held(i) > 0)) return -1;  // > 0: not none, rounding
     for (int j = 0; j < k; ++j)
       if (j != i && openNow(j) && a.held(j) >= 0 && a.held(j) < a.held(i) &&
           est[j] - est[i] < kAutoEarlyShare * a.period[0])
@@ -442,8 +445,7 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
   // predictions, whose model and step charge move between decisions; a
   // near tie is no reason for a flush and a trial). That holds after drift
   // too, which is otherwise free.
-  const bool trialEnd = choice.decided && choice.onTrial;
-  const bool trialHolds = trialEnd && !leaves && current != 0 && best != 0 &&
+  const bool trialHolds = trialEnd && !leaves && current != 0 && best != 0 && eligible(current) &&
                           est[current] <= (1 - kAutoMargin) * est[0] &&
                           est[0] - est[current] >= kAutoStepShare * a.period[0];
   const bool byMargin = (!freeChoice && !trialEnd) || trialHolds;

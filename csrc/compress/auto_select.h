@@ -101,21 +101,23 @@
 // share (it was not replayed: it had looked unable to pay), bf16 its
 // rounding (0); PowerSGD, which has no replay, is compared once its trial
 // has read it (before the window its early start asks the same eighth).
-// Sparsifiers and PowerSGD wait
-// for the key's kAutoWindowCalls-th call: a delayed update costs most early
-// in training, and by then the window holds the recent gradient (the first
-// calls choose between none and bf16). PowerSGD may start at any decision
+// The codec that runs is judged by the guards, except at its trial's end,
+// where the codec on trial, read now, is weighed as any challenger (a
+// PowerSGD trial that saves less than the eighth against a codec that
+// holds back less is lost). Sparsifiers and PowerSGD wait for the key's
+// kAutoWindowCalls-th call: a delayed update costs most early in training,
+// and by then the window holds the recent gradient (the first calls choose
+// between none and bf16). PowerSGD may start at any decision
 // before it, the first included, where its prediction saves
 // kAutoEarlyShare of none's step against every candidate then open (none,
 // bf16): the accuracy an early start may cost is taken only for a large
 // share of the step. The start is a free choice: a saving of an eighth of
-// the step is past the noise that a second lead guards against. The
-// eighth is the start's condition: from its trial's end a running
-// PowerSGD is judged as any running codec. The guard reads a running
-// codec's residual from the key's kAutoGuardCalls-th call: against the
-// window of fewer calls, a residual of a step or two (which error feedback
-// sends within a few calls) reads as a large share of all the gradient
-// there is.
+// the step is past the noise that a second lead guards against. From its
+// trial's end a running PowerSGD is judged as any running codec. The guard
+// reads a running codec's residual from the key's kAutoGuardCalls-th call:
+// against the window of fewer calls, a residual of a step or two (which
+// error feedback sends within a few calls) reads as a large share of all
+// the gradient there is.
 // All of it travels in one small allreduce, so every rank picks from
 // identical numbers: the same choice and reason.
 //
