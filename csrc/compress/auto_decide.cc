@@ -414,18 +414,23 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
     if (eligible(i) && est[i] < est[fastest]) fastest = i;
     if (openNow(i) && est[i] < est[fastestOpen]) fastestOpen = i;
   }
-  if (fastestOpen != fastest) {
-    const int i = fastestOpen, j = saferThan(i);
+  // The reason names the fastest codec the eighth keeps out, and a codec
+  // on trial that it ends.
+  const auto riskier = [&](int i) {
+    const int j = saferThan(i);
     char held[48], share[32];
     if (std::isfinite(a.held(i)))
       std::snprintf(held, sizeof held, "reads %.0f %%", 100 * a.held(i));
     else
       std::snprintf(held, sizeof held, "unread");
     std::snprintf(share, sizeof share, "%.3g %%", 100 * kAutoEarlyShare);
-    out.riskier = "; " + autoCandidates()[i] + " (" + ms(est[i]) + ", " + held +
-                  ") may hold back more of the recent gradient than " + autoCandidates()[j] + " and saves less than " +
-                  share + " of the step against it";
-  }
+    out.riskier += "; " + autoCandidates()[i] + " (" + ms(est[i]) + ", " + held +
+                   ") may hold back more of the recent gradient than " + autoCandidates()[j] + " and saves less than " +
+                   share + " of the step against it";
+  };
+  if (fastestOpen != fastest) riskier(fastestOpen);
+  if (trialEnd && current != 0 && current != fastestOpen && openNow(current) && saferThan(current) >= 0)
+    riskier(current);
   int best = fastest;
   if (best != 0 && est[best] > (1 - kAutoMargin) * est[0]) {
     best = 0;

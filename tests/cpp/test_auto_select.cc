@@ -435,37 +435,40 @@ TEST(powersgd_starts_before_the_window_only_where_it_saves_an_eighth_of_the_step
 }
 
 TEST(a_codec_on_trial_that_saves_less_than_an_eighth_of_the_step_is_not_kept) {
-  // The rank-one gradient above under noise, 256 x 256 and its bias, on a
-  // link of 40 MB/s of bus bandwidth (none's call about 10 ms, bf16's 5,
-  // PowerSGD's a millisecond or two of codec). Unread, PowerSGD is not
-  // weighed against the codecs that hold back less (it has no replay): it
-  // is tried once the window is full. At its trial's end it is read (a
-  // share of the recent gradient under the bound) and weighed like any
-  // challenger: with nothing else in the step its saving is far over an
-  // eighth of it and it is kept; behind 100 ms of compute per step the
-  // same saving is under an eighth, and the key goes back to a codec that
-  // holds back less. (Kept as the current codec, PowerSGD ran to the end
-  // there too.)
+  // The key of the test above under noise, on a faster link (2 MB/s of bus
+  // bandwidth: none's call about 12 ms, bf16's 6, PowerSGD's 2). Unread,
+  // PowerSGD is not weighed against the codecs that hold back less (it has
+  // no replay): behind 100 ms of compute per step it is tried once the
+  // window is full. At its trial's end it is read (a share of the recent
+  // gradient under the bound) and weighed like any challenger: its saving
+  // is under an eighth of the step against none and bf16, which hold back
+  // less, and the key goes back to one of them. With nothing else in the
+  // step the same saving is over the eighth (PowerSGD starts early) and it
+  // is kept. (Kept as the current codec, PowerSGD ran to the end behind
+  // 100 ms too.)
   const int powerSgd = candidate("powersgd:4");
   for (const int computeMs : {0, 100}) {
-    RankOneKey key(256, 40e6, 0.33, 12);
-    int late = 0;  // PowerSGD's calls from the window on
-    for (int s = 0; s < kAutoWindowCalls + 32; ++s) {
+    RankOneKey key(64, 2e6, 0.33, 12);
+    int late = 0;          // PowerSGD's calls from the window on
+    std::string leftWith;  // the decision after which it stopped
+    for (int s = 0; s < kAutoWindowCalls + 16; ++s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(computeMs));
-      late += key.step(300 + s, 0.5f) == powerSgd && s + 1 >= kAutoWindowCalls;
+      const bool ran = key.step(300 + s, 0.5f) == powerSgd;
+      if (!ran && late > 0 && leftWith.empty()) leftWith = key.state.choice.last.reason;
+      late += ran && s + 1 >= kAutoWindowCalls;
     }
     const AutoDecision& d = key.state.choice.last;
-    std::printf("  %d ms of compute: powersgd ran %d calls from the window on, reads %.3f; %s\n", computeMs, late,
-                d.residual[powerSgd], d.reason.c_str());
+    std::printf("  %d ms of compute: powersgd ran %d calls from the window on, reads %.3f; left after: %s\n", computeMs,
+                late, d.residual[powerSgd], leftWith.c_str());
     CHECK(d.residual[powerSgd] > kAutoCarryShare && d.residual[powerSgd] <= 0.33);  // read, within the bound
     if (computeMs == 0) {
       CHECK_EQ(chosen(key.state), std::string("powersgd:4"));
-      CHECK(late >= 30);
+      CHECK(late >= 16);
     } else {
       CHECK(late >= 1 && late <= static_cast<int>(kAutoTrialCalls) + 1);  // its trial, and no more
-      CHECK(chosen(key.state) != "powersgd:4");
-      CHECK(d.reason.find("powersgd:4 (") != std::string::npos &&
-            d.reason.find("may hold back more of the recent gradient than") != std::string::npos);
+      CHECK(chosen(key.state) == "none" || chosen(key.state) == "bf16");
+      CHECK(leftWith.find("powersgd:4 (") != std::string::npos &&
+            leftWith.find("may hold back more of the recent gradient than") != std::string::npos);
     }
   }
 }
