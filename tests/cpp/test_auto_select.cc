@@ -444,8 +444,8 @@ TEST(a_codec_on_trial_that_saves_less_than_an_eighth_of_the_step_is_not_kept) {
   // is under an eighth of the step against none and bf16, which hold back
   // less, and the key goes back to one of them. With nothing else in the
   // step the same saving is over the eighth (PowerSGD starts early) and it
-  // is kept. (Kept as the current codec, PowerSGD ran to the end behind
-  // 100 ms too.)
+  // is kept. (Were the codec on trial exempt as the current codec, it would
+  // run to the end behind 100 ms too.)
   const int powerSgd = candidate("powersgd:4");
   for (const int computeMs : {0, 100}) {
     RankOneKey key(64, 2e6, 0.33, 12);
