@@ -401,7 +401,8 @@ AutoSelection::Verdict AutoSelection::choose(AutoChoice& choice, const Agreed& a
   const bool trialEnd = choice.decided && choice.onTrial;
   const auto openNow = [&](int i) { return a.open(i) && (i == current || call >= cand[i].retryAt); };
   const auto saferThan = [&](int i) {  // the codec open now that i saves too little against; -1: none
-    if (a.bound <= 0 || (i == current && !trialEnd) || !(a.held(i) > 0)) return -1;  // > 0: not none, rounding
+    // held() > 0: not none, not bf16's rounding
+    if (a.bound <= 0 || (i == current && !trialEnd) || !(a.held(i) > 0)) return -1;
     for (int j = 0; j < k; ++j)
       if (j != i && openNow(j) && a.held(j) >= 0 && a.held(j) < a.held(i) &&
           est[j] - est[i] < kAutoEarlyShare * a.period[0])
