@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -125,15 +126,17 @@ inline int runAll() {
   for (auto& [name, fn] : Registry::get().tests) {
     if (filter != nullptr && name.find(filter) == std::string::npos) continue;
     ++ran;
+    const auto start = std::chrono::steady_clock::now();
+    const auto took = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
     try {
       fn();
-      std::printf("[ OK ] %s\n", name.c_str());
+      std::printf("[ OK ] %s (%.2f s)\n", name.c_str(), took());
     } catch (const Failure& f) {
       ++failed;
-      std::printf("[FAIL] %s\n  %s\n", name.c_str(), f.msg.c_str());
+      std::printf("[FAIL] %s (%.2f s)\n  %s\n", name.c_str(), took(), f.msg.c_str());
     } catch (const std::exception& e) {
       ++failed;
-      std::printf("[FAIL] %s\n  exception: %s\n", name.c_str(), e.what());
+      std::printf("[FAIL] %s (%.2f s)\n  exception: %s\n", name.c_str(), took(), e.what());
     }
   }
   std::printf("%d tests, %d failed\n", ran, failed);
